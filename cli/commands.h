@@ -1,0 +1,31 @@
+// The `chorus` command line: each command family registers itself on the root CLI11 app.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace CLI {
+class App;
+}
+
+namespace chorus::cli {
+
+// Thrown by a command to end the program with a status. main() prints the message (when not
+// empty) as "chorus: error: <message>" and exits with `code`.
+class CommandFailure : public std::runtime_error {
+ public:
+  CommandFailure(int code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  int code() const { return code_; }
+
+ private:
+  int code_;
+};
+
+// `chorus topo gen|check`
+void addTopoCommands(CLI::App& app);
+// `chorus node` and `chorus launch`
+void addNodeCommands(CLI::App& app);
+// `chorus train` (single node)
+void addTrainCommand(CLI::App& app);
+
+}  // namespace chorus::cli

@@ -1,0 +1,30 @@
+// Entry point of the single `chorus` executable.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+
+#include "cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "chorus: decentralized peer-to-peer training. N identical nodes train one model together,\n"
+      "either with sharded parameter ownership (PS mode) or by gossip averaging (consensus mode).",
+      "chorus"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "chorus 0.1.0");
+  chorus::cli::addTopoCommands(app);
+  chorus::cli::addNodeCommands(app);
+  chorus::cli::addTrainCommand(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const chorus::cli::CommandFailure& e) {
+    if (e.what()[0] != '\0') std::fprintf(stderr, "chorus: error: %s\n", e.what());
+    return e.code();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "chorus: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
