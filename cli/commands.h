@@ -23,8 +23,10 @@ class CommandFailure : public std::runtime_error {
 
 // `chorus topo gen|check`
 void addTopoCommands(CLI::App& app);
-// `chorus node` and `chorus launch`
+// `chorus node`: one node of a topology file
 void addNodeCommands(CLI::App& app);
+// `chorus launch`: every node of a topology file as child processes of this one
+void addLaunchCommand(CLI::App& app);
 // `chorus train` (single node)
 void addTrainCommand(CLI::App& app);
 

@@ -1,1 +1,4 @@
-// placeholder until the launcher lands
+#include "cli/commands.h"
+namespace chorus::cli {
+void addLaunchCommand(CLI::App&) {}
+}  // namespace chorus::cli

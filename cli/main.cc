@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "chorus 0.1.0");
   chorus::cli::addTopoCommands(app);
   chorus::cli::addNodeCommands(app);
+  chorus::cli::addLaunchCommand(app);
   chorus::cli::addTrainCommand(app);
   try {
     app.parse(argc, argv);
