@@ -1,4 +1,106 @@
+// `chorus launch FILE [node options]`: the embedded way to run a whole cluster on one machine.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
 #include "cli/commands.h"
+#include "cli/launcher.h"
+#include "topology/topology.h"
+
 namespace chorus::cli {
-void addLaunchCommand(CLI::App&) {}
+namespace {
+
+struct LaunchArgs {
+  std::string topology;
+  std::vector<uint32_t> ids;
+  double timeout_s = 0;
+  bool fail_fast = false;
+};
+
+std::string selfExecutable() {
+  std::error_code ec;
+  auto path = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec)
+    throw CommandFailure(1, "cannot find the chorus executable (/proc/self/exe): " + ec.message());
+  return path.string();
+}
+
+void runLaunchCommand(CLI::App& cmd, const LaunchArgs& args) {
+  topology::Topology topo;
+  try {
+    topo = topology::loadTopology(args.topology);
+  } catch (const topology::TopologyError& e) {
+    throw CommandFailure(2, e.what());
+  }
+  LaunchOptions options;
+  options.topology_path = args.topology;
+  options.binary = selfExecutable();
+  options.node_args = cmd.remaining();
+  options.fail_fast = args.fail_fast;
+  options.timeout = std::chrono::milliseconds(static_cast<int64_t>(args.timeout_s * 1000));
+  if (args.ids.empty()) {
+    for (const auto& n : topo.nodes)
+      options.ids.push_back(n.id);
+  } else {
+    for (uint32_t id : args.ids) {
+      if (topo.find(id) == nullptr) {
+        throw CommandFailure(2, fmt::format("--ids: node {} is not in {}", id, args.topology));
+      }
+    }
+    options.ids = args.ids;
+  }
+  fmt::print("[launch] cluster '{}' ({} mode) from {}: starting {} node(s){}\n", topo.name,
+             topology::modeName(topo.mode), args.topology, options.ids.size(),
+             options.node_args.empty()
+                 ? std::string()
+                 : fmt::format(" with: {}", fmt::join(options.node_args, " ")));
+  std::fflush(stdout);
+  LaunchResult result = runLaunch(options);
+  auto failures = result.failures();
+  if (result.ok()) {
+    fmt::print("[launch] all {} node(s) finished cleanly in {:.1f} s\n", result.nodes.size(),
+               result.seconds);
+    return;
+  }
+  std::string why = result.timed_out     ? "the --timeout passed"
+                    : result.interrupted ? "interrupted"
+                                         : fmt::format("{} of {} node(s) failed", failures.size(),
+                                                       result.nodes.size());
+  throw CommandFailure(
+      1, fmt::format("launch of {} ended after {:.1f} s: {}{}{}", args.topology, result.seconds,
+                     why, failures.empty() ? "" : ": ", fmt::join(failures, "; ")));
+}
+
+}  // namespace
+
+void addLaunchCommand(CLI::App& app) {
+  auto args = std::make_shared<LaunchArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "launch",
+      "Start every node of a topology file on this machine as child processes.\n"
+      "Each child runs `chorus node --topology FILE --id I` followed by every option this command\n"
+      "does not know itself (so: `chorus launch FILE --log-level debug` passes --log-level on).\n"
+      "Output lines are prefixed with [node I]; Ctrl-C or SIGTERM is passed to every node (a "
+      "second\n"
+      "one kills them). Exits 0 only when every node exits 0, otherwise names the nodes that "
+      "failed.");
+  cmd->add_option("topology", args->topology, "Topology file (TOML); see docs/topology.md")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--ids", args->ids, "Start only these node ids (default: every node of the file)")
+      ->delimiter(',');
+  cmd->add_option("--timeout", args->timeout_s,
+                  "Stop every node after this many seconds (0: no limit)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--fail-fast", args->fail_fast, "Stop the other nodes as soon as one node fails");
+  cmd->allow_extras();
+  cmd->callback([cmd, args] { runLaunchCommand(*cmd, *args); });
+}
+
 }  // namespace chorus::cli

@@ -6,6 +6,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace chorus::topology {
@@ -14,17 +15,25 @@ enum class Mode { kConsensus, kPs };
 
 // "consensus" or "ps".
 const char* modeName(Mode mode);
+// The mode named "consensus" or "ps"; nullopt for anything else.
+std::optional<Mode> parseMode(std::string_view name);
+
+// Node ids are 0..N-1 (a launcher's rank is a node id); no cluster has more than this many nodes.
+inline constexpr uint32_t kMaxNodes = 65536;
 
 // One node of the cluster as the file describes it.
 struct NodeSpec {
   uint32_t id = 0;
-  std::string host;   // as written: an IPv4 address, "localhost" or an IPv6 literal
+  std::string host;  // an IPv4 address, a host name ("localhost") or an IPv6 literal, no brackets
   uint16_t port = 0;
   std::vector<uint32_t> neighbors;  // sorted, unique, symmetric after validation
   // Optional per-node attributes for experiments (empty / unset when absent).
-  std::string stragglers;          // a straggler profile string for this node only
-  double weight = 1.0;             // relative weight (e.g. data share); > 0
-  int line = 0;                    // line of the [[node]] table in the file, 0 when generated
+  std::string stragglers;  // a straggler profile string for this node only
+  double weight = 1.0;     // relative weight (e.g. data share); > 0
+  int line = 0;            // line of the [[node]] table in the file, 0 when generated
+
+  // "host:port", with an IPv6 host in brackets ("[::1]:7100").
+  std::string address() const;
 };
 
 struct Topology {
@@ -83,9 +92,39 @@ struct GenerateOptions {
 // Throws std::invalid_argument with a clear message for impossible parameters
 // (e.g. a 3-regular graph on 5 nodes, a torus on a prime number of nodes).
 Topology generate(const GenerateOptions& options);
+// The kind named "ring", "torus", "complete", "regular", "exponential" or "star"; else nullopt.
 std::optional<GraphKind> parseGraphKind(std::string_view name);
+// The name parseGraphKind() accepts for `kind`.
+const char* graphKindName(GraphKind kind);
+// The `chorus topo gen ...` command line that reproduces `options` (for file headers).
+std::string generateCommandLine(const GenerateOptions& options);
 
-// Writes a topology as TOML that loadTopology() reads back to an equal Topology.
+// Writes a topology as TOML that loadTopology() reads back to an equivalent Topology.
 std::string toToml(const Topology& topology);
+
+// True when both describe the same cluster: name, mode and every node's fields except `line`
+// (`source` is ignored too).
+bool equivalent(const Topology& a, const Topology& b);
+
+// Number of undirected neighbor edges (each symmetric pair counted once).
+size_t edgeCount(const Topology& topology);
+
+// The connected components of the neighbor graph, each sorted, ordered by smallest id.
+std::vector<std::vector<uint32_t>> connectedComponents(const Topology& topology);
+
+// "N nodes, E edges, mode M, connected": the summary `chorus topo check` prints.
+std::string summarize(const Topology& topology);
+
+// What `chorus topo check` reports for one file.
+struct FileCheck {
+  bool ok = false;
+  std::string report;  // "FILE: ok (summary)" or the formatted diagnostics, one per line
+};
+// Reads and validates one file; never throws for bad or missing files.
+FileCheck checkTopologyFile(const std::filesystem::path& path);
+
+// Writes `text` to `path`. Throws std::runtime_error naming the path when the file exists and
+// `overwrite` is false, or when it cannot be written.
+void writeTopologyFile(const std::filesystem::path& path, std::string_view text, bool overwrite);
 
 }  // namespace chorus::topology

@@ -1,0 +1,53 @@
+// `chorus launch`: runs every node of a topology file as a child process of this one, prefixes
+// their output with the node id, forwards Ctrl-C / SIGTERM, and reports who failed.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace chorus::cli {
+
+struct LaunchOptions {
+  std::string topology_path;
+  std::vector<uint32_t> ids;           // nodes to start, in order
+  std::string binary;                  // executable run as `binary node --topology F --id I ...`
+  std::vector<std::string> node_args;  // forwarded verbatim after --id
+  // Wall-clock limit for the whole cluster; zero means none. When it passes, children get
+  // SIGTERM, then SIGKILL after `kill_grace`.
+  std::chrono::milliseconds timeout{0};
+  std::chrono::milliseconds kill_grace{5000};
+  // Stop the remaining nodes (SIGTERM) as soon as one fails.
+  bool fail_fast = false;
+  // Where prefixed child output goes; defaults write to this process's stdout / stderr.
+  std::function<void(std::string_view line)> out;
+  std::function<void(std::string_view line)> err;
+};
+
+struct NodeOutcome {
+  uint32_t id = 0;
+  int64_t exit_status = -1;  // -1 when the child could not be started
+  int term_signal = 0;       // signal that ended it, 0 when it exited
+  std::string spawn_error;   // why it could not be started, empty otherwise
+  bool ok() const { return spawn_error.empty() && exit_status == 0 && term_signal == 0; }
+  // "exited with status 3", "killed by signal 9 (Killed)", "could not start: ...".
+  std::string describe() const;
+};
+
+struct LaunchResult {
+  std::vector<NodeOutcome> nodes;  // in the order of LaunchOptions::ids
+  bool timed_out = false;
+  bool interrupted = false;  // a SIGINT / SIGTERM reached the launcher
+  double seconds = 0;
+  bool ok() const;
+  // One line per failed node, e.g. "node 2 exited with status 3".
+  std::vector<std::string> failures() const;
+};
+
+// Runs the cluster to completion. Blocks; installs SIGINT/SIGTERM handlers while it runs.
+LaunchResult runLaunch(const LaunchOptions& options);
+
+}  // namespace chorus::cli
