@@ -1,0 +1,213 @@
+#include "faults/straggler.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <cmath>
+#include <thread>
+
+namespace chorus::faults {
+namespace {
+
+constexpr std::string_view kForms =
+    "accepted terms, joined with '+': none | fixed:MS | shifted-exp:BASE_MS,MEAN_MS | "
+    "slow:NODE=FACTOR[,NODE=FACTOR...] | transient:PROB,STEPS,FACTOR";
+
+[[noreturn]] void fail(std::string_view term, std::string_view what) {
+  throw std::invalid_argument(fmt::format("bad straggler term '{}': {} ({})", term, what, kForms));
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t'))
+    s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t'))
+    s.remove_suffix(1);
+  return s;
+}
+
+std::vector<std::string_view> split(std::string_view s, char sep) {
+  std::vector<std::string_view> parts;
+  size_t begin = 0;
+  for (size_t i = 0; i <= s.size(); ++i) {
+    if (i == s.size() || s[i] == sep) {
+      parts.push_back(trim(s.substr(begin, i - begin)));
+      begin = i + 1;
+    }
+  }
+  return parts;
+}
+
+double number(std::string_view term, std::string_view text, std::string_view name) {
+  double v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(v)) {
+    fail(term, fmt::format("{} '{}' is not a number", name, text));
+  }
+  return v;
+}
+
+std::vector<double> numbers(std::string_view term, std::string_view args,
+                            std::initializer_list<std::string_view> names) {
+  auto parts = split(args, ',');
+  if (parts.size() != names.size()) {
+    fail(term, fmt::format("expected {} number(s) separated by ','", names.size()));
+  }
+  std::vector<double> out;
+  size_t i = 0;
+  for (auto name : names)
+    out.push_back(number(term, parts[i++], name));
+  return out;
+}
+
+StragglerTerm parseTerm(std::string_view term) {
+  size_t colon = term.find(':');
+  if (colon == std::string_view::npos) fail(term, "missing ':' after the term's name");
+  std::string_view name = term.substr(0, colon);
+  std::string_view args = term.substr(colon + 1);
+  StragglerTerm t;
+  if (name == "fixed") {
+    t.kind = StragglerTerm::Kind::kFixed;
+    t.a = numbers(term, args, {"MS"})[0];
+    if (t.a < 0) fail(term, "MS must be >= 0");
+  } else if (name == "shifted-exp") {
+    t.kind = StragglerTerm::Kind::kShiftedExp;
+    auto v = numbers(term, args, {"BASE_MS", "MEAN_MS"});
+    t.a = v[0];
+    t.b = v[1];
+    if (t.a < 0 || t.b < 0) fail(term, "BASE_MS and MEAN_MS must be >= 0");
+  } else if (name == "slow") {
+    t.kind = StragglerTerm::Kind::kSlow;
+    for (std::string_view pair : split(args, ',')) {
+      size_t eq = pair.find('=');
+      if (eq == std::string_view::npos) fail(term, fmt::format("'{}' is not NODE=FACTOR", pair));
+      std::string_view id_text = trim(pair.substr(0, eq));
+      uint32_t id = 0;
+      auto [end, ec] = std::from_chars(id_text.data(), id_text.data() + id_text.size(), id);
+      if (ec != std::errc() || end != id_text.data() + id_text.size()) {
+        fail(term, fmt::format("node id '{}' is not a non-negative integer", id_text));
+      }
+      double factor = number(term, trim(pair.substr(eq + 1)), "FACTOR");
+      if (factor < 1) fail(term, fmt::format("FACTOR {} must be >= 1 (1 = normal speed)", factor));
+      if (!t.factors.emplace(id, factor).second) {
+        fail(term, fmt::format("node {} is listed twice", id));
+      }
+    }
+  } else if (name == "transient") {
+    t.kind = StragglerTerm::Kind::kTransient;
+    auto v = numbers(term, args, {"PROB", "STEPS", "FACTOR"});
+    t.a = v[0];
+    t.b = v[1];
+    t.c = v[2];
+    if (t.a < 0 || t.a > 1) fail(term, "PROB must be within [0, 1]");
+    if (t.b < 1 || std::floor(t.b) != t.b) fail(term, "STEPS must be a whole number >= 1");
+    if (t.c < 1) fail(term, "FACTOR must be >= 1");
+  } else {
+    fail(term, fmt::format("unknown kind '{}'", name));
+  }
+  return t;
+}
+
+}  // namespace
+
+StragglerProfile StragglerProfile::parse(std::string_view text) {
+  StragglerProfile profile;
+  profile.text = std::string(trim(text));
+  if (profile.text.empty() || profile.text == "none") return profile;
+  for (std::string_view term : split(profile.text, '+')) {
+    if (term.empty()) fail(profile.text, "empty term (two '+' in a row, or a trailing '+')");
+    if (term == "none") continue;
+    profile.terms.push_back(parseTerm(term));
+  }
+  return profile;
+}
+
+StragglerProfile StragglerProfile::combinedWith(const StragglerProfile& other) const {
+  StragglerProfile out = *this;
+  out.terms.insert(out.terms.end(), other.terms.begin(), other.terms.end());
+  if (out.text.empty() || out.text == "none") {
+    out.text = other.text;
+  } else if (!other.text.empty() && other.text != "none") {
+    out.text += "+" + other.text;
+  }
+  return out;
+}
+
+StragglerInjector::StragglerInjector(StragglerProfile profile, uint32_t node_id, uint64_t seed)
+    : profile_(std::move(profile)), node_id_(node_id), transient_left_(profile_.terms.size(), 0) {
+  // Each node draws from its own stream, fixed by (seed, node id) alone.
+  std::seed_seq seq{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32), node_id,
+                    0x5354524du};
+  rng_.seed(seq);
+}
+
+bool StragglerInjector::inert() const {
+  for (const auto& t : profile_.terms) {
+    switch (t.kind) {
+      case StragglerTerm::Kind::kFixed:
+        if (t.a > 0) return false;
+        break;
+      case StragglerTerm::Kind::kShiftedExp:
+        if (t.a > 0 || t.b > 0) return false;
+        break;
+      case StragglerTerm::Kind::kSlow: {
+        auto it = t.factors.find(node_id_);
+        if (it != t.factors.end() && it->second > 1) return false;
+        break;
+      }
+      case StragglerTerm::Kind::kTransient:
+        if (t.a > 0 && t.c > 1) return false;
+        break;
+    }
+  }
+  return true;
+}
+
+std::chrono::nanoseconds StragglerInjector::nextDelay(std::chrono::nanoseconds compute) {
+  double ms = 0;
+  const double compute_ms = std::chrono::duration<double, std::milli>(compute).count();
+  for (size_t i = 0; i < profile_.terms.size(); ++i) {
+    const StragglerTerm& t = profile_.terms[i];
+    switch (t.kind) {
+      case StragglerTerm::Kind::kFixed:
+        ms += t.a;
+        break;
+      case StragglerTerm::Kind::kShiftedExp:
+        ms += t.a;
+        // Draw even when the mean is 0 so that a profile's random stream does not depend on
+        // the values of earlier terms.
+        if (t.b > 0) {
+          ms += std::exponential_distribution<double>(1.0 / t.b)(rng_);
+        } else {
+          rng_();
+        }
+        break;
+      case StragglerTerm::Kind::kSlow: {
+        auto it = t.factors.find(node_id_);
+        if (it != t.factors.end()) ms += (it->second - 1) * compute_ms;
+        break;
+      }
+      case StragglerTerm::Kind::kTransient: {
+        double u = std::uniform_real_distribution<double>(0, 1)(rng_);
+        int64_t& left = transient_left_[i];
+        if (left == 0 && u < t.a) left = static_cast<int64_t>(t.b);
+        if (left > 0) {
+          ms += (t.c - 1) * compute_ms;
+          --left;
+        }
+        break;
+      }
+    }
+  }
+  auto delay = std::chrono::nanoseconds(static_cast<int64_t>(ms * 1e6));
+  total_ += delay;
+  return delay;
+}
+
+std::chrono::nanoseconds StragglerInjector::waitAfterStep(std::chrono::nanoseconds compute) {
+  auto delay = nextDelay(compute);
+  // Real waiting, on purpose: the straggler must cost wall-clock time like a slow machine does.
+  if (delay.count() > 0) std::this_thread::sleep_for(delay);
+  return delay;
+}
+
+}  // namespace chorus::faults

@@ -1,0 +1,138 @@
+#include "faults/straggler.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace chorus::faults {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::nanoseconds;
+
+double ms(nanoseconds d) {
+  return std::chrono::duration<double, std::milli>(d).count();
+}
+
+TEST(StragglerProfile, EmptyAndNoneInjectNothing) {
+  for (const char* text : {"", "none", "  none "}) {
+    auto p = StragglerProfile::parse(text);
+    EXPECT_TRUE(p.empty()) << text;
+    StragglerInjector inj(p, 0, 1);
+    EXPECT_TRUE(inj.inert());
+    EXPECT_EQ(inj.nextDelay(milliseconds(10)).count(), 0);
+  }
+}
+
+TEST(StragglerProfile, ParsesEveryKind) {
+  auto p =
+      StragglerProfile::parse("shifted-exp:5,10 + slow:3=4,5=2.5 + fixed:1 + transient:0.1,20,3");
+  ASSERT_EQ(p.terms.size(), 4u);
+  EXPECT_EQ(p.terms[0].kind, StragglerTerm::Kind::kShiftedExp);
+  EXPECT_DOUBLE_EQ(p.terms[0].a, 5);
+  EXPECT_DOUBLE_EQ(p.terms[0].b, 10);
+  EXPECT_EQ(p.terms[1].kind, StragglerTerm::Kind::kSlow);
+  EXPECT_DOUBLE_EQ(p.terms[1].factors.at(3), 4);
+  EXPECT_DOUBLE_EQ(p.terms[1].factors.at(5), 2.5);
+  EXPECT_EQ(p.terms[2].kind, StragglerTerm::Kind::kFixed);
+  EXPECT_EQ(p.terms[3].kind, StragglerTerm::Kind::kTransient);
+  EXPECT_DOUBLE_EQ(p.terms[3].b, 20);
+}
+
+TEST(StragglerProfile, BadTermsAreNamed) {
+  struct Case {
+    const char* text;
+    const char* expect;
+  };
+  for (const Case& c : {
+           Case{"fast:3", "unknown kind 'fast'"},
+           Case{"fixed", "missing ':'"},
+           Case{"fixed:abc", "MS 'abc' is not a number"},
+           Case{"fixed:-1", "MS must be >= 0"},
+           Case{"shifted-exp:5", "expected 2 number(s)"},
+           Case{"slow:3", "'3' is not NODE=FACTOR"},
+           Case{"slow:x=2", "node id 'x'"},
+           Case{"slow:3=0.5", "must be >= 1"},
+           Case{"slow:3=2,3=4", "node 3 is listed twice"},
+           Case{"transient:1.5,3,2", "PROB must be within [0, 1]"},
+           Case{"transient:0.5,2.5,2", "STEPS must be a whole number"},
+           Case{"fixed:1++fixed:2", "empty term"},
+       }) {
+    try {
+      StragglerProfile::parse(c.text);
+      ADD_FAILURE() << "accepted: " << c.text;
+    } catch (const std::invalid_argument& e) {
+      std::string what = e.what();
+      EXPECT_NE(what.find(c.expect), std::string::npos) << c.text << " -> " << what;
+      EXPECT_NE(what.find("accepted terms"), std::string::npos) << what;
+    }
+  }
+}
+
+TEST(StragglerInjector, SameSeedSameDelaysAndNodesDiffer) {
+  auto p = StragglerProfile::parse("shifted-exp:2,10+transient:0.2,3,2");
+  StragglerInjector a(p, 1, 42), b(p, 1, 42), other_node(p, 2, 42), other_seed(p, 1, 43);
+  int differs_node = 0, differs_seed = 0;
+  for (int step = 0; step < 200; ++step) {
+    auto da = a.nextDelay(milliseconds(4));
+    EXPECT_EQ(da, b.nextDelay(milliseconds(4)));
+    differs_node += da != other_node.nextDelay(milliseconds(4));
+    differs_seed += da != other_seed.nextDelay(milliseconds(4));
+  }
+  EXPECT_GT(differs_node, 190);
+  EXPECT_GT(differs_seed, 190);
+}
+
+TEST(StragglerInjector, ShiftedExponentialHasItsMean) {
+  StragglerInjector inj(StragglerProfile::parse("shifted-exp:5,10"), 0, 7);
+  const int n = 20000;
+  double sum = 0, min = 1e9;
+  for (int i = 0; i < n; ++i) {
+    double d = ms(inj.nextDelay(nanoseconds(0)));
+    sum += d;
+    min = std::min(min, d);
+  }
+  EXPECT_NEAR(sum / n, 15.0, 0.5);  // base + mean; the standard error here is about 0.07
+  EXPECT_GE(min, 5.0);
+  EXPECT_NEAR(ms(inj.totalDelay()), sum, 1e-3 * n);
+}
+
+TEST(StragglerInjector, SlowFactorAppliesOnlyToItsNode) {
+  auto p = StragglerProfile::parse("slow:3=4");
+  StragglerInjector slow(p, 3, 1), normal(p, 2, 1);
+  EXPECT_FALSE(slow.inert());
+  EXPECT_TRUE(normal.inert());
+  EXPECT_NEAR(ms(slow.nextDelay(milliseconds(10))), 30.0, 1e-6);  // 4x as long in all
+  EXPECT_EQ(normal.nextDelay(milliseconds(10)).count(), 0);
+}
+
+TEST(StragglerInjector, TransientSlowdownsLastTheirSteps) {
+  // Probability 1: a slowdown of 3 steps starts whenever none is running.
+  StragglerInjector inj(StragglerProfile::parse("transient:1,3,2"), 0, 1);
+  for (int i = 0; i < 9; ++i)
+    EXPECT_NEAR(ms(inj.nextDelay(milliseconds(5))), 5.0, 1e-6);
+  // Probability 0: never.
+  StragglerInjector never(StragglerProfile::parse("transient:0,3,2"), 0, 1);
+  EXPECT_TRUE(never.inert());
+  for (int i = 0; i < 100; ++i)
+    EXPECT_EQ(never.nextDelay(milliseconds(5)).count(), 0);
+}
+
+TEST(StragglerInjector, CombinedProfilesAddUp) {
+  auto p = StragglerProfile::parse("fixed:2").combinedWith(StragglerProfile::parse("fixed:3"));
+  EXPECT_EQ(p.text, "fixed:2+fixed:3");
+  StragglerInjector inj(p, 0, 1);
+  EXPECT_NEAR(ms(inj.nextDelay(milliseconds(1))), 5.0, 1e-6);
+}
+
+TEST(StragglerInjector, WaitAfterStepReallyWaits) {
+  StragglerInjector inj(StragglerProfile::parse("fixed:20"), 0, 1);
+  auto start = std::chrono::steady_clock::now();
+  auto waited = inj.waitAfterStep(milliseconds(1));
+  // A lower bound only: sleeping never returns early, but the machine may be slow.
+  EXPECT_GE(std::chrono::steady_clock::now() - start, milliseconds(20));
+  EXPECT_EQ(waited, milliseconds(20));
+}
+
+}  // namespace
+}  // namespace chorus::faults
