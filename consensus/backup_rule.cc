@@ -1,0 +1,207 @@
+#include "consensus/backup_rule.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+namespace chorus::consensus {
+
+LagWindow::LagWindow(size_t capacity) : capacity_(std::max<size_t>(capacity, 1)) {}
+
+void LagWindow::add(double seconds) {
+  lags_.push_back(std::max(0.0, seconds));
+  if (lags_.size() > capacity_) lags_.pop_front();
+}
+
+double LagWindow::mean() const {
+  if (lags_.empty()) return 0;
+  double sum = 0;
+  for (double l : lags_)
+    sum += l;
+  return sum / static_cast<double>(lags_.size());
+}
+
+double LagWindow::quantile(double q) const {
+  if (lags_.empty()) return 0;
+  std::vector<double> sorted(lags_.begin(), lags_.end());
+  std::sort(sorted.begin(), sorted.end());
+  double pos = std::clamp(q, 0.0, 1.0) * static_cast<double>(sorted.size() - 1);
+  size_t lo = static_cast<size_t>(std::floor(pos));
+  size_t hi = std::min(lo + 1, sorted.size() - 1);
+  double frac = pos - static_cast<double>(lo);
+  return sorted[lo] * (1 - frac) + sorted[hi] * frac;
+}
+
+std::vector<double> expectedOrderedLags(const std::vector<const LagWindow*>& windows) {
+  const size_t n = windows.size();
+  constexpr double kNever = std::numeric_limits<double>::infinity();
+  size_t rounds = 0;
+  for (const LagWindow* w : windows)
+    rounds = std::max(rounds, w->size());
+  std::vector<double> sum(n, 0.0);
+  if (rounds == 0) return std::vector<double>(n, kNever);
+  std::vector<double> round(n);
+  for (size_t i = 0; i < rounds; ++i) {
+    for (size_t j = 0; j < n; ++j) {
+      const LagWindow* w = windows[j];
+      // A shorter window repeats its oldest sample: the best guess we have for that round.
+      round[j] = w->empty() ? kNever : w->recent(std::min(i, w->size() - 1));
+    }
+    std::sort(round.begin(), round.end());
+    for (size_t m = 0; m < n; ++m)
+      sum[m] += round[m];
+  }
+  for (double& s : sum)
+    s /= static_cast<double>(rounds);
+  return sum;
+}
+
+DynamicEstimate estimateDynamic(const RoundObservation& obs, double tolerance) {
+  DynamicEstimate est;
+  const size_t n = obs.neighbor_lags.size();
+  if (n == 0) return est;
+  std::vector<double> lags = expectedOrderedLags(obs.neighbor_lags);
+  const double g = std::max(obs.grad_norm_sq, 0.0);
+  const double noise = std::max(obs.grad_noise, 0.0);
+  for (size_t m = 1; m <= n; ++m) {
+    double t = std::max(obs.compute_seconds, 0.0) + lags[m - 1];
+    // With no gradient information yet every m makes the same progress; the rule then only
+    // trades time, and the tolerance keeps it at wait-all unless someone is clearly late.
+    double p = (g + noise > 0) ? g / (g + noise / static_cast<double>(m + 1)) : 1.0;
+    est.round_seconds.push_back(t);
+    est.progress.push_back(p);
+    est.rate.push_back(std::isfinite(t) && t > 0 ? p / t : (std::isfinite(t) ? 1e300 : 0.0));
+  }
+  size_t best = n;
+  for (size_t m = n; m >= 1; --m) {
+    if (est.rate[m - 1] > est.rate[best - 1] * (1 + tolerance)) best = m;
+  }
+  // When nobody has ever arrived, waiting for one neighbor is all that can be planned.
+  if (est.rate[best - 1] == 0) best = 1;
+  est.chosen = best;
+  return est;
+}
+
+namespace {
+
+WaitPlan planFor(size_t live, size_t wait_for) {
+  WaitPlan p;
+  p.wait_for = std::min(wait_for, live);
+  p.backups = live - p.wait_for;
+  return p;
+}
+
+class WaitAll final : public BackupRule {
+ public:
+  WaitPlan plan(const RoundObservation& obs) override {
+    return planFor(obs.neighbor_lags.size(), obs.neighbor_lags.size());
+  }
+  std::string name() const override { return "wait-all"; }
+};
+
+class StaticBackups final : public BackupRule {
+ public:
+  explicit StaticBackups(size_t b) : b_(b) {}
+  WaitPlan plan(const RoundObservation& obs) override {
+    size_t live = obs.neighbor_lags.size();
+    // Never zero while anyone is alive: a round must mix with at least one neighbor.
+    size_t wait = live > b_ ? live - b_ : std::min<size_t>(live, 1);
+    return planFor(live, wait);
+  }
+  std::string name() const override { return fmt::format("static:{}", b_); }
+
+ private:
+  size_t b_;
+};
+
+class DeadlineRule final : public BackupRule {
+ public:
+  explicit DeadlineRule(double q) : q_(q) {}
+  WaitPlan plan(const RoundObservation& obs) override {
+    size_t live = obs.neighbor_lags.size();
+    WaitPlan p = planFor(live, std::min<size_t>(live, 1));
+    LagWindow pooled(1 << 20);
+    for (const LagWindow* w : obs.neighbor_lags) {
+      for (size_t i = 0; i < w->size(); ++i)
+        pooled.add(w->recent(i));
+    }
+    // Until there is history, wait for everyone (the deadline is learned from them).
+    if (pooled.empty()) return planFor(live, live);
+    p.deadline_seconds = pooled.quantile(q_);
+    return p;
+  }
+  std::string name() const override { return fmt::format("deadline:{}", q_); }
+
+ private:
+  double q_;
+};
+
+class DynamicRule final : public BackupRule {
+ public:
+  explicit DynamicRule(double tolerance) : tolerance_(tolerance) {}
+  WaitPlan plan(const RoundObservation& obs) override {
+    size_t live = obs.neighbor_lags.size();
+    if (live == 0) return planFor(0, 0);
+    return planFor(live, estimateDynamic(obs, tolerance_).chosen);
+  }
+  std::string name() const override {
+    return tolerance_ == kDefaultTolerance ? "dynamic" : fmt::format("dynamic:{}", tolerance_);
+  }
+  static constexpr double kDefaultTolerance = 0.10;
+
+ private:
+  double tolerance_;
+};
+
+[[noreturn]] void badRule(std::string_view spec, std::string_view why) {
+  throw std::invalid_argument(fmt::format(
+      "bad backup rule '{}': {} (accepted: wait-all, static:B, deadline:Q with 0 < Q <= 1, "
+      "dynamic or dynamic:TOLERANCE)",
+      spec, why));
+}
+
+double parseNumber(std::string_view spec, std::string_view text) {
+  double v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(v)) {
+    badRule(spec, fmt::format("'{}' is not a number", text));
+  }
+  return v;
+}
+
+}  // namespace
+
+std::unique_ptr<BackupRule> BackupRule::parse(std::string_view spec) {
+  size_t colon = spec.find(':');
+  std::string_view name = spec.substr(0, colon);
+  std::string_view arg = colon == std::string_view::npos ? "" : spec.substr(colon + 1);
+  bool has_arg = colon != std::string_view::npos;
+  if (name == "wait-all") {
+    if (has_arg) badRule(spec, "wait-all takes no argument");
+    return std::make_unique<WaitAll>();
+  }
+  if (name == "static") {
+    if (!has_arg) badRule(spec, "static needs the number of backup workers, e.g. static:1");
+    double b = parseNumber(spec, arg);
+    if (b < 0 || std::floor(b) != b) badRule(spec, "B must be a whole number >= 0");
+    return std::make_unique<StaticBackups>(static_cast<size_t>(b));
+  }
+  if (name == "deadline") {
+    if (!has_arg) badRule(spec, "deadline needs a quantile, e.g. deadline:0.9");
+    double q = parseNumber(spec, arg);
+    if (q <= 0 || q > 1) badRule(spec, "Q must be within (0, 1]");
+    return std::make_unique<DeadlineRule>(q);
+  }
+  if (name == "dynamic") {
+    double tol = has_arg ? parseNumber(spec, arg) : DynamicRule::kDefaultTolerance;
+    if (tol < 0) badRule(spec, "TOLERANCE must be >= 0");
+    return std::make_unique<DynamicRule>(tol);
+  }
+  badRule(spec, fmt::format("unknown rule '{}'", name));
+}
+
+}  // namespace chorus::consensus

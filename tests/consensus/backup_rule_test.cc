@@ -1,0 +1,170 @@
+#include "consensus/backup_rule.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+namespace chorus::consensus {
+namespace {
+
+TEST(LagWindow, KeepsTheNewestSamples) {
+  LagWindow w(3);
+  for (double l : {1.0, 2.0, 3.0, 4.0})
+    w.add(l);
+  EXPECT_EQ(w.size(), 3u);
+  EXPECT_EQ(w.recent(0), 4.0);
+  EXPECT_EQ(w.recent(2), 2.0);
+  EXPECT_DOUBLE_EQ(w.mean(), 3.0);
+  EXPECT_DOUBLE_EQ(w.quantile(0), 2.0);
+  EXPECT_DOUBLE_EQ(w.quantile(0.5), 3.0);
+  EXPECT_DOUBLE_EQ(w.quantile(0.75), 3.5);
+  w.add(-5);  // clock noise cannot make a lag negative
+  EXPECT_EQ(w.recent(0), 0.0);
+}
+
+TEST(ExpectedOrderedLags, OrdersAlignedRounds) {
+  LagWindow a, b, c, silent;
+  for (int i = 0; i < 4; ++i) {
+    a.add(3);
+    b.add(1);
+    c.add(2);
+  }
+  auto lags = expectedOrderedLags({&a, &b, &c, &silent});
+  ASSERT_EQ(lags.size(), 4u);
+  EXPECT_DOUBLE_EQ(lags[0], 1);
+  EXPECT_DOUBLE_EQ(lags[1], 2);
+  EXPECT_DOUBLE_EQ(lags[2], 3);
+  EXPECT_TRUE(std::isinf(lags[3]));
+}
+
+TEST(BackupRule, ParsesAndRejects) {
+  EXPECT_EQ(BackupRule::parse("wait-all")->name(), "wait-all");
+  EXPECT_EQ(BackupRule::parse("static:2")->name(), "static:2");
+  EXPECT_EQ(BackupRule::parse("deadline:0.9")->name(), "deadline:0.9");
+  EXPECT_EQ(BackupRule::parse("dynamic")->name(), "dynamic");
+  EXPECT_EQ(BackupRule::parse("dynamic:0.2")->name(), "dynamic:0.2");
+  for (const char* bad : {"", "all", "static", "static:-1", "static:1.5", "deadline:0",
+                          "deadline:1.5", "deadline:x", "wait-all:3", "dynamic:-1"}) {
+    try {
+      BackupRule::parse(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("accepted: wait-all"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(BackupRule, StaticAndWaitAllPlans) {
+  LagWindow w[4];
+  RoundObservation obs;
+  for (auto& x : w)
+    obs.neighbor_lags.push_back(&x);
+  WaitPlan all = BackupRule::parse("wait-all")->plan(obs);
+  EXPECT_EQ(all.wait_for, 4u);
+  EXPECT_EQ(all.backups, 0u);
+  WaitPlan one = BackupRule::parse("static:1")->plan(obs);
+  EXPECT_EQ(one.wait_for, 3u);
+  EXPECT_EQ(one.backups, 1u);
+  // More backups than neighbors still mixes with one of them.
+  WaitPlan many = BackupRule::parse("static:9")->plan(obs);
+  EXPECT_EQ(many.wait_for, 1u);
+  EXPECT_EQ(many.backups, 3u);
+  RoundObservation alone;
+  EXPECT_EQ(BackupRule::parse("static:1")->plan(alone).wait_for, 0u);
+  EXPECT_EQ(BackupRule::parse("dynamic")->plan(alone).wait_for, 0u);
+}
+
+TEST(BackupRule, DeadlineIsTheQuantileOfRecentLags) {
+  LagWindow a, b;
+  RoundObservation obs{0.01, {&a, &b}, 0, 0};
+  // No history yet: wait for everyone.
+  EXPECT_EQ(BackupRule::parse("deadline:0.5")->plan(obs).wait_for, 2u);
+  for (int i = 1; i <= 5; ++i) {
+    a.add(i * 0.001);
+    b.add(i * 0.001 + 0.1);
+  }
+  WaitPlan p = BackupRule::parse("deadline:0.5")->plan(obs);
+  EXPECT_EQ(p.wait_for, 1u);
+  ASSERT_TRUE(p.deadline_seconds.has_value());
+  EXPECT_NEAR(*p.deadline_seconds, (0.005 + 0.101) / 2, 1e-9);
+}
+
+// Synthetic lags: neighbors finish at about the same time as this node (jitter up to 5% of
+// the compute time) unless they are slowed down.
+struct Synthetic {
+  std::mt19937_64 rng{11};
+  double compute = 0.010;
+  double jitter() { return std::uniform_real_distribution<double>(0, 0.05 * compute)(rng); }
+};
+
+TEST(DynamicRule, EqualsWaitAllWithoutStragglers) {
+  Synthetic s;
+  LagWindow w[4];
+  RoundObservation obs{s.compute, {&w[0], &w[1], &w[2], &w[3]}, 1.0, 1.0};
+  auto rule = BackupRule::parse("dynamic");
+  for (int round = 0; round < 200; ++round) {
+    for (auto& x : w)
+      x.add(s.jitter());
+    EXPECT_EQ(rule->plan(obs).wait_for, 4u) << "round " << round;
+  }
+  // Even with no gradient noise to average away (progress equal for every m).
+  obs.grad_noise = 0;
+  EXPECT_EQ(rule->plan(obs).wait_for, 4u);
+}
+
+TEST(DynamicRule, LeavesOutAFiveTimesSlowerNeighborAndTakesItBack) {
+  Synthetic s;
+  LagWindow w[4];
+  RoundObservation obs{s.compute, {&w[0], &w[1], &w[2], &w[3]}, 1.0, 1.0};
+  auto rule = BackupRule::parse("dynamic");
+  // Neighbor 3 computes 5x as long: its model lands 4 compute times after the others.
+  for (int round = 0; round < 32; ++round) {
+    for (int j = 0; j < 3; ++j)
+      w[j].add(s.jitter());
+    w[3].add(4 * s.compute + s.jitter());
+  }
+  WaitPlan slow = rule->plan(obs);
+  EXPECT_EQ(slow.wait_for, 3u);
+  EXPECT_EQ(slow.backups, 1u);
+  DynamicEstimate est = estimateDynamic(obs, 0.1);
+  EXPECT_GT(est.rate[2], est.rate[3] * 2);
+  // It speeds up again: once its recent lags are short, the rule waits for it again.
+  for (int round = 0; round < 32; ++round) {
+    for (auto& x : w)
+      x.add(s.jitter());
+  }
+  EXPECT_EQ(rule->plan(obs).wait_for, 4u);
+}
+
+TEST(DynamicRule, NoiseMakesWaitingWorthMore) {
+  // A neighbor 30% late: worth waiting for when gradients are noisy (averaging it cuts the
+  // noise), not when they are clean.
+  LagWindow fast[3], late;
+  for (int i = 0; i < 8; ++i) {
+    for (auto& f : fast)
+      f.add(0);
+    late.add(0.003);
+  }
+  RoundObservation obs{0.010, {&fast[0], &fast[1], &fast[2], &late}, 1.0, 0.0};
+  EXPECT_EQ(estimateDynamic(obs, 0.1).chosen, 3u);
+  obs.grad_noise = 20.0;
+  EXPECT_EQ(estimateDynamic(obs, 0.1).chosen, 4u);
+}
+
+TEST(DynamicRule, ANeighborThatNeverSendsIsNotWaitedFor) {
+  LagWindow w[3], silent;
+  for (int i = 0; i < 8; ++i) {
+    for (auto& x : w)
+      x.add(0.0005);
+  }
+  RoundObservation obs{0.010, {&w[0], &w[1], &w[2], &silent}, 1.0, 1.0};
+  EXPECT_EQ(BackupRule::parse("dynamic")->plan(obs).wait_for, 3u);
+  // Nobody has ever arrived: plan for one.
+  LagWindow none[2];
+  RoundObservation cold{0.010, {&none[0], &none[1]}, 1.0, 1.0};
+  EXPECT_EQ(BackupRule::parse("dynamic")->plan(cold).wait_for, 1u);
+}
+
+}  // namespace
+}  // namespace chorus::consensus
