@@ -9,10 +9,18 @@
 
 namespace chorus::cli {
 
+namespace {
+// strsignal() is not thread-safe; glibc's sigdescr_np() is.
+const char* signalName(int signum) {
+  const char* d = sigdescr_np(signum);
+  return d != nullptr ? d : "unknown signal";
+}
+}  // namespace
+
 std::string NodeOutcome::describe() const {
   if (!spawn_error.empty()) return "could not start: " + spawn_error;
   if (term_signal != 0)
-    return fmt::format("killed by signal {} ({})", term_signal, strsignal(term_signal));
+    return fmt::format("killed by signal {} ({})", term_signal, signalName(term_signal));
   return fmt::format("exited with status {}", exit_status);
 }
 
@@ -115,6 +123,7 @@ class Cluster {
                                      options_.topology_path, "--id", std::to_string(outcome.id)};
     args.insert(args.end(), options_.node_args.begin(), options_.node_args.end());
     std::vector<char*> argv;
+    argv.reserve(args.size() + 1);
     for (auto& a : args)
       argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -224,7 +233,7 @@ class Cluster {
     ++self->signals_seen_;
     if (self->signals_seen_ == 1) {
       self->err(fmt::format("[launch] {}: passing it to every node (again to kill them)",
-                            strsignal(signum)));
+                            signalName(signum)));
       self->terminateAll(signum);
     } else {
       self->err("[launch] second signal: killing every node");
