@@ -1,0 +1,115 @@
+// Where the loop thread leaves neighbors' models and the trainer thread waits for them.
+//
+// Per round k the trainer calls gather(k, plan): it blocks until the wait plan is met (enough
+// neighbors' round-k models, or a deadline) and no live neighbor is more than tau rounds behind
+// (Hop's iteration gap), then takes every neighbor's newest not-yet-used model within the
+// staleness bound. The loop thread calls modelArrived / neighborDown / neighborUp. Arrival lags
+// are measured here, for the backup rules. Thread-safe: one mutex, one condition variable.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "consensus/backup_rule.h"
+#include "consensus/mixing.h"
+
+namespace chorus::consensus {
+
+using SteadyTime = std::chrono::steady_clock::time_point;
+using ModelPtr = std::shared_ptr<const std::vector<float>>;
+
+struct BoardOptions {
+  std::vector<NodeId> neighbors;
+  // tau: a model of round r may be mixed into round k while k - r <= tau, and no node waits
+  // less than needed to stay within tau rounds of every live neighbor. 0 with wait-all is
+  // synchronous D-PSGD.
+  int64_t staleness_bound = 2;
+  size_t lag_window = 32;
+  // A live neighbor that sent no model for this long is stalled: the staleness gate stops
+  // holding this node back for it (the wait plan may still wait for it: wait-all does).
+  std::chrono::milliseconds stall_timeout{10000};
+  // Longest a gather waits before it returns with what it has (and says who is missing).
+  std::chrono::milliseconds round_timeout{300000};
+  // How often a waiting gather calls its `still_waiting` report.
+  std::chrono::milliseconds report_every{5000};
+};
+
+// A neighbor's model used in a round.
+struct UsedModel {
+  NodeId from = 0;
+  Round round = 0;
+  int64_t staleness = 0;  // k - round, 0 when the model is from round k or newer
+  ModelPtr values;
+};
+
+struct GatherResult {
+  std::vector<UsedModel> models;
+  double waited_seconds = 0;
+  bool timed_out = false;
+  bool stopped = false;
+  size_t live_neighbors = 0;
+  // Live neighbors whose round-k model had not arrived when the gather returned.
+  std::vector<NodeId> missing;
+};
+
+class RoundBoard {
+ public:
+  explicit RoundBoard(BoardOptions options);
+
+  // Loop thread: `from`'s complete model of `round` arrived at `at`.
+  void modelArrived(NodeId from, Round round, ModelPtr values, SteadyTime at);
+  // Loop thread: the runtime reported `peer` down (or left): it leaves the wait set at once
+  // and its old models are dropped.
+  void neighborDown(NodeId peer);
+  // Loop thread: `peer` is back; it rejoins the wait set with its first model.
+  void neighborUp(NodeId peer);
+  // Any thread: every gather returns at once from now on.
+  void stop();
+
+  // Trainer thread: waits for round k per `plan` and the staleness gate. `still_waiting` is
+  // called every report_every while blocked, with the neighbors being waited for.
+  GatherResult gather(Round k, const WaitPlan& plan,
+                      const std::function<void(const std::vector<NodeId>&)>& still_waiting = {});
+
+  // Trainer thread: what the backup rule needs (live neighbors' lag windows). The pointers are
+  // valid until the next call into the board; call under no lock of your own.
+  RoundObservation observe(double compute_seconds, double grad_norm_sq, double grad_noise);
+
+  // Snapshot helpers for logs and tests.
+  std::vector<NodeId> liveNeighbors() const;
+  std::optional<Round> latestRound(NodeId peer) const;
+
+ private:
+  struct Neighbor {
+    bool live = true;
+    bool joined = true;     // has sent a model since it (re)appeared
+    SteadyTime last_heard;  // last model, or when it (re)appeared
+    std::optional<Round> latest_round;
+    ModelPtr latest;
+    std::optional<Round> last_used;
+    LagWindow lags;
+  };
+
+  // Must hold mu_. Whether round k may end now: the staleness gate holds and the plan is met.
+  bool satisfiedLocked(Round k, const WaitPlan& plan, SteadyTime start, SteadyTime now) const;
+  // Must hold mu_. The earliest future moment a stalled-neighbor check can change the answer.
+  SteadyTime nextStallLocked(SteadyTime now) const;
+  std::vector<NodeId> missingLocked(Round k) const;
+
+  BoardOptions options_;
+  mutable std::mutex mu_;
+  std::condition_variable changed_;
+  std::map<NodeId, Neighbor> neighbors_;
+  std::map<Round, SteadyTime> wait_start_;  // recent rounds' wait start, for late-model lags
+  bool stopped_ = false;
+  std::vector<LagWindow> observe_copy_;  // stable copies handed out by observe()
+};
+
+}  // namespace chorus::consensus

@@ -1,0 +1,207 @@
+// The round board with real threads: the test thread plays the loop thread (depositing
+// models, reporting neighbors down and up), gathers run on a trainer thread.
+#include "consensus/round_board.h"
+
+#include <gtest/gtest.h>
+
+#include <future>
+#include <random>
+#include <thread>
+
+namespace chorus::consensus {
+namespace {
+
+using namespace std::chrono_literals;
+
+ModelPtr model(float v) {
+  return std::make_shared<const std::vector<float>>(4, v);
+}
+SteadyTime now() {
+  return std::chrono::steady_clock::now();
+}
+
+WaitPlan waitFor(size_t m) {
+  WaitPlan p;
+  p.wait_for = m;
+  return p;
+}
+
+// A future that must not complete: with a correct board it never does, so a short bounded
+// wait cannot produce a false failure.
+template <typename T>
+bool stillBlocked(std::future<T>& f) {
+  return f.wait_for(100ms) == std::future_status::timeout;
+}
+
+TEST(RoundBoard, SynchronousRoundWaitsForEveryNeighbor) {
+  RoundBoard board({.neighbors = {1, 2}, .staleness_bound = 0});
+  auto round0 = std::async(std::launch::async, [&] { return board.gather(0, waitFor(2)); });
+  board.modelArrived(1, 0, model(1), now());
+  EXPECT_TRUE(stillBlocked(round0));
+  board.modelArrived(2, 0, model(2), now());
+  GatherResult r = round0.get();
+  ASSERT_EQ(r.models.size(), 2u);
+  EXPECT_EQ(r.models[0].from, 1u);
+  EXPECT_EQ(r.models[1].from, 2u);
+  EXPECT_EQ(r.models[0].staleness, 0);
+  EXPECT_TRUE(r.missing.empty());
+  EXPECT_FALSE(r.timed_out);
+}
+
+TEST(RoundBoard, EachModelIsUsedOnce) {
+  RoundBoard board({.neighbors = {1}, .staleness_bound = 3});
+  board.modelArrived(1, 0, model(1), now());
+  EXPECT_EQ(board.gather(0, waitFor(1)).models.size(), 1u);
+  // Round 1 with a backup: the round-0 model was already mixed in and is not used again.
+  EXPECT_EQ(board.gather(1, waitFor(0)).models.size(), 0u);
+  board.modelArrived(1, 1, model(2), now());
+  auto r = board.gather(2, waitFor(0));
+  ASSERT_EQ(r.models.size(), 1u);
+  EXPECT_EQ(r.models[0].round, 1);
+  EXPECT_EQ(r.models[0].staleness, 1);
+}
+
+TEST(RoundBoard, BackupWorkerLetsRoundsGoOnWithoutASilentNeighbor) {
+  // Neighbor 2 is connected but never sends; with one backup the node keeps making rounds
+  // (the silent one is stalled after stall_timeout, so the staleness gate lets go of it).
+  RoundBoard board(
+      {.neighbors = {1, 2}, .staleness_bound = 1, .stall_timeout = 50ms, .round_timeout = 60s});
+  for (Round k = 0; k < 20; ++k) {
+    board.modelArrived(1, k, model(static_cast<float>(k)), now());
+    GatherResult r = board.gather(k, waitFor(1));
+    EXPECT_FALSE(r.timed_out);
+    ASSERT_EQ(r.models.size(), 1u);
+    EXPECT_EQ(r.models[0].from, 1u);
+    EXPECT_EQ(r.missing, std::vector<NodeId>{2});
+  }
+}
+
+TEST(RoundBoard, WaitAllBlocksAndSaysWhomItWaitsFor) {
+  RoundBoard board({.neighbors = {1, 2},
+                    .staleness_bound = 0,
+                    .stall_timeout = 10ms,
+                    .round_timeout = 60s,
+                    .report_every = 20ms});
+  board.modelArrived(1, 0, model(1), now());
+  std::promise<std::vector<NodeId>> reported;
+  auto f = std::async(std::launch::async, [&] {
+    bool once = false;
+    return board.gather(0, waitFor(2), [&](const std::vector<NodeId>& missing) {
+      if (!once) reported.set_value(missing);
+      once = true;
+    });
+  });
+  EXPECT_EQ(reported.get_future().get(), std::vector<NodeId>{2});
+  EXPECT_TRUE(stillBlocked(f));
+  board.stop();
+  EXPECT_TRUE(f.get().stopped);
+}
+
+TEST(RoundBoard, RoundTimeoutReturnsWithWhatArrived) {
+  RoundBoard board({.neighbors = {1, 2}, .staleness_bound = 0, .round_timeout = 50ms});
+  board.modelArrived(1, 0, model(1), now());
+  GatherResult r = board.gather(0, waitFor(2));
+  EXPECT_TRUE(r.timed_out);
+  EXPECT_EQ(r.models.size(), 1u);
+  EXPECT_EQ(r.missing, std::vector<NodeId>{2});
+}
+
+TEST(RoundBoard, DownNeighborLeavesTheWaitSetAtOnce) {
+  RoundBoard board({.neighbors = {1, 2}, .staleness_bound = 0});
+  board.modelArrived(1, 0, model(1), now());
+  auto f = std::async(std::launch::async, [&] { return board.gather(0, waitFor(2)); });
+  EXPECT_TRUE(stillBlocked(f));
+  board.neighborDown(2);
+  GatherResult r = f.get();
+  EXPECT_EQ(r.live_neighbors, 1u);
+  EXPECT_EQ(r.models.size(), 1u);
+  EXPECT_EQ(board.liveNeighbors(), std::vector<NodeId>{1});
+  // Back up: not waited for until its first model arrives, then part of the rounds again.
+  board.neighborUp(2);
+  board.modelArrived(1, 1, model(1), now());
+  EXPECT_EQ(board.gather(1, waitFor(2)).models.size(), 1u);
+  board.modelArrived(2, 2, model(2), now());
+  board.modelArrived(1, 2, model(1), now());
+  EXPECT_EQ(board.gather(2, waitFor(2)).models.size(), 2u);
+}
+
+TEST(RoundBoard, DeadlinePlanWaitsUntilTheDeadlineThenGoesWithOne) {
+  RoundBoard board({.neighbors = {1, 2}, .staleness_bound = 5});
+  WaitPlan plan = waitFor(1);
+  plan.deadline_seconds = 0.05;
+  board.modelArrived(1, 0, model(1), now());
+  GatherResult r = board.gather(0, plan);
+  EXPECT_GE(r.waited_seconds, 0.05);
+  EXPECT_EQ(r.models.size(), 1u);
+}
+
+TEST(RoundBoard, LateModelsYieldLagsForTheRules) {
+  RoundBoard board({.neighbors = {1, 2}, .staleness_bound = 3});
+  board.modelArrived(1, 0, model(1), now());  // before the wait: lag 0
+  auto r = board.gather(0, waitFor(1));
+  // Neighbor 2's round-0 model arrives 0.5 s (in its own clock) after the wait began.
+  board.modelArrived(2, 0, model(2), now() + 500ms);
+  RoundObservation obs = board.observe(0.01, 1, 1);
+  ASSERT_EQ(obs.neighbor_lags.size(), 2u);
+  EXPECT_EQ(obs.neighbor_lags[0]->recent(0), 0.0);
+  EXPECT_GE(obs.neighbor_lags[1]->recent(0), 0.5);
+}
+
+// The staleness bound as a property: neighbors advance at random speeds on their own threads;
+// whenever this node completes round k, every live neighbor has sent a model of round >= k - tau,
+// and every model used is within tau rounds.
+TEST(RoundBoard, StalenessBoundHoldsUnderRandomDelays) {
+  for (int64_t tau : {0, 1, 3}) {
+    RoundBoard board({.neighbors = {1, 2, 3}, .staleness_bound = tau, .stall_timeout = 60s});
+    std::atomic<Round> sent[4] = {-1, -1, -1, -1};
+    std::atomic<Round> mine{0};
+    std::atomic<bool> done{false};
+    std::vector<std::thread> peers;
+    for (NodeId j = 1; j <= 3; ++j) {
+      peers.emplace_back([&, j] {
+        std::mt19937 rng(j * 7 + tau);
+        for (Round k = 0; !done; ++k) {
+          // A peer runs ahead at most tau rounds of us, like we do of it (it obeys the gate).
+          while (!done && k > mine + tau)
+            std::this_thread::yield();
+          if (done) break;
+          // Simulated compute: peer 3 is a straggler, the others are fast with hiccups.
+          if (j == 3 || rng() % 4 == 0) {
+            std::this_thread::sleep_for(std::chrono::microseconds(rng() % (j == 3 ? 1000 : 300)));
+          }
+          sent[j] = k;
+          board.modelArrived(j, k, model(static_cast<float>(k)), now());
+        }
+      });
+    }
+    auto rule = BackupRule::parse("static:2");
+    bool ok = true;
+    for (Round k = 0; k < 150 && ok; ++k) {
+      GatherResult r = board.gather(k, rule->plan(board.observe(0.001, 1, 1)));
+      EXPECT_FALSE(r.timed_out);
+      for (NodeId j = 1; j <= 3; ++j) {
+        if (sent[j].load() < k - tau) {
+          ADD_FAILURE() << "tau " << tau << ": round " << k << " ended while node " << j
+                        << " had sent only round " << sent[j].load();
+          ok = false;
+        }
+      }
+      for (const auto& m : r.models) {
+        if (m.staleness > tau) {
+          ADD_FAILURE() << "tau " << tau << ": used a model " << m.staleness << " rounds old";
+          ok = false;
+        }
+      }
+      mine = k + 1;
+    }
+    // Always reached, also after a failure: the peers must be stopped and joined.
+    done = true;
+    board.stop();
+    for (auto& t : peers) {
+      t.join();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace chorus::consensus
