@@ -1,4 +1,147 @@
+// `chorus topo gen` and `chorus topo check`: thin wrappers over chorus_topology, which holds the
+// logic (and its tests).
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
 #include "cli/commands.h"
+#include "topology/topology.h"
+
 namespace chorus::cli {
-void addTopoCommands(CLI::App&) {}
+namespace {
+
+struct GenArguments {
+  std::string kind;
+  uint32_t nodes = 0;
+  uint16_t base_port = 7100;
+  std::string host = "127.0.0.1";
+  uint32_t degree = 4;
+  uint64_t seed = 1;
+  std::string name;
+  std::string mode = "consensus";
+  std::string output;
+  bool force = false;
+  CLI::Option* degree_option = nullptr;
+  CLI::Option* seed_option = nullptr;
+};
+
+void runGen(const GenArguments& arguments) {
+  topology::GenerateOptions options;
+  options.kind = topology::parseGraphKind(arguments.kind).value();  // CLI11 checked the name
+  options.nodes = arguments.nodes;
+  options.base_port = arguments.base_port;
+  options.host = arguments.host;
+  options.degree = arguments.degree;
+  options.seed = arguments.seed;
+  options.name = arguments.name;
+  options.mode = topology::parseMode(arguments.mode).value();
+  if (options.kind != topology::GraphKind::kRegular &&
+      (arguments.degree_option->count() > 0 || arguments.seed_option->count() > 0)) {
+    throw CommandFailure(2, "--degree and --seed apply only to `regular` graphs");
+  }
+  topology::Topology generated;
+  try {
+    generated = topology::generate(options);
+  } catch (const std::exception& error) {
+    throw CommandFailure(
+        1, fmt::format("cannot generate a {} topology: {}", arguments.kind, error.what()));
+  }
+  const std::string text = fmt::format("# {}\n# {}\n{}", topology::generateCommandLine(options),
+                                       topology::summarize(generated), topology::toToml(generated));
+  if (arguments.output.empty()) {
+    std::fputs(text.c_str(), stdout);
+    return;
+  }
+  try {
+    topology::writeTopologyFile(arguments.output, text, arguments.force);
+  } catch (const std::exception& error) {
+    throw CommandFailure(1, error.what());
+  }
+  std::fprintf(stderr, "wrote %s (%s)\n", arguments.output.c_str(),
+               topology::summarize(generated).c_str());
+}
+
+void runCheck(const std::vector<std::string>& files) {
+  size_t failed = 0;
+  for (const std::string& file : files) {
+    topology::FileCheck check = topology::checkTopologyFile(file);
+    std::FILE* stream = check.ok ? stdout : stderr;
+    std::fprintf(stream, "%s\n", check.report.c_str());
+    if (!check.ok) {
+      ++failed;
+    }
+  }
+  std::fflush(stdout);
+  if (failed > 0) {
+    throw CommandFailure(1, fmt::format("{} of {} topology file{} failed the check", failed,
+                                        files.size(), files.size() == 1 ? "" : "s"));
+  }
+}
+
+void addGen(CLI::App& topo) {
+  auto arguments = std::make_shared<GenArguments>();
+  CLI::App* gen = topo.add_subcommand(
+      "gen",
+      "Generate a topology file: node i listens on HOST:(BASE_PORT + i) and the neighbor edges "
+      "form the chosen graph (symmetric, connected). Writes to stdout unless -o is given.");
+  gen->add_option("kind", arguments->kind,
+                  "Graph: ring (degree 2), torus (rows x cols as square as possible, N not "
+                  "prime, N >= 4), complete, regular (random, --degree, --seed), exponential "
+                  "(i linked to i +/- 2^k mod N), star (node 0 in the center)")
+      ->required()
+      ->check(CLI::IsMember({"ring", "torus", "complete", "regular", "exponential", "star"}));
+  gen->add_option("-n,--nodes", arguments->nodes, "Number of nodes N (ids 0..N-1)")
+      ->required()
+      ->check(CLI::Range(1u, topology::kMaxNodes));
+  gen->add_option("--base-port", arguments->base_port,
+                  "Port of node 0; node i uses base port + i (must stay <= 65535)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 65535));
+  gen->add_option("--host", arguments->host,
+                  "Host of every node: IPv4 address, host name, or IPv6 in brackets")
+      ->capture_default_str();
+  arguments->degree_option =
+      gen->add_option("--degree", arguments->degree,
+                      "Degree of every node for `regular` (N x degree must be even, degree < N)")
+          ->capture_default_str();
+  arguments->seed_option =
+      gen->add_option("--seed", arguments->seed,
+                      "Random seed for `regular`; the same seed gives the same graph")
+          ->capture_default_str();
+  gen->add_option("--name", arguments->name, "Cluster name (default: KIND followed by N)");
+  gen->add_option("--mode", arguments->mode, "Training mode written into [cluster]")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"consensus", "ps"}));
+  gen->add_option("-o,--output", arguments->output, "Write to FILE instead of stdout")
+      ->type_name("FILE");
+  gen->add_flag("--force", arguments->force, "Replace the -o file if it already exists");
+  gen->callback([arguments] { runGen(*arguments); });
+}
+
+void addCheck(CLI::App& topo) {
+  auto files = std::make_shared<std::vector<std::string>>();
+  CLI::App* check = topo.add_subcommand(
+      "check",
+      "Validate topology files. Prints 'FILE: ok (N nodes, E edges, mode M, connected)' for a "
+      "good file, or every problem as 'FILE:LINE:COL: error: ... (fix: ...)'. Exits 1 when any "
+      "file has an error.");
+  check->add_option("files", *files, "Topology files to check")->required()->type_name("FILE");
+  check->callback([files] { runCheck(*files); });
+}
+
+}  // namespace
+
+void addTopoCommands(CLI::App& app) {
+  CLI::App* topo =
+      app.add_subcommand("topo", "Generate and check topology files (format: docs/topology.md)");
+  topo->require_subcommand(1);
+  addGen(*topo);
+  addCheck(*topo);
+}
+
 }  // namespace chorus::cli

@@ -26,7 +26,9 @@ struct NodeSpec {
   uint32_t id = 0;
   std::string host;  // an IPv4 address, a host name ("localhost") or an IPv6 literal, no brackets
   uint16_t port = 0;
-  std::vector<uint32_t> neighbors;  // sorted, unique, symmetric after validation
+  // Sorted, unique, symmetric after validation. In ps mode, a file without any neighbors
+  // lists loads as the complete graph (every other node).
+  std::vector<uint32_t> neighbors;
   // Optional per-node attributes for experiments (empty / unset when absent).
   std::string stragglers;  // a straggler profile string for this node only
   double weight = 1.0;     // relative weight (e.g. data share); > 0
@@ -39,7 +41,7 @@ struct NodeSpec {
 struct Topology {
   std::string name;  // [cluster] name
   Mode mode = Mode::kConsensus;
-  std::vector<NodeSpec> nodes;  // sorted by id
+  std::vector<NodeSpec> nodes;  // sorted by id; ids are 0..N-1, so nodes[i].id == i
   std::string source;           // file path it was read from ("" when generated)
 
   // The node with this id, or nullptr.
@@ -90,7 +92,8 @@ struct GenerateOptions {
   Mode mode = Mode::kConsensus;
 };
 // Throws std::invalid_argument with a clear message for impossible parameters
-// (e.g. a 3-regular graph on 5 nodes, a torus on a prime number of nodes).
+// (e.g. a 3-regular graph on 5 nodes, a torus on a prime number of nodes), and
+// std::runtime_error when no connected random regular graph turned up for the seed.
 Topology generate(const GenerateOptions& options);
 // The kind named "ring", "torus", "complete", "regular", "exponential" or "star"; else nullopt.
 std::optional<GraphKind> parseGraphKind(std::string_view name);

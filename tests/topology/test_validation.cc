@@ -1,0 +1,392 @@
+// Loading and validating topology files: every malformed file gives the expected message at the
+// expected line, and nothing else.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "topology/address.h"
+#include "topology/topology.h"
+
+namespace chorus::topology {
+namespace {
+
+using ::testing::HasSubstr;
+
+const std::filesystem::path kData = CHORUS_TOPOLOGY_TEST_DATA;
+
+std::filesystem::path badFile(const std::string& name) {
+  return kData / "bad" / name;
+}
+
+// The diagnostics loadTopology() throws for a file that must be refused.
+std::vector<Diagnostic> diagnosticsOf(const std::string& name) {
+  try {
+    loadTopology(badFile(name));
+  } catch (const TopologyError& error) {
+    return error.diagnostics();
+  }
+  ADD_FAILURE() << name << " was accepted";
+  return {};
+}
+
+struct Expected {
+  int line;
+  std::string text;  // must appear in the formatted diagnostic (message or fix)
+};
+
+// Every diagnostic matches the expectation at the same index, in order, and no more.
+void expectDiagnostics(const std::string& name, const std::vector<Expected>& expected) {
+  std::vector<Diagnostic> found = diagnosticsOf(name);
+  std::string all;
+  for (const Diagnostic& d : found) {
+    all += d.format() + "\n";
+  }
+  ASSERT_EQ(found.size(), expected.size()) << all;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    SCOPED_TRACE(all);
+    EXPECT_EQ(found[i].line, expected[i].line) << found[i].format();
+    EXPECT_THAT(found[i].format(), HasSubstr(expected[i].text));
+    EXPECT_EQ(found[i].file, badFile(name).string());
+  }
+}
+
+TEST(TopologyValidation, SyntaxErrorNamesLineAndColumn) {
+  std::vector<Diagnostic> found = diagnosticsOf("syntax_error.toml");
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].line, 2);
+  EXPECT_GT(found[0].column, 0);
+  EXPECT_THAT(found[0].message, HasSubstr("TOML syntax error"));
+  EXPECT_THAT(found[0].format(), HasSubstr("syntax_error.toml:2:"));
+}
+
+TEST(TopologyValidation, UnknownTopLevelKeySuggestsClosest) {
+  expectDiagnostics("unknown_top_level_key.toml",
+                    {{0, "missing [cluster] table"},
+                     {1, "unknown top-level key 'clustr' (fix: did you mean 'cluster'?)"}});
+}
+
+TEST(TopologyValidation, UnknownClusterKeySuggestsClosest) {
+  expectDiagnostics("unknown_cluster_key.toml",
+                    {{1, "[cluster] has no 'name'"},
+                     {2, "unknown key 'nmae' in [cluster] (fix: did you mean 'name'?)"}});
+}
+
+TEST(TopologyValidation, UnknownNodeKeySuggestsClosest) {
+  expectDiagnostics("unknown_node_key.toml",
+                    {{5, "node 0 has no 'neighbors'"},
+                     {8, "unknown key 'neighbours' in [[node]] (fix: did you mean 'neighbors'?)"}});
+}
+
+TEST(TopologyValidation, MissingClusterTable) {
+  expectDiagnostics("missing_cluster.toml", {{0, "missing [cluster] table"}});
+  EXPECT_THAT(diagnosticsOf("missing_cluster.toml")[0].format(),
+              HasSubstr("missing_cluster.toml: error: missing [cluster] table"));
+}
+
+TEST(TopologyValidation, MissingNameAndMode) {
+  expectDiagnostics("missing_name_and_mode.toml",
+                    {{3, "[cluster] has no 'name'"}, {3, "[cluster] has no 'mode'"}});
+}
+
+TEST(TopologyValidation, MissingIdAndAddress) {
+  expectDiagnostics("missing_id_and_address.toml",
+                    {{10, "[[node]] has no 'id'"}, {10, "[[node]] has no 'address'"}});
+}
+
+TEST(TopologyValidation, WrongTypes) {
+  expectDiagnostics("wrong_types.toml",
+                    {{2, "[cluster] name must be a string, not an integer"},
+                     {6, "node id must be an integer, not a string"},
+                     {7, "node address must be a string, not an integer"},
+                     {8, "neighbors must be an array of node ids, not a string"},
+                     {9, "weight must be a number, not a string"},
+                     {10, "stragglers must be a string, not an integer"},
+                     {15, "each neighbor must be an integer node id, not a string"}});
+}
+
+TEST(TopologyValidation, BadModeValue) {
+  expectDiagnostics("bad_mode.toml", {{3,
+                                       "unknown mode 'gossip' (fix: write mode = \"consensus\" "
+                                       "or mode = \"ps\")"}});
+}
+
+TEST(TopologyValidation, DuplicateIds) {
+  expectDiagnostics("duplicate_ids.toml",
+                    {{11, "duplicate node id 0 (also used by the node at line 5)"},
+                     // The second node, now also id 0, lists 0: reported too.
+                     {13, "node 0 lists itself as a neighbor"}});
+}
+
+TEST(TopologyValidation, DuplicateAddressesIncludingLocalhost) {
+  expectDiagnostics("duplicate_addresses.toml",
+                    {{11, "duplicate address 127.0.0.1:7100 (also used by the node at line 5)"},
+                     {15, "duplicate address localhost:7100 (also used by the node at line 5)"}});
+}
+
+TEST(TopologyValidation, BadHostPort) {
+  expectDiagnostics("bad_addresses.toml",
+                    {{7, "address '127.0.0.1' has no port"},
+                     {10, "port 'http' in address '127.0.0.1:http' is not a number"},
+                     {13, "port 0 in address '127.0.0.1:0' is out of range"},
+                     {16, "port 70000 in address '127.0.0.1:70000' is out of range"},
+                     {19, "in address ':7100': the host is empty"},
+                     {22, "IPv6 host without brackets (fix: write it as [::1]:7100)"},
+                     {25, "'300.1.2.3' is not a valid IPv4 address"}});
+}
+
+TEST(TopologyValidation, NeighborThatDoesNotExist) {
+  expectDiagnostics("missing_neighbor.toml", {{8, "neighbor 9 does not exist"}});
+}
+
+TEST(TopologyValidation, SelfLoop) {
+  expectDiagnostics("self_loop.toml", {{13, "node 1 lists itself as a neighbor"}});
+}
+
+TEST(TopologyValidation, DuplicateNeighbor) {
+  expectDiagnostics("duplicate_neighbor.toml", {{8, "neighbor 1 is listed twice"}});
+}
+
+TEST(TopologyValidation, AsymmetricEdgeNamesTheFix) {
+  expectDiagnostics(
+      "asymmetric_edge.toml",
+      {{8,
+        "asymmetric edge: node 0 lists 2 but node 2 (line 15) does not list 0 (fix: edges are "
+        "symmetric: add 0 to node 2's neighbors, or remove 2 from node 0's)"}});
+}
+
+TEST(TopologyValidation, DisconnectedGraphNamesComponents) {
+  expectDiagnostics("disconnected.toml",
+                    {{15,
+                      "nodes {2-3} cannot reach node 0 (3 components: {0-1} and {2-3} and "
+                      "{4})"},
+                     {25, "nodes {4} cannot reach node 0"}});
+}
+
+TEST(TopologyValidation, EmptyCluster) {
+  expectDiagnostics("empty_cluster.toml", {{1, "the cluster has no nodes"}});
+}
+
+TEST(TopologyValidation, NegativeAndTooLargeIds) {
+  expectDiagnostics("bad_ids.toml", {{6, "node id -1 is out of range 0..1"},
+                                     {10, "node id 7 is out of range 0..1"}});
+}
+
+TEST(TopologyValidation, NonPositiveWeight) {
+  expectDiagnostics("bad_weight.toml", {{8, "weight 0 is not positive"},
+                                        {13, "weight -2.5 is not positive"},
+                                        {18, "weight nan is not positive"}});
+}
+
+TEST(TopologyValidation, NodeWrittenAsSingleTable) {
+  expectDiagnostics("node_not_array.toml",
+                    {{5,
+                      "'node' must be an array of tables, not a table (fix: write each node as "
+                      "its own [[node]] table"}});
+}
+
+TEST(TopologyValidation, PsModeNeedsNeighborsForAllOrNone) {
+  expectDiagnostics("ps_some_neighbors.toml",
+                    {{10,
+                      "node 1 has no 'neighbors' (fix: in ps mode give neighbors for every "
+                      "node or for none"}});
+}
+
+TEST(TopologyValidation, AtLeastFifteenMalformedFilesAreAllRefused) {
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(kData / "bad")) {
+    FileCheck check = checkTopologyFile(entry.path());
+    EXPECT_FALSE(check.ok) << entry.path();
+    EXPECT_THAT(check.report, HasSubstr(entry.path().string() + ":")) << check.report;
+    ++count;
+  }
+  EXPECT_GE(count, 15);
+}
+
+TEST(TopologyValidation, CheckTopologyReturnsEveryProblemWithoutThrowing) {
+  std::vector<Diagnostic> found = checkTopology("[cluster]\nname = \"\"\nmode = 3\n", "inline");
+  ASSERT_EQ(found.size(), 3u);
+  EXPECT_EQ(found[0].format(),
+            "inline:1:1: error: the cluster has no nodes (fix: add a [[node]] table (id, "
+            "address, neighbors) for every node, or generate a file with `chorus topo gen ring "
+            "--nodes 4`)");
+  EXPECT_EQ(found[1].line, 2);
+  EXPECT_THAT(found[1].message, HasSubstr("[cluster] name is empty"));
+  EXPECT_EQ(found[2].line, 3);
+  EXPECT_THAT(found[2].message, HasSubstr("[cluster] mode must be a string, not an integer"));
+  EXPECT_TRUE(
+      checkTopology(toToml(parseTopology(
+                        "[cluster]\nname='a'\nmode='ps'\n[[node]]\nid=0\naddress='h:1'\n", "x")),
+                    "y")
+          .empty());
+}
+
+TEST(TopologyValidation, DuplicateKeyIsASyntaxError) {
+  std::vector<Diagnostic> found =
+      checkTopology("[cluster]\nname = \"a\"\nname = \"b\"\nmode = \"ps\"\n", "dup");
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].line, 3);
+  EXPECT_THAT(found[0].message, HasSubstr("TOML syntax error"));
+  EXPECT_THAT(found[0].message, HasSubstr("name"));
+}
+
+TEST(TopologyValidation, FarOffKeysListTheKnownOnes) {
+  std::vector<Diagnostic> found = checkTopology(
+      "[cluster]\nname = \"a\"\nmode = \"ps\"\n[[node]]\nid = 0\naddress = \"h:1\"\nx = 1\n",
+      "far");
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].line, 7);
+  EXPECT_EQ(found[0].fix,
+            "remove it; the known keys here are 'id', 'address', 'neighbors', 'stragglers', "
+            "'weight'");
+}
+
+TEST(TopologyValidation, TopologyErrorListsEveryDiagnostic) {
+  try {
+    loadTopology(badFile("bad_ids.toml"));
+    FAIL() << "accepted";
+  } catch (const TopologyError& error) {
+    std::string what = error.what();
+    EXPECT_THAT(what, HasSubstr("bad_ids.toml:6:6: error: node id -1"));
+    EXPECT_THAT(what,
+                HasSubstr("\n" + badFile("bad_ids.toml").string() + ":10:6: error: node id 7"));
+  }
+}
+
+TEST(TopologyValidation, MissingFileIsATopologyErrorNamingThePath) {
+  const std::filesystem::path missing = kData / "no_such_file.toml";
+  try {
+    loadTopology(missing);
+    FAIL() << "accepted";
+  } catch (const TopologyError& error) {
+    ASSERT_EQ(error.diagnostics().size(), 1u);
+    EXPECT_EQ(error.diagnostics()[0].file, missing.string());
+    EXPECT_THAT(error.what(),
+                HasSubstr(missing.string() + ": error: topology file does not exist"));
+  }
+  try {
+    loadTopology(kData);
+    FAIL() << "accepted a directory";
+  } catch (const TopologyError& error) {
+    EXPECT_THAT(error.what(), HasSubstr("is a directory"));
+  }
+  FileCheck check = checkTopologyFile(missing);
+  EXPECT_FALSE(check.ok);
+  EXPECT_THAT(check.report, HasSubstr("does not exist"));
+}
+
+TEST(TopologyValidation, PsModeWithoutNeighborsIsComplete) {
+  Topology topology = loadTopology(kData / "good" / "ps_implicit_complete.toml");
+  EXPECT_EQ(topology.name, "shards");
+  EXPECT_EQ(topology.mode, Mode::kPs);
+  EXPECT_EQ(topology.source, (kData / "good" / "ps_implicit_complete.toml").string());
+  ASSERT_EQ(topology.nodes.size(), 3u);
+  // Sorted by id whatever the file order.
+  EXPECT_EQ(topology.nodes[0].id, 0u);
+  EXPECT_EQ(topology.nodes[0].host, "localhost");
+  EXPECT_EQ(topology.nodes[0].weight, 2.0);
+  EXPECT_EQ(topology.nodes[0].line, 11);
+  EXPECT_EQ(topology.nodes[1].host, "node-1.example.org");
+  EXPECT_EQ(topology.nodes[1].weight, 0.5);
+  EXPECT_EQ(topology.nodes[2].host, "::1");
+  EXPECT_EQ(topology.nodes[2].port, 7102);
+  EXPECT_EQ(topology.nodes[2].address(), "[::1]:7102");
+  EXPECT_EQ(topology.nodes[2].stragglers, "fixed:20");
+  EXPECT_EQ(topology.nodes[0].neighbors, (std::vector<uint32_t>{1, 2}));
+  EXPECT_EQ(topology.nodes[2].neighbors, (std::vector<uint32_t>{0, 1}));
+  EXPECT_EQ(edgeCount(topology), 3u);
+  ASSERT_NE(topology.find(1), nullptr);
+  EXPECT_EQ(topology.find(1)->port, 7101);
+  EXPECT_EQ(topology.find(3), nullptr);
+  EXPECT_EQ(summarize(topology), "3 nodes, 3 edges, mode ps, connected");
+  // Written back with explicit neighbors, it reads back the same.
+  EXPECT_TRUE(equivalent(parseTopology(toToml(topology), "round-trip"), topology));
+}
+
+TEST(TopologyValidation, SingleNodeConsensusClusterIsValid) {
+  FileCheck check = checkTopologyFile(kData / "good" / "single_node.toml");
+  EXPECT_TRUE(check.ok) << check.report;
+  EXPECT_EQ(check.report, (kData / "good" / "single_node.toml").string() +
+                              ": ok (1 nodes, 0 edges, mode consensus, connected)");
+}
+
+TEST(TopologyValidation, MutatedFilesNeverThrowAndAlwaysExplain) {
+  GenerateOptions options;
+  options.kind = GraphKind::kTorus;
+  options.nodes = 8;
+  const std::string valid = toToml(generate(options));
+  const std::string alphabet = "[]=\"',.#:-0123456789abcdefghijklmnopqrstuvwxyz \n";
+  std::mt19937_64 random(20261121);
+  int refused = 0;
+  for (int round = 0; round < 2000; ++round) {
+    std::string text = valid;
+    const int edits = 1 + static_cast<int>(random() % 4);
+    for (int edit = 0; edit < edits; ++edit) {
+      const size_t at = random() % text.size();
+      const char replacement = alphabet[random() % alphabet.size()];
+      switch (random() % 3) {
+        case 0:
+          text.erase(at, 1);
+          break;
+        case 1:
+          text.insert(at, 1, replacement);
+          break;
+        default:
+          text[at] = replacement;
+      }
+    }
+    std::vector<Diagnostic> found;
+    ASSERT_NO_THROW(found = checkTopology(text, "mutated")) << text;
+    for (const Diagnostic& diagnostic : found) {
+      EXPECT_EQ(diagnostic.file, "mutated");
+      EXPECT_FALSE(diagnostic.message.empty());
+      EXPECT_GE(diagnostic.line, 0);
+    }
+    if (found.empty()) {
+      EXPECT_NO_THROW(parseTopology(text, "mutated")) << text;
+    } else {
+      ++refused;
+    }
+  }
+  EXPECT_GT(refused, 1000);  // most random edits break something, and are reported
+}
+
+TEST(TopologyValidation, DiagnosticFormat) {
+  EXPECT_EQ((Diagnostic{"f.toml", 3, 7, "bad thing", "do this"}).format(),
+            "f.toml:3:7: error: bad thing (fix: do this)");
+  EXPECT_EQ((Diagnostic{"f.toml", 3, 0, "bad thing", ""}).format(), "f.toml:3: error: bad thing");
+  EXPECT_EQ((Diagnostic{"f.toml", 0, 0, "bad thing", "x"}).format(),
+            "f.toml: error: bad thing (fix: x)");
+}
+
+TEST(TopologyAddress, AcceptsIpv4HostNamesAndBracketedIpv6) {
+  auto parse = [](std::string_view text) { return parseEndpoint(text); };
+  auto v4 = parse("10.1.2.3:7100");
+  ASSERT_TRUE(std::holds_alternative<Endpoint>(v4));
+  EXPECT_EQ(std::get<Endpoint>(v4).host, "10.1.2.3");
+  EXPECT_EQ(std::get<Endpoint>(v4).port, 7100);
+  auto v6 = parse("[fe80::1]:65535");
+  ASSERT_TRUE(std::holds_alternative<Endpoint>(v6));
+  EXPECT_EQ(std::get<Endpoint>(v6).host, "fe80::1");
+  EXPECT_EQ(std::get<Endpoint>(v6).port, 65535);
+  EXPECT_TRUE(std::holds_alternative<Endpoint>(parse("localhost:1")));
+  EXPECT_TRUE(std::holds_alternative<Endpoint>(parse("gpu-07.cluster.local:7100")));
+  EXPECT_EQ(formatEndpoint("::1", 7), "[::1]:7");
+  EXPECT_EQ(formatEndpoint("h", 7), "h:7");
+}
+
+TEST(TopologyAddress, RefusesMalformedAddresses) {
+  for (std::string_view bad : {"", "host", "host:", ":80", "host:65536", "host:0", "host:-1",
+                               "host:12345678", "[::1]", "[::1", "[zz::]:80", "bad_host:80",
+                               "-lead:80", "a..b:80", "1.2.3:80", "[::1]x80", "a b:80"}) {
+    auto parsed = parseEndpoint(bad);
+    ASSERT_TRUE(std::holds_alternative<AddressProblem>(parsed)) << "accepted '" << bad << "'";
+    EXPECT_FALSE(std::get<AddressProblem>(parsed).fix.empty()) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace chorus::topology

@@ -1,0 +1,145 @@
+#include "topology/address.h"
+
+#include <arpa/inet.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+
+namespace chorus::topology {
+namespace {
+
+bool isIpv4(const std::string& host) {
+  in_addr parsed{};
+  return inet_pton(AF_INET, host.c_str(), &parsed) == 1;
+}
+
+bool isIpv6(const std::string& host) {
+  in6_addr parsed{};
+  return inet_pton(AF_INET6, host.c_str(), &parsed) == 1;
+}
+
+// RFC 1123 host name: dot-separated labels of letters, digits and inner hyphens.
+bool isHostName(std::string_view host) {
+  if (host.empty() || host.size() > 253) {
+    return false;
+  }
+  size_t start = 0;
+  while (start <= host.size()) {
+    size_t dot = host.find('.', start);
+    if (dot == std::string_view::npos) {
+      dot = host.size();
+    }
+    std::string_view label = host.substr(start, dot - start);
+    if (label.empty() || label.size() > 63) {
+      return false;
+    }
+    if (label.front() == '-' || label.back() == '-') {
+      return false;
+    }
+    for (char c : label) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') {
+        return false;
+      }
+    }
+    start = dot + 1;
+  }
+  return true;
+}
+
+bool looksNumeric(std::string_view host) {
+  return !host.empty() && std::all_of(host.begin(), host.end(), [](char c) {
+    return c == '.' || std::isdigit(static_cast<unsigned char>(c));
+  });
+}
+
+}  // namespace
+
+std::variant<std::string, AddressProblem> checkHost(std::string_view host) {
+  if (host.empty()) {
+    return AddressProblem{"the host is empty", "write a host before the port, e.g. 127.0.0.1:7100"};
+  }
+  std::string bare(host);
+  if (bare.size() >= 2 && bare.front() == '[' && bare.back() == ']') {
+    bare = bare.substr(1, bare.size() - 2);
+  }
+  if (bare.find(':') != std::string::npos) {
+    if (isIpv6(bare)) {
+      return bare;
+    }
+    return AddressProblem{fmt::format("'{}' is not a valid IPv6 address", bare),
+                          "write an IPv6 address such as [::1]"};
+  }
+  if (looksNumeric(bare)) {
+    if (isIpv4(bare)) {
+      return bare;
+    }
+    return AddressProblem{fmt::format("'{}' is not a valid IPv4 address", bare),
+                          "write four numbers 0..255 separated by dots, e.g. 127.0.0.1"};
+  }
+  if (isHostName(bare)) {
+    return bare;
+  }
+  return AddressProblem{
+      fmt::format("'{}' is not a valid host name", bare),
+      "use an IPv4 address, [IPv6] or a host name of letters, digits, '-' and '.'"};
+}
+
+std::variant<Endpoint, AddressProblem> parseEndpoint(std::string_view address) {
+  std::string_view host;
+  std::string_view port_text;
+  if (!address.empty() && address.front() == '[') {
+    size_t close = address.find(']');
+    if (close == std::string_view::npos) {
+      return AddressProblem{fmt::format("address '{}' has an unclosed '['", address),
+                            "write IPv6 addresses as [::1]:7100"};
+    }
+    if (close + 1 >= address.size() || address[close + 1] != ':') {
+      return AddressProblem{fmt::format("address '{}' has no port", address),
+                            "add the port after the bracket, e.g. [::1]:7100"};
+    }
+    host = address.substr(0, close + 1);
+    port_text = address.substr(close + 2);
+  } else {
+    size_t colon = address.rfind(':');
+    if (colon == std::string_view::npos) {
+      return AddressProblem{fmt::format("address '{}' has no port", address),
+                            fmt::format("write it as host:port, e.g. '{}:7100'",
+                                        address.empty() ? "127.0.0.1" : address)};
+    }
+    host = address.substr(0, colon);
+    port_text = address.substr(colon + 1);
+    if (host.find(':') != std::string_view::npos) {
+      return AddressProblem{fmt::format("address '{}' has an IPv6 host without brackets", address),
+                            fmt::format("write it as [{}]:{}", host, port_text)};
+    }
+  }
+  if (port_text.empty() || port_text.size() > 5 ||
+      !std::all_of(port_text.begin(), port_text.end(),
+                   [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
+    return AddressProblem{
+        fmt::format("port '{}' in address '{}' is not a number", port_text, address),
+        "write the port as a number 1..65535 after the last ':'"};
+  }
+  unsigned long port = std::stoul(std::string(port_text));
+  if (port == 0 || port > 65535) {
+    return AddressProblem{fmt::format("port {} in address '{}' is out of range", port, address),
+                          "use a port number from 1 to 65535 (0 would pick a random port that "
+                          "other nodes cannot know)"};
+  }
+  auto checked = checkHost(host);
+  if (auto* problem = std::get_if<AddressProblem>(&checked)) {
+    problem->message = fmt::format("in address '{}': {}", address, problem->message);
+    return *problem;
+  }
+  return Endpoint{std::get<std::string>(checked), static_cast<uint16_t>(port)};
+}
+
+std::string formatEndpoint(std::string_view host, uint16_t port) {
+  if (host.find(':') != std::string_view::npos) {
+    return fmt::format("[{}]:{}", host, port);
+  }
+  return fmt::format("{}:{}", host, port);
+}
+
+}  // namespace chorus::topology
