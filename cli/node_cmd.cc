@@ -1,4 +1,264 @@
+// `chorus node`: one node of a topology file. Until the training modes exist it connects to
+// every other member, checks the cluster with Ping/Pong traffic, reports, and leaves in order.
+// The runtime and the ping logic live in chorus_node; this file maps a topology onto them.
+#include <fmt/format.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
 #include "cli/commands.h"
+#include "node/launch_env.h"
+#include "node/node.h"
+#include "node/ping_exchange.h"
+#include "topology/topology.h"
+
 namespace chorus::cli {
-void addNodeCommands(CLI::App&) {}
+namespace {
+
+using std::chrono::milliseconds;
+
+struct NodeArgs {
+  std::string topology;
+  std::optional<uint32_t> id;
+  std::string log_level = "info";
+  double ready_timeout_s = 30;
+  uint32_t pings = 3;
+  size_t payload_bytes = 1024;
+  double ping_timeout_s = 30;
+  double linger_s = 5;
+  uint32_t heartbeat_ms = 500;
+  uint32_t peer_timeout_ms = 5000;
+  uint32_t max_frame_mib = 256;
+};
+
+milliseconds secondsToMs(double seconds) {
+  return milliseconds(static_cast<int64_t>(seconds * 1000.0));
+}
+
+node::NodeId resolveNodeId(const NodeArgs& args) {
+  if (args.id) return *args.id;
+  std::optional<node::LauncherRank> rank;
+  const node::Status status = node::rankFromEnvironment(
+      [](const char* name) {
+        return std::getenv(name);  // NOLINT(concurrency-mt-unsafe): before any thread starts
+      },
+      &rank);
+  if (!status.ok()) throw CommandFailure(2, status.message());
+  if (!rank) {
+    throw CommandFailure(2,
+                         "no node id: pass --id N, or run under a launcher that sets "
+                         "OMPI_COMM_WORLD_RANK, PMI_RANK or SLURM_PROCID");
+  }
+  spdlog::info("node id {} taken from ${}", rank->rank, rank->variable);
+  return rank->rank;
+}
+
+// Turns SIGINT/SIGTERM into an orderly Leave. The signals are blocked in every thread (the
+// node's loop thread inherits the mask) and taken by one watcher thread with sigwait().
+class SignalWatcher {
+ public:
+  SignalWatcher() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGTERM);
+    sigaddset(&set_, SIGUSR1);  // private wake-up used by the destructor
+    pthread_sigmask(SIG_BLOCK, &set_, &previous_);
+  }
+  ~SignalWatcher() {
+    if (thread_.joinable()) {
+      pthread_kill(thread_.native_handle(), SIGUSR1);
+      thread_.join();
+    }
+    pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
+  }
+  // Starts waiting; `on_signal` runs on the watcher thread for SIGINT/SIGTERM.
+  void start(std::function<void(int)> on_signal) {
+    thread_ = std::thread([this, on_signal = std::move(on_signal)] {
+      int signal = 0;
+      if (sigwait(&set_, &signal) != 0 || signal == SIGUSR1) return;
+      received_ = signal;
+      on_signal(signal);
+    });
+  }
+  // The signal that arrived, or 0.
+  int received() const { return received_.load(); }
+
+ private:
+  sigset_t set_{};
+  sigset_t previous_{};
+  std::thread thread_;
+  std::atomic<int> received_{0};
+};
+
+void runNode(const NodeArgs& args) {
+  const auto level = spdlog::level::from_str(args.log_level);
+  spdlog::set_level(level);
+  const node::NodeId self = resolveNodeId(args);
+
+  topology::Topology topo;
+  try {
+    topo = topology::loadTopology(args.topology);
+  } catch (const topology::TopologyError& e) {
+    throw CommandFailure(2, e.what());
+  }
+  const topology::NodeSpec* me = topo.find(self);
+  if (me == nullptr) {
+    std::string ids;
+    for (const auto& n : topo.nodes)
+      ids += fmt::format("{}{}", ids.empty() ? "" : ", ", n.id);
+    throw CommandFailure(
+        2, fmt::format("node id {} is not in {} (its ids: {})", self, args.topology, ids));
+  }
+
+  node::NodeOptions options;
+  options.cluster = topo.name;
+  options.self = self;
+  options.listen_host = me->host;
+  options.listen_port = me->port;
+  for (const auto& n : topo.nodes)
+    options.members.push_back(n.id);
+  options.max_frame_bytes = args.max_frame_mib << 20;
+  options.heartbeat_interval = milliseconds(args.heartbeat_ms);
+  options.peer_timeout = milliseconds(args.peer_timeout_ms);
+  options.log_level = level;
+  options.cluster_ready_timeout = secondsToMs(args.ready_timeout_s);
+  if (node::Status valid = node::validateOptions(options); !valid.ok()) {
+    throw CommandFailure(2, "bad node options: " + valid.message());
+  }
+
+  // Full mesh for now: every other member is a peer.
+  std::vector<node::PeerAddress> peers;
+  std::vector<node::NodeId> peer_ids;
+  for (const auto& n : topo.nodes) {
+    if (n.id == self) continue;
+    peers.push_back({n.id, n.host, n.port});
+    peer_ids.push_back(n.id);
+  }
+
+  SignalWatcher signals;
+  node::Node node(options);
+  spdlog::logger& log = node.logger();
+  node::PingOptions ping_options;
+  ping_options.pings_per_peer = args.pings;
+  ping_options.payload_bytes = args.payload_bytes;
+  ping_options.timeout = secondsToMs(args.ping_timeout_s);
+  node::PingExchange exchange(node, peer_ids, ping_options);
+  signals.start([&](int signal) {
+    log.warn("received {}: leaving the cluster", signal == SIGINT ? "SIGINT" : "SIGTERM");
+    exchange.cancel({node::ErrorCode::kShutdown, "interrupted"});
+    node.shutdown(secondsToMs(args.linger_s));
+  });
+
+  const auto start = std::chrono::steady_clock::now();
+  if (node::Status status = node.listen(); !status.ok()) {
+    throw CommandFailure(3, fmt::format("node {}: {}", self, status.message()));
+  }
+  if (node::Status status = node.connect(peers); !status.ok()) {
+    throw CommandFailure(3, fmt::format("node {}: {}", self, status.message()));
+  }
+  node::Status ready = node.waitClusterReady();
+  const auto ready_ms =
+      std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start).count();
+  auto finish = [&](int code, const std::string& message) {
+    node.shutdown(secondsToMs(args.linger_s));
+    if (node.loopCloseResult() != 0) {
+      throw CommandFailure(1, fmt::format("node {}: uv_loop_close() returned {} at shutdown", self,
+                                          node.loopCloseResult()));
+    }
+    if (signals.received() != 0) {
+      throw CommandFailure(128 + signals.received(),
+                           fmt::format("node {}: interrupted; left the cluster", self));
+    }
+    if (code != 0) throw CommandFailure(code, message);
+  };
+  if (!ready.ok()) finish(4, fmt::format("node {}: {}", self, ready.message()));
+
+  fmt::print(
+      "node {} of cluster \"{}\" ({} nodes) listening on {}:{}: connected to all {} peers "
+      "in {} ms\n",
+      self, topo.name, topo.nodes.size(), me->host, node.port(), peers.size(), ready_ms);
+  const node::PingReport report = exchange.run();
+  for (const auto& peer : report.peers) {
+    const node::PeerStats stats = node.stats(peer.peer);
+    fmt::print(
+        "  peer {}: {} of {} pongs verified, {} pings answered, rtt min/mean/max "
+        "{:.0f}/{:.0f}/{:.0f} us; {} frames / {} bytes out, {} frames / {} bytes in\n",
+        peer.peer, peer.pongs_verified, args.pings, peer.pings_answered, peer.rtt_min_us,
+        peer.rtt_mean_us, peer.rtt_max_us, stats.frames_out, stats.bytes_out, stats.frames_in,
+        stats.bytes_in);
+  }
+  if (!report.status.ok()) {
+    finish(5, fmt::format("node {}: {}", self, report.status.message()));
+  }
+  fmt::print("node {}: ping exchange verified with {} peers in {} ms; leaving\n", self,
+             peers.size(), report.elapsed.count());
+  std::fflush(stdout);
+  finish(0, "");
+  fmt::print("node {}: left the cluster cleanly\n", self);
+}
+
+}  // namespace
+
+void addNodeCommands(CLI::App& app) {
+  auto args = std::make_shared<NodeArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "node",
+      "Run one node of a topology file.\n"
+      "The node listens on its address from the file, connects to every other member (the lower\n"
+      "id dials, the higher accepts), waits until the whole cluster is connected, exchanges\n"
+      "--pings Ping/Pong messages with every peer and checks each echoed payload, prints what\n"
+      "happened, then leaves in order (Leave, wait for the peers' Leave, close).\n"
+      "Exit status: 0 on success; 2 bad arguments or topology; 3 cannot listen; 4 cluster not\n"
+      "ready in time (the message names the missing peers); 5 ping exchange failed;\n"
+      "128+N interrupted by signal N (SIGINT/SIGTERM make the node leave in order).");
+  cmd->add_option("--topology", args->topology, "Topology file (TOML); see docs/topology.md")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--id", args->id,
+                  "This node's id in the file. Default: the rank from OMPI_COMM_WORLD_RANK,\n"
+                  "PMI_RANK or SLURM_PROCID (mpirun / srun)");
+  cmd->add_option("--log-level", args->log_level, "trace, debug, info, warn, error, critical, off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
+      ->capture_default_str();
+  cmd->add_option("--ready-timeout", args->ready_timeout_s,
+                  "Seconds to wait until every peer is connected")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--pings", args->pings, "Ping/Pong round trips per peer (same on every node)")
+      ->capture_default_str();
+  cmd->add_option("--payload-bytes", args->payload_bytes, "Bytes of payload per ping")
+      ->check(CLI::Range(0, 64 << 20))
+      ->capture_default_str();
+  cmd->add_option("--ping-timeout", args->ping_timeout_s,
+                  "Seconds allowed for the whole ping exchange")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--linger", args->linger_s,
+                  "Seconds to wait for the peers' Leave when shutting down")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--heartbeat-ms", args->heartbeat_ms,
+                  "Heartbeat interval when nothing else is sent")
+      ->check(CLI::Range(1u, 3'600'000u))
+      ->capture_default_str();
+  cmd->add_option("--peer-timeout-ms", args->peer_timeout_ms,
+                  "Silence after which a peer is reported down")
+      ->check(CLI::Range(2u, 3'600'000u))
+      ->capture_default_str();
+  cmd->add_option("--max-frame-mib", args->max_frame_mib, "Largest accepted frame, in MiB")
+      ->check(CLI::Range(1u, 2048u))
+      ->capture_default_str();
+  cmd->callback([args] { runNode(*args); });
+}
+
 }  // namespace chorus::cli

@@ -1,0 +1,157 @@
+#include "node/connection.h"
+
+#include <fmt/format.h>
+
+#include <cassert>
+
+#include "node/event_loop.h"
+
+namespace chorus::node {
+
+Connection::Connection(uv_loop_t* loop, uv::HandlePtr<uv::Tcp> tcp, Role role, FrameLimits limits,
+                       Hooks hooks)
+    : loop_(loop), tcp_(std::move(tcp)), role_(role), decoder_(limits), hooks_(std::move(hooks)) {
+  // The owner learns that it may delete this object only once the socket's close callback ran,
+  // i.e. after libuv completed (or cancelled) every request that points back here.
+  tcp_->setOnClosed([this] { releaseFromLoop(); });
+}
+
+void Connection::startFromLoop() {
+  assert(EventLoop::onThreadOf(loop_));
+  if (!open()) return;
+  description_ = description_.empty() ? tcp_->peerNameFromLoop() : description_;
+  Status status = tcp_->setNoDelayFromLoop();
+  if (status.ok()) {
+    status = tcp_->readStartFromLoop([this] { return decoder_.readBuffer(); },
+                                     [this](ssize_t nread) { onReadFromLoop(nread); });
+  }
+  if (!status.ok()) closeFromLoop(status);
+}
+
+void Connection::onReadFromLoop(ssize_t nread) {
+  if (!open()) return;
+  if (nread < 0) {
+    if (nread == UV_EOF) {
+      Status truncated = decoder_.finish();
+      closeFromLoop(truncated.ok() ? Status{ErrorCode::kClosed, "peer closed the connection"}
+                                   : truncated);
+    } else {
+      closeFromLoop(uv::uvError(static_cast<int>(nread), "read"));
+    }
+    return;
+  }
+  if (hooks_.on_bytes_in) hooks_.on_bytes_in(*this, static_cast<size_t>(nread));
+  last_receive = Clock::now();
+  Status status = decoder_.commitRead(static_cast<size_t>(nread), [this](InboundFrame&& frame) {
+    if (!open()) return false;
+    return hooks_.on_frame(*this, std::move(frame)) && open();
+  });
+  if (!status.ok()) closeFromLoop(status);
+}
+
+void Connection::writeFromLoop(SharedFrame frame, std::function<void(const Status&)> done) {
+  assert(EventLoop::onThreadOf(loop_));
+  if (!open()) {
+    if (done) done(error_);
+    return;
+  }
+  queued_bytes_ += frame->size();
+  pending_.push_back({std::move(frame), std::move(done)});
+  last_send = Clock::now();
+  if (writes_in_flight_ == 0) flushFromLoop();
+  if (hooks_.on_queue_changed) hooks_.on_queue_changed(*this);
+}
+
+void Connection::flushFromLoop() {
+  if (pending_.empty() || !open()) return;
+  auto batch = std::make_shared<std::vector<PendingWrite>>(std::move(pending_));
+  pending_.clear();
+  std::vector<SharedFrame> frames;
+  frames.reserve(batch->size());
+  for (const auto& write : *batch)
+    frames.push_back(write.frame);
+  ++writes_in_flight_;
+  Status status = tcp_->writeFromLoop(std::move(frames), [this, batch](const Status& st) {
+    --writes_in_flight_;
+    const Status outcome = st.ok() ? st : (error_.ok() ? st : error_);
+    for (auto& write : *batch) {
+      queued_bytes_ -= write.frame->size();
+      if (st.ok() && hooks_.on_bytes_out) hooks_.on_bytes_out(*this, write.frame->size());
+    }
+    // Flow-control events first, so a sender that waits for its callbacks also sees them.
+    if (hooks_.on_queue_changed) hooks_.on_queue_changed(*this);
+    for (auto& write : *batch) {
+      if (write.done) write.done(outcome);
+    }
+    if (!st.ok()) {
+      closeFromLoop(st);
+      return;
+    }
+    flushFromLoop();
+  });
+  if (!status.ok()) {
+    --writes_in_flight_;
+    for (auto& write : *batch) {
+      queued_bytes_ -= write.frame->size();
+      if (write.done) write.done(status);
+    }
+    closeFromLoop(status);
+  }
+}
+
+void Connection::failPendingFromLoop() {
+  auto pending = std::move(pending_);
+  pending_.clear();
+  for (auto& write : pending) {
+    queued_bytes_ -= write.frame->size();
+    if (write.done) write.done(error_);
+  }
+}
+
+void Connection::closeFromLoop(const Status& reason) {
+  assert(EventLoop::onThreadOf(loop_));
+  if (!open()) {
+    // Already failing (perhaps flushing): make sure the socket really goes away now.
+    deadline_.reset();
+    tcp_->closeFromLoop();
+    return;
+  }
+  assert(!reason.ok());
+  error_ = reason;
+  deadline_.reset();
+  failPendingFromLoop();
+  if (hooks_.on_closing) hooks_.on_closing(*this, error_);
+  tcp_->closeFromLoop();
+}
+
+void Connection::closeAfterFlushFromLoop(const Status& reason) {
+  assert(EventLoop::onThreadOf(loop_));
+  if (!open()) return;
+  assert(!reason.ok());
+  flushFromLoop();  // queued frames go to libuv before the FIN
+  if (!open()) return;
+  error_ = reason;
+  if (hooks_.on_closing) hooks_.on_closing(*this, error_);
+  tcp_->readStopFromLoop();
+  Status status = tcp_->shutdownFromLoop([this](const Status&) { closeFromLoop(error_); });
+  if (!status.ok()) closeFromLoop(error_);
+}
+
+void Connection::armDeadlineFromLoop(std::chrono::milliseconds after, const Status& reason) {
+  assert(EventLoop::onThreadOf(loop_));
+  if (!deadline_) deadline_ = uv::Timer::create(loop_);
+  deadline_->startFromLoop(static_cast<uint64_t>(after.count()), 0,
+                           [this, reason] { closeFromLoop(reason); });
+}
+
+void Connection::disarmDeadlineFromLoop() {
+  if (deadline_) deadline_->stopFromLoop();
+}
+
+void Connection::releaseFromLoop() {
+  (void)tcp_.release();  // the handle frees itself right after this callback
+  auto on_released = std::move(hooks_.on_released);
+  if (on_released) on_released(*this);  // may delete this
+}
+
+}  // namespace chorus::node

@@ -1,0 +1,101 @@
+// One TCP connection between two nodes: reads frames through a FrameDecoder, writes shared
+// frames, tracks queued bytes, and closes with a sticky first error. Protocol decisions
+// (handshake, sender checks, dispatch) belong to the Node. Internal header; loop thread only.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "node/frame.h"
+#include "node/protocol.h"
+#include "node/status.h"
+#include "node/uv_handles.h"
+
+namespace chorus::node {
+
+class Connection {
+ public:
+  enum class Role { kDialer, kAcceptor };
+  using Clock = std::chrono::steady_clock;
+
+  struct Hooks {
+    // A verified frame arrived; return false to stop taking frames from this read.
+    std::function<bool(Connection&, InboundFrame&&)> on_frame;
+    // The connection failed or is being closed; fires exactly once with the first error.
+    std::function<void(Connection&, const Status&)> on_closing;
+    // The socket is closed and every request on it completed; the owner may now delete it.
+    std::function<void(Connection&)> on_released;
+    // Queued bytes changed (after a write was queued or completed).
+    std::function<void(Connection&)> on_queue_changed;
+    // Bytes moved, for the per-peer counters.
+    std::function<void(Connection&, size_t bytes)> on_bytes_in;
+    std::function<void(Connection&, size_t bytes)> on_bytes_out;
+  };
+
+  Connection(uv_loop_t* loop, uv::HandlePtr<uv::Tcp> tcp, Role role, FrameLimits limits,
+             Hooks hooks);
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // Starts reading and TCP_NODELAY. The socket must be connected.
+  void startFromLoop();
+  // Queues a frame; `done` fires exactly once (at once with the sticky error when closed).
+  // With no write in flight the frame goes to libuv at once; otherwise it waits and every
+  // frame queued meanwhile leaves in one writev when the write in flight completes.
+  void writeFromLoop(SharedFrame frame, std::function<void(const Status&)> done);
+  // Closes now; pending writes complete with an error. First error wins; later calls no-op.
+  void closeFromLoop(const Status& reason);
+  // Records `reason`, stops reading, lets queued writes drain, sends FIN, then closes.
+  void closeAfterFlushFromLoop(const Status& reason);
+  // Arms the connection's single deadline (connect, handshake or linger); on expiry the
+  // connection closes with `reason`.
+  void armDeadlineFromLoop(std::chrono::milliseconds after, const Status& reason);
+  void disarmDeadlineFromLoop();
+
+  // The TCP handle (for connect on a dialing connection).
+  uv::Tcp& tcp() { return *tcp_; }
+  // The sticky error (ok while open).
+  const Status& error() const { return error_; }
+  bool open() const { return error_.ok(); }
+  Role role() const { return role_; }
+  // Bytes written by us and not yet completed.
+  size_t queuedBytes() const { return queued_bytes_; }
+  // "peer N (host:port)" once known, else "host:port".
+  const std::string& description() const { return description_; }
+  void setDescription(std::string description) { description_ = std::move(description); }
+
+  // Protocol state owned by the Node.
+  NodeId peer = 0;           // claimed (acceptor, after Hello) or dialed (dialer) id
+  bool peer_known = false;   // `peer` is meaningful
+  bool established = false;  // handshake completed
+  bool sent_leave = false;   // we wrote Leave on this connection
+  Clock::time_point last_receive = Clock::now();
+  Clock::time_point last_send = Clock::now();
+
+ private:
+  struct PendingWrite {
+    SharedFrame frame;
+    std::function<void(const Status&)> done;
+  };
+  // Hands every pending frame to libuv as one request.
+  void flushFromLoop();
+  void failPendingFromLoop();
+  void onReadFromLoop(ssize_t nread);
+  void releaseFromLoop();
+
+  uv_loop_t* loop_;
+  uv::HandlePtr<uv::Tcp> tcp_;
+  uv::HandlePtr<uv::Timer> deadline_;
+  Role role_;
+  FrameDecoder decoder_;
+  Hooks hooks_;
+  Status error_;
+  size_t queued_bytes_ = 0;  // pending + in flight
+  std::vector<PendingWrite> pending_;
+  int writes_in_flight_ = 0;
+  std::string description_;
+};
+
+}  // namespace chorus::node

@@ -1,0 +1,30 @@
+// The node id handed over by an existing launcher (Open MPI, MPICH/PMI, Slurm).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "node/status.h"
+
+namespace chorus::node {
+
+// A rank read from the environment, and which variable it came from.
+struct LauncherRank {
+  uint32_t rank = 0;
+  std::string variable;  // e.g. "OMPI_COMM_WORLD_RANK"
+};
+
+// Reads an environment variable (nullptr when unset); injectable for tests.
+using EnvironmentLookup = std::function<const char*(const char* name)>;
+
+// The variables consulted, in order.
+inline constexpr const char* kRankVariables[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK",
+                                                 "SLURM_PROCID"};
+
+// Sets *rank from the first of kRankVariables that is set. Leaves it empty when none is set;
+// an error when the first set variable is not a non-negative 32-bit integer.
+Status rankFromEnvironment(const EnvironmentLookup& lookup, std::optional<LauncherRank>* rank);
+
+}  // namespace chorus::node

@@ -1,0 +1,978 @@
+#include "node/node.h"
+
+#include <fmt/format.h>
+#include <netdb.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cassert>
+#include <condition_variable>
+#include <cstring>
+#include <future>
+#include <map>
+#include <mutex>
+#include <set>
+#include <unordered_map>
+
+#include "node/connection.h"
+#include "node/event_loop.h"
+#include "node/uv_handles.h"
+
+namespace chorus::node {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+int64_t steadyNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
+std::shared_ptr<spdlog::logger> makeLogger(const NodeOptions& options) {
+  std::vector<spdlog::sink_ptr> sinks = options.log_sinks;
+  if (sinks.empty()) {
+    // One stderr sink shared by every node of the process, so lines never interleave.
+    static const auto stderr_sink = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+    sinks.push_back(stderr_sink);
+  }
+  auto logger = std::make_shared<spdlog::logger>(fmt::format("node {}", options.self),
+                                                 sinks.begin(), sinks.end());
+  logger->set_pattern("[%H:%M:%S.%e] [%n] [%^%l%$] %v");
+  logger->set_level(options.log_level);
+  logger->flush_on(spdlog::level::warn);
+  return logger;
+}
+
+// Resolves host:port on the calling thread (never the loop thread: getaddrinfo blocks).
+Status resolveAddress(const std::string& host, uint16_t port, sockaddr_storage* out) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  const int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &found);
+  if (rc != 0 || found == nullptr) {
+    return {ErrorCode::kInvalidArgument,
+            fmt::format("cannot resolve host \"{}\": {}", host, gai_strerror(rc))};
+  }
+  // Prefer IPv4: "localhost" then means 127.0.0.1 on every machine.
+  const addrinfo* pick = found;
+  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    if (a->ai_family == AF_INET) {
+      pick = a;
+      break;
+    }
+  }
+  std::memset(out, 0, sizeof(*out));
+  std::memcpy(out, pick->ai_addr, pick->ai_addrlen);
+  freeaddrinfo(found);
+  return {};
+}
+
+// Counters one peer's connection updates on the loop thread and anyone may read.
+struct PeerCounters {
+  std::atomic<bool> connected{false};
+  std::atomic<bool> slow{false};
+  std::atomic<uint64_t> bytes_in{0};
+  std::atomic<uint64_t> bytes_out{0};
+  std::atomic<uint64_t> frames_in{0};
+  std::atomic<uint64_t> frames_out{0};
+  std::atomic<uint64_t> queued_bytes{0};
+  std::atomic<uint64_t> times_up{0};
+};
+
+}  // namespace
+
+const char* peerEventName(PeerEventKind kind) {
+  switch (kind) {
+    case PeerEventKind::kUp:
+      return "up";
+    case PeerEventKind::kDown:
+      return "down";
+    case PeerEventKind::kLeft:
+      return "left";
+    case PeerEventKind::kRefused:
+      return "refused";
+    case PeerEventKind::kSlow:
+      return "slow";
+    case PeerEventKind::kDrained:
+      return "drained";
+  }
+  return "unknown";
+}
+
+Status validateOptions(const NodeOptions& o) {
+  auto bad = [](std::string message) {
+    return Status{ErrorCode::kInvalidArgument, std::move(message)};
+  };
+  if (o.cluster.empty()) return bad("cluster name is empty");
+  if (std::find(o.members.begin(), o.members.end(), o.self) == o.members.end()) {
+    return bad(fmt::format("own id {} is not in the member list", o.self));
+  }
+  std::set<NodeId> unique(o.members.begin(), o.members.end());
+  if (unique.size() != o.members.size()) return bad("member list holds a duplicate id");
+  if (o.max_frame_bytes < kMinEnvelopeBytes || o.max_frame_bytes > (1u << 31)) {
+    return bad(fmt::format("max_frame_bytes {} is outside [{}, 2 GiB]", o.max_frame_bytes,
+                           kMinEnvelopeBytes));
+  }
+  for (const auto& [name, value] : {std::pair{"connect_timeout", o.connect_timeout},
+                                    {"handshake_timeout", o.handshake_timeout},
+                                    {"cluster_ready_timeout", o.cluster_ready_timeout},
+                                    {"heartbeat_interval", o.heartbeat_interval},
+                                    {"peer_timeout", o.peer_timeout},
+                                    {"dial_backoff_initial", o.dial_backoff_initial},
+                                    {"dial_backoff_max", o.dial_backoff_max}}) {
+    if (value.count() <= 0) return bad(fmt::format("{} must be positive", name));
+  }
+  if (o.heartbeat_interval >= o.peer_timeout) {
+    return bad("heartbeat_interval must be shorter than peer_timeout");
+  }
+  if (o.dial_backoff_initial > o.dial_backoff_max) {
+    return bad("dial_backoff_initial must not exceed dial_backoff_max");
+  }
+  if (o.low_watermark > o.high_watermark || o.high_watermark == 0) {
+    return bad("watermarks need 0 <= low_watermark <= high_watermark and high_watermark > 0");
+  }
+  return {};
+}
+
+class Node::Impl {
+ public:
+  explicit Impl(NodeOptions options)
+      : options_(std::move(options)),
+        logger_(makeLogger(options_)),
+        limits_{options_.max_frame_bytes, options_.max_verifier_depth,
+                options_.max_verifier_tables},
+        loop_(logger_),
+        members_(options_.members.begin(), options_.members.end()) {
+    for (NodeId id : options_.members) {
+      if (id == options_.self) continue;
+      counters_.emplace(id, std::make_unique<PeerCounters>());
+      slots_[id].id = id;
+    }
+  }
+
+  ~Impl() { shutdown(milliseconds(0)); }
+
+  // ---- any thread ----
+
+  Status listen() {
+    if (Status status = validateOptions(options_); !status.ok()) return status;
+    if (loop_.started()) return {ErrorCode::kInvalidArgument, "listen() was already called"};
+    sockaddr_storage address{};
+    if (Status status = resolveAddress(options_.listen_host, options_.listen_port, &address);
+        !status.ok()) {
+      return status;
+    }
+    loop_.start();
+    running_.store(true);
+    Status status = runOnLoop([this, address] { return listenFromLoop(address); });
+    if (!status.ok()) shutdown(milliseconds(0));
+    return status;
+  }
+
+  Status connect(std::vector<PeerAddress> peers) {
+    if (!running_.load()) return {ErrorCode::kShutdown, "connect() needs a listening node"};
+    std::vector<std::pair<PeerAddress, sockaddr_storage>> resolved;
+    std::set<NodeId> seen;
+    for (auto& peer : peers) {
+      if (!members_.contains(peer.id) || peer.id == options_.self) {
+        return {ErrorCode::kInvalidArgument,
+                fmt::format("peer {} is not another member of cluster \"{}\"", peer.id,
+                            options_.cluster)};
+      }
+      if (!seen.insert(peer.id).second) {
+        return {ErrorCode::kInvalidArgument, fmt::format("peer {} listed twice", peer.id)};
+      }
+      sockaddr_storage address{};
+      if (peer.id > options_.self) {
+        if (Status status = resolveAddress(peer.host, peer.port, &address); !status.ok()) {
+          return {status.code(), fmt::format("peer {}: {}", peer.id, status.message())};
+        }
+      }
+      resolved.emplace_back(std::move(peer), address);
+    }
+    {
+      std::lock_guard lock(mutex_);
+      for (const auto& entry : resolved)
+        expected_.insert(entry.first.id);
+    }
+    return runOnLoop([this, resolved] {
+      for (const auto& [peer, address] : resolved) {
+        PeerSlot& slot = slots_.at(peer.id);
+        slot.expected = true;
+        slot.we_dial = peer.id > options_.self;
+        slot.address = address;
+        slot.address_text = fmt::format("{}:{}", peer.host, peer.port);
+        if (slot.we_dial) dialFromLoop(slot);
+      }
+      return Status{};
+    });
+  }
+
+  Status waitClusterReady(milliseconds timeout) {
+    std::unique_lock lock(mutex_);
+    const auto missing = [this] {
+      std::vector<NodeId> out;
+      for (NodeId id : expected_) {
+        if (!connected_.contains(id)) out.push_back(id);
+      }
+      return out;
+    };
+    ready_cv_.wait_for(lock, timeout, [&] { return missing().empty() || !running_.load(); });
+    const auto still = missing();
+    if (still.empty()) return {};
+    std::string list;
+    for (NodeId id : still) {
+      auto reason = last_reason_.find(id);
+      list += fmt::format("{}peer {} ({})", list.empty() ? "" : ", ", id,
+                          reason == last_reason_.end() ? "no attempt seen yet" : reason->second);
+    }
+    return {ErrorCode::kTimeout,
+            fmt::format("cluster \"{}\" not ready after {} ms: {} of {} peers "
+                        "missing: {}",
+                        options_.cluster, timeout.count(), still.size(), expected_.size(), list)};
+  }
+
+  SharedFrame encode(wire::Body type, const BodyWriter& write_body, size_t size_hint = 0) {
+    EnvelopeHeader header{options_.self, options_.cluster, next_sequence_.fetch_add(1),
+                          steadyNowNs()};
+    return encodeFrame(header, type, write_body, size_hint);
+  }
+
+  void send(NodeId to, const SharedFrame& frame, const SendCallback& done) {
+    assert(frame != nullptr);
+    if (loop_.onLoopThread()) {
+      sendFromLoop(to, frame, done);
+      return;
+    }
+    if (!running_.load() ||
+        !loop_.post([this, to, frame, done] { sendFromLoop(to, frame, done); })) {
+      if (done)
+        done(to, {ErrorCode::kShutdown, fmt::format("node {} is not running", options_.self)});
+    }
+  }
+
+  void broadcast(const std::vector<NodeId>& to, const SharedFrame& frame,
+                 const SendCallback& done) {
+    assert(frame != nullptr);
+    if (loop_.onLoopThread()) {
+      for (NodeId peer : to)
+        sendFromLoop(peer, frame, done);
+      return;
+    }
+    // One closure for all peers: the frame is shared, never copied per connection.
+    if (!running_.load() || !loop_.post([this, to, frame, done] {
+          for (NodeId peer : to)
+            sendFromLoop(peer, frame, done);
+        })) {
+      for (NodeId peer : to) {
+        if (done)
+          done(peer, {ErrorCode::kShutdown, fmt::format("node {} is not running", options_.self)});
+      }
+    }
+  }
+
+  bool post(std::function<void()> fn) { return running_.load() && loop_.post(std::move(fn)); }
+
+  void setHandler(wire::Body type, MessageHandler handler) {
+    auto apply = [this, type, handler = std::move(handler)]() mutable {
+      handlers_[type] = std::move(handler);
+    };
+    if (!loop_.started() || loop_.onLoopThread()) {
+      apply();
+    } else {
+      loop_.post(std::move(apply));
+    }
+  }
+
+  void setEventHandler(EventHandler handler) {
+    auto apply = [this, handler = std::move(handler)]() mutable {
+      event_handler_ = std::move(handler);
+    };
+    if (!loop_.started() || loop_.onLoopThread()) {
+      apply();
+    } else {
+      loop_.post(std::move(apply));
+    }
+  }
+
+  PeerStats stats(NodeId peer) const {
+    PeerStats out;
+    auto it = counters_.find(peer);
+    if (it == counters_.end()) return out;
+    const PeerCounters& c = *it->second;
+    out.connected = c.connected.load();
+    out.slow = c.slow.load();
+    out.bytes_in = c.bytes_in.load();
+    out.bytes_out = c.bytes_out.load();
+    out.frames_in = c.frames_in.load();
+    out.frames_out = c.frames_out.load();
+    out.queued_bytes = c.queued_bytes.load();
+    out.times_up = c.times_up.load();
+    return out;
+  }
+
+  std::vector<NodeId> connectedPeers() const {
+    std::lock_guard lock(mutex_);
+    return {connected_.begin(), connected_.end()};
+  }
+
+  void shutdown(milliseconds linger) {
+    assert(!loop_.onLoopThread());
+    std::lock_guard shutdown_lock(shutdown_mutex_);
+    if (!loop_.started() || shut_down_) return;
+    if (linger.count() > 0 && loop_.post([this, linger] { beginLeaveFromLoop(linger); })) {
+      std::unique_lock lock(mutex_);
+      ready_cv_.wait_for(lock, linger + milliseconds(100),
+                         [this] { return open_connections_ == 0; });
+    }
+    running_.store(false);
+    loop_.post([this] { closeAllFromLoop(); });
+    loop_close_result_ = loop_.join();
+    shut_down_ = true;
+    ready_cv_.notify_all();
+    logger_->debug("stopped; uv_loop_close() returned {}", loop_close_result_);
+  }
+
+  uint16_t port() const { return port_.load(); }
+  int loopCloseResult() const { return loop_close_result_; }
+  bool onLoopThread() const { return loop_.onLoopThread(); }
+
+  NodeOptions options_;
+  std::shared_ptr<spdlog::logger> logger_;
+
+ private:
+  struct PeerSlot {
+    NodeId id = 0;
+    bool expected = false;  // named in connect()
+    bool we_dial = false;   // our id is lower
+    bool left = false;      // said Leave; not redialed
+    bool slow = false;
+    sockaddr_storage address{};
+    std::string address_text;
+    Connection* connection = nullptr;  // established connection
+    Connection* dialing = nullptr;     // dial attempt in progress
+    milliseconds backoff{0};
+    uv::HandlePtr<uv::Timer> redial_timer;
+  };
+
+  // Runs `fn` on the loop thread and waits for its Status.
+  Status runOnLoop(std::function<Status()> fn) {
+    if (loop_.onLoopThread()) return fn();
+    auto promise = std::make_shared<std::promise<Status>>();
+    auto future = promise->get_future();
+    if (!loop_.post([promise, fn = std::move(fn)] { promise->set_value(fn()); })) {
+      return {ErrorCode::kShutdown, "node loop is not running"};
+    }
+    return future.get();
+  }
+
+  void checkLoopThread() const { assert(loop_.onLoopThread()); }
+
+  // ---- loop thread ----
+
+  Status listenFromLoop(const sockaddr_storage& address) {
+    checkLoopThread();
+    listener_ = uv::Tcp::create(loop_.uvLoop());
+    const auto* addr = reinterpret_cast<const sockaddr*>(&address);
+    Status status = listener_->bindFromLoop(addr);
+    if (status.ok()) {
+      status = listener_->listenFromLoop(
+          128, [this](const Status& st) { onIncomingConnectionFromLoop(st); });
+    }
+    if (!status.ok()) {
+      listener_.reset();
+      return {status.code(), fmt::format("listen on {}:{}: {}", options_.listen_host,
+                                         options_.listen_port, status.message())};
+    }
+    port_.store(listener_->localPortFromLoop());
+    heartbeat_timer_ = uv::Timer::create(loop_.uvLoop());
+    const auto tick = std::max<int64_t>(
+        1, std::min(options_.heartbeat_interval.count(), options_.peer_timeout.count() / 4));
+    heartbeat_timer_->startFromLoop(tick, tick, [this] { heartbeatTickFromLoop(); });
+    logger_->info("listening on {}:{} (cluster \"{}\", {} members)", options_.listen_host,
+                  port_.load(), options_.cluster, options_.members.size());
+    return {};
+  }
+
+  Connection* createConnectionFromLoop(uv::HandlePtr<uv::Tcp> tcp, Connection::Role role) {
+    Connection::Hooks hooks;
+    hooks.on_frame = [this](Connection& c, InboundFrame&& f) { return onFrameFromLoop(c, f); };
+    hooks.on_closing = [this](Connection& c, const Status& s) { onClosingFromLoop(c, s); };
+    hooks.on_released = [this](Connection& c) { onReleasedFromLoop(c); };
+    hooks.on_queue_changed = [this](Connection& c) { onQueueChangedFromLoop(c); };
+    hooks.on_bytes_in = [this](Connection& c, size_t n) {
+      if (PeerCounters* counters = countersFor(c)) counters->bytes_in += n;
+    };
+    hooks.on_bytes_out = [this](Connection& c, size_t n) {
+      if (PeerCounters* counters = countersFor(c)) {
+        counters->bytes_out += n;
+        counters->frames_out += 1;
+      }
+    };
+    auto connection = std::make_unique<Connection>(loop_.uvLoop(), std::move(tcp), role, limits_,
+                                                   std::move(hooks));
+    Connection* raw = connection.get();
+    connections_.emplace(raw, std::move(connection));
+    std::lock_guard lock(mutex_);
+    open_connections_ = connections_.size();
+    return raw;
+  }
+
+  PeerCounters* countersFor(const Connection& c) {
+    if (!c.peer_known || !c.established) return nullptr;
+    auto it = counters_.find(c.peer);
+    return it == counters_.end() ? nullptr : it->second.get();
+  }
+
+  void onIncomingConnectionFromLoop(const Status& status) {
+    checkLoopThread();
+    if (!status.ok()) {
+      logger_->warn("incoming connection failed: {}", status.message());
+      return;
+    }
+    auto tcp = uv::Tcp::create(loop_.uvLoop());
+    if (Status accepted = listener_->acceptFromLoop(*tcp); !accepted.ok()) {
+      logger_->warn("accept failed: {}", accepted.message());
+      return;  // tcp closes itself
+    }
+    Connection* connection = createConnectionFromLoop(std::move(tcp), Connection::Role::kAcceptor);
+    connection->startFromLoop();
+    if (!connection->open()) return;
+    if (leaving_) {
+      connection->closeFromLoop({ErrorCode::kShutdown, "node is shutting down"});
+      return;
+    }
+    logger_->debug("accepted a connection from {}", connection->description());
+    connection->armDeadlineFromLoop(
+        options_.handshake_timeout,
+        {ErrorCode::kTimeout, fmt::format("no Hello within the handshake timeout of {} ms",
+                                          options_.handshake_timeout.count())});
+  }
+
+  void dialFromLoop(PeerSlot& slot) {
+    checkLoopThread();
+    if (leaving_ || slot.left || slot.connection != nullptr || slot.dialing != nullptr) return;
+    Connection* connection =
+        createConnectionFromLoop(uv::Tcp::create(loop_.uvLoop()), Connection::Role::kDialer);
+    connection->peer = slot.id;
+    connection->peer_known = true;
+    connection->setDescription(fmt::format("peer {} ({})", slot.id, slot.address_text));
+    slot.dialing = connection;
+    logger_->debug("dialing peer {} at {}", slot.id, slot.address_text);
+    connection->armDeadlineFromLoop(
+        options_.connect_timeout,
+        {ErrorCode::kTimeout, fmt::format("connect to {} timed out after {} ms", slot.address_text,
+                                          options_.connect_timeout.count())});
+    Status status = connection->tcp().connectFromLoop(
+        reinterpret_cast<const sockaddr*>(&slot.address),
+        [this, connection](const Status& st) { onConnectedFromLoop(*connection, st); });
+    if (!status.ok()) connection->closeFromLoop(status);
+  }
+
+  void onConnectedFromLoop(Connection& connection, const Status& status) {
+    checkLoopThread();
+    if (!connection.open()) return;  // timed out or closed meanwhile; already handled
+    if (!status.ok()) {
+      connection.closeFromLoop(
+          {status.code(),
+           fmt::format("connect to {}: {}", connection.description(), status.message())});
+      return;
+    }
+    connection.startFromLoop();
+    if (!connection.open()) return;
+    connection.armDeadlineFromLoop(
+        options_.handshake_timeout,
+        {ErrorCode::kTimeout, fmt::format("no Welcome within the handshake timeout of {} ms",
+                                          options_.handshake_timeout.count())});
+    const std::string cluster = options_.cluster;
+    const NodeId self = options_.self;
+    connection.writeFromLoop(
+        encode(wire::Body::Hello,
+               [&](flatbuffers::FlatBufferBuilder& b) {
+                 return wire::CreateHelloDirect(b, cluster.c_str(), self, kProtocolVersion).Union();
+               }),
+        {});
+  }
+
+  bool onFrameFromLoop(Connection& connection, const InboundFrame& frame) {
+    checkLoopThread();
+    const wire::Envelope& envelope = frame.envelope();
+    const wire::Body type = envelope.body_type();
+    const NodeId sender = envelope.header()->sender();
+    if (!connection.established) {
+      if (connection.role() == Connection::Role::kAcceptor) {
+        if (type != wire::Body::Hello) {
+          return protocolErrorFromLoop(
+              connection,
+              fmt::format("expected Hello as the first frame, got {}", wire::EnumNameBody(type)));
+        }
+        handleHelloFromLoop(connection, envelope);
+        return connection.open();
+      }
+      if (sender != connection.peer) {
+        return protocolErrorFromLoop(
+            connection, fmt::format("handshake answer claims sender {} but we dialed peer {}",
+                                    sender, connection.peer));
+      }
+      if (type == wire::Body::Welcome) {
+        const auto* welcome = envelope.body_as_Welcome();
+        if (welcome->node_id() != connection.peer ||
+            welcome->protocol_version() != kProtocolVersion) {
+          return protocolErrorFromLoop(
+              connection, fmt::format("Welcome from node {} with protocol version {} (expected "
+                                      "node {}, version {})",
+                                      welcome->node_id(), welcome->protocol_version(),
+                                      connection.peer, kProtocolVersion));
+        }
+        establishFromLoop(connection);
+        return connection.open();
+      }
+      if (type == wire::Body::Refuse) {
+        const auto* refuse = envelope.body_as_Refuse();
+        const std::string reason = refuse->reason() ? refuse->reason()->str() : "(no reason)";
+        logger_->warn("{} refused our Hello: {}", connection.description(), reason);
+        emitFromLoop({PeerEventKind::kRefused, connection.peer, reason});
+        connection.closeFromLoop({ErrorCode::kRefused, fmt::format("refused by peer: {}", reason)});
+        return false;
+      }
+      return protocolErrorFromLoop(
+          connection, fmt::format("expected Welcome or Refuse, got {}", wire::EnumNameBody(type)));
+    }
+    if (sender != connection.peer) {
+      return protocolErrorFromLoop(
+          connection, fmt::format("frame claims sender {} but the handshake established peer {}",
+                                  sender, connection.peer));
+    }
+    if (PeerCounters* counters = countersFor(connection)) counters->frames_in += 1;
+    switch (type) {
+      case wire::Body::Hello:
+      case wire::Body::Welcome:
+        return protocolErrorFromLoop(
+            connection, fmt::format("unexpected {} after the handshake", wire::EnumNameBody(type)));
+      case wire::Body::Refuse: {
+        const auto* refuse = envelope.body_as_Refuse();
+        connection.closeFromLoop(
+            {ErrorCode::kRefused,
+             fmt::format("refused by peer: {}", refuse->reason() ? refuse->reason()->str() : "")});
+        return false;
+      }
+      case wire::Body::Heartbeat:
+        return true;  // liveness was refreshed by the read itself
+      case wire::Body::Leave:
+        handleLeaveFromLoop(connection, envelope);
+        return false;
+      default:
+        break;
+    }
+    auto handler = handlers_.find(type);
+    if (handler == handlers_.end() || !handler->second) {
+      logger_->debug("no handler for {} from peer {}; dropped", wire::EnumNameBody(type), sender);
+      return true;
+    }
+    handler->second(sender, envelope);
+    return connection.open();
+  }
+
+  bool protocolErrorFromLoop(Connection& connection, std::string reason) {
+    connection.closeFromLoop({ErrorCode::kProtocol, std::move(reason)});
+    return false;
+  }
+
+  void handleHelloFromLoop(Connection& connection, const wire::Envelope& envelope) {
+    const auto* hello = envelope.body_as_Hello();
+    const NodeId id = hello->node_id();
+    const std::string cluster = hello->cluster() ? hello->cluster()->str() : "";
+    std::string refusal;
+    auto slot = slots_.find(id);
+    if (envelope.header()->sender() != id) {
+      refusal = fmt::format("Hello for node {} in a frame whose header says sender {}", id,
+                            envelope.header()->sender());
+    } else if (hello->protocol_version() != kProtocolVersion) {
+      refusal = fmt::format("protocol version {} differs from this node's version {}",
+                            hello->protocol_version(), kProtocolVersion);
+    } else if (cluster != options_.cluster) {
+      refusal = fmt::format("cluster \"{}\" differs from this node's cluster \"{}\"", cluster,
+                            options_.cluster);
+    } else if (id == options_.self) {
+      refusal = fmt::format("node id {} is this node's own id", id);
+    } else if (slot == slots_.end()) {
+      refusal = fmt::format("node id {} is not a member of cluster \"{}\"", id, options_.cluster);
+    } else if (id > options_.self) {
+      refusal = fmt::format("node {} must not dial node {}: the lower id dials", id, options_.self);
+    } else if (leaving_) {
+      refusal = "node is shutting down";
+    } else if (slot->second.connection != nullptr) {
+      refusal = fmt::format("node id {} is already connected", id);
+    }
+    if (!refusal.empty()) {
+      logger_->warn("refusing Hello from {} claiming node {}: {}", connection.description(), id,
+                    refusal);
+      connection.writeFromLoop(encode(wire::Body::Refuse,
+                                      [&](flatbuffers::FlatBufferBuilder& b) {
+                                        return wire::CreateRefuseDirect(b, refusal.c_str()).Union();
+                                      }),
+                               {});
+      emitFromLoop({PeerEventKind::kRefused, id, refusal});
+      {
+        std::lock_guard lock(mutex_);
+        last_reason_[id] = "refused: " + refusal;
+      }
+      connection.armDeadlineFromLoop(options_.handshake_timeout, {ErrorCode::kRefused, refusal});
+      connection.closeAfterFlushFromLoop({ErrorCode::kRefused, refusal});
+      return;
+    }
+    connection.peer = id;
+    connection.peer_known = true;
+    connection.setDescription(fmt::format("peer {} ({})", id, connection.description()));
+    const NodeId self = options_.self;
+    connection.writeFromLoop(encode(wire::Body::Welcome,
+                                    [&](flatbuffers::FlatBufferBuilder& b) {
+                                      return wire::CreateWelcome(b, self, kProtocolVersion).Union();
+                                    }),
+                             {});
+    establishFromLoop(connection);
+  }
+
+  void establishFromLoop(Connection& connection) {
+    PeerSlot& slot = slots_.at(connection.peer);
+    connection.established = true;
+    connection.disarmDeadlineFromLoop();
+    connection.last_receive = Clock::now();
+    if (slot.dialing == &connection) slot.dialing = nullptr;
+    slot.connection = &connection;
+    slot.left = false;
+    slot.backoff = options_.dial_backoff_initial;
+    PeerCounters& counters = *counters_.at(connection.peer);
+    counters.connected = true;
+    counters.times_up += 1;
+    {
+      std::lock_guard lock(mutex_);
+      connected_.insert(connection.peer);
+      last_reason_.erase(connection.peer);
+    }
+    ready_cv_.notify_all();
+    logger_->info("{} up ({})", connection.description(),
+                  connection.role() == Connection::Role::kDialer ? "dialed" : "accepted");
+    emitFromLoop({PeerEventKind::kUp, connection.peer, ""});
+  }
+
+  void handleLeaveFromLoop(Connection& connection, const wire::Envelope& envelope) {
+    const auto* leave = envelope.body_as_Leave();
+    const std::string reason = leave->reason() ? leave->reason()->str() : "";
+    PeerSlot& slot = slots_.at(connection.peer);
+    slot.left = true;
+    if (!connection.sent_leave) {
+      // Answer so the peer sees an orderly goodbye rather than a closed socket.
+      sendLeaveFromLoop(connection, "acknowledging Leave");
+    }
+    connection.armDeadlineFromLoop(options_.handshake_timeout,
+                                   {ErrorCode::kPeerLeft, "linger after Leave expired"});
+    connection.closeAfterFlushFromLoop(
+        {ErrorCode::kPeerLeft, reason.empty() ? "no reason given" : reason});
+  }
+
+  void sendLeaveFromLoop(Connection& connection, const std::string& reason) {
+    connection.sent_leave = true;
+    connection.writeFromLoop(encode(wire::Body::Leave,
+                                    [&](flatbuffers::FlatBufferBuilder& b) {
+                                      return wire::CreateLeaveDirect(b, reason.c_str()).Union();
+                                    }),
+                             {});
+  }
+
+  void onClosingFromLoop(Connection& connection, const Status& status) {
+    checkLoopThread();
+    if (!connection.peer_known) {
+      const bool noisy = status.code() == ErrorCode::kBadFrame ||
+                         status.code() == ErrorCode::kProtocol ||
+                         status.code() == ErrorCode::kTimeout;
+      logger_->log(noisy ? spdlog::level::warn : spdlog::level::debug,
+                   "closing connection from {} before its handshake: {}", connection.description(),
+                   status.toString());
+      return;
+    }
+    auto found = slots_.find(connection.peer);
+    if (found == slots_.end()) return;
+    PeerSlot& slot = found->second;
+    if (slot.connection == &connection) {
+      slot.connection = nullptr;
+      PeerCounters& counters = *counters_.at(slot.id);
+      counters.connected = false;
+      counters.queued_bytes = 0;
+      {
+        std::lock_guard lock(mutex_);
+        connected_.erase(slot.id);
+        last_reason_[slot.id] = status.toString();
+      }
+      ready_cv_.notify_all();
+      if (slot.slow) {
+        slot.slow = false;
+        counters.slow = false;
+      }
+      if (status.code() == ErrorCode::kPeerLeft) {
+        logger_->info("{} left: {}", connection.description(), status.message());
+        emitFromLoop({PeerEventKind::kLeft, slot.id, status.toString()});
+      } else {
+        logger_->log(stopped_ ? spdlog::level::debug : spdlog::level::warn,
+                     "{} down: closing its connection: {}", connection.description(),
+                     status.toString());
+        emitFromLoop({PeerEventKind::kDown, slot.id, status.toString()});
+      }
+      if (slot.we_dial) scheduleDialFromLoop(slot, options_.dial_backoff_initial);
+      return;
+    }
+    if (slot.dialing == &connection) {
+      slot.dialing = nullptr;
+      {
+        std::lock_guard lock(mutex_);
+        last_reason_[slot.id] = status.toString();
+      }
+      if (slot.backoff.count() == 0) slot.backoff = options_.dial_backoff_initial;
+      const milliseconds delay = slot.backoff;
+      slot.backoff = std::min(slot.backoff * 2, options_.dial_backoff_max);
+      logger_->log(
+          status.code() == ErrorCode::kRefused ? spdlog::level::warn : spdlog::level::debug,
+          "dial to {} failed: {}; retrying in {} ms", connection.description(), status.toString(),
+          delay.count());
+      scheduleDialFromLoop(slot, delay);
+      return;
+    }
+    // A refused or duplicate connection that never became the peer's connection.
+    logger_->log(status.code() == ErrorCode::kRefused ? spdlog::level::debug : spdlog::level::warn,
+                 "closing connection from {}: {}", connection.description(), status.toString());
+  }
+
+  void scheduleDialFromLoop(PeerSlot& slot, milliseconds delay) {
+    if (leaving_ || stopped_ || slot.left) return;
+    if (!slot.redial_timer) slot.redial_timer = uv::Timer::create(loop_.uvLoop());
+    const NodeId id = slot.id;
+    slot.redial_timer->startFromLoop(static_cast<uint64_t>(delay.count()), 0,
+                                     [this, id] { dialFromLoop(slots_.at(id)); });
+  }
+
+  void onReleasedFromLoop(Connection& connection) {
+    connections_.erase(&connection);
+    {
+      std::lock_guard lock(mutex_);
+      open_connections_ = connections_.size();
+    }
+    ready_cv_.notify_all();
+  }
+
+  void onQueueChangedFromLoop(Connection& connection) {
+    if (!connection.established) return;
+    auto found = slots_.find(connection.peer);
+    if (found == slots_.end() || found->second.connection != &connection) return;
+    PeerSlot& slot = found->second;
+    const size_t queued = connection.queuedBytes();
+    PeerCounters& counters = *counters_.at(slot.id);
+    counters.queued_bytes = queued;
+    if (!slot.slow && queued >= options_.high_watermark) {
+      slot.slow = true;
+      counters.slow = true;
+      emitFromLoop(
+          {PeerEventKind::kSlow, slot.id,
+           fmt::format("{} bytes queued (high watermark {})", queued, options_.high_watermark)});
+    } else if (slot.slow && queued <= options_.low_watermark) {
+      slot.slow = false;
+      counters.slow = false;
+      emitFromLoop(
+          {PeerEventKind::kDrained, slot.id,
+           fmt::format("{} bytes queued (low watermark {})", queued, options_.low_watermark)});
+    }
+  }
+
+  void heartbeatTickFromLoop() {
+    checkLoopThread();
+    const auto now = Clock::now();
+    SharedFrame heartbeat;
+    std::vector<Connection*> snapshot;
+    snapshot.reserve(connections_.size());
+    for (auto& entry : connections_)
+      snapshot.push_back(entry.first);
+    for (Connection* connection : snapshot) {
+      if (!connection->open() || !connection->established) continue;
+      const auto silent = std::chrono::duration_cast<milliseconds>(now - connection->last_receive);
+      if (silent > options_.peer_timeout) {
+        connection->closeFromLoop(
+            {ErrorCode::kTimeout,
+             fmt::format("no frame from peer {} for {} ms (peer timeout {} ms)", connection->peer,
+                         silent.count(), options_.peer_timeout.count())});
+        continue;
+      }
+      if (now - connection->last_send >= options_.heartbeat_interval) {
+        if (!heartbeat) {
+          const int64_t echo = steadyNowNs();
+          heartbeat = encode(wire::Body::Heartbeat, [echo](flatbuffers::FlatBufferBuilder& b) {
+            return wire::CreateHeartbeat(b, echo).Union();
+          });
+        }
+        connection->writeFromLoop(heartbeat, {});
+      }
+    }
+  }
+
+  void sendFromLoop(NodeId to, const SharedFrame& frame, const SendCallback& done) {
+    checkLoopThread();
+    auto fail = [&](ErrorCode code, std::string message) {
+      if (done) done(to, {code, std::move(message)});
+    };
+    if (stopped_)
+      return fail(ErrorCode::kShutdown, fmt::format("node {} is shutting down", options_.self));
+    auto found = slots_.find(to);
+    if (found == slots_.end()) {
+      return fail(ErrorCode::kNotConnected, fmt::format("peer {} is not a member", to));
+    }
+    Connection* connection = found->second.connection;
+    if (connection == nullptr || !connection->open()) {
+      return fail(ErrorCode::kNotConnected, fmt::format("peer {} is not connected", to));
+    }
+    connection->writeFromLoop(frame, [to, done](const Status& status) {
+      if (done) done(to, status);
+    });
+  }
+
+  void emitFromLoop(const PeerEvent& event) {
+    if (stopped_ || !event_handler_) return;
+    event_handler_(event);
+  }
+
+  void beginLeaveFromLoop(milliseconds linger) {
+    checkLoopThread();
+    leaving_ = true;
+    listener_.reset();
+    std::vector<Connection*> snapshot;
+    for (auto& entry : connections_)
+      snapshot.push_back(entry.first);
+    for (auto& [id, slot] : slots_)
+      slot.redial_timer.reset();
+    for (Connection* connection : snapshot) {
+      if (!connection->open()) continue;
+      if (!connection->established) {
+        connection->closeFromLoop({ErrorCode::kShutdown, "node is shutting down"});
+        continue;
+      }
+      logger_->debug("sending Leave to {}", connection->description());
+      if (!connection->sent_leave) sendLeaveFromLoop(*connection, "node shutting down");
+      connection->armDeadlineFromLoop(
+          linger, {ErrorCode::kShutdown, fmt::format("no Leave from peer {} within {} ms",
+                                                     connection->peer, linger.count())});
+    }
+  }
+
+  void closeAllFromLoop() {
+    checkLoopThread();
+    leaving_ = true;
+    stopped_ = true;
+    listener_.reset();
+    heartbeat_timer_.reset();
+    for (auto& [id, slot] : slots_)
+      slot.redial_timer.reset();
+    std::vector<Connection*> snapshot;
+    for (auto& entry : connections_)
+      snapshot.push_back(entry.first);
+    for (Connection* connection : snapshot) {
+      connection->closeFromLoop({ErrorCode::kShutdown, "node shut down"});
+    }
+    // Closures still queued run inside stopFromLoop and see stopped_.
+    loop_.stopFromLoop();
+  }
+
+  FrameLimits limits_;
+  EventLoop loop_;
+  const std::set<NodeId> members_;
+  std::map<NodeId, std::unique_ptr<PeerCounters>> counters_;  // fixed after construction
+  std::atomic<uint64_t> next_sequence_{1};
+  std::atomic<uint16_t> port_{0};
+  std::atomic<bool> running_{false};
+
+  mutable std::mutex mutex_;  // guards the fields below it up to the loop-only section
+  std::condition_variable ready_cv_;
+  std::set<NodeId> expected_;
+  std::set<NodeId> connected_;
+  std::map<NodeId, std::string> last_reason_;
+  size_t open_connections_ = 0;
+
+  std::mutex shutdown_mutex_;
+  bool shut_down_ = false;
+  int loop_close_result_ = 0;
+
+  // Loop thread only.
+  std::map<NodeId, PeerSlot> slots_;
+  std::unordered_map<Connection*, std::unique_ptr<Connection>> connections_;
+  uv::HandlePtr<uv::Tcp> listener_;
+  uv::HandlePtr<uv::Timer> heartbeat_timer_;
+  std::map<wire::Body, MessageHandler> handlers_;
+  EventHandler event_handler_;
+  bool leaving_ = false;
+  bool stopped_ = false;
+};
+
+Node::Node(NodeOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+Node::~Node() = default;
+void Node::setHandler(wire::Body type, MessageHandler handler) {
+  impl_->setHandler(type, std::move(handler));
+}
+void Node::setEventHandler(EventHandler handler) {
+  impl_->setEventHandler(std::move(handler));
+}
+Status Node::listen() {
+  return impl_->listen();
+}
+uint16_t Node::port() const {
+  return impl_->port();
+}
+Status Node::connect(std::vector<PeerAddress> peers) {
+  return impl_->connect(std::move(peers));
+}
+Status Node::waitClusterReady() {
+  return impl_->waitClusterReady(impl_->options_.cluster_ready_timeout);
+}
+Status Node::waitClusterReady(std::chrono::milliseconds timeout) {
+  return impl_->waitClusterReady(timeout);
+}
+SharedFrame Node::encode(wire::Body type, const BodyWriter& write_body, size_t size_hint) {
+  return impl_->encode(type, write_body, size_hint);
+}
+void Node::send(NodeId to, const SharedFrame& frame, const SendCallback& done) {
+  impl_->send(to, frame, done);
+}
+void Node::broadcast(const std::vector<NodeId>& to, const SharedFrame& frame,
+                     const SendCallback& done) {
+  impl_->broadcast(to, frame, done);
+}
+bool Node::post(std::function<void()> fn) {
+  return impl_->post(std::move(fn));
+}
+bool Node::onLoopThread() const {
+  return impl_->onLoopThread();
+}
+PeerStats Node::stats(NodeId peer) const {
+  return impl_->stats(peer);
+}
+std::vector<NodeId> Node::connectedPeers() const {
+  return impl_->connectedPeers();
+}
+void Node::shutdown(std::chrono::milliseconds linger) {
+  impl_->shutdown(linger);
+}
+int Node::loopCloseResult() const {
+  return impl_->loopCloseResult();
+}
+NodeId Node::id() const {
+  return impl_->options_.self;
+}
+const NodeOptions& Node::options() const {
+  return impl_->options_;
+}
+spdlog::logger& Node::logger() const {
+  return *impl_->logger_;
+}
+
+}  // namespace chorus::node

@@ -1,0 +1,162 @@
+// The peer runtime: one node of a chorus cluster. Owns a loop thread (libuv), a listener,
+// one TCP connection per peer, framing, the handshake, heartbeats and backpressure.
+// Thread model and error policy: docs/threading.md, docs/errors.md.
+#pragma once
+
+#include <spdlog/common.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "chorus/chorus_generated.h"
+#include "node/frame.h"
+#include "node/protocol.h"
+#include "node/status.h"
+
+namespace spdlog {
+class logger;
+}
+
+namespace chorus::node {
+
+// Where a peer listens.
+struct PeerAddress {
+  NodeId id = 0;
+  std::string host;  // IPv4/IPv6 literal or a resolvable name ("localhost")
+  uint16_t port = 0;
+};
+
+// Everything a node needs to know; tests shrink the timings to reach edge cases quickly.
+struct NodeOptions {
+  std::string cluster;  // cluster name; peers with another name are refused
+  NodeId self = 0;      // this node's id
+  std::string listen_host = "127.0.0.1";
+  uint16_t listen_port = 0;     // 0 picks a free port (read it back with port())
+  std::vector<NodeId> members;  // every id of the cluster (self included)
+  uint32_t max_frame_bytes = 256u << 20;
+  uint32_t max_verifier_depth = 64;
+  uint32_t max_verifier_tables = 1'000'000;
+  std::chrono::milliseconds connect_timeout{5000};         // one TCP connect attempt
+  std::chrono::milliseconds handshake_timeout{5000};       // Hello..Welcome on a new connection
+  std::chrono::milliseconds heartbeat_interval{500};       // heartbeat when nothing else was sent
+  std::chrono::milliseconds peer_timeout{5000};            // silence after which a peer is down
+  std::chrono::milliseconds cluster_ready_timeout{30000};  // default for waitClusterReady()
+  std::chrono::milliseconds dial_backoff_initial{50};
+  std::chrono::milliseconds dial_backoff_max{2000};
+  size_t high_watermark = 64u << 20;  // queued bytes at which a peer becomes slow
+  size_t low_watermark = 16u << 20;   // queued bytes at which a slow peer is drained
+  spdlog::level::level_enum log_level = spdlog::level::info;
+  std::vector<spdlog::sink_ptr> log_sinks;  // empty: stderr
+};
+
+// Checks the options; an error names the offending field.
+Status validateOptions(const NodeOptions& options);
+
+enum class PeerEventKind {
+  kUp,       // handshake completed (again)
+  kDown,     // connection lost: closed, timed out, or closed by us after a bad frame
+  kLeft,     // the peer said Leave: an orderly departure, not a failure
+  kRefused,  // a handshake with this peer was refused (by it or by us); reason says why
+  kSlow,     // queued bytes to the peer reached the high watermark
+  kDrained,  // queued bytes to a slow peer fell to the low watermark
+};
+const char* peerEventName(PeerEventKind kind);
+
+// A membership or flow-control event for the layer above.
+struct PeerEvent {
+  PeerEventKind kind = PeerEventKind::kUp;
+  NodeId peer = 0;
+  std::string reason;  // why (empty for kUp)
+};
+
+// Counters per peer, readable from any thread.
+struct PeerStats {
+  bool connected = false;
+  bool slow = false;
+  uint64_t bytes_in = 0;
+  uint64_t bytes_out = 0;
+  uint64_t frames_in = 0;
+  uint64_t frames_out = 0;
+  uint64_t queued_bytes = 0;
+  uint64_t times_up = 0;  // completed handshakes
+};
+
+// Runs on the loop thread with the sender and the verified Envelope (valid during the call).
+using MessageHandler = std::function<void(NodeId from, const wire::Envelope& envelope)>;
+// Runs on the loop thread.
+using EventHandler = std::function<void(const PeerEvent& event)>;
+// Fires exactly once per (frame, peer): ok once the bytes were handed to the kernel, else why
+// not. Runs on the loop thread, or on the caller's thread when the node is not running.
+using SendCallback = std::function<void(NodeId peer, const Status& status)>;
+
+class Node {
+ public:
+  explicit Node(NodeOptions options);
+  // Shuts down (without lingering) when still running.
+  ~Node();
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  // Sets the handler for one body type, replacing any earlier one. Before listen() or from
+  // any thread after (then it takes effect on the loop thread).
+  void setHandler(wire::Body type, MessageHandler handler);
+  // Sets the membership/flow-control event handler; same threading as setHandler().
+  void setEventHandler(EventHandler handler);
+
+  // Binds the listener and starts the loop thread; port() then returns the bound port.
+  Status listen();
+  // Bound port (0 before listen()).
+  uint16_t port() const;
+  // Names the peers this node must be connected to: the ones with a higher id are dialed
+  // (with capped exponential backoff, again after every loss); the others are expected to
+  // dial us. Call once, after listen().
+  Status connect(std::vector<PeerAddress> peers);
+  // Blocks until every peer given to connect() is connected, or `timeout`; the error lists
+  // the peers still missing and the last reason seen for each.
+  Status waitClusterReady(std::chrono::milliseconds timeout);
+  // Same, with options().cluster_ready_timeout.
+  Status waitClusterReady();
+
+  // Serializes one frame on the calling thread (header filled by the node, with a fresh
+  // sequence number). Share the result between send()/broadcast() calls.
+  SharedFrame encode(wire::Body type, const BodyWriter& write_body, size_t size_hint = 0);
+  // Queues a frame for one peer; any thread. `done` fires exactly once.
+  void send(NodeId to, const SharedFrame& frame, const SendCallback& done = {});
+  // Queues the same frame (one buffer) for each peer; `done` fires exactly once per peer.
+  void broadcast(const std::vector<NodeId>& to, const SharedFrame& frame,
+                 const SendCallback& done = {});
+  // Runs `fn` on the loop thread; false when the node no longer runs (fn is dropped).
+  bool post(std::function<void()> fn);
+  // True on this node's loop thread.
+  bool onLoopThread() const;
+
+  // Counters for one peer; any thread.
+  PeerStats stats(NodeId peer) const;
+  // Peers with an established connection, sorted; any thread.
+  std::vector<NodeId> connectedPeers() const;
+
+  // Orderly shutdown: sends Leave to every connected peer, waits up to `linger` for them to
+  // answer or close, then closes everything and joins the loop thread. Idempotent; never on
+  // the loop thread.
+  void shutdown(std::chrono::milliseconds linger = std::chrono::milliseconds(2000));
+  // uv_loop_close()'s result after shutdown() (0 means every handle was closed).
+  int loopCloseResult() const;
+
+  // This node's id.
+  NodeId id() const;
+  // The options the node runs with.
+  const NodeOptions& options() const;
+  // The node's logger (its name carries the node id).
+  spdlog::logger& logger() const;
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace chorus::node

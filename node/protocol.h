@@ -1,0 +1,15 @@
+// Constants every chorus peer must agree on.
+#pragma once
+
+#include <cstdint>
+
+namespace chorus::node {
+
+// A node's id in its cluster (the topology file's node id).
+using NodeId = uint32_t;
+
+// Bumped when the wire format changes in a way the schema evolution rule cannot absorb;
+// peers with another version are refused at Hello (docs/wire-format.md).
+inline constexpr uint32_t kProtocolVersion = 1;
+
+}  // namespace chorus::node

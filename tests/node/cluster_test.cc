@@ -1,0 +1,493 @@
+// Several nodes in one process (threads) and one node in a child process killed for real.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "node/node.h"
+#include "node/ping_exchange.h"
+#include "tests/node/test_util.h"
+
+namespace chorus::node {
+namespace testing {
+
+// Child mode of test_node: argv = cluster, self, member count, then "id:port" per peer to dial.
+// Runs one node until a signal ends the process.
+int runChildNode(int argc, char** argv) {
+  if (argc < 3) return 2;
+  const std::string cluster = argv[0];
+  const auto self = static_cast<NodeId>(std::stoul(argv[1]));
+  const auto count = static_cast<NodeId>(std::stoul(argv[2]));
+  std::vector<NodeId> members;
+  for (NodeId id = 0; id < count; ++id)
+    members.push_back(id);
+  NodeOptions options = fastOptions(cluster, self, members);
+  options.peer_timeout = 600ms;
+  options.log_level = spdlog::level::warn;
+  std::vector<PeerAddress> peers;
+  for (int i = 3; i < argc; ++i) {
+    const std::string spec = argv[i];
+    const auto colon = spec.find(':');
+    peers.push_back({static_cast<NodeId>(std::stoul(spec.substr(0, colon))), "127.0.0.1",
+                     static_cast<uint16_t>(std::stoul(spec.substr(colon + 1)))});
+  }
+  Node node(options);
+  if (!node.listen().ok() || !node.connect(peers).ok()) return 3;
+  for (;;)
+    pause();  // runs until the parent test stops or kills this process
+}
+
+}  // namespace testing
+
+namespace {
+
+using namespace testing;
+using namespace std::chrono_literals;
+
+std::vector<NodeId> range(NodeId n) {
+  std::vector<NodeId> ids;
+  for (NodeId i = 0; i < n; ++i)
+    ids.push_back(i);
+  return ids;
+}
+
+TEST(Cluster, EightNodesConnectFullyAndExchangeMessages) {
+  constexpr NodeId kNodes = 8;
+  constexpr uint32_t kPings = 5;
+  // Declared before the nodes, so they outlive every handler that points at them.
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::map<NodeId, uint64_t> sequences;
+  std::vector<std::unique_ptr<EventRecorder>> events;
+  std::vector<std::unique_ptr<Node>> nodes;
+  std::vector<std::unique_ptr<PingExchange>> exchanges;
+  for (NodeId i = 0; i < kNodes; ++i) {
+    NodeOptions o = fastOptions("octet", i, range(kNodes));
+    o.peer_timeout = 5s;
+    o.log_level = spdlog::level::warn;
+    nodes.push_back(std::make_unique<Node>(o));
+    events.push_back(std::make_unique<EventRecorder>());
+    events.back()->attach(*nodes.back());
+    std::vector<NodeId> peers;
+    for (NodeId j = 0; j < kNodes; ++j) {
+      if (j != i) peers.push_back(j);
+    }
+    PingOptions ping;
+    ping.pings_per_peer = kPings;
+    ping.payload_bytes = 4096;
+    exchanges.push_back(std::make_unique<PingExchange>(*nodes.back(), peers, ping));
+    // Handlers are set before listen(), so no frame can arrive before them.
+    nodes.back()->setHandler(wire::Body::Tensor, [&, i](NodeId from, const wire::Envelope& e) {
+      EXPECT_EQ(from, 0u);
+      EXPECT_EQ(e.body_as_Tensor()->values()->size(), 1000u);
+      std::lock_guard lock(mutex);
+      sequences[i] = e.header()->sequence();
+      changed.notify_all();
+    });
+    ASSERT_TRUE(nodes.back()->listen().ok());
+  }
+  for (NodeId i = 0; i < kNodes; ++i) {
+    std::vector<PeerAddress> peers;
+    for (NodeId j = 0; j < kNodes; ++j) {
+      if (j != i) peers.push_back({j, "127.0.0.1", nodes[j]->port()});
+    }
+    ASSERT_TRUE(nodes[i]->connect(peers).ok());
+  }
+  for (auto& node : nodes) {
+    const Status ready = node->waitClusterReady();  // options' cluster_ready_timeout
+    ASSERT_TRUE(ready.ok()) << ready.message();
+    EXPECT_EQ(node->connectedPeers().size(), kNodes - 1);
+  }
+  std::vector<PingReport> reports(kNodes);
+  std::vector<std::thread> threads;
+  for (NodeId i = 0; i < kNodes; ++i) {
+    threads.emplace_back([&, i] { reports[i] = exchanges[i]->run(); });
+  }
+  for (auto& t : threads)
+    t.join();
+  for (NodeId i = 0; i < kNodes; ++i) {
+    ASSERT_TRUE(reports[i].status.ok()) << "node " << i << ": " << reports[i].status.message();
+    ASSERT_EQ(reports[i].peers.size(), kNodes - 1);
+    for (const auto& peer : reports[i].peers) {
+      EXPECT_EQ(peer.pongs_verified, kPings);
+      EXPECT_EQ(peer.pings_answered, kPings);
+      EXPECT_GT(peer.rtt_mean_us, 0.0);
+    }
+  }
+  // A broadcast is serialized once: every neighbor receives the same sequence number.
+  std::vector<float> values(1000, 0.25f);
+  auto frame = nodes[0]->encode(wire::Body::Tensor, [&](flatbuffers::FlatBufferBuilder& b) {
+    return wire::CreateTensorDirect(b, 3, &values).Union();
+  });
+  std::vector<NodeId> neighbors;
+  for (NodeId j = 1; j < kNodes; ++j)
+    neighbors.push_back(j);
+  nodes[0]->broadcast(neighbors, frame);
+  {
+    std::unique_lock lock(mutex);
+    ASSERT_TRUE(changed.wait_for(lock, kSoon, [&] { return sequences.size() == kNodes - 1; }));
+    for (const auto& [id, sequence] : sequences)
+      EXPECT_EQ(sequence, frame->sequence()) << id;
+  }
+  exchanges.clear();
+  threads.clear();
+  for (auto& node : nodes)
+    threads.emplace_back([&node] { node->shutdown(3s); });
+  for (auto& t : threads)
+    t.join();
+  for (NodeId i = 0; i < kNodes; ++i) {
+    EXPECT_EQ(nodes[i]->loopCloseResult(), 0);
+    // Read after shutdown: the last Pongs' writes have completed by then.
+    for (NodeId j = 0; j < kNodes; ++j) {
+      if (j == i) continue;
+      const PeerStats stats = nodes[i]->stats(j);
+      EXPECT_FALSE(stats.connected);
+      EXPECT_GE(stats.frames_out, 2 * kPings);  // pings + pongs (+ heartbeats, Leave)
+      EXPECT_GE(stats.bytes_out, 2 * kPings * 4096);
+      EXPECT_GE(stats.frames_in, 2 * kPings);
+      EXPECT_GE(stats.bytes_in, 2 * kPings * 4096);
+    }
+    for (NodeId j = 0; j < kNodes; ++j) {
+      if (j == i) continue;
+      EXPECT_EQ(events[i]->count(PeerEventKind::kUp, j), 1u) << i << " -> " << j;
+      EXPECT_EQ(events[i]->count(PeerEventKind::kDown, j), 0u) << i << " -> " << j;
+    }
+  }
+}
+
+TEST(Cluster, ReadyErrorNamesMissingPeers) {
+  // A port that was free a moment ago: nothing listens there.
+  uint16_t dead_port = 0;
+  {
+    Node probe(fastOptions("delta", 9, {9}));
+    ASSERT_TRUE(probe.listen().ok());
+    dead_port = probe.port();
+    probe.shutdown(0ms);
+  }
+  NodeOptions o = fastOptions("delta", 1, {0, 1, 2});
+  o.log_level = spdlog::level::err;
+  Node node(o);
+  ASSERT_TRUE(node.listen().ok());
+  // Node 0 should dial us (it never does); we dial node 2, where nothing listens.
+  ASSERT_TRUE(node.connect({{0, "", 0}, {2, "127.0.0.1", dead_port}}).ok());
+  const Status ready = node.waitClusterReady(300ms);
+  EXPECT_EQ(ready.code(), ErrorCode::kTimeout);
+  EXPECT_NE(ready.message().find("2 of 2 peers missing"), std::string::npos) << ready.message();
+  EXPECT_NE(ready.message().find("peer 0 (no attempt seen yet)"), std::string::npos)
+      << ready.message();
+  EXPECT_NE(ready.message().find("peer 2 (io: connect to peer 2"), std::string::npos)
+      << ready.message();
+  EXPECT_NE(ready.message().find("ECONNREFUSED"), std::string::npos) << ready.message();
+  node.shutdown(100ms);
+  EXPECT_EQ(node.loopCloseResult(), 0);
+}
+
+TEST(Cluster, OptionsAreValidated) {
+  NodeOptions o = fastOptions("x", 5, {0, 1});
+  Node node(o);
+  const Status status = node.listen();
+  EXPECT_EQ(status.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("own id 5"), std::string::npos);
+  o = fastOptions("x", 0, {0, 1});
+  o.low_watermark = o.high_watermark + 1;
+  EXPECT_EQ(validateOptions(o).code(), ErrorCode::kInvalidArgument);
+  o = fastOptions("x", 0, {0, 1});
+  ASSERT_TRUE(validateOptions(o).ok());
+  Node ok(o);
+  ASSERT_TRUE(ok.listen().ok());
+  EXPECT_EQ(ok.connect({{7, "127.0.0.1", 1}}).code(), ErrorCode::kInvalidArgument);
+  ok.shutdown();
+}
+
+// Two connected nodes, lower id dials.
+struct Pair {
+  explicit Pair(
+      const std::string& cluster,
+      const std::function<void(NodeOptions&)>& tune = [](NodeOptions&) {}) {
+    NodeOptions lo = fastOptions(cluster, 0, {0, 1, 2});
+    lo.log_level = spdlog::level::warn;
+    tune(lo);
+    NodeOptions hi = fastOptions(cluster, 1, {0, 1, 2});
+    hi.log_level = spdlog::level::warn;
+    tune(hi);
+    low = std::make_unique<Node>(lo);
+    high = std::make_unique<Node>(hi);
+    low_events.attach(*low);
+    high_events.attach(*high);
+    EXPECT_TRUE(low->listen().ok());
+    EXPECT_TRUE(high->listen().ok());
+    EXPECT_TRUE(low->connect({{1, "127.0.0.1", high->port()}}).ok());
+    EXPECT_TRUE(high->connect({{0, "", 0}}).ok());
+    EXPECT_TRUE(low->waitClusterReady(kSoon).ok());
+    EXPECT_TRUE(high->waitClusterReady(kSoon).ok());
+  }
+  // Recorders first: members are destroyed in reverse order, so they outlive the nodes.
+  EventRecorder low_events;
+  EventRecorder high_events;
+  std::unique_ptr<Node> low;
+  std::unique_ptr<Node> high;
+};
+
+TEST(Cluster, HeartbeatsKeepAnIdleConnectionAlive) {
+  Pair pair("lambda", [](NodeOptions& o) {
+    o.heartbeat_interval = 20ms;
+    o.peer_timeout = 150ms;
+  });
+  const uint64_t frames_before = pair.low->stats(1).frames_in;
+  // Idle for four peer timeouts: only heartbeats flow, and nobody is declared down.
+  EXPECT_FALSE(pair.low_events.waitFor(PeerEventKind::kDown, 1, 1, 600ms));
+  EXPECT_EQ(pair.high_events.count(PeerEventKind::kDown, 0), 0u);
+  EXPECT_GE(pair.low->stats(1).frames_in, frames_before + 10);
+  EXPECT_TRUE(pair.low->stats(1).connected);
+  pair.low->shutdown(1s);
+  pair.high->shutdown(1s);
+  EXPECT_EQ(pair.low->loopCloseResult(), 0);
+  EXPECT_EQ(pair.high->loopCloseResult(), 0);
+}
+
+TEST(Cluster, OrderlyShutdownIsReportedAsLeaveNotDown) {
+  Pair pair("epsilon");
+  pair.high->shutdown(2s);
+  EXPECT_EQ(pair.high->loopCloseResult(), 0);
+  ASSERT_TRUE(pair.low_events.waitFor(PeerEventKind::kLeft, 1));
+  EXPECT_NE(pair.low_events.lastReason(PeerEventKind::kLeft, 1).find("node shutting down"),
+            std::string::npos);
+  EXPECT_EQ(pair.low_events.count(PeerEventKind::kDown, 1), 0u);
+  EXPECT_EQ(pair.high_events.count(PeerEventKind::kLeft, 0), 1u);  // the acknowledgement
+  pair.low->shutdown(1s);
+  EXPECT_EQ(pair.low->loopCloseResult(), 0);
+}
+
+TEST(Cluster, PeerDownThenUpWhenItReturns) {
+  Pair pair("zeta");
+  const uint16_t port = pair.high->port();
+  pair.high->shutdown(0ms);  // abrupt: no Leave, the socket just closes
+  ASSERT_TRUE(pair.low_events.waitFor(PeerEventKind::kDown, 1));
+  EXPECT_FALSE(pair.low->stats(1).connected);
+  NodeOptions hi = fastOptions("zeta", 1, {0, 1, 2});
+  hi.listen_port = port;
+  hi.log_level = spdlog::level::warn;
+  Node again(hi);
+  ASSERT_TRUE(again.listen().ok());
+  ASSERT_TRUE(again.connect({{0, "", 0}}).ok());
+  ASSERT_TRUE(pair.low_events.waitFor(PeerEventKind::kUp, 1, 2));  // redialed with backoff
+  ASSERT_TRUE(again.waitClusterReady(kSoon).ok());
+  EXPECT_EQ(pair.low->stats(1).times_up, 2u);
+  again.shutdown(1s);
+  pair.low->shutdown(1s);
+  EXPECT_EQ(again.loopCloseResult(), 0);
+  EXPECT_EQ(pair.low->loopCloseResult(), 0);
+}
+
+TEST(Cluster, EverySendCallbackFiresExactlyOnce) {
+  Pair pair("eta");
+  CallbackLedger ledger;
+  std::atomic<int> ok_count{0};
+  auto frame = pair.low->encode(wire::Body::Ping, [](flatbuffers::FlatBufferBuilder& b) {
+    return wire::CreatePingDirect(b, 1, nullptr).Union();
+  });
+  auto track = [&](const std::string& name, ErrorCode expected, bool strict) {
+    auto fired = ledger.expect(name);
+    return [&, fired, expected, strict, name](NodeId, const Status& status) {
+      if (status.ok()) ok_count++;
+      if (strict) {
+        EXPECT_EQ(status.code(), expected) << name << ": " << status.toString();
+      }
+      fired();
+    };
+  };
+  for (int i = 0; i < 200; ++i)
+    pair.low->send(1, frame, track("ok" + std::to_string(i), ErrorCode::kOk, true));
+  pair.low->send(2, frame, track("unconnected", ErrorCode::kNotConnected, true));
+  pair.low->send(9, frame, track("non-member", ErrorCode::kNotConnected, true));
+  pair.low->broadcast({1, 2}, frame,
+                      [&, a = ledger.expect("bcast1"), b = ledger.expect("bcast2")](
+                          NodeId peer, const Status& status) {
+                        if (peer == 1) {
+                          EXPECT_TRUE(status.ok());
+                          a();
+                        } else {
+                          EXPECT_EQ(status.code(), ErrorCode::kNotConnected);
+                          b();
+                        }
+                      });
+  ASSERT_TRUE(ledger.waitAll());
+  // Sends racing with shutdown: each completes exactly once, whatever the outcome.
+  std::atomic<bool> stop{false};
+  std::thread sender([&] {
+    for (int i = 0; i < 500 && !stop; ++i) {
+      pair.low->send(1, frame, track("race" + std::to_string(i), ErrorCode::kOk, false));
+    }
+  });
+  pair.low->shutdown(0ms);
+  stop = true;
+  sender.join();
+  pair.low->send(1, frame, track("after-shutdown", ErrorCode::kShutdown, true));
+  ASSERT_TRUE(ledger.waitAll());
+  EXPECT_EQ(ledger.problems(), "");
+  EXPECT_GE(ok_count.load(), 200);
+  EXPECT_EQ(pair.low->loopCloseResult(), 0);
+  pair.high->shutdown(0ms);
+  EXPECT_EQ(pair.high->loopCloseResult(), 0);
+}
+
+TEST(Cluster, LedgerFailsWhenACallbackNeverFires) {
+  CallbackLedger ledger;
+  auto fire_twice = ledger.expect("twice");
+  (void)ledger.expect("never");
+  fire_twice();
+  fire_twice();
+  EXPECT_FALSE(ledger.waitAll(20ms));
+  EXPECT_EQ(ledger.problems(), "never fired 0 times; twice fired 2 times; ");
+}
+
+TEST(Cluster, BackpressureRaisesSlowThenDrained) {
+  NodeOptions o = fastOptions("theta", 1, {0, 1});
+  o.peer_timeout = 30s;  // the raw peer sends no heartbeats
+  o.high_watermark = 1 << 20;
+  o.low_watermark = 256 << 10;
+  o.log_level = spdlog::level::warn;
+  EventRecorder events;  // outlives the node
+  Node node(o);
+  events.attach(node);
+  ASSERT_TRUE(node.listen().ok());
+  ASSERT_TRUE(node.connect({{0, "", 0}}).ok());
+  RawPeer raw(node.port());
+  ASSERT_TRUE(raw.handshake("theta", 0));
+  ASSERT_TRUE(node.waitClusterReady(kSoon).ok());
+  constexpr int kFrames = 32;
+  std::vector<float> values(256 * 1024);  // 1 MiB
+  auto frame = node.encode(
+      wire::Body::Tensor,
+      [&](flatbuffers::FlatBufferBuilder& b) {
+        return wire::CreateTensorDirect(b, 5, &values).Union();
+      },
+      values.size() * sizeof(float));
+  CallbackLedger ledger;
+  for (int i = 0; i < kFrames; ++i) {
+    auto fired = ledger.expect("tensor" + std::to_string(i));
+    node.send(0, frame, [fired](NodeId, const Status& status) {
+      EXPECT_TRUE(status.ok()) << status.toString();
+      fired();
+    });
+  }
+  ASSERT_TRUE(events.waitFor(PeerEventKind::kSlow, 0));
+  EXPECT_NE(events.lastReason(PeerEventKind::kSlow, 0).find("high watermark 1048576"),
+            std::string::npos);
+  EXPECT_TRUE(node.stats(0).slow);
+  int tensors = 0;
+  while (tensors < kFrames) {
+    auto envelope = raw.readFrame();
+    ASSERT_TRUE(envelope.has_value());
+    const auto* e = &envelopeOf(envelope->data());
+    if (e->body_type() == wire::Body::Tensor) {
+      ASSERT_EQ(e->body_as_Tensor()->values()->size(), values.size());
+      ++tensors;
+    }
+  }
+  ASSERT_TRUE(events.waitFor(PeerEventKind::kDrained, 0));
+  EXPECT_FALSE(node.stats(0).slow);
+  ASSERT_TRUE(ledger.waitAll());
+  EXPECT_EQ(ledger.problems(), "");
+  // While the sends were still arriving the queue may have crossed the watermarks more than
+  // once; the events must alternate slow, drained, ... and end drained.
+  std::vector<PeerEventKind> flow;
+  for (const auto& e : events.events()) {
+    if (e.kind == PeerEventKind::kSlow || e.kind == PeerEventKind::kDrained) flow.push_back(e.kind);
+  }
+  ASSERT_FALSE(flow.empty());
+  for (size_t i = 0; i < flow.size(); ++i) {
+    EXPECT_EQ(flow[i], i % 2 == 0 ? PeerEventKind::kSlow : PeerEventKind::kDrained) << i;
+  }
+  EXPECT_EQ(flow.back(), PeerEventKind::kDrained);
+  node.shutdown(200ms);
+  EXPECT_EQ(node.loopCloseResult(), 0);
+}
+
+// Starts test_node itself as node 0 in a child process.
+pid_t spawnChildNode(const std::string& cluster, NodeId self, NodeId members,
+                     const std::vector<std::string>& peers) {
+  std::vector<std::string> args = {"/proc/self/exe", "--chorus-child-node", cluster,
+                                   std::to_string(self), std::to_string(members)};
+  args.insert(args.end(), peers.begin(), peers.end());
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the test
+    if (getppid() != parent) _exit(4);
+    std::vector<char*> argv;
+    for (auto& a : args)
+      argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv("/proc/self/exe", argv.data());
+    _exit(5);
+  }
+  return pid;
+}
+
+TEST(Cluster, ChildProcessStoppedThenKilledIsReportedDown) {
+  constexpr auto kPeerTimeout = 600ms;
+  std::vector<std::unique_ptr<EventRecorder>> events;  // outlives the nodes
+  std::vector<std::unique_ptr<Node>> nodes;
+  for (NodeId id : {1u, 2u}) {
+    NodeOptions o = fastOptions("kappa", id, {0, 1, 2});
+    o.peer_timeout = kPeerTimeout;
+    o.log_level = spdlog::level::warn;
+    nodes.push_back(std::make_unique<Node>(o));
+    events.push_back(std::make_unique<EventRecorder>());
+    events.back()->attach(*nodes.back());
+    ASSERT_TRUE(nodes.back()->listen().ok());
+  }
+  ASSERT_TRUE(nodes[0]->connect({{0, "", 0}, {2, "127.0.0.1", nodes[1]->port()}}).ok());
+  ASSERT_TRUE(nodes[1]->connect({{0, "", 0}, {1, "", 0}}).ok());
+  const pid_t child = spawnChildNode(
+      "kappa", 0, 3,
+      {"1:" + std::to_string(nodes[0]->port()), "2:" + std::to_string(nodes[1]->port())});
+  ASSERT_GT(child, 0);
+  for (auto& node : nodes)
+    ASSERT_TRUE(node->waitClusterReady(kSoon).ok());
+
+  // Frozen: the sockets stay open but silent, so only the heartbeat timeout can notice.
+  ASSERT_EQ(kill(child, SIGSTOP), 0);
+  auto start = std::chrono::steady_clock::now();
+  for (auto& e : events)
+    ASSERT_TRUE(e->waitFor(PeerEventKind::kDown, 0, 1));
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_LT(elapsed, kPeerTimeout + 1s);
+  for (auto& e : events) {
+    EXPECT_NE(e->lastReason(PeerEventKind::kDown, 0).find("no frame from peer 0"),
+              std::string::npos);
+  }
+
+  // Thawed: it notices its closed connections and redials.
+  ASSERT_EQ(kill(child, SIGCONT), 0);
+  for (auto& e : events)
+    ASSERT_TRUE(e->waitFor(PeerEventKind::kUp, 0, 2));
+
+  // Killed for real: the kernel closes its sockets; peers see it within the timeout.
+  ASSERT_EQ(kill(child, SIGKILL), 0);
+  start = std::chrono::steady_clock::now();
+  for (auto& e : events)
+    ASSERT_TRUE(e->waitFor(PeerEventKind::kDown, 0, 2));
+  elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_LT(elapsed, kPeerTimeout);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  // The survivors still talk to each other.
+  EXPECT_TRUE(nodes[0]->stats(2).connected);
+  for (auto& node : nodes) {
+    node->shutdown(1s);
+    EXPECT_EQ(node->loopCloseResult(), 0);
+  }
+}
+
+}  // namespace
+}  // namespace chorus::node

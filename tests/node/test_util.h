@@ -1,0 +1,115 @@
+// Helpers shared by the node tests: event recording, log capture, a raw blocking socket peer,
+// and a ledger that fails a test when a callback fires zero or several times.
+#pragma once
+
+#include <spdlog/sinks/base_sink.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "node/frame.h"
+#include "node/node.h"
+
+namespace chorus::node::testing {
+
+using namespace std::chrono_literals;
+
+// Generous upper bound for anything that should happen "soon" on loopback.
+inline constexpr std::chrono::milliseconds kSoon = 10s;
+
+// Options with short timings so failure paths are reached quickly.
+NodeOptions fastOptions(const std::string& cluster, NodeId self, std::vector<NodeId> members);
+
+// Records a node's events (set as its event handler) and lets a test wait for one.
+class EventRecorder {
+ public:
+  // Installs this recorder as `node`'s event handler.
+  void attach(Node& node);
+  // Waits until `count` events of `kind` for `peer` were seen.
+  bool waitFor(PeerEventKind kind, NodeId peer, size_t count = 1,
+               std::chrono::milliseconds timeout = kSoon);
+  size_t count(PeerEventKind kind, NodeId peer) const;
+  // Reason of the last event of that kind for that peer ("" when none).
+  std::string lastReason(PeerEventKind kind, NodeId peer) const;
+  std::vector<PeerEvent> events() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<PeerEvent> events_;
+};
+
+// A spdlog sink keeping every formatted line, for asserting what a node logged.
+class LogCapture : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  // True once a line containing every one of `parts` was logged (waits up to `timeout`).
+  bool waitForLine(const std::vector<std::string>& parts,
+                   std::chrono::milliseconds timeout = kSoon);
+  std::string all();
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& message) override;
+  void flush_() override {}
+
+ private:
+  std::condition_variable_any changed_;
+  std::vector<std::string> lines_;
+};
+
+// A blocking TCP client on 127.0.0.1 that speaks raw bytes, for malformed-input tests.
+class RawPeer {
+ public:
+  explicit RawPeer(uint16_t port);
+  ~RawPeer();
+  RawPeer(const RawPeer&) = delete;
+  RawPeer& operator=(const RawPeer&) = delete;
+
+  bool connected() const { return fd_ >= 0; }
+  void sendBytes(const void* data, size_t size);
+  void sendFrame(const SharedFrame& frame) { sendBytes(frame->data(), frame->size()); }
+  // Stops sending (FIN), keeps reading.
+  void shutdownWrite();
+  // The next whole frame (prefix included), or nullopt on EOF/timeout. Read it with
+  // envelopeOf() after verifyFrame().
+  std::optional<std::vector<uint8_t>> readFrame(std::chrono::milliseconds timeout = kSoon);
+  // True when the other side closed within `timeout` (frames before EOF are skipped).
+  bool waitClosed(std::chrono::milliseconds timeout = kSoon);
+  // Sends Hello as `id` and expects Welcome; false otherwise.
+  bool handshake(const std::string& cluster, NodeId id, uint32_t version = kProtocolVersion);
+
+ private:
+  // Reads exactly `size` bytes; false on EOF, error or timeout.
+  bool readExact(uint8_t* out, size_t size, std::chrono::steady_clock::time_point deadline);
+  int fd_ = -1;
+};
+
+// A frame with an explicit header, as a peer with id `sender` would write it.
+SharedFrame makeFrame(NodeId sender, const std::string& cluster, wire::Body type,
+                      const BodyWriter& write_body, uint64_t sequence = 1);
+SharedFrame makeHello(const std::string& cluster, NodeId id, uint32_t version = kProtocolVersion);
+SharedFrame makePing(NodeId sender, const std::string& cluster, uint64_t nonce,
+                     size_t payload_bytes = 16);
+
+// Tracks callbacks by name; allFiredOnce() fails unless each fired exactly once.
+class CallbackLedger {
+ public:
+  // Registers an expected callback and returns a function that records it firing.
+  std::function<void()> expect(const std::string& name);
+  // Waits until every expected callback fired at least once.
+  bool waitAll(std::chrono::milliseconds timeout = kSoon);
+  // Empty when every callback fired exactly once; otherwise a description of the offenders.
+  std::string problems() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::map<std::string, int> fired_;
+};
+
+}  // namespace chorus::node::testing
