@@ -53,6 +53,7 @@ struct Child {
   uv_pipe_t pipes[2]{};  // 0: stdout, 1: stderr
   std::string partial[2];
   bool running = false;
+  int open_pipes = 0;  // the outcome is reported once the child exited and both pipes ended
 };
 
 // The launch as a whole; every method runs on the one thread that runs the private loop.
@@ -156,6 +157,7 @@ class Cluster {
       return;
     }
     child->running = true;
+    child->open_pipes = 2;
     ++running_;
     for (auto& p : child->pipes) {
       uv_read_start(reinterpret_cast<uv_stream_t*>(&p), &Cluster::onAlloc, &Cluster::onRead);
@@ -180,6 +182,8 @@ class Cluster {
     } else if (nread < 0) {
       self->emitLines(*child, s, /*flush=*/true);
       uv_close(reinterpret_cast<uv_handle_t*>(stream), nullptr);
+      --child->open_pipes;
+      self->maybeReport(*child);
     }
   }
 
@@ -214,17 +218,26 @@ class Cluster {
     outcome.term_signal = term_signal;
     child->running = false;
     --self->running_;
-    if (!outcome.ok()) {
-      self->err(fmt::format("[launch] node {} {}", outcome.id, outcome.describe()));
-      if (self->options_.fail_fast && !self->stopping_) {
-        self->err("[launch] --fail-fast: stopping the other nodes");
-        self->terminateAll(SIGTERM);
-      }
-    } else {
-      self->out(fmt::format("[launch] node {} finished", outcome.id));
+    if (!outcome.ok() && self->options_.fail_fast && !self->stopping_) {
+      self->err(fmt::format("[launch] node {} {}; --fail-fast: stopping the other nodes",
+                            outcome.id, outcome.describe()));
+      self->terminateAll(SIGTERM);
     }
     uv_close(reinterpret_cast<uv_handle_t*>(process), nullptr);
+    self->maybeReport(*child);
     self->maybeFinish();
+  }
+
+  // Says how a node ended, after its last output line (both pipes at end of file).
+  void maybeReport(Child& child) {
+    if (child.running || child.open_pipes > 0) return;
+    child.open_pipes = -1;  // reported
+    const NodeOutcome& outcome = result_.nodes[child.index];
+    if (outcome.ok()) {
+      out(fmt::format("[launch] node {} finished", outcome.id));
+    } else {
+      err(fmt::format("[launch] node {} {}", outcome.id, outcome.describe()));
+    }
   }
 
   static void onSignal(uv_signal_t* handle, int signum) {

@@ -1,0 +1,123 @@
+// The `chorus` executable end to end: help, bad input, and whole clusters through the launcher.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "tests/cli/run_command.h"
+
+namespace chorus::testing {
+namespace {
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+TEST(ChorusCli, HelpListsEveryCommand) {
+  CommandResult r = runCommand({chorusBinary(), "--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  for (const char* cmd : {"node", "launch", "topo", "train"}) {
+    EXPECT_TRUE(contains(r.out, cmd)) << "missing " << cmd << " in:\n" << r.out;
+  }
+}
+
+TEST(ChorusCli, UnknownCommandIsAnError) {
+  CommandResult r = runCommand({chorusBinary(), "frobnicate"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_FALSE(r.err.empty());
+}
+
+TEST(ChorusCli, LaunchRefusesAMissingTopologyFile) {
+  CommandResult r = runCommand({chorusBinary(), "launch", "/nonexistent/cluster.toml"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(contains(r.err, "/nonexistent/cluster.toml")) << r.err;
+}
+
+// A loopback TCP socket bound to a port the kernel picked. Kept open it occupies the port;
+// closed, the port is (almost certainly) free for a node to take.
+class PortReservation {
+ public:
+  explicit PortReservation(bool listen_on_it = false) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    if (bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) ADD_FAILURE() << "bind";
+    socklen_t len = sizeof addr;
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    if (listen_on_it) listen(fd_, 16);
+  }
+  ~PortReservation() { release(); }
+  void release() {
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+  }
+  uint16_t port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  uint16_t port_ = 0;
+};
+
+// Writes a complete-graph topology over the given ports and returns its path.
+std::string writeCluster(const std::string& name, const std::vector<uint16_t>& ports) {
+  auto path =
+      std::filesystem::temp_directory_path() / (name + "-" + std::to_string(getpid()) + ".toml");
+  std::ofstream f(path);
+  f << "[cluster]\nname = \"" << name << "\"\nmode = \"consensus\"\n";
+  for (size_t i = 0; i < ports.size(); ++i) {
+    f << "\n[[node]]\nid = " << i << "\naddress = \"127.0.0.1:" << ports[i] << "\"\nneighbors = [";
+    bool first = true;
+    for (size_t j = 0; j < ports.size(); ++j) {
+      if (j == i) continue;
+      f << (first ? "" : ", ") << j;
+      first = false;
+    }
+    f << "]\n";
+  }
+  return path.string();
+}
+
+TEST(ChorusLaunch, FourNodesConnectExchangeAndExitCleanly) {
+  std::vector<uint16_t> ports;
+  for (int i = 0; i < 4; ++i)
+    ports.push_back(PortReservation().port());
+  std::string topo = writeCluster("launch-ok", ports);
+  CommandResult r =
+      runCommand({chorusBinary(), "launch", topo, "--pings", "5", "--ready-timeout", "60"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "[launch] all 4 node(s) finished cleanly")) << r.out;
+  for (int i = 0; i < 4; ++i) {
+    std::string id = std::to_string(i);
+    EXPECT_TRUE(
+        contains(r.out, "[node " + id + "] node " + id + ": ping exchange verified with 3 peers"))
+        << r.out;
+    EXPECT_TRUE(contains(r.out, "[launch] node " + id + " finished")) << r.out;
+  }
+  std::filesystem::remove(topo);
+}
+
+TEST(ChorusLaunch, ANodeThatFailsIsNamedAndTheLaunchFails) {
+  std::vector<uint16_t> ports;
+  for (int i = 0; i < 3; ++i)
+    ports.push_back(PortReservation().port());
+  // Node 3's port is taken by someone else: it cannot listen, and the others never complete
+  // their handshake with it.
+  PortReservation taken(/*listen_on_it=*/true);
+  ports.push_back(taken.port());
+  std::string topo = writeCluster("launch-fail", ports);
+  CommandResult r = runCommand({chorusBinary(), "launch", topo, "--ready-timeout", "3"});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err, "node 3 exited with status 3")) << r.err;
+  EXPECT_TRUE(contains(r.err, "chorus: error: launch of " + topo)) << r.err;
+  std::filesystem::remove(topo);
+}
+
+}  // namespace
+}  // namespace chorus::testing

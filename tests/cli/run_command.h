@@ -1,0 +1,23 @@
+// Runs the real `chorus` executable (or any program) and captures what it printed.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace chorus::testing {
+
+struct CommandResult {
+  int exit_code = -1;  // -1 when it did not exit normally
+  int term_signal = 0;
+  std::string out;
+  std::string err;
+};
+
+// Runs `argv` with stdin closed, waits for it, and returns its status and output. `timeout_s`
+// bounds the run (the child is killed after it, and term_signal says so).
+CommandResult runCommand(const std::vector<std::string>& argv, double timeout_s = 300);
+
+// The chorus executable under test (its path is compiled into the test).
+std::string chorusBinary();
+
+}  // namespace chorus::testing
