@@ -1,4 +1,161 @@
+// `chorus train`: single-node training, the baseline every distributed run is measured against.
+// The training itself lives in chorus_ml (ml/train.h); this file only maps flags to options.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
 #include "cli/commands.h"
+#include "ml/dataset.h"
+#include "ml/train.h"
+
 namespace chorus::cli {
-void addTrainCommand(CLI::App&) {}
+
+namespace {
+
+struct TrainFlags {
+  ml::TrainOptions options;
+  std::vector<int> hidden;
+  bool noNormalize = false;
+  bool noFlip = false;
+};
+
+void runTrain(const TrainFlags& flags) {
+  ml::TrainOptions options = flags.options;
+  options.model.hidden = flags.hidden;
+  options.data.normalize = !flags.noNormalize;
+  options.flip = !flags.noFlip;
+  options.data.syntheticSeed = options.seed;
+  if (options.model.name != "mlp" && !flags.hidden.empty()) {
+    throw CommandFailure(2, "--hidden applies only to --model mlp");
+  }
+  ml::ProgressReporter progress(stderr, ml::ProgressReporter::isTerminal(stderr));
+  ml::TrainReport report;
+  // Bad flags exit with 2, bad files and failed runs with 1; a live progress line is ended
+  // first so that the error starts on its own line.
+  try {
+    report = ml::trainSingleNode(options, progress);
+  } catch (const std::invalid_argument& e) {
+    progress.finish();
+    throw CommandFailure(2, e.what());
+  } catch (const std::exception& e) {
+    progress.finish();
+    throw CommandFailure(1, e.what());
+  }
+  std::printf("model: %s (%zu parameters)\n", report.modelSpec.c_str(), report.parameters);
+  std::printf("epochs: %lld, steps: %lld, training time: %.1f s, %.0f samples/s\n",
+              static_cast<long long>(report.epochsDone), static_cast<long long>(report.steps),
+              report.trainSeconds, report.samplesPerSecond);
+  std::printf("test: loss %.4f, accuracy %.2f%% (%zu samples)\n", report.test.loss,
+              100.0 * report.test.accuracy, report.test.samples);
+  if (options.confusion) std::printf("%s", ml::formatConfusion(report.test).c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+void addTrainCommand(CLI::App& app) {
+  auto flags = std::make_shared<TrainFlags>();
+  ml::TrainOptions& o = flags->options;
+  o.data.name = "fashion-mnist";
+  o.model.name = "mlp";
+  CLI::App* train = app.add_subcommand(
+      "train",
+      "Train one model on one node (no networking): the baseline for distributed runs.\n"
+      "Prints a progress line (live on a terminal), the test accuracy after every epoch and a\n"
+      "summary; optional JSON-lines metrics (--out) and checkpoints (--save, --resume).\n"
+      "Example: chorus train --data fashion-mnist --model mlp --epochs 5 --batch 64 --lr 0.05");
+  train->add_option("--data", o.data.name, "Data set: mnist, fashion-mnist, cifar10, synthetic")
+      ->check(CLI::IsMember(ml::datasetNames()))
+      ->capture_default_str();
+  train->add_option("--data-dir", o.data.dataDir,
+                    "Folder holding the data files (or their usual sub-folder mnist/, "
+                    "fashion-mnist/, cifar-10-batches-bin/). Default: $CHORUS_DATA, then data/ "
+                    "in the source tree, then /usr/share/datasets/");
+  train
+      ->add_option("--synthetic-train", o.data.syntheticTrain,
+                   "Training samples of --data synthetic")
+      ->check(CLI::Range(size_t{1}, size_t{10'000'000}))
+      ->capture_default_str();
+  train->add_option("--synthetic-test", o.data.syntheticTest, "Test samples of --data synthetic")
+      ->check(CLI::Range(size_t{1}, size_t{10'000'000}))
+      ->capture_default_str();
+  train->add_option("--limit", o.trainLimit, "Train on the first N training samples only (0 = all)")
+      ->capture_default_str();
+  train->add_flag("--no-normalize", flags->noNormalize,
+                  "Keep pixels in [0, 1] instead of per-channel mean/std standardization");
+  train->add_option("--model", o.model.name, "Model: softmax, mlp, lenet, cifar-cnn")
+      ->check(CLI::IsMember(ml::modelNames()))
+      ->capture_default_str();
+  train
+      ->add_option("--hidden", flags->hidden,
+                   "mlp hidden layer sizes, comma separated (default 256,128)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1'000'000));
+  train
+      ->add_option("--dropout", o.model.dropout,
+                   "Dropout rate before the output layer (mlp, lenet, cifar-cnn)")
+      ->check(CLI::Range(0.0, 0.95))
+      ->capture_default_str();
+  train->add_option("--epochs", o.epochs, "Passes over the training data")
+      ->check(CLI::Range(int64_t{0}, int64_t{1'000'000}))
+      ->capture_default_str();
+  train->add_option("--batch", o.batchSize, "Minibatch size")
+      ->check(CLI::Range(size_t{1}, size_t{1'000'000}))
+      ->capture_default_str();
+  train->add_option("--lr", o.learningRate, "Base learning rate")
+      ->check(CLI::Range(1e-9, 100.0))
+      ->capture_default_str();
+  train->add_option("--momentum", o.sgd.momentum, "SGD momentum (0 = plain SGD)")
+      ->check(CLI::Range(0.0, 0.999))
+      ->capture_default_str();
+  train->add_flag("--nesterov", o.sgd.nesterov, "Nesterov momentum");
+  train->add_option("--weight-decay", o.sgd.weightDecay, "L2 weight decay (all parameters)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  train->add_option("--schedule", o.schedule, "Learning-rate schedule: constant, step, cosine")
+      ->check(CLI::IsMember({"constant", "step", "cosine"}))
+      ->capture_default_str();
+  train
+      ->add_option("--warmup-epochs", o.warmupEpochs,
+                   "Linear learning-rate warm-up length in epochs (any schedule)")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
+  train
+      ->add_option("--step-epochs", o.stepEpochs,
+                   "--schedule step: multiply the rate by --gamma every this many epochs")
+      ->check(CLI::Range(0.0, 1e6));
+  train->add_option("--gamma", o.stepGamma, "--schedule step: decay factor")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  train
+      ->add_option("--seed", o.seed,
+                   "Seed of initialization, shuffling, augmentation, dropout and synthetic data")
+      ->capture_default_str();
+  train->add_flag("--augment", o.augment,
+                  "Augment training images: random crop (see --crop-padding) and horizontal flip");
+  train
+      ->add_option("--crop-padding", o.cropPadding,
+                   "--augment: crop from the image padded by this many zero pixels")
+      ->check(CLI::Range(0, 16))
+      ->capture_default_str();
+  train->add_flag("--no-flip", flags->noFlip,
+                  "--augment: no horizontal flips (digits are not symmetric)");
+  train->add_option("--out", o.metricsPath,
+                    "Write metrics as JSON lines (one object per event) to this file");
+  train->add_option("--log-every", o.logEverySteps, "A 'step' metrics event every N steps")
+      ->check(CLI::Range(int64_t{1}, int64_t{1'000'000'000}))
+      ->capture_default_str();
+  train->add_option("--save", o.savePath,
+                    "Write a checkpoint to this file after every epoch (atomic replace)");
+  train
+      ->add_option("--resume", o.resumePath,
+                   "Start from this checkpoint (same model flags); continues at its epoch")
+      ->check(CLI::ExistingFile);
+  train->add_flag("--confusion", o.confusion, "Print the test confusion matrix at the end");
+  train->callback([flags] { runTrain(*flags); });
+}
+
 }  // namespace chorus::cli

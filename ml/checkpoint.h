@@ -1,0 +1,44 @@
+// Checkpoints: model parameters, optimizer state and progress in a versioned binary file with an
+// XXH3-64 checksum, written atomically. The format is documented in docs/ml.md.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace chorus::ml {
+
+// A checkpoint file is unreadable, corrupt, truncated or for another model.
+class CheckpointError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// What a checkpoint holds.
+struct Checkpoint {
+  std::string modelSpec;              // ModelSpec::toString() of the model
+  int64_t step = 0;                   // optimizer steps taken
+  int64_t epoch = 0;                  // epochs completed
+  uint64_t seed = 0;                  // the run's seed (for shuffling on resume)
+  std::vector<float> params;          // the flat parameter buffer
+  std::vector<float> optimizerState;  // the optimizer's velocity (empty without momentum)
+};
+
+// Current format version.
+inline constexpr uint32_t kCheckpointVersion = 1;
+
+// Writes `checkpoint` to `path` atomically: a temporary file in the same folder, fsync, rename,
+// fsync of the folder. Readers see the old file or the new one, never a mix. Throws
+// CheckpointError naming the path on failure.
+void saveCheckpoint(const std::string& path, const Checkpoint& checkpoint);
+
+// Reads and verifies a checkpoint (magic, version, sizes, exact length, checksum). Throws
+// CheckpointError saying what is wrong.
+Checkpoint loadCheckpoint(const std::string& path);
+
+// Throws CheckpointError unless `checkpoint` fits a model with this spec and parameter count.
+void checkCompatible(const Checkpoint& checkpoint, const std::string& path,
+                     const std::string& modelSpec, size_t paramCount);
+
+}  // namespace chorus::ml

@@ -1,0 +1,136 @@
+// Checkpoint round trip and refusal of corrupt, truncated, foreign and mismatched files.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "ml/checkpoint.h"
+#include "ml/model.h"
+
+namespace chorus::ml {
+namespace {
+
+namespace fs = std::filesystem;
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = (fs::temp_directory_path() / "chorus-ckpt-XXXXXX").string();
+    dir_ = ::mkdtemp(pattern.data());
+    path_ = (fs::path(dir_) / "model.ckpt").string();
+    auto model = Model::create({.name = "mlp", .hidden = {16}}, 3);
+    original_.modelSpec = model->spec().toString();
+    original_.step = 1234;
+    original_.epoch = 3;
+    original_.seed = 99;
+    original_.params.assign(model->params().begin(), model->params().end());
+    original_.optimizerState.assign(model->size(), 0.25f);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string readAll() const {
+    std::ifstream in(path_, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  void writeAll(const std::string& bytes) const {
+    std::ofstream out(path_, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  void expectRefused(const std::string& fragment) const {
+    try {
+      loadCheckpoint(path_);
+      ADD_FAILURE() << "loaded a bad checkpoint";
+    } catch (const CheckpointError& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find(path_), std::string::npos) << message;
+      EXPECT_NE(message.find(fragment), std::string::npos) << message;
+    }
+  }
+
+  std::string dir_;
+  std::string path_;
+  Checkpoint original_;
+};
+
+TEST_F(CheckpointTest, RoundTripsExactly) {
+  saveCheckpoint(path_, original_);
+  const Checkpoint loaded = loadCheckpoint(path_);
+  EXPECT_EQ(loaded.modelSpec, original_.modelSpec);
+  EXPECT_EQ(loaded.step, 1234);
+  EXPECT_EQ(loaded.epoch, 3);
+  EXPECT_EQ(loaded.seed, 99u);
+  EXPECT_EQ(loaded.params, original_.params);
+  EXPECT_EQ(loaded.optimizerState, original_.optimizerState);
+  EXPECT_NO_THROW(checkCompatible(loaded, path_, original_.modelSpec, original_.params.size()));
+  // No temporary file is left behind.
+  size_t files = 0;
+  for ([[maybe_unused]] const auto& entry : fs::directory_iterator(dir_))
+    ++files;
+  EXPECT_EQ(files, 1u);
+}
+
+TEST_F(CheckpointTest, OverwritesAtomically) {
+  saveCheckpoint(path_, original_);
+  Checkpoint next = original_;
+  next.epoch = 4;
+  saveCheckpoint(path_, next);
+  EXPECT_EQ(loadCheckpoint(path_).epoch, 4);
+}
+
+TEST_F(CheckpointTest, RefusesAFlippedBit) {
+  saveCheckpoint(path_, original_);
+  std::string bytes = readAll();
+  bytes[bytes.size() / 2] ^= 0x10;
+  writeAll(bytes);
+  expectRefused("checksum mismatch");
+}
+
+TEST_F(CheckpointTest, RefusesTruncationAndTrailingBytes) {
+  saveCheckpoint(path_, original_);
+  const std::string bytes = readAll();
+  writeAll(bytes.substr(0, bytes.size() - 3));
+  expectRefused("truncated");
+  writeAll(bytes.substr(0, 20));
+  expectRefused("truncated");
+  writeAll(bytes + "x");
+  expectRefused("trailing");
+}
+
+TEST_F(CheckpointTest, RefusesForeignFilesAndOtherVersions) {
+  writeAll("hello, this is not a checkpoint at all");
+  expectRefused("bad magic");
+  writeAll("");
+  expectRefused("bad magic");
+  saveCheckpoint(path_, original_);
+  std::string bytes = readAll();
+  bytes[8] = 7;  // version field
+  writeAll(bytes);
+  expectRefused("version 7");
+}
+
+TEST_F(CheckpointTest, RefusesAnotherModel) {
+  saveCheckpoint(path_, original_);
+  const Checkpoint loaded = loadCheckpoint(path_);
+  const std::string other = ModelSpec({.name = "mlp", .hidden = {32}}).toString();
+  try {
+    checkCompatible(loaded, path_, other, loaded.params.size());
+    ADD_FAILURE() << "accepted a checkpoint of another model";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("hidden=16"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(checkCompatible(loaded, path_, loaded.modelSpec, loaded.params.size() + 1),
+               CheckpointError);
+}
+
+TEST_F(CheckpointTest, MissingFileIsAClearError) {
+  try {
+    loadCheckpoint(path_ + ".none");
+    ADD_FAILURE();
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot open"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace chorus::ml

@@ -1,0 +1,203 @@
+// End-to-end single-node training on synthetic data: learnability, determinism, evaluation,
+// metrics, checkpoint save and resume.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "ml/checkpoint.h"
+#include "ml/train.h"
+
+namespace chorus::ml {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TrainingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = (fs::temp_directory_path() / "chorus-train-XXXXXX").string();
+    dir_ = ::mkdtemp(pattern.data());
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string file(const std::string& name) const { return (fs::path(dir_) / name).string(); }
+
+  static TrainOptions mlpOptions() {
+    TrainOptions options;
+    options.model = {.name = "mlp", .hidden = {64}};
+    options.epochs = 3;
+    options.batchSize = 32;
+    options.learningRate = 0.05;
+    options.sgd = {.momentum = 0.9};
+    options.seed = 5;
+    return options;
+  }
+
+  TrainReport run(const TrainOptions& options, const DataSplit& data) {
+    std::FILE* sink = std::fopen("/dev/null", "w");
+    ProgressReporter progress(sink, false);
+    TrainReport report = trainOnData(options, data, progress);
+    std::fclose(sink);
+    return report;
+  }
+
+  std::string dir_;
+};
+
+const DataSplit& syntheticData() {
+  static const DataSplit data = [] {
+    DataSplit split = makeSynthetic(6000, 1000, 11);
+    const ChannelStats stats = channelStats(split.train);
+    normalize(split.train, stats);
+    normalize(split.test, stats);
+    return split;
+  }();
+  return data;
+}
+
+TEST_F(TrainingTest, MlpLearnsSyntheticDataToAtLeast95Percent) {
+  const DataSplit& data = syntheticData();
+  auto untrained = Model::create({.name = "mlp", .hidden = {64}, .input = data.train.shape}, 5);
+  EXPECT_LT(evaluate(*untrained, data.test).accuracy, 0.3);
+  const TrainReport report = run(mlpOptions(), data);
+  EXPECT_GE(report.test.accuracy, 0.95);
+  ASSERT_EQ(report.epochLosses.size(), 3u);
+  EXPECT_LT(report.epochLosses.back(), report.epochLosses.front());
+}
+
+TEST_F(TrainingTest, SameSeedSameLossTrajectoryBitForBit) {
+  const DataSplit& data = syntheticData();
+  TrainOptions options = mlpOptions();
+  options.epochs = 2;
+  options.model.dropout = 0.2f;
+  const TrainReport a = run(options, data);
+  const TrainReport b = run(options, data);
+  EXPECT_EQ(a.epochLosses, b.epochLosses);
+  EXPECT_EQ(a.test.loss, b.test.loss);
+  options.seed = 6;
+  const TrainReport c = run(options, data);
+  EXPECT_NE(a.epochLosses, c.epochLosses);
+}
+
+TEST_F(TrainingTest, LenetTrainsOnASmallSyntheticRun) {
+  const DataSplit& data = syntheticData();
+  TrainOptions options;
+  options.model = {.name = "lenet"};
+  options.epochs = 1;
+  options.batchSize = 32;
+  options.learningRate = 0.005;
+  options.trainLimit = 1500;
+  const TrainReport report = run(options, data);
+  EXPECT_GE(report.test.accuracy, 0.8);
+}
+
+TEST_F(TrainingTest, MetricsAreJsonLinesWithOneEventPerLine) {
+  TrainOptions options = mlpOptions();
+  options.epochs = 1;
+  options.logEverySteps = 50;
+  options.metricsPath = file("metrics.jsonl");
+  options.confusion = true;
+  const TrainReport report = run(options, syntheticData());
+  std::ifstream in(options.metricsPath);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);)
+    lines.push_back(line);
+  // start, 188 steps / 50 = 3 step events, 1 epoch, 1 summary.
+  ASSERT_EQ(lines.size(), 6u);
+  EXPECT_NE(lines[0].find("\"event\":\"start\""), std::string::npos);
+  EXPECT_NE(lines[1].find("\"event\":\"step\""), std::string::npos);
+  EXPECT_NE(lines[1].find("\"loss\":"), std::string::npos);
+  EXPECT_NE(lines[4].find("\"test_accuracy\":"), std::string::npos);
+  EXPECT_NE(lines[5].find("\"confusion\":["), std::string::npos);
+  for (const auto& line : lines) {
+    EXPECT_EQ(line.front(), '{');
+    EXPECT_EQ(line.back(), '}');
+  }
+  int64_t total = 0;
+  for (int64_t count : report.test.confusion)
+    total += count;
+  EXPECT_EQ(total, 1000);
+}
+
+TEST_F(TrainingTest, ResumingFromACheckpointContinuesExactly) {
+  const DataSplit& data = syntheticData();
+  TrainOptions options = mlpOptions();
+  options.epochs = 3;
+  const TrainReport straight = run(options, data);
+
+  options.epochs = 2;
+  options.savePath = file("run.ckpt");
+  run(options, data);
+  EXPECT_EQ(loadCheckpoint(options.savePath).epoch, 2);
+  options.epochs = 3;
+  options.savePath.clear();
+  options.resumePath = file("run.ckpt");
+  const TrainReport resumed = run(options, data);
+  ASSERT_EQ(resumed.epochLosses.size(), 1u);
+  EXPECT_EQ(resumed.epochLosses[0], straight.epochLosses[2]);
+  EXPECT_EQ(resumed.test.loss, straight.test.loss);
+  EXPECT_EQ(resumed.epochsDone, 3);
+}
+
+TEST_F(TrainingTest, ResumeRefusesACorruptOrForeignCheckpoint) {
+  const DataSplit& data = syntheticData();
+  TrainOptions options = mlpOptions();
+  options.epochs = 1;
+  options.savePath = file("a.ckpt");
+  run(options, data);
+  options.savePath.clear();
+  options.resumePath = file("a.ckpt");
+  options.model.hidden = {32};
+  EXPECT_THROW(run(options, data), CheckpointError);
+  {
+    std::fstream f(options.resumePath, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(200);
+    f.put('\x7f');
+  }
+  options.model.hidden = {64};
+  EXPECT_THROW(run(options, data), CheckpointError);
+}
+
+TEST_F(TrainingTest, BadOptionsAreRejected) {
+  TrainOptions options = mlpOptions();
+  options.batchSize = 0;
+  EXPECT_THROW(run(options, syntheticData()), std::invalid_argument);
+  options = mlpOptions();
+  options.schedule = "step";
+  EXPECT_THROW(run(options, syntheticData()), std::invalid_argument);
+  options.schedule = "sawtooth";
+  EXPECT_THROW(run(options, syntheticData()), std::invalid_argument);
+}
+
+TEST_F(TrainingTest, SchedulesAndNesterovTrainToo) {
+  const DataSplit& data = syntheticData();
+  TrainOptions options = mlpOptions();
+  options.epochs = 2;
+  options.schedule = "cosine";
+  options.warmupEpochs = 0.5;
+  options.sgd = {.momentum = 0.9, .nesterov = true, .weightDecay = 1e-4};
+  EXPECT_GE(run(options, data).test.accuracy, 0.9);
+}
+
+TEST(Evaluate, ConfusionMatrixCountsTruthAgainstPrediction) {
+  auto model = Model::create({.name = "softmax", .input = {1, 1, 2}, .classes = 3}, 1);
+  std::fill(model->params().begin(), model->params().end(), 0.0f);
+  // Weights are 3x2 column-major: class c score = w(c,0)*x0 + w(c,1)*x1.
+  auto p = model->params();
+  p[0] = 1.0f;  // class 0 <- x0
+  p[4] = 1.0f;  // class 1 <- x1
+  Dataset data;
+  data.shape = {1, 1, 2};
+  data.classes = 3;
+  data.features = {1, 0, 0, 1, 1, 0, 0, 1};
+  data.labels = {0, 1, 2, 2};
+  const Evaluation e = evaluate(*model, data, true, 3);
+  EXPECT_DOUBLE_EQ(e.accuracy, 0.5);
+  EXPECT_EQ(e.confusion, (std::vector<int64_t>{1, 0, 0, 0, 1, 0, 1, 1, 0}));
+  EXPECT_NE(formatConfusion(e).find("rows: true label"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace chorus::ml
