@@ -1,9 +1,11 @@
 #include "tests/cli/run_command.h"
 
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +18,20 @@ namespace chorus::testing {
 
 std::string chorusBinary() {
   return CHORUS_BINARY;
+}
+
+uint16_t freeLoopbackPort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    throw std::runtime_error("cannot bind a loopback socket to port 0");
+  }
+  close(fd);
+  return ntohs(addr.sin_port);
 }
 
 CommandResult runCommand(const std::vector<std::string>& argv, double timeout_s) {

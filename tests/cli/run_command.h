@@ -1,6 +1,7 @@
 // Runs the real `chorus` executable (or any program) and captures what it printed.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -19,5 +20,9 @@ CommandResult runCommand(const std::vector<std::string>& argv, double timeout_s 
 
 // The chorus executable under test (its path is compiled into the test).
 std::string chorusBinary();
+
+// A loopback port that was free a moment ago (bound to port 0, read back, released), for
+// topology files that must name real ports.
+uint16_t freeLoopbackPort();
 
 }  // namespace chorus::testing
