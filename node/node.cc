@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cassert>
 #include <condition_variable>
+#include <csignal>
 #include <cstring>
 #include <future>
 #include <map>
@@ -923,6 +924,11 @@ void Node::setEventHandler(EventHandler handler) {
   impl_->setEventHandler(std::move(handler));
 }
 Status Node::listen() {
+  // libuv writes to sockets with write()/writev(), which raise SIGPIPE when the peer is gone.
+  // A dead peer must become a Down event, never the end of the process, so the runtime ignores
+  // SIGPIPE process-wide (once) before it opens any socket; the write then fails with EPIPE.
+  static std::once_flag ignore_sigpipe;
+  std::call_once(ignore_sigpipe, [] { std::signal(SIGPIPE, SIG_IGN); });
   return impl_->listen();
 }
 uint16_t Node::port() const {
