@@ -1,6 +1,7 @@
-// `chorus node`: one node of a topology file. Until the training modes exist it connects to
-// every other member, checks the cluster with Ping/Pong traffic, reports, and leaves in order.
-// The runtime and the ping logic live in chorus_node; this file maps a topology onto them.
+// `chorus node`: one node of a topology file. In consensus mode it trains (chorus_consensus);
+// with --mode ping it connects to every other member, checks the cluster with Ping/Pong
+// traffic, reports, and leaves in order. The runtime, the training and the ping logic live in
+// the libraries; this file maps a topology and flags onto them.
 #include <fmt/format.h>
 #include <pthread.h>
 #include <signal.h>
@@ -17,9 +18,13 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "consensus/consensus_peer.h"
+#include "faults/straggler.h"
+#include "ml/dataset.h"
 #include "node/launch_env.h"
 #include "node/node.h"
 #include "node/ping_exchange.h"
+#include "run/training_run.h"
 #include "topology/topology.h"
 
 namespace chorus::cli {
@@ -39,6 +44,9 @@ struct NodeArgs {
   uint32_t heartbeat_ms = 500;
   uint32_t peer_timeout_ms = 5000;
   uint32_t max_frame_mib = 256;
+  std::string mode;  // ping | consensus | ps; empty: the topology's mode
+  run::RunOptions run;
+  consensus::ConsensusOptions consensus;
 };
 
 milliseconds secondsToMs(double seconds) {
@@ -100,31 +108,39 @@ class SignalWatcher {
   std::atomic<int> received_{0};
 };
 
-void runNode(const NodeArgs& args) {
-  const auto level = spdlog::level::from_str(args.log_level);
-  spdlog::set_level(level);
-  const node::NodeId self = resolveNodeId(args);
-
+// What every mode needs: the topology, this node's entry and the runtime's options.
+struct NodeSetup {
+  node::NodeId self = 0;
   topology::Topology topo;
+  const topology::NodeSpec* me = nullptr;
+  node::NodeOptions options;
+  std::vector<node::PeerAddress> peers;  // every other member (full mesh at the runtime level)
+  std::vector<node::NodeId> peer_ids;
+};
+
+NodeSetup setUpNode(const NodeArgs& args, spdlog::level::level_enum level) {
+  NodeSetup setup;
+  setup.self = resolveNodeId(args);
+  const node::NodeId self = setup.self;
   try {
-    topo = topology::loadTopology(args.topology);
+    setup.topo = topology::loadTopology(args.topology);
   } catch (const topology::TopologyError& e) {
     throw CommandFailure(2, e.what());
   }
-  const topology::NodeSpec* me = topo.find(self);
-  if (me == nullptr) {
+  const topology::Topology& topo = setup.topo;
+  setup.me = topo.find(self);
+  if (setup.me == nullptr) {
     std::string ids;
     for (const auto& n : topo.nodes)
       ids += fmt::format("{}{}", ids.empty() ? "" : ", ", n.id);
     throw CommandFailure(
         2, fmt::format("node id {} is not in {} (its ids: {})", self, args.topology, ids));
   }
-
-  node::NodeOptions options;
+  node::NodeOptions& options = setup.options;
   options.cluster = topo.name;
   options.self = self;
-  options.listen_host = me->host;
-  options.listen_port = me->port;
+  options.listen_host = setup.me->host;
+  options.listen_port = setup.me->port;
   for (const auto& n : topo.nodes)
     options.members.push_back(n.id);
   options.max_frame_bytes = args.max_frame_mib << 20;
@@ -135,24 +151,28 @@ void runNode(const NodeArgs& args) {
   if (node::Status valid = node::validateOptions(options); !valid.ok()) {
     throw CommandFailure(2, "bad node options: " + valid.message());
   }
-
-  // Full mesh for now: every other member is a peer.
-  std::vector<node::PeerAddress> peers;
-  std::vector<node::NodeId> peer_ids;
   for (const auto& n : topo.nodes) {
     if (n.id == self) continue;
-    peers.push_back({n.id, n.host, n.port});
-    peer_ids.push_back(n.id);
+    setup.peers.push_back({n.id, n.host, n.port});
+    setup.peer_ids.push_back(n.id);
   }
+  return setup;
+}
+
+void runPing(const NodeArgs& args, const NodeSetup& setup) {
+  const node::NodeId self = setup.self;
+  const topology::Topology& topo = setup.topo;
+  const topology::NodeSpec* me = setup.me;
+  const std::vector<node::PeerAddress>& peers = setup.peers;
 
   SignalWatcher signals;
-  node::Node node(options);
+  node::Node node(setup.options);
   spdlog::logger& log = node.logger();
   node::PingOptions ping_options;
   ping_options.pings_per_peer = args.pings;
   ping_options.payload_bytes = args.payload_bytes;
   ping_options.timeout = secondsToMs(args.ping_timeout_s);
-  node::PingExchange exchange(node, peer_ids, ping_options);
+  node::PingExchange exchange(node, setup.peer_ids, ping_options);
   signals.start([&](int signal) {
     log.warn("received {}: leaving the cluster", signal == SIGINT ? "SIGINT" : "SIGTERM");
     exchange.cancel({node::ErrorCode::kShutdown, "interrupted"});
@@ -207,20 +227,160 @@ void runNode(const NodeArgs& args) {
   fmt::print("node {}: left the cluster cleanly\n", self);
 }
 
+// Consensus training (docs/consensus.md): gossip with the topology neighbors, the end-of-run
+// messages over the full mesh.
+void runConsensus(const NodeArgs& args, const NodeSetup& setup) {
+  const node::NodeId self = setup.self;
+  const topology::Topology& topo = setup.topo;
+  // Bad flags first (exit 2), before any data is read or port bound.
+  try {
+    run::validateRunOptions(args.run);
+    consensus::validateConsensusOptions(args.consensus);
+  } catch (const std::invalid_argument& e) {
+    throw CommandFailure(2, e.what());
+  }
+  try {
+    faults::StragglerProfile::parse(setup.me->stragglers);
+  } catch (const std::invalid_argument& e) {
+    throw CommandFailure(
+        2, fmt::format("{}: node {}'s stragglers attribute: {}", args.topology, self, e.what()));
+  }
+  // The data and the model come before the listener: once this node accepts connections its
+  // neighbors may send models, and the handlers must be in place by then.
+  run::NodeJob job;
+  try {
+    job = run::prepareNodeJob(args.run, run::loadRunData(args.run), self,
+                              static_cast<int>(topo.nodes.size()), setup.me->stragglers);
+  } catch (const std::invalid_argument& e) {
+    throw CommandFailure(2, fmt::format("node {}: {}", self, e.what()));
+  } catch (const std::exception& e) {
+    throw CommandFailure(1, fmt::format("node {}: {}", self, e.what()));
+  }
+  consensus::PeerLayout layout;
+  layout.self = self;
+  layout.neighbors = setup.me->neighbors;
+  for (const auto& n : topo.nodes) {
+    layout.members.push_back(n.id);
+    layout.degrees[n.id] = n.neighbors.size();
+  }
+
+  SignalWatcher signals;
+  node::Node node(setup.options);
+  spdlog::logger& log = node.logger();
+  consensus::ConsensusPeer peer(node, std::move(job), layout, args.consensus);
+  // The peer's handlers run on the node's loop thread: on every way out of this function the
+  // node stops before the peer is destroyed.
+  struct StopNodeFirst {
+    node::Node& node;
+    ~StopNodeFirst() { node.shutdown(std::chrono::milliseconds(0)); }
+  } stop_node_first{node};
+  signals.start([&](int signal) {
+    log.warn("received {}: stopping training and leaving the cluster",
+             signal == SIGINT ? "SIGINT" : "SIGTERM");
+    // Stops the rounds (or the end-of-run wait) and, through the shutdown, a pending
+    // waitClusterReady(); the trainer's later sends fail quietly on a stopped node.
+    peer.stop();
+    node.shutdown(secondsToMs(args.linger_s));
+  });
+  auto finish = [&](int code, const std::string& message) {
+    node.shutdown(secondsToMs(args.linger_s));
+    if (node.loopCloseResult() != 0) {
+      throw CommandFailure(1, fmt::format("node {}: uv_loop_close() returned {} at shutdown", self,
+                                          node.loopCloseResult()));
+    }
+    if (signals.received() != 0) {
+      throw CommandFailure(128 + signals.received(),
+                           fmt::format("node {}: interrupted; left the cluster", self));
+    }
+    if (code != 0) throw CommandFailure(code, message);
+  };
+  const auto start = std::chrono::steady_clock::now();
+  if (node::Status status = node.listen(); !status.ok()) {
+    throw CommandFailure(3, fmt::format("node {}: {}", self, status.message()));
+  }
+  if (node::Status status = node.connect(setup.peers); !status.ok()) {
+    throw CommandFailure(3, fmt::format("node {}: {}", self, status.message()));
+  }
+  node::Status ready = node.waitClusterReady();
+  if (!ready.ok()) finish(4, fmt::format("node {}: {}", self, ready.message()));
+  const auto ready_ms =
+      std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start).count();
+  fmt::print(
+      "node {} of cluster \"{}\" ({} nodes, consensus mode): connected to all {} peers in "
+      "{} ms; training with neighbors [{}]\n",
+      self, topo.name, topo.nodes.size(), setup.peers.size(), ready_ms,
+      fmt::join(layout.neighbors, ", "));
+  std::fflush(stdout);
+  consensus::ConsensusReport report;
+  try {
+    report = peer.run();
+  } catch (const std::exception& e) {
+    finish(1, fmt::format("node {}: {}", self, e.what()));
+  }
+  fmt::print(
+      "node {}: final test accuracy {:.2f}% (loss {:.4f}) after {} rounds in {:.1f} s "
+      "({:.1f} s waiting)\n",
+      self, 100 * report.final_accuracy, report.final_loss, report.rounds_done, report.seconds,
+      report.wait_seconds);
+  if (report.time_to_target) {
+    fmt::print("node {}: reached test accuracy {:.2f}% after {:.1f} s\n", self,
+               100 * args.run.target_acc, *report.time_to_target);
+  }
+  if (report.average_accuracy) {
+    fmt::print("node {}: test accuracy of the average of {} final models: {:.2f}%\n", self,
+               report.averaged_models, 100 * *report.average_accuracy);
+  }
+  if (!report.departed_peers.empty()) {
+    fmt::print("node {}: node(s) {} left before the end\n", self,
+               fmt::join(report.departed_peers, ", "));
+  }
+  std::fflush(stdout);
+  finish(0, "");
+  fmt::print("node {}: left the cluster cleanly\n", self);
+}
+
+void runNode(const NodeArgs& args) {
+  const auto level = spdlog::level::from_str(args.log_level);
+  spdlog::set_level(level);
+  NodeSetup setup = setUpNode(args, level);
+  std::string mode = args.mode.empty() ? topology::modeName(setup.topo.mode) : args.mode;
+  if (mode == "ping") return runPing(args, setup);
+  if (mode == "consensus") return runConsensus(args, setup);
+  throw CommandFailure(
+      2,
+      fmt::format("PS mode is not implemented yet{}; run the consensus mode "
+                  "(--mode consensus) or a connectivity check (--mode ping)",
+                  args.mode.empty() ? fmt::format(" ({} says mode = \"ps\")", args.topology) : ""));
+}
+
 }  // namespace
 
 void addNodeCommands(CLI::App& app) {
   auto args = std::make_shared<NodeArgs>();
+  args->run.data.name = "fashion-mnist";
+  args->run.model.name = "mlp";
   CLI::App* cmd = app.add_subcommand(
       "node",
       "Run one node of a topology file.\n"
       "The node listens on its address from the file, connects to every other member (the lower\n"
-      "id dials, the higher accepts), waits until the whole cluster is connected, exchanges\n"
-      "--pings Ping/Pong messages with every peer and checks each echoed payload, prints what\n"
-      "happened, then leaves in order (Leave, wait for the peers' Leave, close).\n"
-      "Exit status: 0 on success; 2 bad arguments or topology; 3 cannot listen; 4 cluster not\n"
-      "ready in time (the message names the missing peers); 5 ping exchange failed;\n"
-      "128+N interrupted by signal N (SIGINT/SIGTERM make the node leave in order).");
+      "id dials, the higher accepts) and waits until the whole cluster is connected. Then, by\n"
+      "--mode (default: the file's mode):\n"
+      "  consensus  train: local SGD steps on this node's shard, gossip averaging with the\n"
+      "             topology neighbors, waiting only for the fastest (--backup); per-round\n"
+      "             metrics in --out DIR/node-<id>.jsonl; at the end every node prints its test\n"
+      "             accuracy and node 0 also that of the average of all final models\n"
+      "             (docs/consensus.md).\n"
+      "  ping       exchange --pings Ping/Pong messages with every peer, check each echoed\n"
+      "             payload and print what happened (a connectivity check).\n"
+      "  ps         not implemented yet (exits 2).\n"
+      "Then it leaves in order (Leave, wait for the peers' Leave, close).\n"
+      "Example: chorus launch ring4.toml --data synthetic --model mlp --rounds 300 --out runs/a\n"
+      "Exit status: 0 on success; 1 training failed or data unreadable; 2 bad arguments or\n"
+      "topology; 3 cannot listen; 4 cluster not ready in time (the message names the missing\n"
+      "peers); 5 ping exchange failed; 128+N interrupted by signal N (SIGINT/SIGTERM make the\n"
+      "node leave in order).");
+  cmd->add_option("--mode", args->mode, "consensus, ping or ps (default: the topology file's mode)")
+      ->check(CLI::IsMember({"consensus", "ping", "ps"}));
   cmd->add_option("--topology", args->topology, "Topology file (TOML); see docs/topology.md")
       ->required()
       ->check(CLI::ExistingFile);
@@ -234,13 +394,14 @@ void addNodeCommands(CLI::App& app) {
                   "Seconds to wait until every peer is connected")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  cmd->add_option("--pings", args->pings, "Ping/Pong round trips per peer (same on every node)")
+  cmd->add_option("--pings", args->pings,
+                  "--mode ping: Ping/Pong round trips per peer (same on every node)")
       ->capture_default_str();
-  cmd->add_option("--payload-bytes", args->payload_bytes, "Bytes of payload per ping")
+  cmd->add_option("--payload-bytes", args->payload_bytes, "--mode ping: bytes of payload per ping")
       ->check(CLI::Range(0, 64 << 20))
       ->capture_default_str();
   cmd->add_option("--ping-timeout", args->ping_timeout_s,
-                  "Seconds allowed for the whole ping exchange")
+                  "--mode ping: seconds allowed for the whole ping exchange")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--linger", args->linger_s,
@@ -258,6 +419,8 @@ void addNodeCommands(CLI::App& app) {
   cmd->add_option("--max-frame-mib", args->max_frame_mib, "Largest accepted frame, in MiB")
       ->check(CLI::Range(1u, 2048u))
       ->capture_default_str();
+  run::addRunOptions(*cmd, args->run);
+  consensus::addConsensusOptions(*cmd, args->consensus);
   cmd->callback([args] { runNode(*args); });
 }
 

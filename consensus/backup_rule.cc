@@ -64,6 +64,15 @@ DynamicEstimate estimateDynamic(const RoundObservation& obs, double tolerance) {
   DynamicEstimate est;
   const size_t n = obs.neighbor_lags.size();
   if (n == 0) return est;
+  // Before any neighbor has arrived there is nothing to trade: wait for everyone, as
+  // synchronous training would, and learn the lags from that round.
+  bool any_history = false;
+  for (const LagWindow* w : obs.neighbor_lags)
+    any_history = any_history || !w->empty();
+  if (!any_history) {
+    est.chosen = n;
+    return est;
+  }
   std::vector<double> lags = expectedOrderedLags(obs.neighbor_lags);
   const double g = std::max(obs.grad_norm_sq, 0.0);
   const double noise = std::max(obs.grad_noise, 0.0);
@@ -80,8 +89,6 @@ DynamicEstimate estimateDynamic(const RoundObservation& obs, double tolerance) {
   for (size_t m = n; m >= 1; --m) {
     if (est.rate[m - 1] > est.rate[best - 1] * (1 + tolerance)) best = m;
   }
-  // When nobody has ever arrived, waiting for one neighbor is all that can be planned.
-  if (est.rate[best - 1] == 0) best = 1;
   est.chosen = best;
   return est;
 }

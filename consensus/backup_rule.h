@@ -87,7 +87,7 @@ std::vector<double> expectedOrderedLags(const std::vector<const LagWindow*>& win
 // G / (G + sigma^2 / (m + 1)) is the share of the averaged update that is signal (averaging
 // m + 1 models cuts the noise term about m + 1 times, as in DBW). A smaller m is taken only
 // when its rate beats waiting for everyone by more than `tolerance` (relative), so that
-// without stragglers the rule is wait-all.
+// without stragglers the rule is wait-all. With no lag history at all it waits for everyone.
 DynamicEstimate estimateDynamic(const RoundObservation& obs, double tolerance);
 
 }  // namespace chorus::consensus

@@ -160,10 +160,10 @@ TEST(DynamicRule, ANeighborThatNeverSendsIsNotWaitedFor) {
   }
   RoundObservation obs{0.010, {&w[0], &w[1], &w[2], &silent}, 1.0, 1.0};
   EXPECT_EQ(BackupRule::parse("dynamic")->plan(obs).wait_for, 3u);
-  // Nobody has ever arrived: plan for one.
+  // Before anyone has arrived (the first round), the rule waits for everyone.
   LagWindow none[2];
   RoundObservation cold{0.010, {&none[0], &none[1]}, 1.0, 1.0};
-  EXPECT_EQ(BackupRule::parse("dynamic")->plan(cold).wait_for, 1u);
+  EXPECT_EQ(BackupRule::parse("dynamic")->plan(cold).wait_for, 2u);
 }
 
 }  // namespace

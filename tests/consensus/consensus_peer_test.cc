@@ -1,0 +1,635 @@
+// Consensus mode end to end over the real runtime: nodes as threads in this process (and one as
+// a child process killed for real), loopback, port 0, fixed seeds.
+#include "consensus/consensus_peer.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spdlog/sinks/base_sink.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "ml/dataset.h"
+#include "node/node.h"
+#include "run/training_run.h"
+
+namespace chorus::consensus {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Keeps every log line, for asserting what a node said.
+class LineSink : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  std::string all() {
+    std::lock_guard lock(mutex_);
+    return text_;
+  }
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& message) override {
+    text_.append(message.payload.data(), message.payload.size());
+    text_ += '\n';
+  }
+  void flush_() override {}
+
+ private:
+  std::string text_;
+};
+
+using Graph = std::vector<std::vector<NodeId>>;
+
+Graph ring(size_t n) {
+  Graph g(n);
+  for (size_t i = 0; i < n; ++i) {
+    g[i] = {static_cast<NodeId>((i + n - 1) % n), static_cast<NodeId>((i + 1) % n)};
+    std::sort(g[i].begin(), g[i].end());
+  }
+  return g;
+}
+
+Graph complete(size_t n) {
+  Graph g(n);
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t j = 0; j < n; ++j) {
+      if (i != j) g[i].push_back(static_cast<NodeId>(j));
+    }
+  }
+  return g;
+}
+
+node::NodeOptions nodeOptions(NodeId self, size_t n) {
+  node::NodeOptions o;
+  o.cluster = "consensus-test";
+  o.self = self;
+  for (size_t i = 0; i < n; ++i)
+    o.members.push_back(static_cast<NodeId>(i));
+  o.heartbeat_interval = 100ms;
+  o.dial_backoff_max = 100ms;
+  o.peer_timeout = 3000ms;
+  o.log_level = spdlog::level::info;
+  return o;
+}
+
+PeerLayout layoutOf(const Graph& g, NodeId self) {
+  PeerLayout l;
+  l.self = self;
+  l.neighbors = g[self];
+  for (size_t i = 0; i < g.size(); ++i) {
+    l.members.push_back(static_cast<NodeId>(i));
+    l.degrees[static_cast<NodeId>(i)] = g[i].size();
+  }
+  return l;
+}
+
+std::shared_ptr<const ml::DataSplit> syntheticData(size_t train, size_t test) {
+  return std::make_shared<const ml::DataSplit>(ml::makeSynthetic(train, test, 7));
+}
+
+// A job on `data` for `nodes` nodes through the shared run layer.
+run::NodeJob makeJob(const run::RunOptions& options, std::shared_ptr<const ml::DataSplit> data,
+                     NodeId id, size_t nodes) {
+  return run::prepareNodeJob(options, std::move(data), id, static_cast<int>(nodes), "");
+}
+
+// Nodes of one cluster in this process: listening on port 0, connected as a full mesh. Peers
+// are attached to some of them (the others stay silent: connected, never sending a model).
+class Cluster {
+ public:
+  // Nodes 0..n-1 here, of a cluster of `members` nodes (the rest run elsewhere).
+  explicit Cluster(size_t n, size_t members = 0) {
+    for (size_t i = 0; i < n; ++i) {
+      auto options = nodeOptions(static_cast<NodeId>(i), members == 0 ? n : members);
+      sinks_.push_back(std::make_shared<LineSink>());
+      options.log_sinks = {sinks_.back()};
+      nodes_.push_back(std::make_unique<node::Node>(options));
+      EXPECT_TRUE(nodes_.back()->listen().ok());
+    }
+  }
+  ~Cluster() {
+    for (auto& peer : peers_) {
+      if (peer) peer->stop();
+    }
+    for (auto& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+    for (auto& n : nodes_)
+      n->shutdown(0ms);
+  }
+
+  node::Node& node(size_t i) { return *nodes_[i]; }
+  std::string log(size_t i) { return sinks_[i]->all(); }
+  ConsensusPeer& peer(size_t i) { return *peers_[i]; }
+
+  // Attaches a consensus peer to node i (before connect()).
+  void attach(size_t i, run::NodeJob job, PeerLayout layout, ConsensusOptions options) {
+    peers_.resize(nodes_.size());
+    peers_[i] =
+        std::make_unique<ConsensusPeer>(*nodes_[i], std::move(job), std::move(layout), options);
+  }
+
+  // Connects every node to every other one and waits until all are connected.
+  void connect(const std::vector<std::pair<NodeId, uint16_t>>& extra = {}) {
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      std::vector<node::PeerAddress> peers;
+      for (size_t j = 0; j < nodes_.size(); ++j) {
+        if (j != i) peers.push_back({static_cast<NodeId>(j), "127.0.0.1", nodes_[j]->port()});
+      }
+      for (const auto& [id, port] : extra)
+        peers.push_back({id, "127.0.0.1", port});
+      ASSERT_TRUE(nodes_[i]->connect(peers).ok());
+    }
+    for (auto& n : nodes_) {
+      node::Status ready = n->waitClusterReady(30s);
+      ASSERT_TRUE(ready.ok()) << ready.message();
+    }
+  }
+
+  // Starts every attached peer on its own trainer thread.
+  std::vector<std::future<ConsensusReport>> start() {
+    std::vector<std::future<ConsensusReport>> reports;
+    peers_.resize(nodes_.size());
+    for (auto& peer : peers_) {
+      if (!peer) continue;
+      auto task = std::make_shared<std::packaged_task<ConsensusReport()>>(
+          [p = peer.get()] { return p->run(); });
+      reports.push_back(task->get_future());
+      threads_.emplace_back([task] { (*task)(); });
+    }
+    return reports;
+  }
+
+ private:
+  std::vector<std::shared_ptr<LineSink>> sinks_;
+  std::vector<std::unique_ptr<node::Node>> nodes_;
+  std::vector<std::unique_ptr<ConsensusPeer>> peers_;
+  std::vector<std::thread> threads_;
+};
+
+ConsensusReport getReport(std::future<ConsensusReport>& f, std::chrono::seconds timeout = 120s) {
+  if (f.wait_for(timeout) != std::future_status::ready) {
+    ADD_FAILURE() << "a node did not finish within " << timeout.count() << " s";
+    return {};
+  }
+  return f.get();
+}
+
+// With learning rate 0 and synchronous rounds (wait-all, tau = 0) the symmetric, doubly
+// stochastic uniform weights of a regular graph keep the average and drive every node to it.
+void expectExactAverage(const Graph& g, int64_t rounds) {
+  const size_t n = g.size();
+  auto data = syntheticData(200, 50);
+  Cluster cluster(n);
+  std::vector<double> average;
+  for (size_t i = 0; i < n; ++i) {
+    run::RunOptions options;
+    options.data.name = "synthetic";
+    options.model.name = "softmax";
+    options.lr = 0;
+    options.rounds = rounds;
+    options.eval_every = 0;
+    options.seed = 100 + i;  // a different initial model on every node
+    run::NodeJob job = makeJob(options, data, static_cast<NodeId>(i), n);
+    if (average.empty()) average.assign(job.model->size(), 0.0);
+    for (size_t p = 0; p < average.size(); ++p)
+      average[p] += job.model->params()[p] / static_cast<double>(n);
+    ConsensusOptions co;
+    co.backup = "wait-all";
+    co.staleness_bound = 0;
+    co.chunk_floats = 1000;  // several chunks per model
+    cluster.attach(i, std::move(job), layoutOf(g, static_cast<NodeId>(i)), co);
+  }
+  cluster.connect();
+  auto futures = cluster.start();
+  for (size_t i = 0; i < n; ++i) {
+    ConsensusReport r = getReport(futures[i]);
+    EXPECT_EQ(r.rounds_done, rounds);
+    ASSERT_EQ(r.final_model.size(), average.size());
+    double max_error = 0, spread = 0;
+    for (size_t p = 0; p < average.size(); ++p) {
+      max_error = std::max(max_error, std::abs(r.final_model[p] - average[p]));
+      spread = std::max(spread, std::abs(average[p]));
+    }
+    EXPECT_LT(max_error, 1e-5) << "node " << i << " (largest |average| " << spread << ")";
+    EXPECT_GT(spread, 1e-3);  // the initial models differ: the test is not trivial
+    for (size_t b : r.backups)
+      EXPECT_EQ(b, 0u);
+  }
+}
+
+TEST(ConsensusPeer, PureAveragingOnARingReachesTheExactAverage) {
+  expectExactAverage(ring(5), 60);
+}
+
+TEST(ConsensusPeer, PureAveragingOnACompleteGraphReachesTheExactAverage) {
+  expectExactAverage(complete(4), 8);
+}
+
+run::RunOptions trainingOptions() {
+  run::RunOptions options;
+  options.data.name = "synthetic";
+  options.model.name = "mlp";
+  options.model.hidden = {64};
+  options.lr = 0.05;
+  options.momentum = 0.9;
+  options.batch = 32;
+  options.rounds = 400;
+  options.eval_every = 100;
+  options.target_acc = 0.95;
+  options.seed = 3;
+  return options;
+}
+
+TEST(ConsensusPeer, FourNodesTrainSyntheticDataToNinetyFivePercent) {
+  auto data = syntheticData(10000, 1000);
+  const Graph g = ring(4);
+  Cluster cluster(4);
+  const auto out =
+      std::filesystem::temp_directory_path() / ("consensus-train-" + std::to_string(getpid()));
+  for (NodeId i = 0; i < 4; ++i) {
+    run::RunOptions options = trainingOptions();
+    options.out_dir = out.string();
+    ConsensusOptions co;  // dynamic rule, tau 2
+    cluster.attach(i, makeJob(options, data, i, 4), layoutOf(g, i), co);
+  }
+  cluster.connect();
+  auto futures = cluster.start();
+  for (NodeId i = 0; i < 4; ++i) {
+    ConsensusReport r = getReport(futures[i]);
+    EXPECT_EQ(r.rounds_done, 400);
+    EXPECT_GE(r.final_accuracy, 0.95) << "node " << i;
+    EXPECT_LE(r.max_staleness, 2);
+    EXPECT_TRUE(r.time_to_target.has_value()) << "node " << i;
+    EXPECT_EQ(r.finished_peers.size(), 3u);
+    if (i == 0) {
+      ASSERT_TRUE(r.average_accuracy.has_value());
+      EXPECT_EQ(r.averaged_models, 4u);
+      EXPECT_GE(*r.average_accuracy, 0.95);
+    } else {
+      EXPECT_FALSE(r.average_accuracy.has_value());
+    }
+    // One metrics line per round, plus start, evaluations and the final line.
+    std::ifstream metrics(out / ("node-" + std::to_string(i) + ".jsonl"));
+    std::string line;
+    size_t rounds = 0;
+    bool final_seen = false;
+    while (std::getline(metrics, line)) {
+      if (line.find("\"event\":\"round\"") != std::string::npos) {
+        ++rounds;
+        EXPECT_NE(line.find("\"consensus_distance\":"), std::string::npos) << line;
+        EXPECT_NE(line.find("\"bytes_sent\":"), std::string::npos) << line;
+        EXPECT_NE(line.find("\"staleness_max\":"), std::string::npos) << line;
+      }
+      if (line.find("\"event\":\"final\"") != std::string::npos) final_seen = true;
+    }
+    EXPECT_EQ(rounds, 400u);
+    EXPECT_TRUE(final_seen);
+  }
+  std::filesystem::remove_all(out);
+}
+
+// Random straggler delays with one backup worker: every model mixed in is within tau rounds.
+TEST(ConsensusPeer, TheStalenessBoundHoldsUnderRandomDelays) {
+  auto data = syntheticData(400, 50);
+  const Graph g = ring(4);
+  Cluster cluster(4);
+  for (NodeId i = 0; i < 4; ++i) {
+    run::RunOptions options = trainingOptions();
+    options.model.name = "softmax";
+    options.model.hidden.clear();
+    options.rounds = 60;
+    options.eval_every = 0;
+    options.stragglers = "shifted-exp:0,2+slow:1=3";
+    options.seed = 11;
+    ConsensusOptions co;
+    co.backup = "static:1";
+    co.staleness_bound = 1;
+    cluster.attach(i, makeJob(options, data, i, 4), layoutOf(g, i), co);
+  }
+  cluster.connect();
+  auto futures = cluster.start();
+  for (NodeId i = 0; i < 4; ++i) {
+    ConsensusReport r = getReport(futures[i]);
+    EXPECT_EQ(r.rounds_done, 60);
+    EXPECT_LE(r.max_staleness, 1) << "node " << i;
+  }
+}
+
+// Nodes 0 and 1 run; node 2 is connected but never sends a model.
+TEST(ConsensusPeer, OneBackupWorkerLetsRoundsGoOnWithoutASilentNeighbor) {
+  auto data = syntheticData(300, 50);
+  const Graph g = complete(3);
+  Cluster cluster(3);
+  for (NodeId i = 0; i < 2; ++i) {
+    run::RunOptions options = trainingOptions();
+    options.model.name = "softmax";
+    options.model.hidden.clear();
+    options.rounds = 30;
+    options.eval_every = 0;
+    ConsensusOptions co;
+    co.backup = "static:1";
+    co.stall_timeout = 300ms;   // the silent node stops holding the staleness gate quickly
+    co.finish_timeout = 500ms;  // node 2 never says TrainingDone
+    cluster.attach(i, makeJob(options, data, i, 3), layoutOf(g, i), co);
+  }
+  cluster.connect();
+  auto futures = cluster.start();
+  for (NodeId i = 0; i < 2; ++i) {
+    ConsensusReport r = getReport(futures[i]);
+    EXPECT_EQ(r.rounds_done, 30) << "node " << i;
+    EXPECT_FALSE(r.stopped);
+    for (size_t b : r.backups)
+      EXPECT_EQ(b, 1u);
+  }
+}
+
+TEST(ConsensusPeer, WaitAllBlocksOnASilentNeighborAndSaysWhomItWaitsFor) {
+  auto data = syntheticData(300, 50);
+  const Graph g = complete(3);
+  Cluster cluster(3);
+  std::mutex mu;
+  std::map<NodeId, std::set<NodeId>> waiting_for;
+  std::promise<void> both_reported;
+  bool reported = false;
+  for (NodeId i = 0; i < 2; ++i) {
+    run::RunOptions options = trainingOptions();
+    options.model.name = "softmax";
+    options.model.hidden.clear();
+    options.rounds = 30;
+    ConsensusOptions co;
+    co.backup = "wait-all";
+    co.report_every = 100ms;
+    co.on_waiting = [&, i](Round, const std::vector<NodeId>& missing) {
+      std::lock_guard lock(mu);
+      waiting_for[i].insert(missing.begin(), missing.end());
+      if (!reported && waiting_for.size() == 2) {
+        reported = true;
+        both_reported.set_value();
+      }
+    };
+    cluster.attach(i, makeJob(options, data, i, 3), layoutOf(g, i), co);
+  }
+  cluster.connect();
+  auto done = both_reported.get_future();
+  auto futures = cluster.start();
+  ASSERT_EQ(done.wait_for(60s), std::future_status::ready);
+  {
+    std::lock_guard lock(mu);
+    EXPECT_EQ(waiting_for[0], std::set<NodeId>{2});
+    EXPECT_EQ(waiting_for[1], std::set<NodeId>{2});
+  }
+  EXPECT_NE(cluster.log(0).find("waiting for node 2"), std::string::npos) << cluster.log(0);
+  // Still blocked in the first round: stop them.
+  EXPECT_EQ(futures[0].wait_for(200ms), std::future_status::timeout);
+  cluster.peer(0).stop();
+  cluster.peer(1).stop();
+  for (auto& f : futures) {
+    ConsensusReport r = getReport(f);
+    EXPECT_TRUE(r.stopped);
+    EXPECT_EQ(r.rounds_done, 0);
+  }
+}
+
+// Node 3 runs in a child process and is killed with SIGKILL mid-run; 0..2 finish without it.
+TEST(ConsensusPeer, ANodeKilledMidRunLeavesTheOthersFinishing) {
+  auto data = syntheticData(1000, 200);
+  const Graph g = complete(4);
+  const size_t n = 4;
+  int to_parent[2];
+  ASSERT_EQ(pipe(to_parent), 0);
+  // Fork first, while this process has no other thread (earlier tests joined theirs): the
+  // child runs only its own node and peer, then _exits.
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(to_parent[0]);
+    run::RunOptions ro = trainingOptions();
+    ro.model.name = "softmax";
+    ro.model.hidden.clear();
+    ro.rounds = 1'000'000;
+    ro.eval_every = 0;
+    node::NodeOptions options = nodeOptions(3, n);
+    options.log_level = spdlog::level::warn;
+    node::Node node(options);
+    // The handlers are in place before the listener accepts anyone.
+    ConsensusPeer peer(node, makeJob(ro, data, 3, n), layoutOf(g, 3), ConsensusOptions{});
+    if (!node.listen().ok()) _exit(3);
+    const uint16_t port = node.port();
+    if (write(to_parent[1], &port, sizeof port) != sizeof port) _exit(4);
+    // Node 3 has the highest id: the others dial it, so their addresses are only named here.
+    std::vector<node::PeerAddress> peers;
+    for (NodeId j = 0; j < 3; ++j)
+      peers.push_back({j, "127.0.0.1", 1});
+    if (!node.connect(peers).ok() || !node.waitClusterReady(30s).ok()) _exit(5);
+    peer.run();
+    _exit(0);
+  }
+  // However this test ends, the child does not outlive it.
+  struct KillOnExit {
+    pid_t pid;
+    ~KillOnExit() {
+      if (pid > 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, nullptr, 0);
+      }
+    }
+  } reaper{child};
+  close(to_parent[1]);
+  uint16_t child_port = 0;
+  const ssize_t got = read(to_parent[0], &child_port, sizeof child_port);
+  close(to_parent[0]);
+  ASSERT_EQ(got, static_cast<ssize_t>(sizeof child_port)) << "the child did not report its port";
+  Cluster cluster(3, 4);  // nodes 0..2 here, 3 in the child
+
+  std::promise<void> round_five;
+  for (NodeId i = 0; i < 3; ++i) {
+    run::RunOptions options = trainingOptions();
+    options.model.name = "softmax";
+    options.model.hidden.clear();
+    options.rounds = 40;
+    options.eval_every = 0;
+    ConsensusOptions co;
+    if (i == 0) {
+      co.on_round_end = [&](Round k) {
+        if (k == 5) round_five.set_value();
+      };
+    }
+    cluster.attach(i, makeJob(options, data, i, n), layoutOf(g, i), co);
+  }
+  cluster.connect({{3, child_port}});
+  auto reached = round_five.get_future();
+  auto futures = cluster.start();
+  const bool got_there = reached.wait_for(60s) == std::future_status::ready;
+  kill(child, SIGKILL);
+  int status = 0;
+  waitpid(child, &status, 0);
+  reaper.pid = 0;
+  ASSERT_TRUE(got_there);
+  EXPECT_TRUE(WIFSIGNALED(status));
+  for (NodeId i = 0; i < 3; ++i) {
+    ConsensusReport r = getReport(futures[i]);
+    EXPECT_EQ(r.rounds_done, 40) << "node " << i;
+    EXPECT_EQ(r.departed_peers, std::vector<NodeId>{3}) << "node " << i;
+    EXPECT_EQ(r.finished_peers.size(), 2u);
+    if (i == 0) {
+      EXPECT_EQ(r.averaged_models, 3u);
+    }
+  }
+}
+
+// Node 2 is stopped and shut down at round 5, then restarts on the same port with --rejoin: it
+// takes a neighbor's model, joins the rounds where that neighbor is, and finishes with the others.
+TEST(ConsensusPeer, ARestartedNodeRejoinsFromANeighborsModel) {
+  auto data = syntheticData(1000, 200);
+  const Graph g = complete(3);
+  Cluster cluster(2, 3);  // nodes 0 and 1; node 2 is handled here
+  // One life of node 2; the node stops before its peer goes away, also when a check fails.
+  struct Incarnation {
+    std::unique_ptr<node::Node> node;
+    std::unique_ptr<ConsensusPeer> peer;
+    ~Incarnation() {
+      if (node) node->shutdown(0ms);
+    }
+  };
+  auto incarnation = [&](uint16_t port, bool rejoin, ConsensusOptions co) {
+    node::NodeOptions options = nodeOptions(2, 3);
+    options.listen_port = port;
+    options.log_level = spdlog::level::warn;
+    auto node = std::make_unique<node::Node>(options);
+    EXPECT_TRUE(node->listen().ok());
+    run::RunOptions ro = trainingOptions();
+    ro.rounds = 400;
+    ro.eval_every = 0;
+    co.rejoin = rejoin;
+    auto peer = std::make_unique<ConsensusPeer>(*node, makeJob(ro, data, 2, 3), layoutOf(g, 2), co);
+    auto life = std::make_unique<Incarnation>();
+    life->node = std::move(node);
+    life->peer = std::move(peer);
+    return life;
+  };
+  auto connectNode2 = [&](node::Node& node) {
+    std::vector<node::PeerAddress> peers;
+    for (NodeId j = 0; j < 2; ++j)
+      peers.push_back({j, "127.0.0.1", cluster.node(j).port()});
+    ASSERT_TRUE(node.connect(peers).ok());
+  };
+  std::promise<void> round_five;
+  ConsensusOptions first_co;
+  first_co.on_round_end = [&](Round k) {
+    if (k == 5) round_five.set_value();
+  };
+  auto first_life = incarnation(0, false, first_co);
+  node::Node* node2 = first_life->node.get();
+  ConsensusPeer* peer2 = first_life->peer.get();
+  const uint16_t port2 = node2->port();
+  for (NodeId i = 0; i < 2; ++i) {
+    run::RunOptions options = trainingOptions();
+    options.rounds = 400;
+    options.eval_every = 0;
+    options.stragglers = "fixed:3";  // keep them busy while node 2 restarts
+    cluster.attach(i, makeJob(options, data, i, 3), layoutOf(g, i), ConsensusOptions{});
+  }
+  cluster.connect({{2, port2}});
+  connectNode2(*node2);
+  ASSERT_TRUE(node2->waitClusterReady(30s).ok());
+  auto futures = cluster.start();
+  auto first_run = std::async(std::launch::async, [peer2] { return peer2->run(); });
+  ASSERT_EQ(round_five.get_future().wait_for(60s), std::future_status::ready);
+  peer2->stop();
+  ConsensusReport stopped = getReport(first_run);
+  EXPECT_TRUE(stopped.stopped);
+  first_life.reset();
+
+  auto second_life = incarnation(port2, true, ConsensusOptions{});
+  connectNode2(*second_life->node);
+  ASSERT_TRUE(second_life->node->waitClusterReady(30s).ok());
+  auto second_run =
+      std::async(std::launch::async, [p = second_life->peer.get()] { return p->run(); });
+  ConsensusReport r = getReport(second_run);
+  EXPECT_GT(r.first_round, 6);
+  EXPECT_EQ(r.rounds_done, 400);
+  for (NodeId i = 0; i < 2; ++i) {
+    ConsensusReport other = getReport(futures[i]);
+    // Having taken a trained model, the rejoined node ends where the others do.
+    EXPECT_NEAR(r.final_accuracy, other.final_accuracy, 0.05) << "node " << i;
+    EXPECT_GE(r.final_accuracy, 0.85);
+    EXPECT_EQ(other.rounds_done, 400);
+    EXPECT_EQ(other.finished_peers.size(), 2u) << "node " << i;
+  }
+}
+
+// Sends one ModelShare frame from `node` to `to`.
+void sendShare(node::Node& node, NodeId to, Round round, uint64_t offset, uint64_t total,
+               const std::vector<float>& values) {
+  node.send(to, node.encode(wire::Body::ModelShare, [&](flatbuffers::FlatBufferBuilder& b) {
+    auto v = b.CreateVector(values);
+    return wire::CreateModelShare(b, round, offset, total, 0, v).Union();
+  }));
+}
+
+// Node 1 is a bare runtime node that sends node 0 broken chunks first: they are logged with the
+// sender and dropped, and the valid model that follows is mixed in as usual.
+TEST(ConsensusPeer, BadModelChunksAreLoggedAndDropped) {
+  auto data = syntheticData(100, 20);
+  const Graph g = complete(2);
+  Cluster cluster(2);
+  run::RunOptions options = trainingOptions();
+  options.model.name = "softmax";
+  options.model.hidden.clear();
+  options.lr = 0;
+  options.rounds = 1;
+  options.eval_every = 0;
+  run::NodeJob job = makeJob(options, data, 0, 2);
+  const std::vector<float> initial(job.model->params().begin(), job.model->params().end());
+  const size_t size = initial.size();
+  ConsensusOptions co;
+  co.backup = "wait-all";
+  co.finish_timeout = 300ms;  // node 1 never says TrainingDone
+  cluster.attach(0, std::move(job), layoutOf(g, 0), co);
+  cluster.connect();
+  auto futures = cluster.start();
+
+  node::Node& sender = cluster.node(1);
+  sendShare(sender, 0, 0, 0, size + 1, std::vector<float>(size + 1, 1.0f));  // wrong size
+  sendShare(sender, 0, 0, size - 2, size, std::vector<float>(5, 1.0f));      // past the end
+  std::vector<float> theirs(size);
+  for (size_t i = 0; i < size; ++i)
+    theirs[i] = static_cast<float>(i % 7) * 0.25f;
+  // The valid model in two chunks.
+  sendShare(sender, 0, 0, 0, size, std::vector<float>(theirs.begin(), theirs.begin() + 100));
+  sendShare(sender, 0, 0, 100, size, std::vector<float>(theirs.begin() + 100, theirs.end()));
+
+  ConsensusReport r = getReport(futures[0]);
+  EXPECT_EQ(r.rounds_done, 1);
+  ASSERT_EQ(r.final_model.size(), size);
+  for (size_t i = 0; i < size; ++i) {
+    ASSERT_NEAR(r.final_model[i], (initial[i] + theirs[i]) / 2, 1e-6) << "parameter " << i;
+  }
+  const std::string log = cluster.log(0);
+  EXPECT_NE(log.find("ModelShare from node 1 is for a model of " + std::to_string(size + 1)),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("model chunk from node 1:"), std::string::npos) << log;
+}
+
+TEST(ConsensusOptions, BadValuesAreRejectedWithTheParsersMessages) {
+  ConsensusOptions o;
+  o.backup = "sometimes";
+  EXPECT_THROW(validateConsensusOptions(o), std::invalid_argument);
+  o.backup = "static:1";
+  o.mixing = "random";
+  EXPECT_THROW(validateConsensusOptions(o), std::invalid_argument);
+  o.mixing = "metropolis";
+  EXPECT_NO_THROW(validateConsensusOptions(o));
+}
+
+}  // namespace
+}  // namespace chorus::consensus
