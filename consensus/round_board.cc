@@ -7,8 +7,9 @@ namespace chorus::consensus {
 RoundBoard::RoundBoard(BoardOptions options) : options_(std::move(options)) {
   const SteadyTime now = std::chrono::steady_clock::now();
   for (NodeId n : options_.neighbors) {
-    neighbors_.emplace(n, Neighbor{true, true, now, std::nullopt, nullptr, std::nullopt,
-                                   LagWindow(options_.lag_window)});
+    neighbors_.emplace(
+        n,
+        Neighbor{true, true, now, std::nullopt, {}, std::nullopt, LagWindow(options_.lag_window)});
   }
 }
 
@@ -21,10 +22,8 @@ void RoundBoard::modelArrived(NodeId from, Round round, ModelPtr values, SteadyT
     n.live = true;  // a model is proof of life, even before the runtime says so
     n.joined = true;
     n.last_heard = at;
-    if (!n.latest_round || round > *n.latest_round) {
-      n.latest_round = round;
-      n.latest = std::move(values);
-    }
+    if (!n.latest_round || round > *n.latest_round) n.latest_round = round;
+    if (!n.last_used || round > *n.last_used) n.models[round] = std::move(values);
     // The lag counts from when this node began waiting in that round; a model that came
     // before the wait began was not waited for at all.
     auto started = wait_start_.find(round);
@@ -45,7 +44,7 @@ void RoundBoard::neighborDown(NodeId peer) {
     Neighbor& n = it->second;
     n.live = false;
     n.latest_round.reset();
-    n.latest.reset();
+    n.models.clear();
     n.last_used.reset();
     n.lags.clear();
   }
@@ -160,12 +159,18 @@ GatherResult RoundBoard::gather(
   for (auto& [id, n] : neighbors_) {
     if (!n.live) continue;
     ++result.live_neighbors;
-    // Within the staleness bound only; each model is used once.
-    if (!n.latest_round || *n.latest_round < k - options_.staleness_bound) continue;
-    if (n.last_used && *n.last_used >= *n.latest_round) continue;
-    n.last_used = n.latest_round;
-    result.models.push_back(
-        UsedModel{id, *n.latest_round, std::max<int64_t>(0, k - *n.latest_round), n.latest});
+    // The newest model of round <= k; within the staleness bound only; each model is used
+    // once. Older ones can never be used again and are dropped.
+    auto newest = n.models.upper_bound(k);
+    if (newest == n.models.begin()) continue;
+    --newest;
+    const Round round = newest->first;
+    ModelPtr values = newest->second;
+    n.models.erase(n.models.begin(), std::next(newest));
+    if (round < k - options_.staleness_bound) continue;
+    if (n.last_used && *n.last_used >= round) continue;
+    n.last_used = round;
+    result.models.push_back(UsedModel{id, round, std::max<int64_t>(0, k - round), values});
   }
   return result;
 }

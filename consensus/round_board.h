@@ -2,9 +2,10 @@
 //
 // Per round k the trainer calls gather(k, plan): it blocks until the wait plan is met (enough
 // neighbors' round-k models, or a deadline) and no live neighbor is more than tau rounds behind
-// (Hop's iteration gap), then takes every neighbor's newest not-yet-used model within the
-// staleness bound. The loop thread calls modelArrived / neighborDown / neighborUp. Arrival lags
-// are measured here, for the backup rules. Thread-safe: one mutex, one condition variable.
+// (Hop's iteration gap), then takes every neighbor's newest not-yet-used model of round <= k
+// within the staleness bound. The loop thread calls modelArrived / neighborDown / neighborUp.
+// Arrival lags are measured here, for the backup rules. Thread-safe: one mutex, one condition
+// variable.
 #pragma once
 
 #include <chrono>
@@ -89,10 +90,13 @@ class RoundBoard {
  private:
   struct Neighbor {
     bool live = true;
-    bool joined = true;     // has sent a model since it (re)appeared
-    SteadyTime last_heard;  // last model, or when it (re)appeared
-    std::optional<Round> latest_round;
-    ModelPtr latest;
+    bool joined = true;                 // has sent a model since it (re)appeared
+    SteadyTime last_heard;              // last model, or when it (re)appeared
+    std::optional<Round> latest_round;  // newest round received
+    // Recent models by round. A neighbor may already be a round ahead; its newer model waits
+    // here for this node's next round, so that a round-k mix uses models of round k or older
+    // (with tau = 0 and wait-all that is exactly synchronous D-PSGD).
+    std::map<Round, ModelPtr> models;
     std::optional<Round> last_used;
     LagWindow lags;
   };

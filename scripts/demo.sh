@@ -6,5 +6,5 @@ set -euo pipefail
 chorus=${1:-build/cli/chorus}
 topology=examples/topologies/demo4.toml
 cd "$(dirname "$0")/.."
-echo "demo: $chorus launch $topology --pings 20"
-"$chorus" launch "$topology" --pings 20 --log-level warn
+echo "demo: $chorus launch $topology --mode ping --pings 20"
+"$chorus" launch "$topology" --mode ping --pings 20 --log-level warn

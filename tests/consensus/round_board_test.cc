@@ -205,3 +205,29 @@ TEST(RoundBoard, StalenessBoundHoldsUnderRandomDelays) {
 
 }  // namespace
 }  // namespace chorus::consensus
+
+namespace chorus::consensus {
+namespace {
+
+// A neighbor already a round ahead: its newer model waits for the next round, so round k mixes
+// the round-k model (what keeps wait-all with tau = 0 exactly synchronous D-PSGD).
+TEST(RoundBoard, AModelFromALaterRoundWaitsForThatRound) {
+  RoundBoard board({.neighbors = {1}, .staleness_bound = 0});
+  board.modelArrived(1, 0, std::make_shared<const std::vector<float>>(4, 10.0f),
+                     std::chrono::steady_clock::now());
+  board.modelArrived(1, 1, std::make_shared<const std::vector<float>>(4, 11.0f),
+                     std::chrono::steady_clock::now());
+  WaitPlan all;
+  all.wait_for = 1;
+  GatherResult r0 = board.gather(0, all);
+  ASSERT_EQ(r0.models.size(), 1u);
+  EXPECT_EQ(r0.models[0].round, 0);
+  EXPECT_EQ((*r0.models[0].values)[0], 10.0f);
+  GatherResult r1 = board.gather(1, all);
+  ASSERT_EQ(r1.models.size(), 1u);
+  EXPECT_EQ(r1.models[0].round, 1);
+  EXPECT_EQ((*r1.models[0].values)[0], 11.0f);
+}
+
+}  // namespace
+}  // namespace chorus::consensus

@@ -1,0 +1,588 @@
+#include "consensus/consensus_peer.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+
+#include "faults/straggler.h"
+#include "ml/metrics.h"
+#include "ml/rng.h"
+#include "ml/train.h"
+#include "node/node.h"
+
+namespace chorus::consensus {
+
+using Clock = std::chrono::steady_clock;
+
+void addConsensusOptions(CLI::App& cmd, ConsensusOptions& o) {
+  cmd.add_option("--backup", o.backup,
+                 "Backup-worker rule: wait-all, static:B, deadline:Q or dynamic[:TOLERANCE] "
+                 "(docs/backup-rules.md)")
+      ->capture_default_str();
+  cmd.add_option("--staleness-bound", o.staleness_bound,
+                 "tau: a neighbor's model may be used up to tau rounds late, and no node runs "
+                 "more than tau rounds ahead of a live neighbor (0 with wait-all: synchronous "
+                 "D-PSGD)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1'000'000}))
+      ->capture_default_str();
+  cmd.add_option("--mixing", o.mixing,
+                 "Mixing weights: uniform (normalized over the models that arrived) or "
+                 "metropolis (Metropolis-Hastings)")
+      ->capture_default_str();
+  cmd.add_option("--chunk-floats", o.chunk_floats,
+                 "Floats per ModelShare frame: models travel in chunks of this size")
+      ->check(CLI::Range(size_t{1}, size_t{64} << 20))
+      ->capture_default_str();
+  cmd.add_flag("--rejoin", o.rejoin,
+               "This node restarts after a failure: take a neighbor's current model and join "
+               "the rounds where that neighbor is, instead of starting from round 0");
+}
+
+void validateConsensusOptions(const ConsensusOptions& o) {
+  BackupRule::parse(o.backup);
+  parseMixingKind(o.mixing);
+  if (o.staleness_bound < 0) throw std::invalid_argument("--staleness-bound must be >= 0");
+  if (o.chunk_floats == 0) throw std::invalid_argument("--chunk-floats must be > 0");
+}
+
+namespace {
+
+BoardOptions boardOptions(const PeerLayout& layout, const ConsensusOptions& o) {
+  BoardOptions b;
+  b.neighbors = layout.neighbors;
+  b.staleness_bound = o.staleness_bound;
+  b.lag_window = o.lag_window;
+  b.stall_timeout = o.stall_timeout;
+  b.round_timeout = o.round_timeout;
+  b.report_every = o.report_every;
+  return b;
+}
+
+double seconds(Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+std::string idList(const std::vector<NodeId>& ids) {
+  return fmt::format("{}", fmt::join(ids, ", "));
+}
+
+}  // namespace
+
+ConsensusPeer::ConsensusPeer(node::Node& node, run::NodeJob job, PeerLayout layout,
+                             ConsensusOptions options)
+    : node_(node),
+      job_(std::move(job)),
+      layout_(std::move(layout)),
+      options_(std::move(options)),
+      mixing_((validateConsensusOptions(options_), parseMixingKind(options_.mixing))),
+      rule_(BackupRule::parse(options_.backup)),
+      board_(boardOptions(layout_, options_)),
+      gossip_(job_.model->size()),
+      finals_(job_.model->size()),
+      catchups_(job_.model->size()) {
+  std::sort(layout_.neighbors.begin(), layout_.neighbors.end());
+  node_.setHandler(wire::Body::ModelShare, [this](NodeId from, const wire::Envelope& envelope) {
+    onModelShare(from, envelope);
+  });
+  node_.setHandler(wire::Body::TrainingDone, [this](NodeId from, const wire::Envelope&) {
+    {
+      std::lock_guard lock(mu_);
+      done_.insert(from);
+    }
+    changed_.notify_all();
+  });
+  node_.setHandler(wire::Body::ModelRequest, [this](NodeId from, const wire::Envelope&) {
+    if (!isNeighbor(from)) {
+      node_.logger().warn("model request from node {}, which is not a neighbor: ignored", from);
+      return;
+    }
+    {
+      std::lock_guard lock(mu_);
+      requests_.insert(from);
+    }
+    changed_.notify_all();
+  });
+  node_.setEventHandler([this](const node::PeerEvent& event) { onPeerEvent(event); });
+}
+
+bool ConsensusPeer::isNeighbor(NodeId id) const {
+  return std::binary_search(layout_.neighbors.begin(), layout_.neighbors.end(), id);
+}
+
+void ConsensusPeer::onModelShare(NodeId from, const wire::Envelope& envelope) {
+  const wire::ModelShare* share = envelope.body_as_ModelShare();
+  const size_t size = job_.model->size();
+  if (share == nullptr || share->values() == nullptr) {
+    node_.logger().warn("ModelShare from node {} without values: ignored", from);
+    return;
+  }
+  if (share->total() != size) {
+    node_.logger().warn(
+        "ModelShare from node {} is for a model of {} floats, this node's has {}: ignored "
+        "(every node must run the same --model and --data)",
+        from, share->total(), size);
+    return;
+  }
+  std::span<const float> values(share->values()->data(), share->values()->size());
+  bool completed = false;
+  if (share->purpose() == wire::SharePurpose::Final) {
+    if (auto error = finals_.add(from, share->round(), share->offset(), values, &completed)) {
+      node_.logger().warn("final model chunk from node {}: {}", from, *error);
+      return;
+    }
+    if (completed) {
+      {
+        std::lock_guard lock(mu_);
+        final_models_[from] = finals_.latest(from)->values;
+      }
+      changed_.notify_all();
+    }
+    return;
+  }
+  if (share->purpose() == wire::SharePurpose::Catchup) {
+    if (auto error = catchups_.add(from, share->round(), share->offset(), values, &completed)) {
+      node_.logger().warn("catch-up model chunk from node {}: {}", from, *error);
+      return;
+    }
+    if (completed) {
+      {
+        std::lock_guard lock(mu_);
+        catchup_models_[from] = *catchups_.latest(from);
+      }
+      changed_.notify_all();
+    }
+    return;
+  }
+  if (share->purpose() != wire::SharePurpose::Gossip) {
+    node_.logger().warn("ModelShare from node {} with purpose {} is not handled: ignored", from,
+                        static_cast<int>(share->purpose()));
+    return;
+  }
+  if (!isNeighbor(from)) {
+    node_.logger().warn("round-{} model chunk from node {}, which is not a neighbor: ignored",
+                        share->round(), from);
+    return;
+  }
+  if (auto error = gossip_.add(from, share->round(), share->offset(), values, &completed)) {
+    node_.logger().warn("model chunk from node {}: {}", from, *error);
+    return;
+  }
+  if (completed) {
+    const ModelAssembler::Complete* model = gossip_.latest(from);
+    board_.modelArrived(from, model->round,
+                        std::make_shared<const std::vector<float>>(model->values), Clock::now());
+  }
+}
+
+void ConsensusPeer::onPeerEvent(const node::PeerEvent& event) {
+  switch (event.kind) {
+    case node::PeerEventKind::kDown:
+    case node::PeerEventKind::kLeft:
+      if (isNeighbor(event.peer)) {
+        board_.neighborDown(event.peer);
+        gossip_.forget(event.peer);
+      }
+      {
+        std::lock_guard lock(mu_);
+        down_.insert(event.peer);
+      }
+      changed_.notify_all();
+      break;
+    case node::PeerEventKind::kUp:
+      if (isNeighbor(event.peer)) board_.neighborUp(event.peer);
+      {
+        std::lock_guard lock(mu_);
+        down_.erase(event.peer);
+      }
+      changed_.notify_all();
+      break;
+    default:
+      break;
+  }
+}
+
+void ConsensusPeer::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopped_ = true;
+  }
+  board_.stop();
+  changed_.notify_all();
+}
+
+void ConsensusPeer::sendModel(const std::vector<NodeId>& to, Round round, size_t backups,
+                              int8_t purpose) {
+  if (to.empty()) return;
+  const std::span<const float> params = job_.model->params();
+  const size_t total = params.size();
+  for (size_t offset = 0; offset < total || (total == 0 && offset == 0);
+       offset += options_.chunk_floats) {
+    const size_t len = std::min(options_.chunk_floats, total - offset);
+    node::SharedFrame frame = node_.encode(
+        wire::Body::ModelShare,
+        [&](flatbuffers::FlatBufferBuilder& b) {
+          auto values = b.CreateVector(params.data() + offset, len);
+          return wire::CreateModelShare(b, round, offset, total, static_cast<uint32_t>(backups),
+                                        values, static_cast<wire::SharePurpose>(purpose))
+              .Union();
+        },
+        len * sizeof(float) + 256);
+    node_.broadcast(to, frame);
+    if (total == 0) break;
+  }
+}
+
+void ConsensusPeer::answerRequests(Round round) {
+  std::vector<NodeId> to;
+  {
+    std::lock_guard lock(mu_);
+    to.assign(requests_.begin(), requests_.end());
+    requests_.clear();
+  }
+  if (to.empty()) return;
+  node_.logger().info("sending the model after round {} to rejoining node(s) {}", round,
+                      idList(to));
+  sendModel(to, round, 0, static_cast<int8_t>(wire::SharePurpose::Catchup));
+}
+
+Round ConsensusPeer::catchUp() {
+  spdlog::logger& log = node_.logger();
+  const std::vector<NodeId> connected = node_.connectedPeers();
+  for (NodeId neighbor : layout_.neighbors) {
+    if (!std::binary_search(connected.begin(), connected.end(), neighbor)) continue;
+    log.info("rejoining: asking node {} for its current model", neighbor);
+    node::SharedFrame request =
+        node_.encode(wire::Body::ModelRequest, [](flatbuffers::FlatBufferBuilder& b) {
+          return wire::CreateModelRequest(b, b.CreateString("rejoin")).Union();
+        });
+    node_.send(neighbor, request);
+    std::unique_lock lock(mu_);
+    const bool answered = changed_.wait_for(lock, options_.catchup_timeout, [&] {
+      return stopped_ || catchup_models_.count(neighbor) || down_.count(neighbor);
+    });
+    if (stopped_) return 0;
+    auto it = catchup_models_.find(neighbor);
+    if (!answered || it == catchup_models_.end()) {
+      log.warn("rejoining: node {} {}; trying the next neighbor", neighbor,
+               answered ? "went down" : "did not answer in time");
+      continue;
+    }
+    std::copy(it->second.values.begin(), it->second.values.end(), job_.model->params().begin());
+    const Round round = it->second.round;
+    log.info("rejoining: took node {}'s model after round {}; joining at round {}", neighbor, round,
+             round + 1);
+    return round + 1;
+  }
+  throw std::runtime_error(fmt::format(
+      "node {}: no neighbor gave its model for the rejoin (neighbors: {}); start the node "
+      "without --rejoin when the whole cluster restarts",
+      layout_.self, idList(layout_.neighbors)));
+}
+
+std::pair<uint64_t, uint64_t> ConsensusPeer::bytesInOut() const {
+  uint64_t in = 0, out = 0;
+  for (NodeId m : layout_.members) {
+    if (m == layout_.self) continue;
+    const node::PeerStats s = node_.stats(m);
+    in += s.bytes_in;
+    out += s.bytes_out;
+  }
+  return {in, out};
+}
+
+ConsensusReport ConsensusPeer::run() {
+  ConsensusReport report;
+  spdlog::logger& log = node_.logger();
+  ml::Model& model = *job_.model;
+  const ml::DataSplit& data = *job_.data;
+  ml::MetricsWriter metrics(job_.metrics_path);
+  run::ShardBatcher batcher(data.train, job_.shard, job_.batch,
+                            ml::mixSeed(job_.seed, 0xC0 + job_.node_id));
+  // Learning rate 0 is pure averaging (no optimizer: it requires a positive rate).
+  std::optional<ml::SgdOptimizer> optimizer;
+  if (job_.lr > 0) {
+    ml::LrSchedule schedule;
+    schedule.baseLr = job_.lr;
+    optimizer.emplace(job_.sgd, schedule, model.size());
+  }
+  faults::StragglerInjector stragglers(job_.stragglers, job_.node_id, job_.seed);
+  const size_t own_degree = layout_.neighbors.size();
+
+  metrics.write(ml::MetricsEvent("start")
+                    .add("mode", "consensus")
+                    .add("node", static_cast<uint64_t>(job_.node_id))
+                    .add("model", model.spec().toString())
+                    .add("parameters", static_cast<uint64_t>(model.size()))
+                    .add("data", data.train.name)
+                    .add("shard_samples", static_cast<uint64_t>(job_.shard.size()))
+                    .add("rounds", job_.rounds)
+                    .add("batch", static_cast<uint64_t>(job_.batch))
+                    .add("lr", job_.lr)
+                    .add("seed", job_.seed)
+                    .add("backup", rule_->name())
+                    .add("mixing", options_.mixing)
+                    .add("staleness_bound", options_.staleness_bound)
+                    .add("stragglers", job_.stragglers.text)
+                    .addRaw("neighbors", fmt::format("[{}]", idList(layout_.neighbors))));
+  log.info(
+      "consensus: {} rounds on {} samples, model {} ({} parameters), neighbors [{}], "
+      "backup rule {}, mixing {}, tau {}",
+      job_.rounds, job_.shard.size(), model.spec().toString(), model.size(),
+      idList(layout_.neighbors), rule_->name(), options_.mixing, options_.staleness_bound);
+
+  const Clock::time_point start = Clock::now();
+  std::vector<float> previous_grad;
+  double grad_norm_ema = 0, noise_ema = 0, compute_ema = 0;
+  bool have_noise = false;
+  ml::Matrix batch;
+  std::vector<int32_t> labels;
+  auto [bytes_in_before, bytes_out_before] = bytesInOut();
+
+  auto evaluateAndLog = [&](Round k, ml::MetricsEvent& event) {
+    const ml::Evaluation eval = ml::evaluate(model, data.test);
+    event.add("test_loss", eval.loss).add("test_accuracy", eval.accuracy);
+    if (job_.target_acc > 0 && !report.time_to_target && eval.accuracy >= job_.target_acc) {
+      report.time_to_target = seconds(Clock::now() - start);
+      log.info("round {}: test accuracy {:.2f}% reached the target {:.2f}% after {:.1f} s", k,
+               100 * eval.accuracy, 100 * job_.target_acc, *report.time_to_target);
+      metrics.write(ml::MetricsEvent("target")
+                        .add("round", k)
+                        .add("test_accuracy", eval.accuracy)
+                        .add("seconds", *report.time_to_target));
+    }
+    return eval;
+  };
+
+  const Round first_round = options_.rejoin ? catchUp() : 0;
+  report.first_round = first_round;
+  report.rounds_done = first_round;
+  for (Round k = first_round; k < job_.rounds; ++k) {
+    // 1. Local step at x_i: y_i = x_i - lr * (momentum-corrected) g_i.
+    const Clock::time_point round_start = Clock::now();
+    batcher.next(batch, labels);
+    const double loss = model.forwardBackward(batch, labels);
+    if (!std::isfinite(loss)) {
+      throw std::runtime_error(fmt::format(
+          "node {}: training diverged (loss {}) in round {}: lower --lr", job_.node_id, loss, k));
+    }
+    const std::span<const float> grads = model.grads();
+    double norm_sq = 0, diff_sq = 0;
+    for (size_t i = 0; i < grads.size(); ++i)
+      norm_sq += static_cast<double>(grads[i]) * grads[i];
+    if (!previous_grad.empty()) {
+      for (size_t i = 0; i < grads.size(); ++i) {
+        const double d = static_cast<double>(grads[i]) - previous_grad[i];
+        diff_sq += d * d;
+      }
+    }
+    // Two independent minibatch gradients at nearby points differ by about 2 sigma^2 in
+    // expected squared norm, so half the difference estimates the noise (EMA, weight 0.1).
+    grad_norm_ema = k == 0 ? norm_sq : 0.9 * grad_norm_ema + 0.1 * norm_sq;
+    if (!previous_grad.empty()) {
+      noise_ema = have_noise ? 0.9 * noise_ema + 0.1 * diff_sq / 2 : diff_sq / 2;
+      have_noise = true;
+    }
+    previous_grad.assign(grads.begin(), grads.end());
+    if (optimizer) optimizer->step(model.params(), model.grads());
+    const Clock::duration compute = Clock::now() - round_start;
+    stragglers.waitAfterStep(std::chrono::duration_cast<std::chrono::nanoseconds>(compute));
+    const double compute_s = seconds(Clock::now() - round_start);
+    compute_ema = k == 0 ? compute_s : 0.8 * compute_ema + 0.2 * compute_s;
+
+    // 2. Plan, then send (k, y_i) to every neighbor; 3. wait for the fastest of them.
+    const WaitPlan plan = rule_->plan(board_.observe(compute_ema, grad_norm_ema, noise_ema));
+    report.backups.push_back(plan.backups);
+    sendModel(layout_.neighbors, k, plan.backups, static_cast<int8_t>(wire::SharePurpose::Gossip));
+    GatherResult got = board_.gather(k, plan, [&](const std::vector<NodeId>& missing) {
+      log.info("round {}: waiting for node{} {}", k, missing.size() == 1 ? "" : "s",
+               idList(missing));
+      if (options_.on_waiting) options_.on_waiting(k, missing);
+    });
+    if (got.stopped) {
+      report.stopped = true;
+      break;
+    }
+    if (got.timed_out) {
+      log.warn("round {}: no models from node(s) {} within {} s; mixing with what arrived", k,
+               idList(got.missing), options_.round_timeout.count() / 1000.0);
+    }
+    report.wait_seconds += got.waited_seconds;
+
+    // 4. Mix x_i = w_ii y_i + sum_j w_ij y_j over what arrived.
+    std::vector<size_t> degrees;
+    std::vector<std::span<const float>> others;
+    double distance = 0, staleness_sum = 0;
+    int64_t staleness_max = 0;
+    for (const UsedModel& used : got.models) {
+      auto d = layout_.degrees.find(used.from);
+      degrees.push_back(d == layout_.degrees.end() ? own_degree : d->second);
+      others.emplace_back(*used.values);
+      distance += squaredDistance(model.params(), *used.values);
+      staleness_sum += static_cast<double>(used.staleness);
+      staleness_max = std::max(staleness_max, used.staleness);
+    }
+    report.max_staleness = std::max(report.max_staleness, staleness_max);
+    const std::vector<double> weights = mixingWeights(mixing_, own_degree, degrees);
+    mixInto(model.params(), weights, others);
+    report.rounds_done = k + 1;
+
+    // 5. Log the round.
+    const auto [bytes_in, bytes_out] = bytesInOut();
+    const double n_used = static_cast<double>(got.models.size());
+    std::vector<NodeId> used_ids;
+    for (const UsedModel& used : got.models)
+      used_ids.push_back(used.from);
+    ml::MetricsEvent event("round");
+    event.add("round", k)
+        .add("loss", loss)
+        .add("backups", static_cast<uint64_t>(plan.backups))
+        .add("wait_for", static_cast<uint64_t>(plan.wait_for))
+        .add("used", static_cast<uint64_t>(got.models.size()))
+        .addRaw("used_from", fmt::format("[{}]", idList(used_ids)))
+        .add("live_neighbors", static_cast<uint64_t>(got.live_neighbors))
+        .add("compute_s", compute_s)
+        .add("wait_s", got.waited_seconds)
+        .add("bytes_sent", bytes_out - bytes_out_before)
+        .add("bytes_received", bytes_in - bytes_in_before)
+        .add("staleness_mean", n_used > 0 ? staleness_sum / n_used : 0.0)
+        .add("staleness_max", staleness_max)
+        .add("consensus_distance", n_used > 0 ? distance / n_used : 0.0)
+        .add("grad_norm_sq", grad_norm_ema)
+        .add("grad_noise", noise_ema)
+        .addBool("timed_out", got.timed_out);
+    bytes_in_before = bytes_in;
+    bytes_out_before = bytes_out;
+    if (job_.eval_every > 0 && (k + 1) % job_.eval_every == 0 && k + 1 < job_.rounds) {
+      const ml::Evaluation eval = evaluateAndLog(k, event);
+      log.info("round {}: loss {:.4f}, test accuracy {:.2f}%, b = {}, waited {:.3f} s", k, loss,
+               100 * eval.accuracy, plan.backups, got.waited_seconds);
+    }
+    metrics.write(event);
+    answerRequests(k);
+    if (options_.on_round_end) options_.on_round_end(k);
+  }
+
+  report.seconds = seconds(Clock::now() - start);
+  ml::MetricsEvent last("final");
+  const ml::Evaluation eval = evaluateAndLog(report.rounds_done, last);
+  report.final_loss = eval.loss;
+  report.final_accuracy = eval.accuracy;
+  report.final_model.assign(model.params().begin(), model.params().end());
+  log.info(
+      "final test accuracy {:.2f}% (loss {:.4f}) after {} rounds in {:.1f} s, {:.1f} s of "
+      "it waiting for neighbors",
+      100 * eval.accuracy, eval.loss, report.rounds_done, report.seconds, report.wait_seconds);
+  if (!report.stopped) finish(report);
+  last.add("rounds", report.rounds_done)
+      .add("seconds", report.seconds)
+      .add("wait_s", report.wait_seconds)
+      .add("time_to_target", report.time_to_target ? *report.time_to_target : -1.0)
+      .addRaw("finished_peers", fmt::format("[{}]", idList(report.finished_peers)))
+      .addRaw("departed_peers", fmt::format("[{}]", idList(report.departed_peers)));
+  if (report.average_accuracy) {
+    last.add("average_accuracy", *report.average_accuracy)
+        .add("averaged_models", static_cast<uint64_t>(report.averaged_models));
+  }
+  metrics.write(last);
+  return report;
+}
+
+void ConsensusPeer::finish(ConsensusReport& report) {
+  spdlog::logger& log = node_.logger();
+  constexpr NodeId kCollector = 0;
+  std::vector<NodeId> others;
+  for (NodeId m : layout_.members) {
+    if (m != layout_.self) others.push_back(m);
+  }
+  // The final model goes first: on one connection frames arrive in order, so node 0 has it
+  // once it sees this node's TrainingDone.
+  if (layout_.self != kCollector &&
+      std::find(others.begin(), others.end(), kCollector) != others.end()) {
+    sendModel({kCollector}, report.rounds_done, 0, static_cast<int8_t>(wire::SharePurpose::Final));
+  }
+  node::SharedFrame done =
+      node_.encode(wire::Body::TrainingDone, [&](flatbuffers::FlatBufferBuilder& b) {
+        return wire::CreateTrainingDone(b, report.rounds_done).Union();
+      });
+  node_.broadcast(others, done);
+
+  // Wait until every other member is done or gone, so that nobody leaves while a neighbor may
+  // still wait for its models.
+  std::unique_lock lock(mu_);
+  auto settled = [&] {
+    if (stopped_) return true;
+    for (NodeId m : others) {
+      if (!done_.count(m) && !down_.count(m)) return false;
+    }
+    return true;
+  };
+  const Clock::time_point deadline = Clock::now() + options_.finish_timeout;
+  Clock::time_point next_report = Clock::now() + options_.report_every;
+  while (!settled()) {
+    if (Clock::now() >= deadline) break;
+    if (!requests_.empty()) {
+      // A neighbor rejoined after this node's last round: it gets the final model.
+      lock.unlock();
+      answerRequests(report.rounds_done - 1);
+      lock.lock();
+      continue;
+    }
+    changed_.wait_until(lock, std::min(deadline, next_report));
+    if (Clock::now() >= next_report && !settled()) {
+      next_report += options_.report_every;
+      std::vector<NodeId> waiting;
+      for (NodeId m : others) {
+        if (!done_.count(m) && !down_.count(m)) waiting.push_back(m);
+      }
+      log.info("finished; waiting for node(s) {} to finish", idList(waiting));
+    }
+  }
+  std::vector<NodeId> unsettled;
+  for (NodeId m : others) {
+    if (done_.count(m)) {
+      report.finished_peers.push_back(m);
+    } else if (down_.count(m)) {
+      report.departed_peers.push_back(m);
+    } else {
+      unsettled.push_back(m);
+    }
+  }
+  if (!unsettled.empty()) {
+    log.warn("node(s) {} did not finish within {} s; leaving anyway", idList(unsettled),
+             options_.finish_timeout.count() / 1000.0);
+  }
+  std::map<NodeId, std::vector<float>> finals = final_models_;
+  lock.unlock();
+  if (!report.departed_peers.empty()) {
+    log.warn("node(s) {} left before the end of training", idList(report.departed_peers));
+  }
+
+  if (layout_.self == kCollector) {
+    // The accuracy of the average of every model that made it to the end.
+    ml::Model& model = *job_.model;
+    std::vector<double> sum(model.size());
+    for (size_t i = 0; i < sum.size(); ++i)
+      sum[i] = report.final_model[i];
+    for (const auto& [id, values] : finals) {
+      for (size_t i = 0; i < sum.size(); ++i)
+        sum[i] += values[i];
+    }
+    const size_t count = finals.size() + 1;
+    std::unique_ptr<ml::Model> average = model.clone();
+    for (size_t i = 0; i < sum.size(); ++i)
+      average->params()[i] = static_cast<float>(sum[i] / static_cast<double>(count));
+    const ml::Evaluation eval = ml::evaluate(*average, job_.data->test);
+    report.average_accuracy = eval.accuracy;
+    report.averaged_models = count;
+    log.info("test accuracy of the average of {} final models: {:.2f}%", count,
+             100 * eval.accuracy);
+  }
+}
+
+}  // namespace chorus::consensus

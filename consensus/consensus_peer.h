@@ -1,0 +1,143 @@
+// Consensus mode over the peer runtime: the glue between node::Node (loop thread: ModelShare
+// chunks -> ModelAssembler -> RoundBoard, peer events -> the board's wait set) and the trainer
+// thread running the rounds (local step, straggler wait, broadcast, wait plan, gather, mix, log).
+// The protocol, its options and its metrics are described in docs/consensus.md.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "consensus/backup_rule.h"
+#include "consensus/mixing.h"
+#include "consensus/round_board.h"
+#include "run/training_run.h"
+
+namespace CLI {
+class App;
+}
+namespace chorus::node {
+class Node;
+struct PeerEvent;
+}  // namespace chorus::node
+namespace chorus::wire {
+struct Envelope;
+}
+
+namespace chorus::consensus {
+
+// The protocol's knobs; tests shrink the timings.
+struct ConsensusOptions {
+  std::string backup = "dynamic";  // BackupRule::parse grammar
+  std::string mixing = "uniform";  // uniform | metropolis
+  int64_t staleness_bound = 2;     // tau (Hop's iteration gap)
+  size_t chunk_floats = 256 * 1024;
+  size_t lag_window = 32;
+  std::chrono::milliseconds stall_timeout{10000};
+  std::chrono::milliseconds round_timeout{300000};
+  std::chrono::milliseconds report_every{5000};
+  // Longest the end-of-run barrier waits for the other nodes' TrainingDone (and final models).
+  std::chrono::milliseconds finish_timeout{120000};
+  // A restarted node: before its first round it asks a live neighbor for its current model
+  // (ModelRequest), takes it and joins the rounds after that neighbor's last finished round.
+  bool rejoin = false;
+  // Longest a rejoining node waits for one neighbor's answer before it asks the next one.
+  std::chrono::milliseconds catchup_timeout{30000};
+  // Tests: called on the trainer thread when a round waits longer than report_every, with the
+  // neighbors still missing (also logged as "waiting for node J").
+  std::function<void(Round, const std::vector<NodeId>&)> on_waiting;
+  // Tests: called on the trainer thread after each round's mixing step.
+  std::function<void(Round)> on_round_end;
+};
+
+// Registers --backup, --staleness-bound, --mixing, --chunk-floats and --rejoin on `cmd`.
+void addConsensusOptions(CLI::App& cmd, ConsensusOptions& options);
+// Throws std::invalid_argument with the parsers' messages for a bad rule or mixing kind.
+void validateConsensusOptions(const ConsensusOptions& options);
+
+// Who this node talks to: gossip only with `neighbors` (from the topology), the end-of-run
+// messages with every member.
+struct PeerLayout {
+  NodeId self = 0;
+  std::vector<NodeId> neighbors;
+  std::vector<NodeId> members;       // every id of the cluster, self included
+  std::map<NodeId, size_t> degrees;  // every member's topology degree (Metropolis weights)
+};
+
+// What a run achieved.
+struct ConsensusReport {
+  int64_t first_round = 0;    // 0, or where a rejoining node took up the rounds
+  int64_t rounds_done = 0;    // the last round finished + 1
+  int64_t max_staleness = 0;  // of every neighbor model mixed in
+  bool stopped = false;       // stop() ended it early
+  double seconds = 0;
+  double wait_seconds = 0;  // total time spent in gathers
+  double final_loss = 0;
+  double final_accuracy = 0;
+  std::optional<double> time_to_target;  // seconds until the test accuracy reached target_acc
+  // Node 0 only: the accuracy of the average of its own and every final model it received.
+  std::optional<double> average_accuracy;
+  size_t averaged_models = 0;
+  std::vector<NodeId> finished_peers;  // members that said TrainingDone
+  std::vector<NodeId> departed_peers;  // members that went down or left before that
+  std::vector<float> final_model;
+  std::vector<size_t> backups;  // b_i of every round
+};
+
+class ConsensusPeer {
+ public:
+  // Installs the ModelShare / ModelRequest / TrainingDone handlers and the event handler on
+  // `node`. The node must be shut down before this object is destroyed (the handlers point at
+  // it). Throws std::invalid_argument for bad options.
+  ConsensusPeer(node::Node& node, run::NodeJob job, PeerLayout layout, ConsensusOptions options);
+  ConsensusPeer(const ConsensusPeer&) = delete;
+  ConsensusPeer& operator=(const ConsensusPeer&) = delete;
+
+  // Trainer thread: runs every round, then the end-of-run exchange (final model to node 0,
+  // TrainingDone to everyone, wait for the others). Call once, after the cluster is ready.
+  ConsensusReport run();
+  // Any thread: the running round and the end-of-run wait return at once.
+  void stop();
+
+ private:
+  void onModelShare(NodeId from, const wire::Envelope& envelope);
+  void onPeerEvent(const node::PeerEvent& event);
+  void sendModel(const std::vector<NodeId>& to, Round round, size_t backups, int8_t purpose);
+  // Trainer thread: answers pending ModelRequests with the current model, as of `round`.
+  void answerRequests(Round round);
+  // Trainer thread: takes a neighbor's current model; returns the first round to run.
+  Round catchUp();
+  bool isNeighbor(NodeId id) const;
+  void finish(ConsensusReport& report);
+  std::pair<uint64_t, uint64_t> bytesInOut() const;
+
+  node::Node& node_;
+  run::NodeJob job_;
+  PeerLayout layout_;
+  ConsensusOptions options_;
+  MixingKind mixing_;
+  std::unique_ptr<BackupRule> rule_;
+  RoundBoard board_;
+  // Loop-thread state.
+  ModelAssembler gossip_;
+  ModelAssembler finals_;
+  ModelAssembler catchups_;
+  // Shared with the trainer thread: end-of-run bookkeeping.
+  std::mutex mu_;
+  std::condition_variable changed_;
+  bool stopped_ = false;
+  std::set<NodeId> done_;
+  std::set<NodeId> down_;
+  std::map<NodeId, std::vector<float>> final_models_;
+  std::set<NodeId> requests_;  // neighbors waiting for a catch-up model
+  std::map<NodeId, ModelAssembler::Complete> catchup_models_;
+};
+
+}  // namespace chorus::consensus

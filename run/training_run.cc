@@ -1,0 +1,200 @@
+#include "run/training_run.h"
+
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <stdexcept>
+
+#include "ml/rng.h"
+#include "ml/sharding.h"
+
+namespace chorus::run {
+
+ShardSpec ShardSpec::parse(std::string_view text) {
+  ShardSpec spec;
+  if (text == "iid") return spec;
+  constexpr std::string_view kPrefix = "dirichlet:";
+  if (text.starts_with(kPrefix)) {
+    const std::string number(text.substr(kPrefix.size()));
+    char* end = nullptr;
+    const double alpha = std::strtod(number.c_str(), &end);
+    if (!number.empty() && end == number.c_str() + number.size() && std::isfinite(alpha) &&
+        alpha > 0) {
+      spec.kind = Kind::kDirichlet;
+      spec.alpha = alpha;
+      return spec;
+    }
+  }
+  throw std::invalid_argument(fmt::format(
+      "--shard '{}': expected 'iid' or 'dirichlet:ALPHA' with ALPHA > 0 (e.g. dirichlet:0.5)",
+      text));
+}
+
+std::string ShardSpec::toString() const {
+  return kind == Kind::kIid ? "iid" : fmt::format("dirichlet:{}", alpha);
+}
+
+void addRunOptions(CLI::App& cmd, RunOptions& o) {
+  cmd.add_option("--data", o.data.name, "Data set: mnist, fashion-mnist, cifar10, synthetic")
+      ->check(CLI::IsMember(ml::datasetNames()))
+      ->capture_default_str();
+  cmd.add_option("--data-dir", o.data.dataDir,
+                 "Folder holding the data files (default: $CHORUS_DATA, data/ in the source "
+                 "tree, /usr/share/datasets/)");
+  cmd.add_option("--synthetic-train", o.data.syntheticTrain, "Training samples of --data synthetic")
+      ->check(CLI::Range(size_t{1}, size_t{10'000'000}))
+      ->capture_default_str();
+  cmd.add_option("--synthetic-test", o.data.syntheticTest, "Test samples of --data synthetic")
+      ->check(CLI::Range(size_t{1}, size_t{10'000'000}))
+      ->capture_default_str();
+  cmd.add_option("--model", o.model.name, "Model: softmax, mlp, lenet, cifar-cnn")
+      ->check(CLI::IsMember(ml::modelNames()))
+      ->capture_default_str();
+  cmd.add_option("--hidden", o.model.hidden,
+                 "mlp hidden layer sizes, comma separated (default 256,128)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1'000'000));
+  cmd.add_option("--shard", o.shard,
+                 "How the training set is split over the nodes: iid or dirichlet:ALPHA "
+                 "(label-skewed)")
+      ->capture_default_str();
+  cmd.add_option("--rounds", o.rounds, "Training rounds (0: derived from --epochs)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1'000'000'000}))
+      ->capture_default_str();
+  cmd.add_option("--epochs", o.epochs,
+                 "Passes over an average node's shard (training set / nodes), when --rounds is 0; "
+                 "every node runs the same rounds (fractions allowed)")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
+  cmd.add_option("--batch", o.batch, "Minibatch size")
+      ->check(CLI::Range(size_t{1}, size_t{1'000'000}))
+      ->capture_default_str();
+  cmd.add_option("--lr", o.lr, "Learning rate of the local step (0: pure averaging)")
+      ->check(CLI::Range(0.0, 100.0))
+      ->capture_default_str();
+  cmd.add_option("--momentum", o.momentum, "SGD momentum of the local step (0 = plain SGD)")
+      ->check(CLI::Range(0.0, 0.999))
+      ->capture_default_str();
+  cmd.add_option("--weight-decay", o.weight_decay, "L2 weight decay")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  cmd.add_option("--seed", o.seed,
+                 "Seed of the initial model (same on every node), shards, shuffling, straggler "
+                 "delays and synthetic data")
+      ->capture_default_str();
+  cmd.add_option("--stragglers", o.stragglers,
+                 "Straggler profile (docs/stragglers.md), added to each node's own attribute "
+                 "from the topology file, e.g. shifted-exp:5,20+slow:3=4");
+  cmd.add_option("--eval-every", o.eval_every, "Test accuracy every N rounds (0: only at the end)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1'000'000'000}))
+      ->capture_default_str();
+  cmd.add_option("--target-acc", o.target_acc,
+                 "Record the time the test accuracy first reaches this fraction (e.g. 0.97); "
+                 "training still runs all rounds")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd.add_option("--out", o.out_dir, "Write metrics as JSON lines to DIR/node-<id>.jsonl");
+}
+
+void validateRunOptions(const RunOptions& o) {
+  if (o.batch == 0) throw std::invalid_argument("--batch must be > 0");
+  if (!std::isfinite(o.lr) || o.lr < 0) throw std::invalid_argument("--lr must be >= 0");
+  if (o.momentum < 0 || o.momentum >= 1)
+    throw std::invalid_argument("--momentum must be in [0, 1)");
+  if (o.weight_decay < 0) throw std::invalid_argument("--weight-decay must be >= 0");
+  if (o.rounds < 0) throw std::invalid_argument("--rounds must be >= 0");
+  if (o.rounds == 0 && !(o.epochs > 0)) {
+    throw std::invalid_argument("give --rounds N or --epochs E (> 0)");
+  }
+  if (o.eval_every < 0) throw std::invalid_argument("--eval-every must be >= 0");
+  if (o.target_acc < 0 || o.target_acc > 1) {
+    throw std::invalid_argument("--target-acc must be a fraction in [0, 1]");
+  }
+  if (o.model.name != "mlp" && !o.model.hidden.empty()) {
+    throw std::invalid_argument("--hidden applies only to --model mlp");
+  }
+  ShardSpec::parse(o.shard);
+  faults::StragglerProfile::parse(o.stragglers);
+}
+
+std::shared_ptr<const ml::DataSplit> loadRunData(const RunOptions& options) {
+  ml::DataOptions data = options.data;
+  data.syntheticSeed = options.seed;
+  return std::make_shared<const ml::DataSplit>(ml::loadDataset(data));
+}
+
+NodeJob prepareNodeJob(const RunOptions& options, std::shared_ptr<const ml::DataSplit> data,
+                       uint32_t node_id, int nodes, std::string_view node_stragglers) {
+  validateRunOptions(options);
+  if (nodes <= 0 || node_id >= static_cast<uint32_t>(nodes)) {
+    throw std::invalid_argument(fmt::format("node {} is not one of {} nodes", node_id, nodes));
+  }
+  NodeJob job;
+  job.node_id = node_id;
+  const ShardSpec shard = ShardSpec::parse(options.shard);
+  // Every node computes the same split from the same seed and keeps its own part.
+  const uint64_t shard_seed = ml::mixSeed(options.seed, 0x5AAD);
+  ml::Shards shards = shard.kind == ShardSpec::Kind::kIid
+                          ? ml::shardIid(data->train.size(), nodes, shard_seed)
+                          : ml::shardDirichlet(data->train.labels, data->train.classes, nodes,
+                                               shard.alpha, shard_seed);
+  job.shard = std::move(shards[node_id]);
+  if (job.shard.empty()) {
+    throw std::invalid_argument(
+        fmt::format("node {} got no training samples ({} samples over {} nodes, --shard {})",
+                    node_id, data->train.size(), nodes, options.shard));
+  }
+  ml::ModelSpec spec = options.model;
+  spec.input = data->train.shape;
+  spec.classes = data->train.classes;
+  job.model = ml::Model::create(spec, options.seed);
+  job.sgd.momentum = options.momentum;
+  job.sgd.weightDecay = options.weight_decay;
+  job.lr = options.lr;
+  job.batch = options.batch;
+  // Every node must run the same rounds (a node that stops early would hold its neighbors'
+  // staleness gate), so an "epoch" is one pass over an average shard, not over the own one.
+  const size_t average_shard = std::max<size_t>(1, data->train.size() / static_cast<size_t>(nodes));
+  const size_t per_epoch = (average_shard + options.batch - 1) / options.batch;
+  job.rounds =
+      options.rounds > 0
+          ? options.rounds
+          : std::max<int64_t>(1, std::llround(options.epochs * static_cast<double>(per_epoch)));
+  job.seed = options.seed;
+  job.stragglers = faults::StragglerProfile::parse(options.stragglers)
+                       .combinedWith(faults::StragglerProfile::parse(node_stragglers));
+  job.eval_every = options.eval_every;
+  job.target_acc = options.target_acc;
+  job.metrics_path = nodeMetricsPath(options.out_dir, node_id);
+  job.data = std::move(data);
+  return job;
+}
+
+std::string nodeMetricsPath(const std::string& dir, uint32_t node_id) {
+  if (dir.empty()) return {};
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    throw std::runtime_error(
+        fmt::format("--out {}: cannot create the metrics folder: {}", dir, ec.message()));
+  }
+  return (std::filesystem::path(dir) / fmt::format("node-{}.jsonl", node_id)).string();
+}
+
+ShardBatcher::ShardBatcher(const ml::Dataset& train, std::vector<size_t> shard, size_t batch,
+                           uint64_t seed)
+    : train_(train), sampler_(std::move(shard), batch, seed), rng_(ml::mixSeed(seed, 0xBA7C)) {}
+
+void ShardBatcher::next(ml::Matrix& batch, std::vector<int32_t>& labels) {
+  auto indices = epoch_ == 0 ? std::span<const size_t>() : sampler_.next();
+  if (indices.empty()) {
+    sampler_.startEpoch(epoch_++);
+    indices = sampler_.next();
+  }
+  const ml::Augmentation none;
+  ml::gatherBatch(train_, indices, batch, labels, none, rng_);
+}
+
+}  // namespace chorus::run

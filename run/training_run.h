@@ -1,0 +1,115 @@
+// The training side of a distributed run, shared by consensus and PS mode: the options both
+// modes take (and their CLI flags), this node's data shard, the common initial model, the
+// batcher, the straggler injector and the per-node JSON-lines metrics file. No networking.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "faults/straggler.h"
+#include "ml/batches.h"
+#include "ml/dataset.h"
+#include "ml/metrics.h"
+#include "ml/model.h"
+#include "ml/optimizer.h"
+
+namespace CLI {
+class App;
+}
+
+namespace chorus::run {
+
+// How the training set is split across the nodes (--shard).
+struct ShardSpec {
+  enum class Kind { kIid, kDirichlet };
+  Kind kind = Kind::kIid;
+  double alpha = 0;  // kDirichlet: concentration (small = few classes per node)
+
+  // Parses "iid" or "dirichlet:ALPHA" (ALPHA > 0); throws std::invalid_argument naming the
+  // accepted forms.
+  static ShardSpec parse(std::string_view text);
+  // As written on the command line.
+  std::string toString() const;
+};
+
+// The training options both distributed modes take.
+struct RunOptions {
+  ml::DataOptions data;  // --data, --data-dir, --synthetic-train/--synthetic-test
+  ml::ModelSpec model;   // --model, --hidden (input and classes come from the data)
+  std::string shard = "iid";
+  int64_t rounds = 0;  // 0: derived from --epochs
+  double epochs = 1;   // passes over an average shard (when --rounds is 0)
+  size_t batch = 64;
+  double lr = 0.05;
+  double momentum = 0.0;
+  double weight_decay = 0.0;
+  uint64_t seed = 1;        // initial model, shards, shuffling, straggler delays
+  std::string stragglers;   // --stragglers profile, combined with the node's own attribute
+  int64_t eval_every = 10;  // test accuracy every this many rounds (0: only at the end)
+  double target_acc = 0;    // record when the test accuracy first reaches this (0: off)
+  std::string out_dir;      // DIR/node-<id>.jsonl (empty: no metrics file)
+};
+
+// Registers the options above on `cmd` (both modes' commands call this). The defaults written
+// in `options` are shown in --help.
+void addRunOptions(CLI::App& cmd, RunOptions& options);
+
+// Throws std::invalid_argument naming the flag when an option is out of range; checks the
+// --shard and --stragglers grammars. No I/O.
+void validateRunOptions(const RunOptions& options);
+
+// Everything one node trains with: its data (shared, read-only), its shard, the initial model
+// (identical on every node), the optimizer settings, the batcher and its straggler injector.
+struct NodeJob {
+  uint32_t node_id = 0;
+  std::shared_ptr<const ml::DataSplit> data;
+  std::vector<size_t> shard;  // indices into data->train
+  std::unique_ptr<ml::Model> model;
+  ml::SgdConfig sgd;
+  double lr = 0.05;
+  size_t batch = 64;
+  int64_t rounds = 0;
+  uint64_t seed = 1;
+  faults::StragglerProfile stragglers;
+  int64_t eval_every = 10;
+  double target_acc = 0;
+  std::string metrics_path;  // empty: no metrics
+};
+
+// Loads the data set named in `options` (throws ml::DataError / std::invalid_argument).
+std::shared_ptr<const ml::DataSplit> loadRunData(const RunOptions& options);
+
+// This node's job among `nodes` nodes: its shard of `data` (same split on every node), the
+// model built from options.seed, the straggler profile --stragglers + `node_stragglers` (the
+// topology attribute), and the rounds: --rounds, or --epochs passes over an average shard
+// (training set / nodes), so that every node runs the same number of rounds.
+// Throws std::invalid_argument for unusable options or an empty shard.
+NodeJob prepareNodeJob(const RunOptions& options, std::shared_ptr<const ml::DataSplit> data,
+                       uint32_t node_id, int nodes, std::string_view node_stragglers);
+
+// DIR/node-<id>.jsonl (creating DIR); "" when dir is empty. Throws std::runtime_error naming DIR
+// when it cannot be created.
+std::string nodeMetricsPath(const std::string& dir, uint32_t node_id);
+
+// Cycles through a shard in minibatches, reshuffled every epoch (seeded per node).
+class ShardBatcher {
+ public:
+  ShardBatcher(const ml::Dataset& train, std::vector<size_t> shard, size_t batch, uint64_t seed);
+  // Fills the next minibatch (starting a new epoch when the current one is used up).
+  void next(ml::Matrix& batch, std::vector<int32_t>& labels);
+  // Batches per pass over the shard.
+  size_t batchesPerEpoch() const { return sampler_.batchesPerEpoch(); }
+  // Epochs started so far (1 after the first batch).
+  int64_t epoch() const { return epoch_; }
+
+ private:
+  const ml::Dataset& train_;
+  ml::EpochSampler sampler_;
+  ml::Rng rng_;
+  int64_t epoch_ = 0;
+};
+
+}  // namespace chorus::run
