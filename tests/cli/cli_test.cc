@@ -89,8 +89,8 @@ TEST(ChorusLaunch, FourNodesConnectExchangeAndExitCleanly) {
   for (int i = 0; i < 4; ++i)
     ports.push_back(PortReservation().port());
   std::string topo = writeCluster("launch-ok", ports);
-  CommandResult r =
-      runCommand({chorusBinary(), "launch", topo, "--pings", "5", "--ready-timeout", "60"});
+  CommandResult r = runCommand(
+      {chorusBinary(), "launch", topo, "--mode", "ping", "--pings", "5", "--ready-timeout", "60"});
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_TRUE(contains(r.out, "[launch] all 4 node(s) finished cleanly")) << r.out;
   for (int i = 0; i < 4; ++i) {
@@ -112,7 +112,8 @@ TEST(ChorusLaunch, ANodeThatFailsIsNamedAndTheLaunchFails) {
   PortReservation taken(/*listen_on_it=*/true);
   ports.push_back(taken.port());
   std::string topo = writeCluster("launch-fail", ports);
-  CommandResult r = runCommand({chorusBinary(), "launch", topo, "--ready-timeout", "3"});
+  CommandResult r =
+      runCommand({chorusBinary(), "launch", topo, "--mode", "ping", "--ready-timeout", "3"});
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   EXPECT_TRUE(contains(r.err, "node 3 exited with status 3")) << r.err;
   EXPECT_TRUE(contains(r.err, "chorus: error: launch of " + topo)) << r.err;
