@@ -108,6 +108,23 @@ class SignalWatcher {
   std::atomic<int> received_{0};
 };
 
+// Leaves the cluster in order (Leave, linger, close) and ends the command: returns on success,
+// otherwise throws with `code` and `message`, with 128+N when signal N interrupted the node,
+// or with 1 when the loop did not close every handle.
+void leaveCluster(node::Node& node, double linger_s, const SignalWatcher& signals, uint32_t self,
+                  int code, const std::string& message) {
+  node.shutdown(secondsToMs(linger_s));
+  if (node.loopCloseResult() != 0) {
+    throw CommandFailure(1, fmt::format("node {}: uv_loop_close() returned {} at shutdown", self,
+                                        node.loopCloseResult()));
+  }
+  if (signals.received() != 0) {
+    throw CommandFailure(128 + signals.received(),
+                         fmt::format("node {}: interrupted; left the cluster", self));
+  }
+  if (code != 0) throw CommandFailure(code, message);
+}
+
 // What every mode needs: the topology, this node's entry and the runtime's options.
 struct NodeSetup {
   node::NodeId self = 0;
@@ -181,25 +198,20 @@ void runPing(const NodeArgs& args, const NodeSetup& setup) {
 
   const auto start = std::chrono::steady_clock::now();
   if (node::Status status = node.listen(); !status.ok()) {
+    // A signal that shut the node down during setup is an interruption, not a failure.
+    if (signals.received() != 0) leaveCluster(node, args.linger_s, signals, self, 0, "");
     throw CommandFailure(3, fmt::format("node {}: {}", self, status.message()));
   }
   if (node::Status status = node.connect(peers); !status.ok()) {
+    // A signal that shut the node down during setup is an interruption, not a failure.
+    if (signals.received() != 0) leaveCluster(node, args.linger_s, signals, self, 0, "");
     throw CommandFailure(3, fmt::format("node {}: {}", self, status.message()));
   }
   node::Status ready = node.waitClusterReady();
   const auto ready_ms =
       std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start).count();
   auto finish = [&](int code, const std::string& message) {
-    node.shutdown(secondsToMs(args.linger_s));
-    if (node.loopCloseResult() != 0) {
-      throw CommandFailure(1, fmt::format("node {}: uv_loop_close() returned {} at shutdown", self,
-                                          node.loopCloseResult()));
-    }
-    if (signals.received() != 0) {
-      throw CommandFailure(128 + signals.received(),
-                           fmt::format("node {}: interrupted; left the cluster", self));
-    }
-    if (code != 0) throw CommandFailure(code, message);
+    leaveCluster(node, args.linger_s, signals, self, code, message);
   };
   if (!ready.ok()) finish(4, fmt::format("node {}: {}", self, ready.message()));
 
@@ -283,22 +295,17 @@ void runConsensus(const NodeArgs& args, const NodeSetup& setup) {
     node.shutdown(secondsToMs(args.linger_s));
   });
   auto finish = [&](int code, const std::string& message) {
-    node.shutdown(secondsToMs(args.linger_s));
-    if (node.loopCloseResult() != 0) {
-      throw CommandFailure(1, fmt::format("node {}: uv_loop_close() returned {} at shutdown", self,
-                                          node.loopCloseResult()));
-    }
-    if (signals.received() != 0) {
-      throw CommandFailure(128 + signals.received(),
-                           fmt::format("node {}: interrupted; left the cluster", self));
-    }
-    if (code != 0) throw CommandFailure(code, message);
+    leaveCluster(node, args.linger_s, signals, self, code, message);
   };
   const auto start = std::chrono::steady_clock::now();
   if (node::Status status = node.listen(); !status.ok()) {
+    // A signal that shut the node down during setup is an interruption, not a failure.
+    if (signals.received() != 0) leaveCluster(node, args.linger_s, signals, self, 0, "");
     throw CommandFailure(3, fmt::format("node {}: {}", self, status.message()));
   }
   if (node::Status status = node.connect(setup.peers); !status.ok()) {
+    // A signal that shut the node down during setup is an interruption, not a failure.
+    if (signals.received() != 0) leaveCluster(node, args.linger_s, signals, self, 0, "");
     throw CommandFailure(3, fmt::format("node {}: {}", self, status.message()));
   }
   node::Status ready = node.waitClusterReady();
