@@ -164,6 +164,7 @@ bool StragglerInjector::inert() const {
 
 std::chrono::nanoseconds StragglerInjector::nextDelay(std::chrono::nanoseconds compute) {
   double ms = 0;
+  double slow_factor = 1;
   const double compute_ms = std::chrono::duration<double, std::milli>(compute).count();
   for (size_t i = 0; i < profile_.terms.size(); ++i) {
     const StragglerTerm& t = profile_.terms[i];
@@ -182,8 +183,9 @@ std::chrono::nanoseconds StragglerInjector::nextDelay(std::chrono::nanoseconds c
         }
         break;
       case StragglerTerm::Kind::kSlow: {
+        // Applied after every other term, below: a slow node is slow at the whole step.
         auto it = t.factors.find(node_id_);
-        if (it != t.factors.end()) ms += (it->second - 1) * compute_ms;
+        if (it != t.factors.end()) slow_factor *= it->second;
         break;
       }
       case StragglerTerm::Kind::kTransient: {
@@ -198,6 +200,9 @@ std::chrono::nanoseconds StragglerInjector::nextDelay(std::chrono::nanoseconds c
       }
     }
   }
+  // A node F times slower takes F times as long for the whole step: its compute and every
+  // delay the other terms drew for it.
+  ms += (slow_factor - 1) * (compute_ms + ms);
   auto delay = std::chrono::nanoseconds(static_cast<int64_t>(ms * 1e6));
   total_ += delay;
   return delay;

@@ -45,8 +45,9 @@ class StragglerInjector {
  public:
   StragglerInjector(StragglerProfile profile, uint32_t node_id, uint64_t seed);
 
-  // Extra time for the next step given the step's measured compute time (factors in slow and
-  // transient terms multiply it). Advances the random stream by one step.
+  // Extra time for the next step given the step's measured compute time: the sum of the
+  // terms' delays (transient factors multiply the compute time), then slow factors multiply
+  // the whole step (compute + that sum). Advances the random stream by one step.
   std::chrono::nanoseconds nextDelay(std::chrono::nanoseconds compute);
   // nextDelay() spent as real waiting on the calling thread; returns the time waited.
   std::chrono::nanoseconds waitAfterStep(std::chrono::nanoseconds compute);

@@ -106,6 +106,19 @@ TEST(StragglerInjector, SlowFactorAppliesOnlyToItsNode) {
   EXPECT_EQ(normal.nextDelay(milliseconds(10)).count(), 0);
 }
 
+TEST(StragglerInjector, SlowNodeIsSlowAtTheWholeStep) {
+  // Every node waits 10 ms on top of 10 ms of compute; node 3 is 4x slower at all of it.
+  auto p = StragglerProfile::parse("fixed:10+slow:3=4");
+  StragglerInjector slow(p, 3, 1), normal(p, 2, 1);
+  double normal_step = 10 + ms(normal.nextDelay(milliseconds(10)));
+  double slow_step = 10 + ms(slow.nextDelay(milliseconds(10)));
+  EXPECT_NEAR(normal_step, 20.0, 1e-6);
+  EXPECT_NEAR(slow_step, 4 * normal_step, 1e-6);
+  // The order of the terms does not matter.
+  StragglerInjector reordered(StragglerProfile::parse("slow:3=4+fixed:10"), 3, 1);
+  EXPECT_NEAR(10 + ms(reordered.nextDelay(milliseconds(10))), 80.0, 1e-6);
+}
+
 TEST(StragglerInjector, TransientSlowdownsLastTheirSteps) {
   // Probability 1: a slowdown of 3 steps starts whenever none is running.
   StragglerInjector inj(StragglerProfile::parse("transient:1,3,2"), 0, 1);
