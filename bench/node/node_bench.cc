@@ -26,17 +26,22 @@ using namespace std::chrono_literals;
 
 // ---- framing vs memcpy ----
 
+// One Tensor frame holding `values`, encoded as the runtime does (builder pre-sized).
+SharedFrame encodeTensorFrame(const std::vector<float>& values) {
+  return encodeFrame(
+      EnvelopeHeader{1, "bench", 1, 0}, wire::Body::Tensor,
+      [&](flatbuffers::FlatBufferBuilder& b) {
+        return wire::CreateTensorDirect(b, 7, &values).Union();
+      },
+      values.size() * sizeof(float));
+}
+
 void BM_FrameEncodeVerifyDecode(benchmark::State& state) {
   const size_t floats = static_cast<size_t>(state.range(0)) / sizeof(float);
   std::vector<float> values(floats, 1.5f);
   const FrameLimits limits{1u << 31, 64, 1'000'000};
   for (auto _ : state) {
-    auto frame = encodeFrame(
-        EnvelopeHeader{1, "bench", 1, 0}, wire::Body::Tensor,
-        [&](flatbuffers::FlatBufferBuilder& b) {
-          return wire::CreateTensorDirect(b, 7, &values).Union();
-        },
-        floats * sizeof(float));
+    auto frame = encodeTensorFrame(values);
     // On the receiving side the socket read lands in the frame's own buffer, so decoding is
     // verify + an in-place view of the floats.
     Status status = verifyFrame(frame->data(), frame->size(), limits);
@@ -54,12 +59,7 @@ void BM_FrameEncodeVerifyDecodeViaDecoderCopy(benchmark::State& state) {
   std::vector<float> values(floats, 1.5f);
   FrameDecoder decoder(FrameLimits{1u << 31, 64, 1'000'000});
   for (auto _ : state) {
-    auto frame = encodeFrame(
-        EnvelopeHeader{1, "bench", 1, 0}, wire::Body::Tensor,
-        [&](flatbuffers::FlatBufferBuilder& b) {
-          return wire::CreateTensorDirect(b, 7, &values).Union();
-        },
-        floats * sizeof(float));
+    auto frame = encodeTensorFrame(values);
     Status status = decoder.consume(frame->data(), frame->size(), [&](InboundFrame&& f) {
       benchmark::DoNotOptimize(f.envelope().body_as_Tensor()->values()->data()[floats / 2]);
       return true;

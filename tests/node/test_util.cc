@@ -127,19 +127,30 @@ void RawPeer::sendBytes(const void* data, size_t size) {
   }
 }
 
+namespace {
+
+// Waits until `fd` is readable (data, end of stream or an error to read) or `deadline` passes.
+bool waitReadable(int fd, std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{fd, POLLIN, 0};
+    const int ready = ::poll(&p, 1, static_cast<int>(left.count()));
+    if (ready < 0 && errno == EINTR) continue;
+    return ready > 0;
+  }
+}
+
+}  // namespace
+
 void RawPeer::shutdownWrite() {
   ::shutdown(fd_, SHUT_WR);
 }
 
 bool RawPeer::readExact(uint8_t* out, size_t size, std::chrono::steady_clock::time_point deadline) {
   while (size > 0) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return false;
-    pollfd p{fd_, POLLIN, 0};
-    const int ready = ::poll(&p, 1, static_cast<int>(left.count()));
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready <= 0) return false;
+    if (!waitReadable(fd_, deadline)) return false;
     const ssize_t n = ::recv(fd_, out, size, 0);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return false;
@@ -163,13 +174,7 @@ bool RawPeer::waitClosed(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   uint8_t buffer[4096];
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return false;
-    pollfd p{fd_, POLLIN, 0};
-    const int ready = ::poll(&p, 1, static_cast<int>(left.count()));
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready <= 0) return false;
+    if (!waitReadable(fd_, deadline)) return false;
     const ssize_t n = ::recv(fd_, buffer, sizeof(buffer), 0);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return true;  // EOF or reset
