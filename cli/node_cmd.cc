@@ -1,7 +1,7 @@
-// `chorus node`: one node of a topology file. In consensus mode it trains (chorus_consensus);
-// with --mode ping it connects to every other member, checks the cluster with Ping/Pong
-// traffic, reports, and leaves in order. The runtime, the training and the ping logic live in
-// the libraries; this file maps a topology and flags onto them.
+// `chorus node`: one node of a topology file. In consensus or PS mode it trains
+// (chorus_consensus, chorus_ps); with --mode ping it connects to every other member, checks the
+// cluster with Ping/Pong traffic, reports, and leaves in order. The runtime, the training and the
+// ping logic live in the libraries; this file maps a topology and flags onto them.
 #include <fmt/format.h>
 #include <pthread.h>
 #include <signal.h>
@@ -24,6 +24,7 @@
 #include "node/launch_env.h"
 #include "node/node.h"
 #include "node/ping_exchange.h"
+#include "ps/ps_peer.h"
 #include "run/training_run.h"
 #include "topology/topology.h"
 
@@ -47,6 +48,7 @@ struct NodeArgs {
   std::string mode;  // ping | consensus | ps; empty: the topology's mode
   run::RunOptions run;
   consensus::ConsensusOptions consensus;
+  ps::PsOptions ps;
 };
 
 milliseconds secondsToMs(double seconds) {
@@ -239,15 +241,31 @@ void runPing(const NodeArgs& args, const NodeSetup& setup) {
   fmt::print("node {}: left the cluster cleanly\n", self);
 }
 
-// Consensus training (docs/consensus.md): gossip with the topology neighbors, the end-of-run
-// messages over the full mesh.
-void runConsensus(const NodeArgs& args, const NodeSetup& setup) {
+// One training run on a started node: the mode's peer object behind one interface, so that
+// both modes share the node's lifecycle (flags, data, signals, listen, connect, leave).
+class TrainingSession {
+ public:
+  virtual ~TrainingSession() = default;
+  // Trainer thread: trains, then prints this node's results.
+  virtual void run() = 0;
+  // Any thread (the signal watcher): ends run() early.
+  virtual void stop() = 0;
+};
+
+using SessionFactory =
+    std::function<std::unique_ptr<TrainingSession>(node::Node&, run::NodeJob job)>;
+
+// Validates the shared flags (and the mode's, through `validate_mode`), loads the data, builds
+// the mode's session, joins the cluster, trains and leaves in order.
+void runTraining(const NodeArgs& args, const NodeSetup& setup, const std::string& mode,
+                 const std::function<void()>& validate_mode, const SessionFactory& make_session,
+                 const std::string& peers_description) {
   const node::NodeId self = setup.self;
   const topology::Topology& topo = setup.topo;
   // Bad flags first (exit 2), before any data is read or port bound.
   try {
     run::validateRunOptions(args.run);
-    consensus::validateConsensusOptions(args.consensus);
+    validate_mode();
   } catch (const std::invalid_argument& e) {
     throw CommandFailure(2, e.what());
   }
@@ -258,7 +276,7 @@ void runConsensus(const NodeArgs& args, const NodeSetup& setup) {
         2, fmt::format("{}: node {}'s stragglers attribute: {}", args.topology, self, e.what()));
   }
   // The data and the model come before the listener: once this node accepts connections its
-  // neighbors may send models, and the handlers must be in place by then.
+  // peers may send models or requests, and the handlers must be in place by then.
   run::NodeJob job;
   try {
     job = run::prepareNodeJob(args.run, run::loadRunData(args.run), self,
@@ -268,20 +286,18 @@ void runConsensus(const NodeArgs& args, const NodeSetup& setup) {
   } catch (const std::exception& e) {
     throw CommandFailure(1, fmt::format("node {}: {}", self, e.what()));
   }
-  consensus::PeerLayout layout;
-  layout.self = self;
-  layout.neighbors = setup.me->neighbors;
-  for (const auto& n : topo.nodes) {
-    layout.members.push_back(n.id);
-    layout.degrees[n.id] = n.neighbors.size();
-  }
 
   SignalWatcher signals;
   node::Node node(setup.options);
   spdlog::logger& log = node.logger();
-  consensus::ConsensusPeer peer(node, std::move(job), layout, args.consensus);
-  // The peer's handlers run on the node's loop thread: on every way out of this function the
-  // node stops before the peer is destroyed.
+  std::unique_ptr<TrainingSession> session;
+  try {
+    session = make_session(node, std::move(job));
+  } catch (const std::invalid_argument& e) {
+    throw CommandFailure(2, fmt::format("node {}: {}", self, e.what()));
+  }
+  // The session's handlers run on the node's loop thread: on every way out of this function
+  // the node stops before the session is destroyed.
   struct StopNodeFirst {
     node::Node& node;
     ~StopNodeFirst() { node.shutdown(std::chrono::milliseconds(0)); }
@@ -289,9 +305,9 @@ void runConsensus(const NodeArgs& args, const NodeSetup& setup) {
   signals.start([&](int signal) {
     log.warn("received {}: stopping training and leaving the cluster",
              signal == SIGINT ? "SIGINT" : "SIGTERM");
-    // Stops the rounds (or the end-of-run wait) and, through the shutdown, a pending
+    // Stops the training (or the end-of-run wait) and, through the shutdown, a pending
     // waitClusterReady(); the trainer's later sends fail quietly on a stopped node.
-    peer.stop();
+    session->stop();
     node.shutdown(secondsToMs(args.linger_s));
   });
   auto finish = [&](int code, const std::string& message) {
@@ -313,37 +329,134 @@ void runConsensus(const NodeArgs& args, const NodeSetup& setup) {
   const auto ready_ms =
       std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start).count();
   fmt::print(
-      "node {} of cluster \"{}\" ({} nodes, consensus mode): connected to all {} peers in "
-      "{} ms; training with neighbors [{}]\n",
-      self, topo.name, topo.nodes.size(), setup.peers.size(), ready_ms,
-      fmt::join(layout.neighbors, ", "));
+      "node {} of cluster \"{}\" ({} nodes, {} mode): connected to all {} peers in {} ms; {}\n",
+      self, topo.name, topo.nodes.size(), mode, setup.peers.size(), ready_ms, peers_description);
   std::fflush(stdout);
-  consensus::ConsensusReport report;
   try {
-    report = peer.run();
+    session->run();
   } catch (const std::exception& e) {
     finish(1, fmt::format("node {}: {}", self, e.what()));
-  }
-  fmt::print(
-      "node {}: final test accuracy {:.2f}% (loss {:.4f}) after {} rounds in {:.1f} s "
-      "({:.1f} s waiting)\n",
-      self, 100 * report.final_accuracy, report.final_loss, report.rounds_done, report.seconds,
-      report.wait_seconds);
-  if (report.time_to_target) {
-    fmt::print("node {}: reached test accuracy {:.2f}% after {:.1f} s\n", self,
-               100 * args.run.target_acc, *report.time_to_target);
-  }
-  if (report.average_accuracy) {
-    fmt::print("node {}: test accuracy of the average of {} final models: {:.2f}%\n", self,
-               report.averaged_models, 100 * *report.average_accuracy);
-  }
-  if (!report.departed_peers.empty()) {
-    fmt::print("node {}: node(s) {} left before the end\n", self,
-               fmt::join(report.departed_peers, ", "));
   }
   std::fflush(stdout);
   finish(0, "");
   fmt::print("node {}: left the cluster cleanly\n", self);
+}
+
+// Consensus training (docs/consensus.md): gossip with the topology neighbors, the end-of-run
+// messages over the full mesh.
+class ConsensusSession : public TrainingSession {
+ public:
+  ConsensusSession(node::Node& node, run::NodeJob job, const consensus::PeerLayout& layout,
+                   const consensus::ConsensusOptions& options, double target_acc)
+      : self_(layout.self), target_acc_(target_acc), peer_(node, std::move(job), layout, options) {}
+
+  void run() override {
+    const consensus::ConsensusReport report = peer_.run();
+    fmt::print(
+        "node {}: final test accuracy {:.2f}% (loss {:.4f}) after {} rounds in {:.1f} s "
+        "({:.1f} s waiting)\n",
+        self_, 100 * report.final_accuracy, report.final_loss, report.rounds_done, report.seconds,
+        report.wait_seconds);
+    if (report.time_to_target) {
+      fmt::print("node {}: reached test accuracy {:.2f}% after {:.1f} s\n", self_,
+                 100 * target_acc_, *report.time_to_target);
+    }
+    if (report.average_accuracy) {
+      fmt::print("node {}: test accuracy of the average of {} final models: {:.2f}%\n", self_,
+                 report.averaged_models, 100 * *report.average_accuracy);
+    }
+    if (!report.departed_peers.empty()) {
+      fmt::print("node {}: node(s) {} left before the end\n", self_,
+                 fmt::join(report.departed_peers, ", "));
+    }
+  }
+  void stop() override { peer_.stop(); }
+
+ private:
+  node::NodeId self_;
+  double target_acc_;
+  consensus::ConsensusPeer peer_;
+};
+
+void runConsensus(const NodeArgs& args, const NodeSetup& setup) {
+  consensus::PeerLayout layout;
+  layout.self = setup.self;
+  layout.neighbors = setup.me->neighbors;
+  for (const auto& n : setup.topo.nodes) {
+    layout.members.push_back(n.id);
+    layout.degrees[n.id] = n.neighbors.size();
+  }
+  runTraining(
+      args, setup, "consensus", [&] { consensus::validateConsensusOptions(args.consensus); },
+      [&](node::Node& node, run::NodeJob job) {
+        return std::make_unique<ConsensusSession>(node, std::move(job), layout, args.consensus,
+                                                  args.run.target_acc);
+      },
+      fmt::format("training with neighbors [{}]", fmt::join(layout.neighbors, ", ")));
+}
+
+// PS training (docs/ps.md): every node owns a shard of the keys and trains; reads and writes go
+// to each key's owner over the full mesh.
+class PsSession : public TrainingSession {
+ public:
+  PsSession(node::Node& node, run::NodeJob job, std::vector<node::NodeId> members,
+            const ps::PsOptions& options, double target_acc)
+      : self_(node.id()),
+        target_acc_(target_acc),
+        peer_(node, std::move(job), std::move(members), options) {}
+
+  void run() override {
+    const ps::PsReport report = peer_.run();
+    const uint64_t reads = report.worker.cache_hits + report.worker.cache_misses;
+    fmt::print(
+        "node {}: final test accuracy {:.2f}% (loss {:.4f}) after {} clocks in {:.1f} s "
+        "({:.1f} s waiting for reads, {:.0f}% of reads from the cache)\n",
+        self_, 100 * report.final_accuracy, report.final_loss, report.clocks_done, report.seconds,
+        report.wait_seconds,
+        reads > 0
+            ? 100.0 * static_cast<double>(report.worker.cache_hits) / static_cast<double>(reads)
+            : 0.0);
+    if (report.time_to_target) {
+      fmt::print("node {}: reached test accuracy {:.2f}% after {:.1f} s\n", self_,
+                 100 * target_acc_, *report.time_to_target);
+    }
+    if (report.owner_accuracy) {
+      fmt::print("node {}: test accuracy of the model as held by the owners: {:.2f}%\n", self_,
+                 100 * *report.owner_accuracy);
+    }
+    for (const auto& [worker, clock] : report.server.excluded) {
+      fmt::print(
+          "node {}: node {} was dropped at clock {}: its updates from clock {} on are lost\n",
+          self_, worker, clock, clock);
+    }
+    if (report.failed_pulls + report.failed_pushes > 0) {
+      fmt::print("node {}: {} read(s) and {} push(es) failed because an owner was down\n", self_,
+                 report.failed_pulls, report.failed_pushes);
+    }
+    if (!report.departed_peers.empty()) {
+      fmt::print("node {}: node(s) {} left before the end\n", self_,
+                 fmt::join(report.departed_peers, ", "));
+    }
+  }
+  void stop() override { peer_.stop(); }
+
+ private:
+  node::NodeId self_;
+  double target_acc_;
+  ps::PsPeer peer_;
+};
+
+void runPs(const NodeArgs& args, const NodeSetup& setup) {
+  std::vector<node::NodeId> members;
+  for (const auto& n : setup.topo.nodes)
+    members.push_back(n.id);
+  runTraining(
+      args, setup, "ps", [&] { ps::validatePsOptions(args.ps); },
+      [&](node::Node& node, run::NodeJob job) {
+        return std::make_unique<PsSession>(node, std::move(job), members, args.ps,
+                                           args.run.target_acc);
+      },
+      fmt::format("owning its shard of the parameters, staleness {}", args.ps.staleness));
 }
 
 void runNode(const NodeArgs& args) {
@@ -353,11 +466,8 @@ void runNode(const NodeArgs& args) {
   std::string mode = args.mode.empty() ? topology::modeName(setup.topo.mode) : args.mode;
   if (mode == "ping") return runPing(args, setup);
   if (mode == "consensus") return runConsensus(args, setup);
-  throw CommandFailure(
-      2,
-      fmt::format("PS mode is not implemented yet{}; run the consensus mode "
-                  "(--mode consensus) or a connectivity check (--mode ping)",
-                  args.mode.empty() ? fmt::format(" ({} says mode = \"ps\")", args.topology) : ""));
+  if (mode == "ps") return runPs(args, setup);
+  throw CommandFailure(2, fmt::format("unknown mode \"{}\": use consensus, ps or ping", mode));
 }
 
 }  // namespace
@@ -379,7 +489,11 @@ void addNodeCommands(CLI::App& app) {
       "             (docs/consensus.md).\n"
       "  ping       exchange --pings Ping/Pong messages with every peer, check each echoed\n"
       "             payload and print what happened (a connectivity check).\n"
-      "  ps         not implemented yet (exits 2).\n"
+      "  ps         train with sharded parameter ownership: every node owns a shard of the\n"
+      "             keys and is a worker; each clock it reads the model (SSP: --staleness),\n"
+      "             computes a gradient on its shard and pushes it to the owners, who apply\n"
+      "             the optimizer; per-clock metrics in --out DIR/node-<id>.jsonl; node 0\n"
+      "             also prints the accuracy of the model as held by the owners (docs/ps.md).\n"
       "Then it leaves in order (Leave, wait for the peers' Leave, close).\n"
       "Example: chorus launch ring4.toml --data synthetic --model mlp --rounds 300 --out runs/a\n"
       "Exit status: 0 on success; 1 training failed or data unreadable; 2 bad arguments or\n"
@@ -428,6 +542,7 @@ void addNodeCommands(CLI::App& app) {
       ->capture_default_str();
   run::addRunOptions(*cmd, args->run);
   consensus::addConsensusOptions(*cmd, args->consensus);
+  ps::addPsOptions(*cmd, args->ps);
   cmd->callback([args] { runNode(*args); });
 }
 

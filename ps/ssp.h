@@ -64,6 +64,16 @@ class WorkerClocks {
   // Live workers whose clock is below `clock`: who a parked read is waiting for.
   std::vector<WorkerId> laggingBehind(Clock clock) const;
   size_t parked() const { return parked_.size(); }
+  // The lowest minimum clock a parked pull waits for (nullopt when none is parked).
+  std::optional<Clock> lowestParked() const {
+    if (parked_.empty()) return std::nullopt;
+    return parked_.begin()->first;
+  }
+  // Is `worker` counted in the minimum (known and not excluded)?
+  bool live(WorkerId worker) const {
+    auto it = live_.find(worker);
+    return it != live_.end() && it->second;
+  }
 
  private:
   void releaseReady();

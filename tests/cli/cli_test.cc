@@ -120,5 +120,56 @@ TEST(ChorusLaunch, ANodeThatFailsIsNamedAndTheLaunchFails) {
   std::filesystem::remove(topo);
 }
 
+TEST(ChorusLaunch, PsModeTrainsAndNodeZeroReportsTheOwnersModel) {
+  std::vector<uint16_t> ports;
+  for (int i = 0; i < 3; ++i)
+    ports.push_back(PortReservation().port());
+  std::string topo = writeCluster("launch-ps", ports);
+  const auto out =
+      std::filesystem::temp_directory_path() / ("launch-ps-" + std::to_string(getpid()));
+  CommandResult r = runCommand({chorusBinary(),
+                                "launch",
+                                topo,
+                                "--mode",
+                                "ps",
+                                "--staleness",
+                                "1",
+                                "--data",
+                                "synthetic",
+                                "--synthetic-train",
+                                "3000",
+                                "--synthetic-test",
+                                "300",
+                                "--model",
+                                "softmax",
+                                "--rounds",
+                                "60",
+                                "--eval-every",
+                                "20",
+                                "--ready-timeout",
+                                "60",
+                                "--out",
+                                out.string()});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "[launch] all 3 node(s) finished cleanly")) << r.out;
+  EXPECT_TRUE(contains(r.out, "node 0: test accuracy of the model as held by the owners")) << r.out;
+  for (int i = 0; i < 3; ++i) {
+    std::string id = std::to_string(i);
+    EXPECT_TRUE(contains(r.out, "node " + id + ": final test accuracy")) << r.out;
+    EXPECT_TRUE(std::filesystem::exists(out / ("node-" + id + ".jsonl")));
+  }
+  std::filesystem::remove_all(out);
+  std::filesystem::remove(topo);
+}
+
+TEST(ChorusNode, ABadStalenessIsRejectedBeforeAnythingStarts) {
+  std::string topo = writeCluster("ps-bad-flag", {PortReservation().port()});
+  CommandResult r = runCommand({chorusBinary(), "node", "--topology", topo, "--id", "0", "--mode",
+                                "ps", "--staleness", "-1", "--data", "synthetic"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err, "--staleness")) << r.err;
+  std::filesystem::remove(topo);
+}
+
 }  // namespace
 }  // namespace chorus::testing

@@ -1,0 +1,104 @@
+#include "ps/key_store.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace chorus::ps {
+
+const char* keyTechniqueName(KeyTechnique technique) {
+  switch (technique) {
+    case KeyTechnique::kHome:
+      return "home";
+  }
+  return "unknown";
+}
+
+KeyStore::KeyStore(const ChunkLayout& layout, const ShardMap& map, NodeId self,
+                   std::span<const float> initial, OwnerOptimizer optimizer)
+    : layout_(layout), map_(map), self_(self), optimizer_(optimizer) {
+  if (initial.size() != layout.total()) {
+    throw std::invalid_argument(fmt::format("initial model has {} floats, the key layout {}",
+                                            initial.size(), layout.total()));
+  }
+  for (Key key = 0; key < layout.numKeys(); ++key) {
+    if (map.home(key) != self) continue;
+    KeyEntry& entry = entries_[key];
+    const auto slice = initial.subspan(layout.offset(key), layout.length(key));
+    entry.values.assign(slice.begin(), slice.end());
+    if (optimizer_.sgd.momentum != 0.0) entry.velocity.assign(slice.size(), 0.0f);
+  }
+}
+
+std::optional<std::string> KeyStore::check(std::span<const uint64_t> keys,
+                                           std::optional<size_t> values) const {
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (i > 0 && keys[i] <= keys[i - 1]) {
+      return fmt::format("keys must be sorted and unique: key {} follows key {}", keys[i],
+                         keys[i - 1]);
+    }
+    if (keys[i] >= layout_.numKeys()) {
+      return fmt::format("unknown key {}: the model has keys 0..{}", keys[i],
+                         layout_.numKeys() - 1);
+    }
+    if (!entries_.count(keys[i])) {
+      return fmt::format("key {} is not owned here (its owner is node {})", keys[i],
+                         map_.home(keys[i]));
+    }
+  }
+  if (values) {
+    const size_t expected = floatsOf(keys);
+    if (*values != expected) {
+      return fmt::format("wrong length: {} floats for {} key(s), which hold {}", *values,
+                         keys.size(), expected);
+    }
+  }
+  return std::nullopt;
+}
+
+void KeyStore::read(std::span<const uint64_t> keys, std::vector<float>& out) const {
+  for (Key key : keys) {
+    const KeyEntry& entry = entries_.at(key);
+    out.insert(out.end(), entry.values.begin(), entry.values.end());
+  }
+}
+
+void KeyStore::apply(std::span<const uint64_t> keys, std::span<const float> grads) {
+  size_t offset = 0;
+  for (Key key : keys) {
+    KeyEntry& entry = entries_.at(key);
+    const size_t len = entry.values.size();
+    switch (entry.technique) {
+      case KeyTechnique::kHome:
+        ml::sgdUpdate(optimizer_.sgd, optimizer_.pushLr(), entry.values, grads.subspan(offset, len),
+                      entry.velocity);
+        break;
+    }
+    ++entry.updates;
+    offset += len;
+  }
+  ++updates_;
+}
+
+size_t KeyStore::floatsOf(std::span<const uint64_t> keys) const {
+  size_t n = 0;
+  for (Key key : keys)
+    n += layout_.length(key);
+  return n;
+}
+
+std::vector<Key> KeyStore::ownedKeys() const {
+  std::vector<Key> keys;
+  keys.reserve(entries_.size());
+  for (const auto& [key, entry] : entries_)
+    keys.push_back(key);
+  std::sort(keys.begin(), keys.end());
+  return keys;
+}
+
+const KeyEntry* KeyStore::find(Key key) const {
+  auto it = entries_.find(key);
+  return it == entries_.end() ? nullptr : &it->second;
+}
+
+}  // namespace chorus::ps

@@ -1,0 +1,83 @@
+// The parameters a node owns in PS mode, with the owner-side optimizer. Each key carries its
+// management technique so that a later NuPS layer can replicate hot keys or relocate others
+// while the classic keys stay as they are; today every key is kHome (served by its home node).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ml/optimizer.h"
+#include "ps/shard_map.h"
+
+namespace chorus::ps {
+
+// How a key is managed (NuPS, Renz-Wieland et al.): one value per key, so the techniques can
+// coexist in one store.
+enum class KeyTechnique : uint8_t {
+  kHome,  // classic: the home node holds the only copy and applies every update
+};
+const char* keyTechniqueName(KeyTechnique technique);
+
+// The optimizer owners apply to pushed gradients. Each push is scaled by `push_scale` (1/N for
+// N workers), so that one clock of all workers moves the model as far as one step of the
+// averaged gradient: the same progress per clock as consensus mode's averaged local steps.
+struct OwnerOptimizer {
+  ml::SgdConfig sgd;
+  double lr = 0.05;
+  double push_scale = 1.0;
+
+  // The learning rate applied to one push.
+  double pushLr() const { return lr * push_scale; }
+  // True when an update is w -= lr * g (no momentum, no weight decay): a worker can
+  // then apply its own push to a cached row exactly as the owner will.
+  bool stateless() const { return sgd.momentum == 0.0 && sgd.weightDecay == 0.0; }
+};
+
+// One owned key: its floats, optimizer state and technique.
+struct KeyEntry {
+  KeyTechnique technique = KeyTechnique::kHome;
+  std::vector<float> values;
+  std::vector<float> velocity;  // empty unless the optimizer uses momentum
+  uint64_t updates = 0;         // pushes applied
+};
+
+class KeyStore {
+ public:
+  // Takes the keys of `layout` whose home in `map` is `self`, initialized from `initial` (the
+  // whole flat model, identical on every node).
+  KeyStore(const ChunkLayout& layout, const ShardMap& map, NodeId self,
+           std::span<const float> initial, OwnerOptimizer optimizer);
+
+  // Why `keys` (with `values` floats, or no values when nullopt) cannot be served here, or
+  // nullopt: keys must be sorted and unique, exist in the layout, be owned here, and `values`
+  // must hold exactly their floats.
+  std::optional<std::string> check(std::span<const uint64_t> keys,
+                                   std::optional<size_t> values) const;
+  // Appends the values of checked `keys` to `out`, in key order.
+  void read(std::span<const uint64_t> keys, std::vector<float>& out) const;
+  // Applies the gradients `grads` (key order, checked) with the owner optimizer.
+  void apply(std::span<const uint64_t> keys, std::span<const float> grads);
+
+  // Floats of all `keys` together (keys in the layout).
+  size_t floatsOf(std::span<const uint64_t> keys) const;
+  // Keys owned here, sorted.
+  std::vector<Key> ownedKeys() const;
+  const KeyEntry* find(Key key) const;
+  const ChunkLayout& layout() const { return layout_; }
+  const OwnerOptimizer& optimizer() const { return optimizer_; }
+  uint64_t updatesApplied() const { return updates_; }
+
+ private:
+  ChunkLayout layout_;
+  ShardMap map_;
+  NodeId self_;
+  OwnerOptimizer optimizer_;
+  std::unordered_map<Key, KeyEntry> entries_;
+  uint64_t updates_ = 0;
+};
+
+}  // namespace chorus::ps

@@ -1,0 +1,261 @@
+#include "ps/kv_server.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include "chorus/chorus_generated.h"
+#include "node/node.h"
+
+namespace chorus::ps {
+
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+// An owner answers a read once every live worker reached the reader's min_clock: a WorkerClocks
+// with bound 0 parks on that clock as given (the worker applied its staleness already).
+constexpr Staleness kExplicitMinClock{0};
+
+}  // namespace
+
+KvServer::KvServer(node::Node& node, KeyStore store, std::vector<WorkerId> workers,
+                   ServerOptions options)
+    : node_(node),
+      store_(std::move(store)),
+      options_(std::move(options)),
+      clocks_(workers, kExplicitMinClock) {
+  node_.setHandler(wire::Body::PsPull, [this](node::NodeId from, const wire::Envelope& envelope) {
+    onPullFrame(from, envelope);
+  });
+  node_.setHandler(wire::Body::PsPush, [this](node::NodeId from, const wire::Envelope& envelope) {
+    onPushFrame(from, envelope);
+  });
+  node_.setHandler(wire::Body::PsClock, [this](node::NodeId from, const wire::Envelope& envelope) {
+    onClockFrame(from, envelope);
+  });
+}
+
+std::optional<std::string> KvServer::checkClock(WorkerId worker, Clock clock,
+                                                const char* what) const {
+  const Clock current = clocks_.clockOf(worker);
+  if (clock < current) {
+    return fmt::format(
+        "{} at clock {} but node {} already reached clock {} (clock going backwards)", what, clock,
+        worker, current);
+  }
+  return std::nullopt;
+}
+
+void KvServer::pull(WorkerId worker, Clock clock, Clock min_clock, std::vector<uint64_t> keys,
+                    PullAnswer answer) {
+  std::optional<std::string> error = checkClock(worker, clock, "pull");
+  if (!error && min_clock > clock) {
+    error = fmt::format("pull at clock {} asks for min clock {}, above its own", clock, min_clock);
+  }
+  if (!error) error = store_.check(keys, std::nullopt);
+  if (error) {
+    {
+      std::lock_guard lock(mu_);
+      ++summary_.errors;
+    }
+    answer(*error, 0, {}, {});
+    return;
+  }
+  const bool ready = clocks_.ready(min_clock);
+  if (!ready) {
+    std::lock_guard lock(mu_);
+    ++summary_.parked;
+    if (!parked_since_) parked_since_ = SteadyClock::now();
+  }
+  // The release runs now or from a later clock(); the store is read only then, so the answer
+  // holds every update that arrived before the condition became true.
+  clocks_.whenReady(min_clock, [this, keys = std::move(keys), answer = std::move(answer)] {
+    std::vector<float> values;
+    values.reserve(store_.floatsOf(keys));
+    store_.read(keys, values);
+    {
+      std::lock_guard lock(mu_);
+      ++summary_.pulls;
+    }
+    answer("", clocks_.minClock(), keys, values);
+  });
+}
+
+std::optional<std::string> KvServer::push(WorkerId worker, Clock clock,
+                                          std::span<const uint64_t> keys,
+                                          std::span<const float> grads) {
+  std::optional<std::string> error = checkClock(worker, clock, "push");
+  if (!error) error = store_.check(keys, grads.size());
+  if (error) {
+    std::lock_guard lock(mu_);
+    ++summary_.errors;
+    return error;
+  }
+  store_.apply(keys, grads);
+  std::lock_guard lock(mu_);
+  ++summary_.pushes;
+  return std::nullopt;
+}
+
+std::optional<std::string> KvServer::clock(WorkerId worker, Clock clock) {
+  if (auto error = clocks_.advance(worker, clock)) {
+    std::lock_guard lock(mu_);
+    ++summary_.errors;
+    return error;
+  }
+  if (clocks_.parked() == 0) parked_since_.reset();
+  return std::nullopt;
+}
+
+void KvServer::replyError(WorkerId to, uint64_t request, int8_t op, const std::string& error) {
+  node_.logger().warn("refused a {} request from node {}: {}",
+                      wire::EnumNamePsOp(static_cast<wire::PsOp>(op)), to, error);
+  node::SharedFrame frame =
+      node_.encode(wire::Body::PsReply, [&](flatbuffers::FlatBufferBuilder& b) {
+        return wire::CreatePsReply(b, request, static_cast<wire::PsOp>(op), b.CreateString(error))
+            .Union();
+      });
+  node_.send(to, frame);
+}
+
+void KvServer::onPullFrame(WorkerId from, const wire::Envelope& envelope) {
+  const wire::PsPull* request = envelope.body_as_PsPull();
+  if (request->keys() == nullptr) {
+    {
+      std::lock_guard lock(mu_);
+      ++summary_.errors;
+    }
+    replyError(from, request->request(), static_cast<int8_t>(wire::PsOp::Pull),
+               "pull without keys");
+    return;
+  }
+  std::vector<uint64_t> keys(request->keys()->begin(), request->keys()->end());
+  const uint64_t id = request->request();
+  pull(from, request->clock(), request->min_clock(), std::move(keys),
+       [this, from, id](const std::string& error, Clock min_clock, std::span<const uint64_t> keys,
+                        std::span<const float> values) {
+         if (!error.empty()) {
+           replyError(from, id, static_cast<int8_t>(wire::PsOp::Pull), error);
+           return;
+         }
+         node::SharedFrame frame = node_.encode(
+             wire::Body::PsReply,
+             [&](flatbuffers::FlatBufferBuilder& b) {
+               auto key_vector = b.CreateVector(keys.data(), keys.size());
+               auto value_vector = b.CreateVector(values.data(), values.size());
+               return wire::CreatePsReply(b, id, wire::PsOp::Pull, 0, min_clock, key_vector,
+                                          value_vector)
+                   .Union();
+             },
+             values.size() * sizeof(float) + keys.size() * sizeof(uint64_t) + 256);
+         node_.send(from, frame);
+       });
+}
+
+void KvServer::onPushFrame(WorkerId from, const wire::Envelope& envelope) {
+  const wire::PsPush* request = envelope.body_as_PsPush();
+  std::optional<std::string> error;
+  if (request->keys() == nullptr || request->values() == nullptr) {
+    error = "push without keys or values";
+    std::lock_guard lock(mu_);
+    ++summary_.errors;
+  } else {
+    error = push(from, request->clock(),
+                 std::span<const uint64_t>(request->keys()->data(), request->keys()->size()),
+                 std::span<const float>(request->values()->data(), request->values()->size()));
+  }
+  if (error) {
+    replyError(from, request->request(), static_cast<int8_t>(wire::PsOp::Push), *error);
+    return;
+  }
+  const uint64_t id = request->request();
+  node::SharedFrame ack = node_.encode(wire::Body::PsReply, [&](flatbuffers::FlatBufferBuilder& b) {
+    return wire::CreatePsReply(b, id, wire::PsOp::Push).Union();
+  });
+  node_.send(from, ack);
+}
+
+void KvServer::onClockFrame(WorkerId from, const wire::Envelope& envelope) {
+  const wire::PsClock* message = envelope.body_as_PsClock();
+  if (auto error = clock(from, message->clock())) {
+    replyError(from, 0, static_cast<int8_t>(wire::PsOp::Clock), *error);
+  }
+}
+
+void KvServer::onPeerEvent(const node::PeerEvent& event) {
+  switch (event.kind) {
+    case node::PeerEventKind::kDown:
+    case node::PeerEventKind::kLeft:
+      if (!clocks_.live(event.peer) || finished_.count(event.peer)) return;
+      down_since_.emplace(event.peer, SteadyClock::now());
+      if (options_.down_timeout.count() > 0) {
+        node_.logger().warn(
+            "worker node {} is {} at clock {}: pulls stop waiting for it in {} s unless it comes "
+            "back",
+            event.peer, event.kind == node::PeerEventKind::kLeft ? "gone" : "down",
+            clocks_.clockOf(event.peer), options_.down_timeout.count() / 1000.0);
+      }
+      break;
+    case node::PeerEventKind::kUp:
+      down_since_.erase(event.peer);
+      if (!clocks_.live(event.peer)) {
+        clocks_.include(event.peer, clocks_.clockOf(event.peer));
+        node_.logger().info("worker node {} is back; counting its clock {} again", event.peer,
+                            clocks_.clockOf(event.peer));
+        std::lock_guard lock(mu_);
+        summary_.excluded.erase(event.peer);
+      }
+      break;
+    default:
+      break;
+  }
+}
+
+void KvServer::workerFinished(WorkerId worker) {
+  finished_.insert(worker);
+  down_since_.erase(worker);
+}
+
+void KvServer::tick(SteadyClock::time_point now) {
+  if (options_.down_timeout.count() > 0) {
+    for (auto it = down_since_.begin(); it != down_since_.end();) {
+      if (now - it->second < options_.down_timeout) {
+        ++it;
+        continue;
+      }
+      const WorkerId worker = it->first;
+      it = down_since_.erase(it);
+      const std::optional<Clock> at = clocks_.exclude(worker);
+      if (!at) continue;
+      node_.logger().warn(
+          "worker node {} has been down for {} s: pulls no longer wait for it; its updates from "
+          "clock {} on are lost",
+          worker, options_.down_timeout.count() / 1000.0, *at);
+      std::lock_guard lock(mu_);
+      summary_.excluded[worker] = *at;
+    }
+  }
+  if (clocks_.parked() == 0) {
+    parked_since_.reset();
+    return;
+  }
+  if (!parked_since_) parked_since_ = now;
+  if (now - *parked_since_ < options_.report_every || now < next_report_) return;
+  next_report_ = now + options_.report_every;
+  const Clock needed = *clocks_.lowestParked();
+  const std::vector<WorkerId> lagging = clocks_.laggingBehind(needed);
+  std::vector<std::string> who;
+  for (WorkerId w : lagging)
+    who.push_back(fmt::format("{} (at clock {})", w, clocks_.clockOf(w)));
+  node_.logger().info("{} pull(s) wait until every worker reaches clock {}; waiting for node(s) {}",
+                      clocks_.parked(), needed, fmt::join(who, ", "));
+  if (options_.on_waiting) options_.on_waiting(lagging, needed);
+}
+
+ServerSummary KvServer::summary() const {
+  std::lock_guard lock(mu_);
+  return summary_;
+}
+
+}  // namespace chorus::ps

@@ -1,0 +1,104 @@
+// The owner side of PS mode: serves pulls and pushes for the keys this node owns, tracks every
+// worker's clock and parks pulls until the SSP condition holds. Runs on the node's loop thread;
+// requests from this node's own worker arrive through the same functions without touching the
+// network. Protocol and policies: docs/ps.md.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ps/key_store.h"
+#include "ps/ssp.h"
+
+namespace chorus::node {
+class Node;
+struct PeerEvent;
+}  // namespace chorus::node
+namespace chorus::wire {
+struct Envelope;
+}
+
+namespace chorus::ps {
+
+struct ServerOptions {
+  // A worker reported down stops blocking pulls after this long; zero: never (the owner keeps
+  // waiting and says every report_every whom it waits for).
+  std::chrono::milliseconds down_timeout{10000};
+  // How often parked pulls are reported (the log names the workers they wait for).
+  std::chrono::milliseconds report_every{5000};
+  // Tests: called on the loop thread with each waiting report (workers behind, clock needed).
+  std::function<void(const std::vector<WorkerId>&, Clock)> on_waiting;
+};
+
+// Answer to a pull: empty `error`, the owner's minimum worker clock and the values in key order;
+// or an error (no values).
+using PullAnswer =
+    std::function<void(const std::string& error, Clock min_clock, std::span<const uint64_t> keys,
+                       std::span<const float> values)>;
+
+// What an owner saw over a run; any thread.
+struct ServerSummary {
+  uint64_t pulls = 0;                  // answered
+  uint64_t pushes = 0;                 // applied
+  uint64_t errors = 0;                 // requests refused with an error reply
+  uint64_t parked = 0;                 // pulls that had to wait
+  std::map<WorkerId, Clock> excluded;  // workers dropped after the down time-out, at this clock
+};
+
+class KvServer {
+ public:
+  // `workers` are every member (each node is a worker). Installs the PsPull / PsPush / PsClock
+  // handlers on `node`; the node must stop before this object is destroyed.
+  KvServer(node::Node& node, KeyStore store, std::vector<WorkerId> workers, ServerOptions options);
+  KvServer(const KvServer&) = delete;
+  KvServer& operator=(const KvServer&) = delete;
+
+  // Loop thread. Answers (now or once the slowest live worker reached `min_clock`) with the
+  // values of `keys`; an invalid request is answered with an error at once.
+  void pull(WorkerId worker, Clock clock, Clock min_clock, std::vector<uint64_t> keys,
+            PullAnswer answer);
+  // Loop thread. Applies a worker's gradients; the error (nothing applied) or nullopt.
+  std::optional<std::string> push(WorkerId worker, Clock clock, std::span<const uint64_t> keys,
+                                  std::span<const float> grads);
+  // Loop thread. The worker finished every clock below `clock`; error or nullopt.
+  std::optional<std::string> clock(WorkerId worker, Clock clock);
+  // Loop thread: down/left workers start their time-out; a worker that is up again counts again.
+  void onPeerEvent(const node::PeerEvent& event);
+  // Loop thread: the worker ran all its clocks (TrainingDone); its departure is expected.
+  void workerFinished(WorkerId worker);
+  // Loop thread, called periodically: applies down time-outs, reports parked pulls.
+  void tick(std::chrono::steady_clock::time_point now);
+
+  // Any thread.
+  ServerSummary summary() const;
+  // Loop thread: the store (tests and the end-of-run report).
+  const KeyStore& store() const { return store_; }
+
+ private:
+  void onPullFrame(WorkerId from, const wire::Envelope& envelope);
+  void onPushFrame(WorkerId from, const wire::Envelope& envelope);
+  void onClockFrame(WorkerId from, const wire::Envelope& envelope);
+  void replyError(WorkerId to, uint64_t request, int8_t op, const std::string& error);
+  std::optional<std::string> checkClock(WorkerId worker, Clock clock, const char* what) const;
+
+  node::Node& node_;
+  KeyStore store_;
+  ServerOptions options_;
+  WorkerClocks clocks_;
+  std::map<WorkerId, std::chrono::steady_clock::time_point> down_since_;
+  std::set<WorkerId> finished_;
+  std::optional<std::chrono::steady_clock::time_point> parked_since_;
+  std::chrono::steady_clock::time_point next_report_{};
+  mutable std::mutex mu_;  // guards summary_
+  ServerSummary summary_;
+};
+
+}  // namespace chorus::ps

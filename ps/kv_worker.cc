@@ -1,0 +1,422 @@
+#include "ps/kv_worker.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "chorus/chorus_generated.h"
+#include "node/node.h"
+#include "ps/kv_server.h"
+
+namespace chorus::ps {
+
+KvWorker::KvWorker(node::Node& node, KvServer& local, const ShardMap& map,
+                   const ChunkLayout& layout, OwnerOptimizer optimizer, WorkerOptions options)
+    : node_(node),
+      local_(local),
+      map_(map),
+      layout_(layout),
+      optimizer_(optimizer),
+      options_(std::move(options)),
+      fresh_(options_.staleness),
+      self_(node.id()) {
+  if (options_.staleness.infinite()) options_.cache = false;
+  for (NodeId n : map_.nodes()) {
+    if (n != self_) others_.push_back(n);
+  }
+}
+
+void KvWorker::checkKeys(std::span<const Key> keys, const char* what) const {
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (i > 0 && keys[i] <= keys[i - 1]) {
+      throw std::invalid_argument(
+          fmt::format("{}: keys must be sorted and unique, but key {} follows key {}", what,
+                      keys[i], keys[i - 1]));
+    }
+    if (keys[i] >= layout_.numKeys()) {
+      throw std::invalid_argument(fmt::format("{}: unknown key {} (the model has keys 0..{})", what,
+                                              keys[i], layout_.numKeys() - 1));
+    }
+  }
+}
+
+Clock KvWorker::currentClock() const {
+  std::lock_guard lock(mu_);
+  return clock_;
+}
+
+WorkerStats KvWorker::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+KvWorker::Handle KvWorker::pull(std::span<const Key> keys, std::span<float> out, Callback done) {
+  return pullImpl(std::nullopt, keys, out, std::move(done));
+}
+
+KvWorker::Handle KvWorker::pullAt(Clock min_clock, std::span<const Key> keys, std::span<float> out,
+                                  Callback done) {
+  return pullImpl(min_clock, keys, out, std::move(done));
+}
+
+KvWorker::Handle KvWorker::begin(size_t parts, Callback done, std::unique_lock<std::mutex>&) {
+  const Handle handle = next_handle_++;
+  Operation& op = operations_[handle];
+  op.remaining = parts;
+  op.done = std::move(done);
+  op.complete = parts == 0;
+  return handle;
+}
+
+KvWorker::Handle KvWorker::pullImpl(std::optional<Clock> min_clock, std::span<const Key> keys,
+                                    std::span<float> out, Callback done) {
+  checkKeys(keys, "pull");
+  size_t floats = 0;
+  for (Key key : keys)
+    floats += layout_.length(key);
+  if (out.size() != floats) {
+    throw std::invalid_argument(fmt::format("pull: the output holds {} floats, the {} key(s) {}",
+                                            out.size(), keys.size(), floats));
+  }
+  struct Group {
+    std::vector<Key> keys;
+    std::vector<float*> dest;
+  };
+  std::map<NodeId, Group> groups;
+  std::vector<std::tuple<uint64_t, NodeId, std::vector<Key>>> sends;
+  Clock reader = 0, required = 0;
+  Handle handle = 0;
+  std::vector<uint64_t> failed;  // sub-requests to owners known to be down
+  {
+    std::unique_lock lock(mu_);
+    reader = clock_;
+    required = min_clock ? *min_clock : options_.staleness.requiredMinClock(reader);
+    const bool use_cache = !min_clock && options_.cache;
+    float* p = out.data();
+    for (Key key : keys) {
+      const size_t len = layout_.length(key);
+      if (use_cache) {
+        auto it = cache_.find(key);
+        if (it != cache_.end() && fresh_.fresh(it->second.stamp, reader)) {
+          std::copy(it->second.values.begin(), it->second.values.end(), p);
+          ++stats_.cache_hits;
+          p += len;
+          continue;
+        }
+      }
+      if (!min_clock) ++stats_.cache_misses;
+      Group& g = groups[map_.home(key)];
+      g.keys.push_back(key);
+      g.dest.push_back(p);
+      p += len;
+    }
+    handle = begin(groups.size(), done, lock);
+    for (auto& [owner, group] : groups) {
+      const uint64_t id = next_request_++;
+      (owner == self_ ? stats_.keys_local : stats_.keys_remote) += group.keys.size();
+      if (owner != self_ && !down_owners_.count(owner)) ++stats_.messages_sent;
+      if (owner != self_ && down_owners_.count(owner)) failed.push_back(id);
+      requests_[id] = SubRequest{handle, owner, true, group.keys, std::move(group.dest)};
+      sends.emplace_back(id, owner, std::move(group.keys));
+    }
+    if (groups.empty() && done) operations_.erase(handle);
+  }
+  if (groups.empty() && done) done({});
+  for (auto& [id, owner, request_keys] : sends) {
+    if (std::find(failed.begin(), failed.end(), id) != failed.end()) {
+      finishSub(id, {node::ErrorCode::kNotConnected, fmt::format("owner node {} is down", owner)},
+                0, {}, {});
+      continue;
+    }
+    if (owner == self_) {
+      // Same loop, same order as this worker's earlier local pushes: no network, no copy of
+      // the values until the answer.
+      const bool posted =
+          node_.post([this, id = id, reader, required, keys = std::move(request_keys)] {
+            local_.pull(self_, reader, required, keys,
+                        [this, id](const std::string& error, Clock stamp,
+                                   std::span<const uint64_t> k, std::span<const float> v) {
+                          if (!error.empty()) {
+                            finishSub(id, {node::ErrorCode::kProtocol, error}, 0, {}, {});
+                          } else {
+                            finishSub(id, {}, stamp, k, v);
+                          }
+                        });
+          });
+      if (!posted) {
+        finishSub(id, {node::ErrorCode::kShutdown, "the node is shutting down"}, 0, {}, {});
+      }
+      continue;
+    }
+    node::SharedFrame frame = node_.encode(
+        wire::Body::PsPull,
+        [&](flatbuffers::FlatBufferBuilder& b) {
+          auto key_vector = b.CreateVector(request_keys.data(), request_keys.size());
+          return wire::CreatePsPull(b, id, reader, required, key_vector).Union();
+        },
+        request_keys.size() * sizeof(uint64_t) + 128);
+    node_.send(owner, frame, [this, id = id](node::NodeId, const node::Status& status) {
+      if (!status.ok()) finishSub(id, status, 0, {}, {});
+    });
+  }
+  return handle;
+}
+
+KvWorker::Handle KvWorker::push(std::span<const Key> keys, std::span<const float> grads,
+                                Callback done) {
+  checkKeys(keys, "push");
+  size_t floats = 0;
+  for (Key key : keys)
+    floats += layout_.length(key);
+  if (grads.size() != floats) {
+    throw std::invalid_argument(fmt::format("push: {} floats given, the {} key(s) hold {}",
+                                            grads.size(), keys.size(), floats));
+  }
+  struct Group {
+    std::vector<Key> keys;
+    std::vector<float> values;
+  };
+  std::map<NodeId, Group> groups;
+  std::vector<std::tuple<uint64_t, NodeId, Group*>> sends;
+  Clock clock = 0;
+  Handle handle = 0;
+  {
+    std::unique_lock lock(mu_);
+    clock = clock_;
+    size_t offset = 0;
+    for (Key key : keys) {
+      const size_t len = layout_.length(key);
+      const std::span<const float> grad = grads.subspan(offset, len);
+      offset += len;
+      // Read-my-writes for cached rows: the owner will apply exactly this update.
+      if (auto it = cache_.find(key); it != cache_.end()) {
+        if (optimizer_.stateless()) {
+          ml::sgdUpdate(optimizer_.sgd, optimizer_.pushLr(), it->second.values, grad, {});
+        } else {
+          cache_.erase(it);
+        }
+      }
+      Group& g = groups[map_.home(key)];
+      g.keys.push_back(key);
+      g.values.insert(g.values.end(), grad.begin(), grad.end());
+    }
+    handle = begin(groups.size(), done, lock);
+    for (auto& [owner, group] : groups) {
+      const uint64_t id = next_request_++;
+      (owner == self_ ? stats_.keys_local : stats_.keys_remote) += group.keys.size();
+      requests_[id] = SubRequest{handle, owner, false, group.keys, {}};
+      if (owner != self_ && !down_owners_.count(owner)) ++stats_.messages_sent;
+      sends.emplace_back(id, owner, &group);
+    }
+    if (groups.empty() && done) operations_.erase(handle);
+  }
+  if (groups.empty() && done) done({});
+  for (auto& [id, owner, group] : sends) {
+    bool owner_down = false;
+    {
+      std::lock_guard lock(mu_);
+      owner_down = down_owners_.count(owner) > 0;
+    }
+    if (owner_down) {
+      finishSub(id, {node::ErrorCode::kNotConnected, fmt::format("owner node {} is down", owner)},
+                0, {}, {});
+      continue;
+    }
+    if (owner == self_) {
+      const bool posted = node_.post(
+          [this, id = id, clock, keys = std::move(group->keys), values = std::move(group->values)] {
+            if (auto error = local_.push(self_, clock, keys, values)) {
+              finishSub(id, {node::ErrorCode::kProtocol, *error}, 0, {}, {});
+            } else {
+              finishSub(id, {}, 0, {}, {});
+            }
+          });
+      if (!posted) {
+        finishSub(id, {node::ErrorCode::kShutdown, "the node is shutting down"}, 0, {}, {});
+      }
+      continue;
+    }
+    node::SharedFrame frame = node_.encode(
+        wire::Body::PsPush,
+        [&](flatbuffers::FlatBufferBuilder& b) {
+          auto key_vector = b.CreateVector(group->keys.data(), group->keys.size());
+          auto value_vector = b.CreateVector(group->values.data(), group->values.size());
+          return wire::CreatePsPush(b, id, clock, key_vector, value_vector).Union();
+        },
+        group->values.size() * sizeof(float) + group->keys.size() * sizeof(uint64_t) + 128);
+    node_.send(owner, frame, [this, id = id](node::NodeId, const node::Status& status) {
+      if (!status.ok()) finishSub(id, status, 0, {}, {});
+    });
+  }
+  return handle;
+}
+
+void KvWorker::clock() {
+  Clock clock = 0;
+  {
+    std::lock_guard lock(mu_);
+    clock = ++clock_;
+  }
+  if (!others_.empty()) {
+    node::SharedFrame frame = node_.encode(
+        wire::Body::PsClock,
+        [&](flatbuffers::FlatBufferBuilder& b) { return wire::CreatePsClock(b, clock).Union(); });
+    node_.broadcast(others_, frame);
+  }
+  node_.post([this, clock] {
+    if (auto error = local_.clock(self_, clock)) {
+      node_.logger().error("own server refused clock {}: {}", clock, *error);
+    }
+  });
+}
+
+void KvWorker::finishSub(uint64_t request, const node::Status& status, Clock min_clock,
+                         std::span<const uint64_t> keys, std::span<const float> values) {
+  Callback callback;
+  node::Status final_status;
+  {
+    std::lock_guard lock(mu_);
+    auto it = requests_.find(request);
+    if (it == requests_.end()) return;  // already failed (owner down) or a duplicate reply
+    SubRequest sub = std::move(it->second);
+    requests_.erase(it);
+    node::Status result = status;
+    if (result.ok() && sub.pull) {
+      const bool same_keys = std::equal(keys.begin(), keys.end(), sub.keys.begin(), sub.keys.end());
+      size_t floats = 0;
+      for (Key key : sub.keys)
+        floats += layout_.length(key);
+      if (!same_keys || values.size() != floats) {
+        result = {node::ErrorCode::kProtocol,
+                  fmt::format("node {} answered a pull of {} key(s) with {} key(s) and {} floats "
+                              "(expected {})",
+                              sub.owner, sub.keys.size(), keys.size(), values.size(), floats)};
+      } else {
+        size_t offset = 0;
+        for (size_t i = 0; i < sub.keys.size(); ++i) {
+          const size_t len = layout_.length(sub.keys[i]);
+          const auto row = values.subspan(offset, len);
+          std::copy(row.begin(), row.end(), sub.dest[i]);
+          if (options_.cache) {
+            CachedRow& cached = cache_[sub.keys[i]];
+            cached.stamp = min_clock;
+            cached.values.assign(row.begin(), row.end());
+          }
+          offset += len;
+        }
+      }
+    }
+    if (!result.ok()) ++stats_.failed_requests;
+    auto op = operations_.find(sub.handle);
+    if (op == operations_.end()) return;
+    if (op->second.status.ok() && !result.ok()) op->second.status = result;
+    if (--op->second.remaining == 0) {
+      op->second.complete = true;
+      if (op->second.done) {
+        callback = std::move(op->second.done);
+        final_status = op->second.status;
+        operations_.erase(op);
+      }
+    }
+  }
+  completed_.notify_all();
+  if (callback) callback(final_status);
+}
+
+void KvWorker::onReply(NodeId from, const wire::PsReply& reply) {
+  const std::string error = reply.error() ? reply.error()->str() : "";
+  if (reply.op() == wire::PsOp::Clock) {
+    node_.logger().error("node {} refused this worker's clock: {}", from, error);
+    return;
+  }
+  {
+    std::lock_guard lock(mu_);
+    auto it = requests_.find(reply.request());
+    if (it == requests_.end() || it->second.owner != from ||
+        it->second.pull != (reply.op() == wire::PsOp::Pull)) {
+      node_.logger().warn("reply from node {} to an unknown {} request {}: ignored", from,
+                          wire::EnumNamePsOp(reply.op()), reply.request());
+      return;
+    }
+  }
+  if (!error.empty()) {
+    finishSub(reply.request(),
+              {node::ErrorCode::kProtocol, fmt::format("node {} refused the {}: {}", from,
+                                                       wire::EnumNamePsOp(reply.op()), error)},
+              0, {}, {});
+    return;
+  }
+  std::span<const uint64_t> keys;
+  std::span<const float> values;
+  if (reply.keys()) keys = {reply.keys()->data(), reply.keys()->size()};
+  if (reply.values()) values = {reply.values()->data(), reply.values()->size()};
+  finishSub(reply.request(), {}, reply.min_clock(), keys, values);
+}
+
+void KvWorker::onPeerEvent(const node::PeerEvent& event) {
+  std::vector<uint64_t> pending;
+  {
+    std::lock_guard lock(mu_);
+    if (event.kind == node::PeerEventKind::kUp) {
+      down_owners_.erase(event.peer);
+      return;
+    }
+    if (event.kind != node::PeerEventKind::kDown && event.kind != node::PeerEventKind::kLeft) {
+      return;
+    }
+    down_owners_.insert(event.peer);
+    for (const auto& [id, sub] : requests_) {
+      if (sub.owner == event.peer) pending.push_back(id);
+    }
+  }
+  for (uint64_t id : pending) {
+    finishSub(id,
+              {node::ErrorCode::kClosed,
+               fmt::format("owner node {} went down before answering", event.peer)},
+              0, {}, {});
+  }
+}
+
+void KvWorker::cancelAll(const node::Status& status) {
+  std::vector<uint64_t> pending;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, sub] : requests_)
+      pending.push_back(id);
+  }
+  for (uint64_t id : pending)
+    finishSub(id, status, 0, {}, {});
+}
+
+node::Status KvWorker::wait(Handle handle) {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    auto it = operations_.find(handle);
+    if (it == operations_.end()) return {};
+    if (it->second.complete) {
+      node::Status status = it->second.status;
+      operations_.erase(it);
+      return status;
+    }
+    if (completed_.wait_for(lock, options_.report_every) == std::cv_status::timeout) {
+      std::set<NodeId> owners;
+      for (const auto& [id, sub] : requests_) {
+        if (sub.handle == handle) owners.insert(sub.owner);
+      }
+      const std::vector<NodeId> waiting(owners.begin(), owners.end());
+      const Clock clock = clock_;
+      lock.unlock();
+      node_.logger().info(
+          "clock {}: waiting for node(s) {} to answer (an owner holds a read back until every "
+          "worker is within the staleness bound; its log names the slow ones)",
+          clock, fmt::join(waiting, ", "));
+      if (options_.on_waiting) options_.on_waiting(clock, waiting);
+      lock.lock();
+    }
+  }
+}
+
+}  // namespace chorus::ps

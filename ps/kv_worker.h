@@ -1,0 +1,149 @@
+// The worker side of PS mode, in the shape of ps-lite's KVWorker: asynchronous pull and push of
+// sorted, unique keys, each returning a handle to wait on (or a completion callback), and
+// clock() to end an iteration. Requests to one owner travel as one message; keys this node owns
+// go straight to its own KvServer on the loop thread, never over the network. A row cache
+// serves reads that are fresh enough under SSP (docs/ps.md).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "node/status.h"
+#include "ps/key_store.h"
+#include "ps/shard_map.h"
+#include "ps/ssp.h"
+
+namespace chorus::node {
+class Node;
+struct PeerEvent;
+}  // namespace chorus::node
+namespace chorus::wire {
+struct PsReply;
+}
+
+namespace chorus::ps {
+
+class KvServer;
+
+struct WorkerOptions {
+  Staleness staleness;
+  // Use the row cache (reads fresh enough under SSP are served locally). Fully asynchronous
+  // workers never use it: with no bound, a cached row would never have to be read again.
+  bool cache = true;
+  // How often a wait() that is still pending logs the owners it waits for.
+  std::chrono::milliseconds report_every{5000};
+  // Tests: called on the waiting thread with the clock and the owners still to answer.
+  std::function<void(Clock, const std::vector<NodeId>&)> on_waiting;
+};
+
+// Counters since the worker started; any thread.
+struct WorkerStats {
+  uint64_t keys_local = 0;       // key reads/writes served by this node's own KvServer
+  uint64_t keys_remote = 0;      // key reads/writes sent to other owners
+  uint64_t messages_sent = 0;    // PsPull/PsPush frames (one per owner and request)
+  uint64_t cache_hits = 0;       // key reads served from the row cache
+  uint64_t cache_misses = 0;     // key reads sent to an owner
+  uint64_t failed_requests = 0;  // owner sub-requests that ended in an error
+};
+
+class KvWorker {
+ public:
+  using Handle = uint64_t;
+  // Runs once when an operation completed, on the loop thread (or the calling thread when it
+  // completed at once).
+  using Callback = std::function<void(const node::Status&)>;
+
+  // `local` is this node's own server. `optimizer` must be the owners' (the cache applies this
+  // worker's own pushes with it, so that the worker reads its own writes).
+  KvWorker(node::Node& node, KvServer& local, const ShardMap& map, const ChunkLayout& layout,
+           OwnerOptimizer optimizer, WorkerOptions options);
+  KvWorker(const KvWorker&) = delete;
+  KvWorker& operator=(const KvWorker&) = delete;
+
+  // Reads `keys` (sorted, unique, in the layout: std::invalid_argument otherwise) into `out`,
+  // the keys' floats one after the other; `out` must stay valid until the operation completes.
+  // The values hold every update of clocks <= clock() - s - 1 and this worker's own pushes.
+  Handle pull(std::span<const Key> keys, std::span<float> out, Callback done = {});
+  // Reads with an explicit SSP condition: every live worker reached `min_clock`, bypassing the
+  // cache (the end-of-run read of the owners' model uses the last clock).
+  Handle pullAt(Clock min_clock, std::span<const Key> keys, std::span<float> out,
+                Callback done = {});
+  // Sends gradients for `keys` (the floats of each key in order; copied before returning); the
+  // owners apply their optimizer.
+  Handle push(std::span<const Key> keys, std::span<const float> grads, Callback done = {});
+  // Blocks until the operation completed; its status (an owner's error reply, or the owner went
+  // down). An operation with a callback is forgotten once complete: wait() then returns ok.
+  node::Status wait(Handle handle);
+  // Ends this worker's iteration: tells every owner that all clocks below the new one are done.
+  void clock();
+  // The worker's clock (iterations finished).
+  Clock currentClock() const;
+
+  // Any thread: fails every pending operation with `status` (the run stops or the node shuts
+  // down, and no reply will come).
+  void cancelAll(const node::Status& status);
+  // Loop thread: an owner's reply.
+  void onReply(NodeId from, const wire::PsReply& reply);
+  // Loop thread: requests to an owner that went down fail at once.
+  void onPeerEvent(const node::PeerEvent& event);
+  WorkerStats stats() const;
+
+ private:
+  struct Operation {
+    size_t remaining = 0;
+    node::Status status;
+    Callback done;
+    bool complete = false;
+  };
+  struct SubRequest {
+    Handle handle = 0;
+    NodeId owner = 0;
+    bool pull = false;
+    std::vector<Key> keys;
+    std::vector<float*> dest;  // pull: where each key's floats go
+  };
+  struct CachedRow {
+    Clock stamp = 0;
+    std::vector<float> values;
+  };
+
+  void checkKeys(std::span<const Key> keys, const char* what) const;
+  Handle pullImpl(std::optional<Clock> min_clock, std::span<const Key> keys, std::span<float> out,
+                  Callback done);
+  // Registers an operation of `parts` sub-requests (completes at once when 0).
+  Handle begin(size_t parts, Callback done, std::unique_lock<std::mutex>& lock);
+  // Completes one sub-request; for a pull, copies the values and refreshes the cache.
+  void finishSub(uint64_t request, const node::Status& status, Clock min_clock,
+                 std::span<const uint64_t> keys, std::span<const float> values);
+
+  node::Node& node_;
+  KvServer& local_;
+  ShardMap map_;
+  ChunkLayout layout_;
+  OwnerOptimizer optimizer_;
+  WorkerOptions options_;
+  RowCacheRule fresh_;
+  NodeId self_;
+  std::vector<NodeId> others_;
+
+  mutable std::mutex mu_;
+  std::condition_variable completed_;
+  Clock clock_ = 0;
+  Handle next_handle_ = 1;
+  uint64_t next_request_ = 1;
+  std::map<Handle, Operation> operations_;
+  std::unordered_map<uint64_t, SubRequest> requests_;
+  std::unordered_map<Key, CachedRow> cache_;
+  std::set<NodeId> down_owners_;
+  WorkerStats stats_;
+};
+
+}  // namespace chorus::ps

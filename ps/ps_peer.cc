@@ -1,0 +1,405 @@
+#include "ps/ps_peer.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+
+#include "chorus/chorus_generated.h"
+#include "faults/straggler.h"
+#include "ml/metrics.h"
+#include "ml/rng.h"
+#include "ml/train.h"
+#include "node/node.h"
+
+namespace chorus::ps {
+
+using SteadyClock = std::chrono::steady_clock;
+
+void addPsOptions(CLI::App& cmd, PsOptions& o) {
+  cmd.add_option("--staleness", o.staleness,
+                 "PS mode: SSP staleness bound s (a worker at clock c sees every update from "
+                 "clocks <= c-s-1); 0 or bsp = BSP, inf or async = fully asynchronous")
+      ->capture_default_str();
+  cmd.add_option("--key-floats", o.key_floats,
+                 "PS mode: floats per key (the model's flat parameter buffer is cut into keys "
+                 "of this length, each owned by one node)")
+      ->check(CLI::Range(size_t{1}, size_t{64} << 20))
+      ->capture_default_str();
+  cmd.add_option("--down-timeout", o.down_timeout_s,
+                 "PS mode: seconds after which a worker reported down stops blocking the "
+                 "others' reads (its later updates are lost); 0 = never (wait, and say whom)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd.add_flag_callback(
+      "--no-cache", [&o] { o.cache = false; },
+      "PS mode: read every key from its owner each clock instead of serving reads that "
+      "are fresh enough under SSP from the worker's row cache");
+}
+
+void validatePsOptions(const PsOptions& o) {
+  try {
+    Staleness::parse(o.staleness);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(fmt::format("--staleness: {}", e.what()));
+  }
+  if (o.key_floats == 0) throw std::invalid_argument("--key-floats must be > 0");
+  if (!(o.down_timeout_s >= 0)) throw std::invalid_argument("--down-timeout must be >= 0");
+}
+
+namespace {
+
+double seconds(SteadyClock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+}  // namespace
+
+PsPeer::PsPeer(node::Node& node, run::NodeJob job, std::vector<NodeId> members, PsOptions options)
+    : node_(node),
+      job_(std::move(job)),
+      members_(std::move(members)),
+      options_(std::move(options)),
+      staleness_((validatePsOptions(options_), Staleness::parse(options_.staleness))),
+      map_(members_),
+      layout_(job_.model->size(), options_.key_floats) {
+  std::sort(members_.begin(), members_.end());
+  optimizer_.sgd = job_.sgd;
+  optimizer_.lr = job_.lr;
+  optimizer_.push_scale = 1.0 / static_cast<double>(members_.size());
+  ServerOptions server_options;
+  server_options.down_timeout = std::chrono::milliseconds(
+      static_cast<int64_t>(std::llround(options_.down_timeout_s * 1000.0)));
+  server_options.report_every = options_.report_every;
+  server_options.on_waiting = options_.on_owner_waiting;
+  server_ = std::make_unique<KvServer>(
+      node_, KeyStore(layout_, map_, node_.id(), job_.model->params(), optimizer_), members_,
+      server_options);
+  WorkerOptions worker_options;
+  worker_options.staleness = staleness_;
+  worker_options.cache = options_.cache;
+  worker_options.report_every = options_.report_every;
+  worker_options.on_waiting = options_.on_worker_waiting;
+  worker_ = std::make_unique<KvWorker>(node_, *server_, map_, layout_, optimizer_, worker_options);
+
+  node_.setHandler(wire::Body::PsReply, [this](NodeId from, const wire::Envelope& envelope) {
+    worker_->onReply(from, *envelope.body_as_PsReply());
+  });
+  node_.setHandler(wire::Body::TrainingDone, [this](NodeId from, const wire::Envelope&) {
+    server_->workerFinished(from);
+    {
+      std::lock_guard lock(mu_);
+      done_.insert(from);
+    }
+    changed_.notify_all();
+  });
+  node_.setEventHandler([this](const node::PeerEvent& event) {
+    server_->onPeerEvent(event);
+    worker_->onPeerEvent(event);
+    if (event.kind == node::PeerEventKind::kDown || event.kind == node::PeerEventKind::kLeft) {
+      {
+        std::lock_guard lock(mu_);
+        down_.insert(event.peer);
+      }
+      changed_.notify_all();
+    } else if (event.kind == node::PeerEventKind::kUp) {
+      std::lock_guard lock(mu_);
+      down_.erase(event.peer);
+    }
+  });
+  // The owner's time-outs and waiting reports run on the loop thread; this thread only rings.
+  ticker_ = std::thread([this] {
+    std::unique_lock lock(mu_);
+    while (!closing_) {
+      changed_.wait_for(lock, options_.tick_every);
+      if (closing_) break;
+      lock.unlock();
+      node_.post([this] { server_->tick(SteadyClock::now()); });
+      lock.lock();
+    }
+  });
+}
+
+PsPeer::~PsPeer() {
+  {
+    std::lock_guard lock(mu_);
+    closing_ = true;
+  }
+  changed_.notify_all();
+  ticker_.join();
+}
+
+void PsPeer::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopped_ = true;
+  }
+  changed_.notify_all();
+  worker_->cancelAll({node::ErrorCode::kShutdown, "stopped"});
+}
+
+std::pair<uint64_t, uint64_t> PsPeer::bytesInOut() const {
+  uint64_t in = 0, out = 0;
+  for (NodeId m : members_) {
+    if (m == node_.id()) continue;
+    const node::PeerStats s = node_.stats(m);
+    in += s.bytes_in;
+    out += s.bytes_out;
+  }
+  return {in, out};
+}
+
+PsReport PsPeer::run() {
+  PsReport report;
+  spdlog::logger& log = node_.logger();
+  ml::Model& model = *job_.model;
+  const ml::DataSplit& data = *job_.data;
+  ml::MetricsWriter metrics(job_.metrics_path);
+  run::ShardBatcher batcher(data.train, job_.shard, job_.batch,
+                            ml::mixSeed(job_.seed, 0xC0 + job_.node_id));
+  faults::StragglerInjector stragglers(job_.stragglers, job_.node_id, job_.seed);
+  std::vector<Key> keys(layout_.numKeys());
+  std::iota(keys.begin(), keys.end(), Key{0});
+  const std::span<float> params = model.params();
+  const size_t owned = server_->store().ownedKeys().size();
+  auto is_stopped = [this] {
+    std::lock_guard lock(mu_);
+    return stopped_;
+  };
+
+  metrics.write(ml::MetricsEvent("start")
+                    .add("mode", "ps")
+                    .add("node", static_cast<uint64_t>(job_.node_id))
+                    .add("model", model.spec().toString())
+                    .add("parameters", static_cast<uint64_t>(model.size()))
+                    .add("data", data.train.name)
+                    .add("shard_samples", static_cast<uint64_t>(job_.shard.size()))
+                    .add("rounds", job_.rounds)
+                    .add("batch", static_cast<uint64_t>(job_.batch))
+                    .add("lr", job_.lr)
+                    .add("seed", job_.seed)
+                    .add("staleness", staleness_.toString())
+                    .add("key_floats", static_cast<uint64_t>(layout_.chunk()))
+                    .add("keys", static_cast<uint64_t>(layout_.numKeys()))
+                    .add("owned_keys", static_cast<uint64_t>(owned))
+                    .addBool("cache", options_.cache && !staleness_.infinite())
+                    .add("stragglers", job_.stragglers.text)
+                    .add("workers", static_cast<uint64_t>(members_.size())));
+  log.info(
+      "ps: {} clocks on {} samples, model {} ({} parameters in {} keys of {} floats, {} owned "
+      "here), staleness {}, {} workers",
+      job_.rounds, job_.shard.size(), model.spec().toString(), model.size(), layout_.numKeys(),
+      layout_.chunk(), owned, staleness_.toString(), members_.size());
+
+  const SteadyClock::time_point start = SteadyClock::now();
+  ml::Matrix batch;
+  std::vector<int32_t> labels;
+  auto [bytes_in_before, bytes_out_before] = bytesInOut();
+  WorkerStats stats_before = worker_->stats();
+  std::optional<KvWorker::Handle> pending_push;
+  std::string last_pull_error;
+  auto settlePush = [&] {
+    if (!pending_push) return;
+    const node::Status status = worker_->wait(*pending_push);
+    pending_push.reset();
+    if (!status.ok() && status.code() != node::ErrorCode::kShutdown) {
+      ++report.failed_pushes;
+      log.warn("a push was lost: {}", status.message());
+    }
+  };
+  auto evaluateAndLog = [&](Clock c, ml::MetricsEvent& event, ml::Model& m) {
+    const ml::Evaluation eval = ml::evaluate(m, data.test);
+    event.add("test_loss", eval.loss).add("test_accuracy", eval.accuracy);
+    if (job_.target_acc > 0 && !report.time_to_target && eval.accuracy >= job_.target_acc) {
+      report.time_to_target = seconds(SteadyClock::now() - start);
+      log.info("clock {}: test accuracy {:.2f}% reached the target {:.2f}% after {:.1f} s", c,
+               100 * eval.accuracy, 100 * job_.target_acc, *report.time_to_target);
+      metrics.write(ml::MetricsEvent("target")
+                        .add("clock", c)
+                        .add("test_accuracy", eval.accuracy)
+                        .add("seconds", *report.time_to_target));
+    }
+    return eval;
+  };
+
+  for (Clock c = 0; c < job_.rounds; ++c) {
+    // 1. Read the model (from the cache when fresh enough, else from the owners).
+    const SteadyClock::time_point clock_start = SteadyClock::now();
+    const node::Status pulled = worker_->wait(worker_->pull(keys, params));
+    const double wait_s = seconds(SteadyClock::now() - clock_start);
+    report.wait_seconds += wait_s;
+    if (is_stopped()) {
+      report.stopped = true;
+      break;
+    }
+    if (!pulled.ok()) {
+      ++report.failed_pulls;
+      if (pulled.message() != last_pull_error) {
+        log.warn("clock {}: {}; training on with the last values of those keys", c,
+                 pulled.message());
+        last_pull_error = pulled.message();
+      }
+    }
+    // 2. Gradient of a minibatch of this node's shard, then the straggler's extra time.
+    const SteadyClock::time_point compute_start = SteadyClock::now();
+    batcher.next(batch, labels);
+    const double loss = model.forwardBackward(batch, labels);
+    if (!std::isfinite(loss)) {
+      throw std::runtime_error(fmt::format(
+          "node {}: training diverged (loss {}) at clock {}: lower --lr", job_.node_id, loss, c));
+    }
+    stragglers.waitAfterStep(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now() - compute_start));
+    const double compute_s = seconds(SteadyClock::now() - compute_start);
+    // 3. Push the gradient (at most one push in flight), 4. end the clock.
+    settlePush();
+    pending_push = worker_->push(keys, model.grads());
+    worker_->clock();
+    report.clocks_done = c + 1;
+
+    const auto [bytes_in, bytes_out] = bytesInOut();
+    const WorkerStats stats = worker_->stats();
+    const uint64_t hits = stats.cache_hits - stats_before.cache_hits;
+    const uint64_t misses = stats.cache_misses - stats_before.cache_misses;
+    ml::MetricsEvent event("clock");
+    event.add("clock", c)
+        .add("loss", loss)
+        .add("compute_s", compute_s)
+        .add("wait_s", wait_s)
+        .add("bytes_sent", bytes_out - bytes_out_before)
+        .add("bytes_received", bytes_in - bytes_in_before)
+        .add("cache_hit_rate", hits + misses > 0
+                                   ? static_cast<double>(hits) / static_cast<double>(hits + misses)
+                                   : 0.0)
+        .add("keys_local", stats.keys_local - stats_before.keys_local)
+        .add("keys_remote", stats.keys_remote - stats_before.keys_remote);
+    bytes_in_before = bytes_in;
+    bytes_out_before = bytes_out;
+    stats_before = stats;
+    if (job_.eval_every > 0 && (c + 1) % job_.eval_every == 0 && c + 1 < job_.rounds) {
+      // The parameters as this worker read them for this clock.
+      const ml::Evaluation eval = evaluateAndLog(c, event, model);
+      log.info("clock {}: loss {:.4f}, test accuracy {:.2f}%, waited {:.3f} s", c, loss,
+               100 * eval.accuracy, wait_s);
+    }
+    metrics.write(event);
+    if (options_.on_clock_end) options_.on_clock_end(c, params);
+  }
+  settlePush();
+
+  report.seconds = seconds(SteadyClock::now() - start);
+  ml::MetricsEvent last("final");
+  const ml::Evaluation eval = evaluateAndLog(report.clocks_done, last, model);
+  report.final_loss = eval.loss;
+  report.final_accuracy = eval.accuracy;
+  log.info(
+      "final test accuracy {:.2f}% (loss {:.4f}, this worker's last read) after {} clocks in "
+      "{:.1f} s, {:.1f} s of it waiting for reads",
+      100 * eval.accuracy, eval.loss, report.clocks_done, report.seconds, report.wait_seconds);
+  if (!report.stopped) finish(report);
+  report.worker = worker_->stats();
+  report.server = server_->summary();
+  const uint64_t reads = report.worker.cache_hits + report.worker.cache_misses;
+  last.add("clocks", report.clocks_done)
+      .add("seconds", report.seconds)
+      .add("wait_s", report.wait_seconds)
+      .add("time_to_target", report.time_to_target ? *report.time_to_target : -1.0)
+      .add("cache_hit_rate",
+           reads > 0 ? static_cast<double>(report.worker.cache_hits) / static_cast<double>(reads)
+                     : 0.0)
+      .add("keys_local", report.worker.keys_local)
+      .add("keys_remote", report.worker.keys_remote)
+      .add("failed_pulls", report.failed_pulls)
+      .add("failed_pushes", report.failed_pushes)
+      .addRaw("finished_peers", fmt::format("[{}]", fmt::join(report.finished_peers, ",")))
+      .addRaw("departed_peers", fmt::format("[{}]", fmt::join(report.departed_peers, ",")));
+  std::vector<std::string> lost;
+  for (const auto& [worker, at] : report.server.excluded)
+    lost.push_back(fmt::format("{{\"node\":{},\"from_clock\":{}}}", worker, at));
+  last.addRaw("lost_updates", fmt::format("[{}]", fmt::join(lost, ",")));
+  if (report.owner_accuracy) last.add("owner_accuracy", *report.owner_accuracy);
+  metrics.write(last);
+  return report;
+}
+
+void PsPeer::finish(PsReport& report) {
+  spdlog::logger& log = node_.logger();
+  constexpr NodeId kReporter = 0;
+  const NodeId self = node_.id();
+  if (self == kReporter) {
+    // Every worker's last update (or its exclusion) is in before this read is answered.
+    ml::Model& model = *job_.model;
+    std::unique_ptr<ml::Model> owners = model.clone();
+    std::vector<Key> keys(layout_.numKeys());
+    std::iota(keys.begin(), keys.end(), Key{0});
+    log.info("reading the owners' model after clock {} of every worker", job_.rounds);
+    const node::Status status = worker_->wait(worker_->pullAt(job_.rounds, keys, owners->params()));
+    if (status.ok()) {
+      const ml::Evaluation eval = ml::evaluate(*owners, job_.data->test);
+      report.owner_accuracy = eval.accuracy;
+      report.owner_model.assign(owners->params().begin(), owners->params().end());
+      log.info("test accuracy of the model as held by the owners: {:.2f}%", 100 * eval.accuracy);
+    } else {
+      log.warn("could not read the owners' model: {}", status.message());
+    }
+  }
+  std::vector<NodeId> others;
+  for (NodeId m : members_) {
+    if (m != self) others.push_back(m);
+  }
+  node::SharedFrame done =
+      node_.encode(wire::Body::TrainingDone, [&](flatbuffers::FlatBufferBuilder& b) {
+        return wire::CreateTrainingDone(b, report.clocks_done).Union();
+      });
+  node_.broadcast(others, done);
+
+  // Everyone keeps serving its keys until every other member is done or gone.
+  std::unique_lock lock(mu_);
+  auto settled = [&] {
+    if (stopped_) return true;
+    for (NodeId m : others) {
+      if (!done_.count(m) && !down_.count(m)) return false;
+    }
+    return true;
+  };
+  const SteadyClock::time_point deadline = SteadyClock::now() + options_.finish_timeout;
+  SteadyClock::time_point next_report = SteadyClock::now() + options_.report_every;
+  while (!settled() && SteadyClock::now() < deadline) {
+    changed_.wait_until(lock, std::min(deadline, next_report));
+    if (SteadyClock::now() >= next_report && !settled()) {
+      next_report += options_.report_every;
+      std::vector<NodeId> waiting;
+      for (NodeId m : others) {
+        if (!done_.count(m) && !down_.count(m)) waiting.push_back(m);
+      }
+      log.info("finished; serving keys until node(s) {} finish", fmt::join(waiting, ", "));
+    }
+  }
+  std::vector<NodeId> unsettled;
+  for (NodeId m : others) {
+    if (done_.count(m)) {
+      report.finished_peers.push_back(m);
+    } else if (down_.count(m)) {
+      report.departed_peers.push_back(m);
+    } else {
+      unsettled.push_back(m);
+    }
+  }
+  lock.unlock();
+  if (!unsettled.empty()) {
+    log.warn("node(s) {} did not finish within {} s; leaving anyway", fmt::join(unsettled, ", "),
+             options_.finish_timeout.count() / 1000.0);
+  }
+  if (!report.departed_peers.empty()) {
+    log.warn(
+        "node(s) {} left before the end of training; the keys they owned stayed at their "
+        "last values on the other workers",
+        fmt::join(report.departed_peers, ", "));
+  }
+}
+
+}  // namespace chorus::ps

@@ -1,0 +1,119 @@
+// PS mode over the peer runtime: every node is a worker and the owner of its shard of the keys.
+// The trainer thread runs the clocks (pull the model, local gradient, straggler wait, push,
+// clock); the loop thread serves this node's keys (KvServer) and completes the worker's
+// requests (KvWorker). Protocol, options and metrics: docs/ps.md.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ps/kv_server.h"
+#include "ps/kv_worker.h"
+#include "run/training_run.h"
+
+namespace CLI {
+class App;
+}
+namespace chorus::node {
+class Node;
+}
+
+namespace chorus::ps {
+
+// The knobs of PS mode; tests shrink the timings.
+struct PsOptions {
+  std::string staleness = "2";  // Staleness::parse grammar: 0 = BSP, inf = fully asynchronous
+  size_t key_floats = 4096;     // floats per key (the model's flat buffer cut into keys)
+  double down_timeout_s = 10;   // a down worker stops blocking pulls after this (0: never)
+  bool cache = true;            // the worker's SSP row cache
+  std::chrono::milliseconds report_every{5000};
+  std::chrono::milliseconds tick_every{100};  // down time-outs and waiting reports
+  // Longest the end-of-run barrier waits for the other nodes' TrainingDone.
+  std::chrono::milliseconds finish_timeout{120000};
+  // Tests: owner-side waiting reports (workers behind, the clock they must reach).
+  std::function<void(const std::vector<WorkerId>&, Clock)> on_owner_waiting;
+  // Tests: worker-side waiting reports (clock, owners still to answer).
+  std::function<void(Clock, const std::vector<NodeId>&)> on_worker_waiting;
+  // Tests: called on the trainer thread after each clock with the worker's parameters.
+  std::function<void(Clock, std::span<const float>)> on_clock_end;
+};
+
+// Registers --staleness, --key-floats, --down-timeout and --no-cache on `cmd`.
+void addPsOptions(CLI::App& cmd, PsOptions& options);
+// Throws std::invalid_argument naming the flag.
+void validatePsOptions(const PsOptions& options);
+
+// What a run achieved.
+struct PsReport {
+  int64_t clocks_done = 0;
+  bool stopped = false;
+  double seconds = 0;
+  double wait_seconds = 0;  // time spent waiting for pulls
+  double final_loss = 0;
+  double final_accuracy = 0;  // of this worker's last view of the model
+  std::optional<double> time_to_target;
+  // Node 0: the test accuracy of the model as held by the owners after every worker's last
+  // clock (or its exclusion), and that model.
+  std::optional<double> owner_accuracy;
+  std::vector<float> owner_model;
+  WorkerStats worker;
+  ServerSummary server;
+  uint64_t failed_pulls = 0;   // pulls that an owner could not answer (it was down)
+  uint64_t failed_pushes = 0;  // pushes lost to an owner that was down
+  std::vector<NodeId> finished_peers;
+  std::vector<NodeId> departed_peers;
+};
+
+class PsPeer {
+ public:
+  // Installs the PS handlers and the event handler on `node`; the node must be shut down
+  // before this object is destroyed. Throws std::invalid_argument for bad options.
+  // `members` are every id of the cluster, self included.
+  PsPeer(node::Node& node, run::NodeJob job, std::vector<NodeId> members, PsOptions options);
+  ~PsPeer();
+  PsPeer(const PsPeer&) = delete;
+  PsPeer& operator=(const PsPeer&) = delete;
+
+  // Trainer thread: runs every clock, the final read (node 0) and the end-of-run barrier.
+  PsReport run();
+  // Any thread: the clocks and the barrier end at once.
+  void stop();
+  // The key layout and owners (tests).
+  const ChunkLayout& layout() const { return layout_; }
+  const ShardMap& shardMap() const { return map_; }
+
+ private:
+  void finish(PsReport& report);
+  std::pair<uint64_t, uint64_t> bytesInOut() const;
+
+  node::Node& node_;
+  run::NodeJob job_;
+  std::vector<NodeId> members_;
+  PsOptions options_;
+  Staleness staleness_;
+  ShardMap map_;
+  ChunkLayout layout_;
+  OwnerOptimizer optimizer_;
+  std::unique_ptr<KvServer> server_;
+  std::unique_ptr<KvWorker> worker_;
+  std::thread ticker_;
+
+  std::mutex mu_;
+  std::condition_variable changed_;
+  bool stopped_ = false;
+  bool closing_ = false;  // the ticker ends
+  std::set<NodeId> done_;
+  std::set<NodeId> down_;
+};
+
+}  // namespace chorus::ps

@@ -1,0 +1,85 @@
+// The owner's key store: what it accepts, what it refuses (with a reason), and that pushes go
+// through the owner optimizer scaled per push.
+#include "ps/key_store.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+namespace chorus::ps {
+namespace {
+
+struct StoreFixture {
+  ChunkLayout layout{10, 4};  // keys 0 [0,4), 1 [4,8), 2 [8,10)
+  ShardMap map{{0, 1}};
+  std::vector<float> initial = std::vector<float>(10);
+  StoreFixture() { std::iota(initial.begin(), initial.end(), 0.0f); }
+  NodeId ownerOfSomeKey() const { return map.home(0); }
+};
+
+TEST(KeyStore, HoldsExactlyTheKeysItsNodeOwnsWithTheirInitialValues) {
+  StoreFixture f;
+  size_t total = 0;
+  for (NodeId self : {0u, 1u}) {
+    KeyStore store(f.layout, f.map, self, f.initial, OwnerOptimizer{});
+    for (Key k : store.ownedKeys()) {
+      EXPECT_EQ(f.map.home(k), self);
+      const KeyEntry* entry = store.find(k);
+      ASSERT_NE(entry, nullptr);
+      EXPECT_EQ(entry->technique, KeyTechnique::kHome);
+      ASSERT_EQ(entry->values.size(), f.layout.length(k));
+      EXPECT_EQ(entry->values[0], static_cast<float>(f.layout.offset(k)));
+      ++total;
+    }
+  }
+  EXPECT_EQ(total, f.layout.numKeys());
+}
+
+TEST(KeyStore, RefusesBadRequestsWithAReason) {
+  StoreFixture f;
+  const NodeId self = f.ownerOfSomeKey();
+  KeyStore store(f.layout, f.map, self, f.initial, OwnerOptimizer{});
+  const std::vector<Key> owned = store.ownedKeys();
+  ASSERT_FALSE(owned.empty());
+  std::optional<Key> foreign;
+  for (Key k = 0; k < f.layout.numKeys(); ++k) {
+    if (f.map.home(k) != self) foreign = k;
+  }
+
+  EXPECT_EQ(store.check(owned, std::nullopt), std::nullopt);
+  EXPECT_EQ(store.check(owned, store.floatsOf(owned)), std::nullopt);
+  const std::vector<Key> unknown{99};
+  EXPECT_NE(store.check(unknown, std::nullopt)->find("unknown key 99"), std::string::npos);
+  const std::vector<Key> twice{owned[0], owned[0]};
+  EXPECT_NE(store.check(twice, std::nullopt)->find("sorted and unique"), std::string::npos);
+  EXPECT_NE(store.check(owned, store.floatsOf(owned) + 1)->find("wrong length"), std::string::npos);
+  if (foreign) {
+    const std::vector<Key> other{*foreign};
+    const auto error = store.check(other, std::nullopt);
+    ASSERT_TRUE(error);
+    EXPECT_NE(error->find("not owned here"), std::string::npos) << *error;
+  }
+}
+
+TEST(KeyStore, AppliesEachPushWithTheScaledLearningRate) {
+  StoreFixture f;
+  const NodeId self = f.ownerOfSomeKey();
+  OwnerOptimizer optimizer;
+  optimizer.sgd.momentum = 0;
+  optimizer.lr = 0.5;
+  optimizer.push_scale = 0.25;  // four workers
+  KeyStore store(f.layout, f.map, self, f.initial, optimizer);
+  const std::vector<Key> keys{store.ownedKeys()[0]};
+  std::vector<float> grads(store.floatsOf(keys), 2.0f);
+  store.apply(keys, grads);
+  std::vector<float> out;
+  store.read(keys, out);
+  for (size_t i = 0; i < out.size(); ++i) {
+    EXPECT_FLOAT_EQ(out[i], f.initial[f.layout.offset(keys[0]) + i] - 0.5f * 0.25f * 2.0f);
+  }
+  EXPECT_EQ(store.find(keys[0])->updates, 1u);
+  EXPECT_EQ(store.updatesApplied(), 1u);
+}
+
+}  // namespace
+}  // namespace chorus::ps

@@ -1,0 +1,561 @@
+// KvServer + KvWorker over the real runtime: nodes as threads in this process on loopback,
+// port 0, seeded delays. Covers the push/pull API, local keys, error replies, BSP against the
+// sequential computation, the SSP guarantee, and workers that stall or go down.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <future>
+#include <limits>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "chorus/chorus_generated.h"
+#include "node/node.h"
+#include "ps/kv_server.h"
+#include "ps/kv_worker.h"
+
+namespace chorus::ps {
+namespace {
+
+using namespace std::chrono_literals;
+
+node::NodeOptions nodeOptions(NodeId self, size_t members) {
+  node::NodeOptions o;
+  o.cluster = "ps-test";
+  o.self = self;
+  for (size_t i = 0; i < members; ++i)
+    o.members.push_back(static_cast<NodeId>(i));
+  o.heartbeat_interval = 100ms;
+  o.dial_backoff_max = 100ms;
+  o.peer_timeout = 3000ms;
+  o.log_level = spdlog::level::warn;
+  return o;
+}
+
+std::vector<Key> allKeys(const ChunkLayout& layout) {
+  std::vector<Key> keys(layout.numKeys());
+  for (Key k = 0; k < keys.size(); ++k)
+    keys[k] = k;
+  return keys;
+}
+
+// Full-mesh nodes 0..members-1; `served` of them run a KvServer and a KvWorker (the others are
+// bare members that never answer and never clock).
+class KvCluster {
+ public:
+  struct Config {
+    size_t members = 3;
+    size_t served = 3;
+    ChunkLayout layout{12, 4};
+    std::vector<float> initial;  // zeros when empty
+    OwnerOptimizer optimizer;
+    Staleness staleness;
+    ServerOptions server;
+    WorkerOptions worker;
+    std::chrono::milliseconds heartbeat{100};
+    std::chrono::milliseconds peer_timeout{3000};
+  };
+
+  explicit KvCluster(Config config) : config_(std::move(config)) {
+    std::vector<NodeId> members;
+    for (size_t i = 0; i < config_.members; ++i)
+      members.push_back(static_cast<NodeId>(i));
+    map_ = std::make_unique<ShardMap>(members);
+    if (config_.initial.empty()) config_.initial.assign(config_.layout.total(), 0.0f);
+    for (size_t i = 0; i < config_.members; ++i) {
+      auto options = nodeOptions(static_cast<NodeId>(i), config_.members);
+      options.heartbeat_interval = config_.heartbeat;
+      options.peer_timeout = config_.peer_timeout;
+      nodes_.push_back(std::make_unique<node::Node>(options));
+    }
+    for (size_t i = 0; i < config_.served; ++i) {
+      node::Node& node = *nodes_[i];
+      servers_.push_back(
+          std::make_unique<KvServer>(node,
+                                     KeyStore(config_.layout, *map_, static_cast<NodeId>(i),
+                                              config_.initial, config_.optimizer),
+                                     members, config_.server));
+      WorkerOptions wo = config_.worker;
+      wo.staleness = config_.staleness;
+      workers_.push_back(std::make_unique<KvWorker>(node, *servers_.back(), *map_, config_.layout,
+                                                    config_.optimizer, wo));
+      KvServer* server = servers_.back().get();
+      KvWorker* worker = workers_.back().get();
+      node.setHandler(wire::Body::PsReply, [worker](NodeId from, const wire::Envelope& e) {
+        worker->onReply(from, *e.body_as_PsReply());
+      });
+      node.setEventHandler([server, worker](const node::PeerEvent& event) {
+        server->onPeerEvent(event);
+        worker->onPeerEvent(event);
+      });
+    }
+    for (auto& n : nodes_)
+      EXPECT_TRUE(n->listen().ok());
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      std::vector<node::PeerAddress> peers;
+      for (size_t j = 0; j < nodes_.size(); ++j) {
+        if (j != i) peers.push_back({static_cast<NodeId>(j), "127.0.0.1", nodes_[j]->port()});
+      }
+      EXPECT_TRUE(nodes_[i]->connect(peers).ok());
+    }
+    for (auto& n : nodes_) {
+      const node::Status ready = n->waitClusterReady(30s);
+      EXPECT_TRUE(ready.ok()) << ready.message();
+    }
+    ticker_ = std::thread([this] {
+      std::unique_lock lock(mu_);
+      while (!closing_) {
+        changed_.wait_for(lock, 20ms);
+        for (size_t i = 0; i < servers_.size(); ++i) {
+          KvServer* server = servers_[i].get();
+          nodes_[i]->post([server] { server->tick(std::chrono::steady_clock::now()); });
+        }
+      }
+    });
+  }
+  ~KvCluster() {
+    {
+      std::lock_guard lock(mu_);
+      closing_ = true;
+    }
+    changed_.notify_all();
+    ticker_.join();
+    for (auto& w : workers_)
+      w->cancelAll({node::ErrorCode::kShutdown, "test over"});
+    for (auto& n : nodes_)
+      n->shutdown(0ms);
+  }
+
+  node::Node& node(size_t i) { return *nodes_[i]; }
+  KvWorker& worker(size_t i) { return *workers_[i]; }
+  KvServer& server(size_t i) { return *servers_[i]; }
+  const ShardMap& map() const { return *map_; }
+  const ChunkLayout& layout() const { return config_.layout; }
+  // Keys whose owner is one of `owners`.
+  std::vector<Key> keysOwnedBy(const std::vector<NodeId>& owners) const {
+    std::vector<Key> keys;
+    for (Key k = 0; k < config_.layout.numKeys(); ++k) {
+      if (std::find(owners.begin(), owners.end(), map_->home(k)) != owners.end()) keys.push_back(k);
+    }
+    return keys;
+  }
+  size_t floats(const std::vector<Key>& keys) const {
+    size_t n = 0;
+    for (Key k : keys)
+      n += config_.layout.length(k);
+    return n;
+  }
+
+ private:
+  Config config_;
+  std::unique_ptr<ShardMap> map_;
+  std::vector<std::unique_ptr<node::Node>> nodes_;
+  std::vector<std::unique_ptr<KvServer>> servers_;
+  std::vector<std::unique_ptr<KvWorker>> workers_;
+  std::mutex mu_;
+  std::condition_variable changed_;
+  bool closing_ = false;
+  std::thread ticker_;
+};
+
+TEST(KvWorker, RejectsUnsortedDuplicateOrUnknownKeysAndWrongLengths) {
+  KvCluster::Config config;
+  config.members = 1;
+  config.served = 1;
+  KvCluster cluster(config);
+  KvWorker& worker = cluster.worker(0);
+  std::vector<float> out(8);
+  const std::vector<Key> unsorted{1, 0};
+  EXPECT_THROW(worker.pull(unsorted, out), std::invalid_argument);
+  const std::vector<Key> duplicate{1, 1};
+  EXPECT_THROW(worker.pull(duplicate, out), std::invalid_argument);
+  const std::vector<Key> unknown{7};
+  EXPECT_THROW(worker.push(unknown, std::vector<float>(4)), std::invalid_argument);
+  const std::vector<Key> two{0, 1};
+  EXPECT_THROW(worker.pull(two, std::span<float>(out).first(7)), std::invalid_argument);
+  EXPECT_THROW(worker.push(two, std::vector<float>(9)), std::invalid_argument);
+  // A correct request still works after the refused ones.
+  EXPECT_TRUE(worker.wait(worker.pull(two, out)).ok());
+}
+
+TEST(KvWorker, KeysOwnedLocallyNeverTouchTheNetwork) {
+  KvCluster::Config config;
+  config.members = 2;
+  config.served = 2;
+  config.layout = ChunkLayout(64, 4);
+  config.heartbeat = 60000ms;  // no heartbeats during the test: every frame counted is ours
+  config.peer_timeout = 120000ms;
+  config.optimizer.sgd.momentum = 0;
+  config.worker.cache = false;  // every read goes to an owner
+  KvCluster cluster(config);
+  KvWorker& worker = cluster.worker(0);
+  const std::vector<Key> local = cluster.keysOwnedBy({0});
+  const std::vector<Key> remote = cluster.keysOwnedBy({1});
+  ASSERT_FALSE(local.empty());
+  ASSERT_FALSE(remote.empty());
+
+  const uint64_t frames_before = cluster.node(0).stats(1).frames_out;
+  std::vector<float> values(cluster.floats(local));
+  for (int c = 0; c < 5; ++c) {
+    ASSERT_TRUE(worker.wait(worker.pull(local, values)).ok());
+    std::vector<float> grads(values.size(), 1.0f);
+    ASSERT_TRUE(worker.wait(worker.push(local, grads)).ok());
+  }
+  WorkerStats stats = worker.stats();
+  EXPECT_EQ(stats.keys_remote, 0u);
+  EXPECT_EQ(stats.messages_sent, 0u);
+  EXPECT_EQ(stats.keys_local, 10 * local.size());
+  EXPECT_EQ(cluster.node(0).stats(1).frames_out, frames_before);
+
+  // The same worker reading a remote key sends exactly one message to its owner.
+  std::vector<float> remote_values(cluster.floats(remote));
+  ASSERT_TRUE(worker.wait(worker.pull(remote, remote_values)).ok());
+  stats = worker.stats();
+  EXPECT_EQ(stats.keys_remote, remote.size());
+  EXPECT_EQ(stats.messages_sent, 1u);
+  EXPECT_EQ(cluster.node(0).stats(1).frames_out, frames_before + 1);
+}
+
+// A raw peer sends hand-made PS requests to node 0 and collects the replies.
+class ReplyCollector {
+ public:
+  explicit ReplyCollector(node::Node& node) {
+    node.setHandler(wire::Body::PsReply, [this](NodeId, const wire::Envelope& e) {
+      const wire::PsReply* r = e.body_as_PsReply();
+      Reply reply;
+      reply.request = r->request();
+      reply.op = r->op();
+      reply.error = r->error() ? r->error()->str() : "";
+      if (r->values()) reply.values.assign(r->values()->begin(), r->values()->end());
+      {
+        std::lock_guard lock(mu_);
+        replies_.push_back(std::move(reply));
+      }
+      changed_.notify_all();
+    });
+  }
+  struct Reply {
+    uint64_t request = 0;
+    wire::PsOp op = wire::PsOp::Pull;
+    std::string error;
+    std::vector<float> values;
+  };
+  // The next reply, waiting up to 30 s.
+  Reply next() {
+    std::unique_lock lock(mu_);
+    if (!changed_.wait_for(lock, 30s, [&] { return !replies_.empty(); })) {
+      ADD_FAILURE() << "no reply within 30 s";
+      return {};
+    }
+    Reply r = std::move(replies_.front());
+    replies_.pop_front();
+    return r;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::deque<Reply> replies_;
+};
+
+TEST(KvServer, MalformedRequestsGetAnErrorReplyAndTheOwnerKeepsServing) {
+  KvCluster::Config config;
+  config.members = 2;
+  config.served = 1;  // node 1 is a raw peer sending hand-made frames
+  config.layout = ChunkLayout(40, 4);
+  config.initial.resize(40);
+  for (size_t i = 0; i < 40; ++i)
+    config.initial[i] = static_cast<float>(i);
+  KvCluster cluster(config);
+  ReplyCollector replies(cluster.node(1));
+  node::Node& raw = cluster.node(1);
+  const std::vector<Key> mine = cluster.keysOwnedBy({0});
+  const std::vector<Key> theirs = cluster.keysOwnedBy({1});
+  ASSERT_FALSE(mine.empty());
+  ASSERT_FALSE(theirs.empty());
+  constexpr int64_t kAnyClock = std::numeric_limits<int64_t>::min();
+
+  auto sendPull = [&](uint64_t id, int64_t clock, std::vector<uint64_t> keys) {
+    raw.send(0, raw.encode(wire::Body::PsPull, [&](flatbuffers::FlatBufferBuilder& b) {
+      return wire::CreatePsPull(b, id, clock, kAnyClock, b.CreateVector(keys)).Union();
+    }));
+  };
+  auto sendPush = [&](uint64_t id, int64_t clock, std::vector<uint64_t> keys,
+                      std::vector<float> values) {
+    raw.send(0, raw.encode(wire::Body::PsPush, [&](flatbuffers::FlatBufferBuilder& b) {
+      return wire::CreatePsPush(b, id, clock, b.CreateVector(keys), b.CreateVector(values)).Union();
+    }));
+  };
+  auto sendClock = [&](int64_t clock) {
+    raw.send(0, raw.encode(wire::Body::PsClock, [&](flatbuffers::FlatBufferBuilder& b) {
+      return wire::CreatePsClock(b, clock).Union();
+    }));
+  };
+
+  sendPull(1, 0, {999});
+  auto r = replies.next();
+  EXPECT_EQ(r.request, 1u);
+  EXPECT_NE(r.error.find("unknown key 999"), std::string::npos) << r.error;
+
+  sendPull(2, 0, {theirs[0]});
+  r = replies.next();
+  EXPECT_EQ(r.request, 2u);
+  EXPECT_NE(r.error.find("not owned here"), std::string::npos) << r.error;
+
+  sendPush(3, 0, {mine[0]}, std::vector<float>(3));  // the key holds 4 floats
+  r = replies.next();
+  EXPECT_EQ(r.request, 3u);
+  EXPECT_EQ(r.op, wire::PsOp::Push);
+  EXPECT_NE(r.error.find("wrong length"), std::string::npos) << r.error;
+
+  if (mine.size() >= 2) {
+    sendPull(4, 0, {mine[1], mine[0]});
+    r = replies.next();
+    EXPECT_EQ(r.request, 4u);
+    EXPECT_NE(r.error.find("sorted and unique"), std::string::npos) << r.error;
+  }
+
+  sendClock(5);
+  sendClock(3);
+  r = replies.next();
+  EXPECT_EQ(r.op, wire::PsOp::Clock);
+  EXPECT_NE(r.error.find("backwards"), std::string::npos) << r.error;
+
+  sendPull(6, 2, {mine[0]});  // the worker said it reached clock 5
+  r = replies.next();
+  EXPECT_EQ(r.request, 6u);
+  EXPECT_NE(r.error.find("backwards"), std::string::npos) << r.error;
+
+  // Still serving: a correct pull is answered with the key's values, nothing was applied.
+  sendPull(7, 5, {mine[0]});
+  r = replies.next();
+  EXPECT_EQ(r.request, 7u);
+  EXPECT_EQ(r.error, "");
+  ASSERT_EQ(r.values.size(), 4u);
+  for (size_t i = 0; i < 4; ++i)
+    EXPECT_EQ(r.values[i], static_cast<float>(cluster.layout().offset(mine[0]) + i));
+  EXPECT_EQ(cluster.server(0).summary().errors, mine.size() >= 2 ? 6u : 5u);
+  EXPECT_EQ(cluster.server(0).summary().pushes, 0u);
+}
+
+// Worker w's gradient for the toy problem f_w(x) = |x - t_w|^2 / 2.
+std::vector<float> target(size_t w, size_t n) {
+  std::vector<float> t(n);
+  std::mt19937 rng(static_cast<uint32_t>(17 + w));
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (float& v : t)
+    v = u(rng);
+  return t;
+}
+
+TEST(KvServer, BspGivesTheParametersOfTheSequentialComputation) {
+  constexpr size_t kWorkers = 3, kFloats = 10;
+  constexpr int kClocks = 15;
+  KvCluster::Config config;
+  config.members = kWorkers;
+  config.served = kWorkers;
+  config.layout = ChunkLayout(kFloats, 3);
+  config.optimizer.sgd.momentum = 0;
+  config.optimizer.lr = 0.3;
+  config.optimizer.push_scale = 1.0 / kWorkers;
+  config.staleness = Staleness{0};
+  KvCluster cluster(config);
+  const std::vector<Key> keys = allKeys(cluster.layout());
+
+  // Sequential: every clock, one step along the sum of the workers' scaled gradients.
+  std::vector<std::vector<float>> expected(kClocks + 1, std::vector<float>(kFloats, 0.0f));
+  for (int c = 0; c < kClocks; ++c) {
+    std::vector<float> x = expected[c];
+    for (size_t w = 0; w < kWorkers; ++w) {
+      const std::vector<float> t = target(w, kFloats);
+      for (size_t i = 0; i < kFloats; ++i)
+        x[i] -= static_cast<float>(config.optimizer.pushLr()) * (expected[c][i] - t[i]);
+    }
+    expected[c + 1] = x;
+  }
+
+  std::vector<std::future<std::vector<std::vector<float>>>> reads;
+  for (size_t w = 0; w < kWorkers; ++w) {
+    reads.push_back(std::async(std::launch::async, [&, w] {
+      KvWorker& worker = cluster.worker(w);
+      const std::vector<float> t = target(w, kFloats);
+      std::vector<std::vector<float>> seen;
+      std::vector<float> x(kFloats), g(kFloats);
+      for (int c = 0; c < kClocks; ++c) {
+        EXPECT_TRUE(worker.wait(worker.pull(keys, x)).ok());
+        seen.push_back(x);
+        for (size_t i = 0; i < kFloats; ++i)
+          g[i] = x[i] - t[i];
+        EXPECT_TRUE(worker.wait(worker.push(keys, g)).ok());
+        worker.clock();
+      }
+      EXPECT_TRUE(worker.wait(worker.pullAt(kClocks, keys, x)).ok());
+      seen.push_back(x);
+      return seen;
+    }));
+  }
+  for (auto& f : reads) {
+    ASSERT_EQ(f.wait_for(120s), std::future_status::ready);
+    const auto seen = f.get();
+    ASSERT_EQ(seen.size(), static_cast<size_t>(kClocks + 1));
+    for (int c = 0; c <= kClocks; ++c) {
+      for (size_t i = 0; i < kFloats; ++i)
+        EXPECT_NEAR(seen[c][i], expected[c][i], 1e-5) << "clock " << c << " float " << i;
+    }
+  }
+}
+
+// The SSP guarantee as a property: worker w's push at clock c sets float w*C + c to 1 (the owner
+// applies x -= g with g = -1 there), so a read shows exactly which updates it includes.
+void checkSspGuarantee(Staleness staleness, uint32_t seed) {
+  constexpr size_t kWorkers = 3;
+  constexpr int kClocks = 12;
+  const size_t floats = kWorkers * kClocks;
+  KvCluster::Config config;
+  config.members = kWorkers;
+  config.served = kWorkers;
+  config.layout = ChunkLayout(floats, 5);
+  config.optimizer.sgd.momentum = 0;
+  config.optimizer.lr = kWorkers;
+  config.optimizer.push_scale = 1.0 / kWorkers;  // one push moves its float by exactly 1
+  config.staleness = staleness;
+  KvCluster cluster(config);
+  const std::vector<Key> keys = allKeys(cluster.layout());
+
+  std::vector<std::future<void>> done;
+  for (size_t w = 0; w < kWorkers; ++w) {
+    done.push_back(std::async(std::launch::async, [&, w] {
+      // Random delays perturb the interleaving; worker 0 is slower than the others.
+      std::mt19937 rng(seed + static_cast<uint32_t>(w));
+      std::uniform_int_distribution<int> delay_us(0, w == 0 ? 4000 : 1000);
+      KvWorker& worker = cluster.worker(w);
+      std::vector<float> x(floats);
+      for (int c = 0; c < kClocks; ++c) {
+        std::this_thread::sleep_for(std::chrono::microseconds(delay_us(rng)));
+        ASSERT_TRUE(worker.wait(worker.pull(keys, x)).ok());
+        for (size_t other = 0; other < kWorkers; ++other) {
+          for (int past = 0; past < kClocks; ++past) {
+            const float v = x[other * kClocks + past];
+            const bool required =
+                other == w ? past < c : !staleness.infinite() && past <= c - staleness.bound - 1;
+            if (required) {
+              ASSERT_EQ(v, 1.0f) << "worker " << w << " at clock " << c << " misses the update of "
+                                 << "worker " << other << " from clock " << past
+                                 << " (s = " << staleness.toString() << ")";
+            }
+            if (other == w && past >= c) ASSERT_EQ(v, 0.0f);
+          }
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(delay_us(rng)));
+        std::vector<float> g(floats, 0.0f);
+        g[w * kClocks + c] = -1.0f;
+        worker.push(keys, g);  // not waited for: the next read must still see it
+        worker.clock();
+      }
+    }));
+  }
+  for (auto& f : done) {
+    ASSERT_EQ(f.wait_for(120s), std::future_status::ready);
+    f.get();
+  }
+  if (!staleness.infinite() && staleness.bound > 0) {
+    uint64_t hits = 0;
+    for (size_t w = 0; w < kWorkers; ++w)
+      hits += cluster.worker(w).stats().cache_hits;
+    EXPECT_GT(hits, 0u) << "the row cache was never used";
+  }
+}
+
+TEST(KvServer, SspGuaranteeHoldsUnderRandomDelays) {
+  for (uint32_t seed : {1u, 2u}) {
+    checkSspGuarantee(Staleness{0}, seed);
+    checkSspGuarantee(Staleness{1}, seed);
+    checkSspGuarantee(Staleness{3}, seed);
+    checkSspGuarantee(Staleness{Staleness::kInfinite}, seed);
+  }
+}
+
+TEST(KvServer, BspWithoutTimeOutSaysWhichWorkerItWaitsFor) {
+  KvCluster::Config config;
+  config.members = 3;
+  config.served = 2;  // node 2 is connected but never clocks
+  config.layout = ChunkLayout(60, 4);
+  config.staleness = Staleness{0};
+  config.server.down_timeout = 0ms;
+  config.server.report_every = 100ms;
+  std::promise<std::vector<WorkerId>> owner_report;
+  std::atomic<bool> reported{false};
+  config.server.on_waiting = [&](const std::vector<WorkerId>& lagging, Clock needed) {
+    if (!reported.exchange(true)) {
+      EXPECT_EQ(needed, 1);
+      owner_report.set_value(lagging);
+    }
+  };
+  std::promise<std::vector<NodeId>> worker_report;
+  std::atomic<bool> worker_reported{false};
+  config.worker.report_every = 100ms;
+  config.worker.on_waiting = [&](Clock clock, const std::vector<NodeId>& owners) {
+    if (!worker_reported.exchange(true)) {
+      EXPECT_EQ(clock, 1);
+      worker_report.set_value(owners);
+    }
+  };
+  KvCluster cluster(config);
+  const std::vector<Key> keys = cluster.keysOwnedBy({0});
+  ASSERT_FALSE(keys.empty());
+  std::vector<float> x(cluster.floats(keys));
+  KvWorker& worker = cluster.worker(0);
+  ASSERT_TRUE(worker.wait(worker.pull(keys, x)).ok());  // clock 0: nothing to wait for
+  worker.clock();
+  cluster.worker(1).clock();  // only node 2 is behind
+  auto blocked = std::async(std::launch::async, [&] { return worker.wait(worker.pull(keys, x)); });
+  auto lagging = owner_report.get_future();
+  ASSERT_EQ(lagging.wait_for(60s), std::future_status::ready);
+  const std::vector<WorkerId> behind = lagging.get();
+  EXPECT_NE(std::find(behind.begin(), behind.end(), 2u), behind.end());
+  auto owners = worker_report.get_future();
+  ASSERT_EQ(owners.wait_for(60s), std::future_status::ready);
+  EXPECT_EQ(owners.get(), std::vector<NodeId>{0});
+  EXPECT_EQ(blocked.wait_for(0s), std::future_status::timeout);  // still parked
+  worker.cancelAll({node::ErrorCode::kShutdown, "test over"});
+  EXPECT_FALSE(blocked.get().ok());
+}
+
+TEST(KvServer, ADownWorkerStopsBlockingAfterTheTimeOutAndItsLostUpdatesAreNamed) {
+  KvCluster::Config config;
+  config.members = 3;
+  config.served = 2;
+  config.layout = ChunkLayout(60, 4);
+  config.staleness = Staleness{0};
+  config.server.down_timeout = 300ms;
+  KvCluster cluster(config);
+  const std::vector<Key> keys = cluster.keysOwnedBy({0, 1});
+  const std::vector<Key> lost_keys = cluster.keysOwnedBy({2});
+  ASSERT_FALSE(lost_keys.empty());
+  std::vector<float> x(cluster.floats(keys));
+  KvWorker& worker = cluster.worker(0);
+  ASSERT_TRUE(worker.wait(worker.pull(keys, x)).ok());
+  worker.clock();
+  cluster.worker(1).clock();  // only node 2 is behind
+  auto blocked = std::async(std::launch::async, [&] { return worker.wait(worker.pull(keys, x)); });
+  EXPECT_EQ(blocked.wait_for(200ms), std::future_status::timeout);  // parked behind node 2
+  cluster.node(2).shutdown(0ms);                                    // node 2 vanishes
+  ASSERT_EQ(blocked.wait_for(60s), std::future_status::ready);
+  EXPECT_TRUE(blocked.get().ok());
+  const ServerSummary summary = cluster.server(0).summary();
+  ASSERT_EQ(summary.excluded.count(2), 1u);
+  EXPECT_EQ(summary.excluded.at(2), 0);
+  // Reads of the keys node 2 owned fail at once instead of hanging.
+  std::vector<float> y(cluster.floats(lost_keys));
+  const node::Status status = worker.wait(worker.pull(lost_keys, y));
+  EXPECT_FALSE(status.ok());
+  EXPECT_NE(status.message().find("node 2"), std::string::npos) << status.message();
+}
+
+}  // namespace
+}  // namespace chorus::ps

@@ -1,0 +1,155 @@
+// PS mode end to end over the real runtime: four nodes as threads in this process, loopback,
+// port 0, fixed seeds; every node owns a shard of the keys and trains.
+#include "ps/ps_peer.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <thread>
+
+#include "ml/dataset.h"
+#include "node/node.h"
+#include "run/training_run.h"
+
+namespace chorus::ps {
+namespace {
+
+using namespace std::chrono_literals;
+
+run::RunOptions trainingOptions() {
+  run::RunOptions options;
+  options.data.name = "synthetic";
+  options.model.name = "mlp";
+  options.model.hidden = {64};
+  options.lr = 0.1;
+  options.momentum = 0;
+  options.batch = 32;
+  options.rounds = 800;
+  options.eval_every = 100;
+  options.target_acc = 0.95;
+  options.seed = 3;
+  return options;
+}
+
+struct RunResult {
+  std::vector<PsReport> reports;
+  std::filesystem::path out;
+};
+
+RunResult trainFourNodes(const std::string& staleness) {
+  constexpr size_t kNodes = 4;
+  auto data = std::make_shared<const ml::DataSplit>(ml::makeSynthetic(10000, 1000, 7));
+  const auto out = std::filesystem::temp_directory_path() /
+                   ("ps-train-" + staleness + "-" + std::to_string(getpid()));
+  std::vector<std::unique_ptr<node::Node>> nodes;
+  std::vector<std::unique_ptr<PsPeer>> peers;
+  std::vector<NodeId> members{0, 1, 2, 3};
+  for (NodeId i = 0; i < kNodes; ++i) {
+    node::NodeOptions o;
+    o.cluster = "ps-peer-test";
+    o.self = i;
+    o.members = members;
+    o.heartbeat_interval = 100ms;
+    o.dial_backoff_max = 100ms;
+    o.peer_timeout = 5000ms;
+    o.log_level = spdlog::level::warn;
+    nodes.push_back(std::make_unique<node::Node>(o));
+    run::RunOptions options = trainingOptions();
+    options.out_dir = out.string();
+    PsOptions po;
+    po.staleness = staleness;
+    po.key_floats = 1000;  // several keys per owner
+    peers.push_back(std::make_unique<PsPeer>(
+        *nodes.back(), run::prepareNodeJob(options, data, i, kNodes, ""), members, po));
+    EXPECT_TRUE(nodes.back()->listen().ok());
+  }
+  for (size_t i = 0; i < kNodes; ++i) {
+    std::vector<node::PeerAddress> addresses;
+    for (size_t j = 0; j < kNodes; ++j) {
+      if (j != i) addresses.push_back({static_cast<NodeId>(j), "127.0.0.1", nodes[j]->port()});
+    }
+    EXPECT_TRUE(nodes[i]->connect(addresses).ok());
+  }
+  for (auto& n : nodes)
+    EXPECT_TRUE(n->waitClusterReady(30s).ok());
+  std::vector<std::future<PsReport>> futures;
+  for (auto& p : peers)
+    futures.push_back(std::async(std::launch::async, [peer = p.get()] { return peer->run(); }));
+  RunResult result;
+  result.out = out;
+  for (auto& f : futures) {
+    if (f.wait_for(300s) != std::future_status::ready) {
+      ADD_FAILURE() << "a node did not finish within 300 s";
+      for (auto& p : peers)
+        p->stop();
+    }
+    result.reports.push_back(f.get());
+  }
+  for (auto& n : nodes)
+    n->shutdown(0ms);
+  return result;
+}
+
+class PsTraining : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PsTraining, FourNodesTrainSyntheticDataToNinetyFivePercent) {
+  const RunResult run = trainFourNodes(GetParam());
+  ASSERT_EQ(run.reports.size(), 4u);
+  for (size_t i = 0; i < run.reports.size(); ++i) {
+    const PsReport& r = run.reports[i];
+    EXPECT_EQ(r.clocks_done, 800);
+    EXPECT_GE(r.final_accuracy, 0.95) << "node " << i;
+    EXPECT_EQ(r.finished_peers.size(), 3u);
+    EXPECT_EQ(r.failed_pulls + r.failed_pushes, 0u);
+    EXPECT_EQ(r.server.errors, 0u);
+    EXPECT_GT(r.worker.keys_local, 0u);
+    EXPECT_GT(r.worker.keys_remote, 0u);
+    if (i == 0) {
+      ASSERT_TRUE(r.owner_accuracy.has_value());
+      EXPECT_GE(*r.owner_accuracy, 0.95);
+    } else {
+      EXPECT_FALSE(r.owner_accuracy.has_value());
+    }
+    // One metrics line per clock, plus start, target, and final.
+    std::ifstream metrics(run.out / ("node-" + std::to_string(i) + ".jsonl"));
+    size_t clocks = 0, finals = 0;
+    for (std::string line; std::getline(metrics, line);) {
+      if (line.find("\"event\":\"clock\"") != std::string::npos) ++clocks;
+      if (line.find("\"event\":\"final\"") != std::string::npos) ++finals;
+    }
+    EXPECT_EQ(clocks, 800u);
+    EXPECT_EQ(finals, 1u);
+  }
+  if (GetParam() == "2") {
+    EXPECT_GT(run.reports[0].worker.cache_hits, 0u) << "SSP reads never came from the cache";
+  }
+  std::filesystem::remove_all(run.out);
+}
+
+INSTANTIATE_TEST_SUITE_P(Staleness, PsTraining, ::testing::Values("0", "2", "inf"),
+                         [](const auto& info) {
+                           return info.param == "inf" ? std::string("Async") : "S" + info.param;
+                         });
+
+TEST(PsOptions, BadValuesNameTheFlag) {
+  PsOptions o;
+  o.staleness = "-1";
+  EXPECT_THROW(validatePsOptions(o), std::invalid_argument);
+  try {
+    validatePsOptions(o);
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("--staleness"), std::string::npos);
+  }
+  o = PsOptions{};
+  o.key_floats = 0;
+  EXPECT_THROW(validatePsOptions(o), std::invalid_argument);
+  o = PsOptions{};
+  o.down_timeout_s = -1;
+  EXPECT_THROW(validatePsOptions(o), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace chorus::ps
