@@ -245,6 +245,19 @@ void runPing(const NodeArgs& args, const NodeSetup& setup) {
 // both modes share the node's lifecycle (flags, data, signals, listen, connect, leave).
 class TrainingSession {
  public:
+  // The lines every mode prints after training: when the target was reached, who left early.
+  static void printCommon(node::NodeId self, double target_acc,
+                          const std::optional<double>& time_to_target,
+                          const std::vector<node::NodeId>& departed) {
+    if (time_to_target) {
+      fmt::print("node {}: reached test accuracy {:.2f}% after {:.1f} s\n", self, 100 * target_acc,
+                 *time_to_target);
+    }
+    if (!departed.empty()) {
+      fmt::print("node {}: node(s) {} left before the end\n", self, fmt::join(departed, ", "));
+    }
+  }
+
   virtual ~TrainingSession() = default;
   // Trainer thread: trains, then prints this node's results.
   virtual void run() = 0;
@@ -357,17 +370,10 @@ class ConsensusSession : public TrainingSession {
         "({:.1f} s waiting)\n",
         self_, 100 * report.final_accuracy, report.final_loss, report.rounds_done, report.seconds,
         report.wait_seconds);
-    if (report.time_to_target) {
-      fmt::print("node {}: reached test accuracy {:.2f}% after {:.1f} s\n", self_,
-                 100 * target_acc_, *report.time_to_target);
-    }
+    printCommon(self_, target_acc_, report.time_to_target, report.departed_peers);
     if (report.average_accuracy) {
       fmt::print("node {}: test accuracy of the average of {} final models: {:.2f}%\n", self_,
                  report.averaged_models, 100 * *report.average_accuracy);
-    }
-    if (!report.departed_peers.empty()) {
-      fmt::print("node {}: node(s) {} left before the end\n", self_,
-                 fmt::join(report.departed_peers, ", "));
     }
   }
   void stop() override { peer_.stop(); }
@@ -416,10 +422,7 @@ class PsSession : public TrainingSession {
         reads > 0
             ? 100.0 * static_cast<double>(report.worker.cache_hits) / static_cast<double>(reads)
             : 0.0);
-    if (report.time_to_target) {
-      fmt::print("node {}: reached test accuracy {:.2f}% after {:.1f} s\n", self_,
-                 100 * target_acc_, *report.time_to_target);
-    }
+    printCommon(self_, target_acc_, report.time_to_target, report.departed_peers);
     if (report.owner_accuracy) {
       fmt::print("node {}: test accuracy of the model as held by the owners: {:.2f}%\n", self_,
                  100 * *report.owner_accuracy);
@@ -432,10 +435,6 @@ class PsSession : public TrainingSession {
     if (report.failed_pulls + report.failed_pushes > 0) {
       fmt::print("node {}: {} read(s) and {} push(es) failed because an owner was down\n", self_,
                  report.failed_pulls, report.failed_pushes);
-    }
-    if (!report.departed_peers.empty()) {
-      fmt::print("node {}: node(s) {} left before the end\n", self_,
-                 fmt::join(report.departed_peers, ", "));
     }
   }
   void stop() override { peer_.stop(); }

@@ -29,7 +29,8 @@ KvWorker::KvWorker(node::Node& node, KvServer& local, const ShardMap& map,
   }
 }
 
-void KvWorker::checkKeys(std::span<const Key> keys, const char* what) const {
+void KvWorker::checkRequest(std::span<const Key> keys, size_t floats_given,
+                            const char* what) const {
   for (size_t i = 0; i < keys.size(); ++i) {
     if (i > 0 && keys[i] <= keys[i - 1]) {
       throw std::invalid_argument(
@@ -40,6 +41,13 @@ void KvWorker::checkKeys(std::span<const Key> keys, const char* what) const {
       throw std::invalid_argument(fmt::format("{}: unknown key {} (the model has keys 0..{})", what,
                                               keys[i], layout_.numKeys() - 1));
     }
+  }
+  size_t floats = 0;
+  for (Key key : keys)
+    floats += layout_.length(key);
+  if (floats_given != floats) {
+    throw std::invalid_argument(fmt::format("{}: {} floats given for {} key(s) that hold {}", what,
+                                            floats_given, keys.size(), floats));
   }
 }
 
@@ -73,14 +81,7 @@ KvWorker::Handle KvWorker::begin(size_t parts, Callback done, std::unique_lock<s
 
 KvWorker::Handle KvWorker::pullImpl(std::optional<Clock> min_clock, std::span<const Key> keys,
                                     std::span<float> out, Callback done) {
-  checkKeys(keys, "pull");
-  size_t floats = 0;
-  for (Key key : keys)
-    floats += layout_.length(key);
-  if (out.size() != floats) {
-    throw std::invalid_argument(fmt::format("pull: the output holds {} floats, the {} key(s) {}",
-                                            out.size(), keys.size(), floats));
-  }
+  checkRequest(keys, out.size(), "pull");
   struct Group {
     std::vector<Key> keys;
     std::vector<float*> dest;
@@ -167,14 +168,7 @@ KvWorker::Handle KvWorker::pullImpl(std::optional<Clock> min_clock, std::span<co
 
 KvWorker::Handle KvWorker::push(std::span<const Key> keys, std::span<const float> grads,
                                 Callback done) {
-  checkKeys(keys, "push");
-  size_t floats = 0;
-  for (Key key : keys)
-    floats += layout_.length(key);
-  if (grads.size() != floats) {
-    throw std::invalid_argument(fmt::format("push: {} floats given, the {} key(s) hold {}",
-                                            grads.size(), keys.size(), floats));
-  }
+  checkRequest(keys, grads.size(), "push");
   struct Group {
     std::vector<Key> keys;
     std::vector<float> values;

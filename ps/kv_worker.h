@@ -115,7 +115,9 @@ class KvWorker {
     std::vector<float> values;
   };
 
-  void checkKeys(std::span<const Key> keys, const char* what) const;
+  // Throws std::invalid_argument unless `keys` are sorted, unique and in the layout and hold
+  // exactly `floats_given` floats.
+  void checkRequest(std::span<const Key> keys, size_t floats_given, const char* what) const;
   Handle pullImpl(std::optional<Clock> min_clock, std::span<const Key> keys, std::span<float> out,
                   Callback done);
   // Registers an operation of `parts` sub-requests (completes at once when 0).
