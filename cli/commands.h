@@ -29,5 +29,9 @@ void addNodeCommands(CLI::App& app);
 void addLaunchCommand(CLI::App& app);
 // `chorus train` (single node)
 void addTrainCommand(CLI::App& app);
+// `chorus compare`: runs training variants on the same work and reports them side by side
+void addCompareCommand(CLI::App& app);
+// `chorus report`: rebuilds the table and plots of a compare or launch folder
+void addReportCommand(CLI::App& app);
 
 }  // namespace chorus::cli

@@ -16,6 +16,8 @@ int main(int argc, char** argv) {
   chorus::cli::addNodeCommands(app);
   chorus::cli::addLaunchCommand(app);
   chorus::cli::addTrainCommand(app);
+  chorus::cli::addCompareCommand(app);
+  chorus::cli::addReportCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -20,7 +20,7 @@ bool contains(const std::string& text, const std::string& part) {
 TEST(ChorusCli, HelpListsEveryCommand) {
   CommandResult r = runCommand({chorusBinary(), "--help"});
   EXPECT_EQ(r.exit_code, 0);
-  for (const char* cmd : {"node", "launch", "topo", "train"}) {
+  for (const char* cmd : {"node", "launch", "topo", "train", "compare", "report"}) {
     EXPECT_TRUE(contains(r.out, cmd)) << "missing " << cmd << " in:\n" << r.out;
   }
 }

@@ -1,0 +1,387 @@
+// `chorus compare`: runs several training variants (single, PS, consensus) on the same data,
+// model, shards, initial model, stragglers and budget, one after another through the launcher,
+// and writes summary.csv, report.md and plots. Variant mapping and the report live in
+// chorus_report; this file runs the launches and prints progress.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/launcher.h"
+#include "ml/dataset.h"
+#include "report/report.h"
+#include "report/variant.h"
+#include "run/training_run.h"
+#include "topology/topology.h"
+
+namespace chorus::cli {
+namespace fs = std::filesystem;
+namespace {
+
+struct CompareArgs {
+  run::RunOptions run;
+  std::string topology;
+  std::string variants;
+  int seeds = 1;
+  bool force = false;
+  double run_timeout_s = 0;
+  double progress_s = 5;
+};
+
+// Flags compare sets per run itself, or that belong to compare only: never forwarded as given.
+const std::set<std::string> kOwnFlags = {"--topology",    "--variants",       "--seeds", "--force",
+                                         "--run-timeout", "--progress-every", "--seed",  "--out",
+                                         "--rounds",      "--eval-every",     "--help"};
+
+// Error messages from the libraries may span lines (a list of places looked at); compare
+// reports each bad input on one line.
+std::string oneLine(const std::string& text) {
+  std::string out;
+  bool space = false;
+  for (char c : text) {
+    if (c == '\n') {
+      if (!out.empty() && out.back() != ':' && out.back() != '.') out += ";";
+      space = true;
+      continue;
+    }
+    if (c == ' ' && space) continue;
+    if (space) out.push_back(' ');
+    space = false;
+    out.push_back(c);
+  }
+  return out;
+}
+
+std::string selfExecutable() {
+  std::error_code ec;
+  auto path = fs::read_symlink("/proc/self/exe", ec);
+  if (ec)
+    throw CommandFailure(1, "cannot find the chorus executable (/proc/self/exe): " + ec.message());
+  return path.string();
+}
+
+// The training options the user gave, to pass on to every node unchanged. --data and --model
+// are always passed, so that the nodes train what compare checked even if their own defaults
+// change.
+std::vector<report::ForwardedOption> forwardedOptions(CLI::App& cmd, const run::RunOptions& run) {
+  std::vector<report::ForwardedOption> forwarded;
+  for (const CLI::Option* option : cmd.get_options()) {
+    if (option->count() == 0) continue;
+    const std::string flag = option->get_name();
+    if (kOwnFlags.count(flag) > 0 || !flag.starts_with("--")) continue;
+    const auto& results = option->results();
+    std::string joined;
+    for (const auto& value : results) {
+      if (!joined.empty()) joined += ",";
+      joined += value;
+    }
+    forwarded.push_back(
+        {flag, results.empty() ? std::vector<std::string>{} : std::vector<std::string>{joined}});
+  }
+  const auto given = [&](const std::string& flag) {
+    return std::any_of(forwarded.begin(), forwarded.end(),
+                       [&](const auto& option) { return option.flag == flag; });
+  };
+  if (!given("--model")) forwarded.insert(forwarded.begin(), {"--model", {run.model.name}});
+  if (!given("--data")) forwarded.insert(forwarded.begin(), {"--data", {run.data.name}});
+  return forwarded;
+}
+
+// Refuses an existing output folder unless --force, and even then only one that compare made
+// (or an empty one): --force must never wipe a folder of something else.
+void prepareOutputFolder(const fs::path& out, bool force) {
+  std::error_code ec;
+  if (fs::exists(out, ec)) {
+    if (!force) {
+      throw CommandFailure(
+          2, fmt::format("--out {}: the folder exists; choose another or add --force to replace it",
+                         out.string()));
+    }
+    const bool empty = fs::is_directory(out, ec) && fs::is_empty(out, ec);
+    if (!empty && !fs::exists(out / "runs.jsonl", ec)) {
+      throw CommandFailure(2, fmt::format("--out {}: exists and is not a chorus compare folder "
+                                          "(no runs.jsonl); --force replaces only those",
+                                          out.string()));
+    }
+    fs::remove_all(out, ec);
+    if (ec) {
+      throw CommandFailure(2,
+                           fmt::format("--out {}: cannot remove: {}", out.string(), ec.message()));
+    }
+  }
+  fs::create_directories(out, ec);
+  if (ec) {
+    throw CommandFailure(2, fmt::format("--out {}: cannot create: {}", out.string(), ec.message()));
+  }
+}
+
+struct RunOutcome {
+  LaunchResult result;
+  std::string last_error_line;
+};
+
+// Runs one launch on its own thread while this thread prints a progress line every
+// `progress_s` seconds from node 0's metrics file.
+RunOutcome launchWithProgress(const LaunchOptions& base, const fs::path& log_path,
+                              const fs::path& node0_metrics, const std::string& label,
+                              double progress_s) {
+  auto log = std::make_shared<std::ofstream>(log_path, std::ios::trunc);
+  RunOutcome outcome;
+  LaunchOptions options = base;
+  options.out = [log](std::string_view line) { *log << line << '\n'; };
+  options.err = [log, &outcome](std::string_view line) {
+    *log << line << '\n';
+    // CLI11 follows its message with a pointer to --help, which says nothing about the cause.
+    if (line.find("--help") == std::string_view::npos) outcome.last_error_line = std::string(line);
+  };
+  std::mutex mutex;
+  std::condition_variable done_cv;
+  bool done = false;
+  const auto start = std::chrono::steady_clock::now();
+  std::thread runner([&] {
+    LaunchResult result = runLaunch(options);
+    std::lock_guard lock(mutex);
+    outcome.result = std::move(result);
+    done = true;
+    done_cv.notify_all();
+  });
+  {
+    std::unique_lock lock(mutex);
+    const auto interval = std::chrono::milliseconds(static_cast<int64_t>(progress_s * 1000));
+    while (!done_cv.wait_for(lock, interval, [&] { return done; })) {
+      const double elapsed =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::string status = "starting";
+      if (auto p = report::readProgress(node0_metrics)) {
+        status = fmt::format("step {}", p->step);
+        if (p->test_accuracy)
+          status += fmt::format(", test accuracy {:.2f}%", 100 * *p->test_accuracy);
+      }
+      fmt::print("[compare] {}: {:.0f} s, {}\n", label, elapsed, status);
+      std::fflush(stdout);
+    }
+  }
+  runner.join();
+  log->flush();
+  return outcome;
+}
+
+void runCompare(CLI::App& cmd, const CompareArgs& args) {
+  // Every bad input is refused before the first run starts.
+  std::vector<report::Variant> variants;
+  try {
+    variants = report::parseVariantList(args.variants);
+  } catch (const std::invalid_argument& e) {
+    throw CommandFailure(2, fmt::format("--variants: {}", e.what()));
+  }
+  std::error_code ec;
+  if (!fs::is_regular_file(args.topology, ec)) {
+    throw CommandFailure(2, fmt::format("--topology {}: no such file (write one with `chorus topo "
+                                        "gen`, or use one from examples/topologies/)",
+                                        args.topology));
+  }
+  topology::Topology topo;
+  try {
+    topo = topology::loadTopology(args.topology);
+  } catch (const topology::TopologyError& e) {
+    throw CommandFailure(2, oneLine(e.what()));
+  }
+  if (args.run.out_dir.empty()) throw CommandFailure(2, "--out DIR is required");
+  try {
+    run::validateRunOptions(args.run);
+  } catch (const std::invalid_argument& e) {
+    throw CommandFailure(2, e.what());
+  }
+  if (args.run.data.name != "synthetic") {
+    try {
+      ml::findDataDir(args.run.data.name, args.run.data.dataDir);
+    } catch (const ml::DataError& e) {
+      throw CommandFailure(2, oneLine(e.what()));
+    }
+  }
+  const fs::path out = args.run.out_dir;
+  prepareOutputFolder(out, args.force);
+
+  const std::string binary = selfExecutable();
+  // The command as it would reproduce this compare, defaults made explicit.
+  std::vector<std::string> argv = {"chorus",     "compare",
+                                   "--topology", args.topology,
+                                   "--variants", args.variants,
+                                   "--seeds",    std::to_string(args.seeds),
+                                   "--seed",     std::to_string(args.run.seed)};
+  if (args.run.rounds > 0) {
+    argv.insert(argv.end(), {"--rounds", std::to_string(args.run.rounds)});
+  }
+  argv.insert(argv.end(), {"--eval-every", std::to_string(args.run.eval_every)});
+  const auto forwarded = forwardedOptions(cmd, args.run);
+  for (const auto& option : forwarded) {
+    argv.push_back(option.flag);
+    argv.insert(argv.end(), option.values.begin(), option.values.end());
+  }
+  argv.insert(argv.end(), {"--out", args.run.out_dir});
+  std::vector<std::string> names;
+  names.reserve(variants.size());
+  for (const auto& v : variants)
+    names.push_back(v.name);
+  auto manifest =
+      report::CompareManifest::create(out, report::shellQuote(argv), args.run.target_acc, names);
+
+  const int nodes = static_cast<int>(topo.nodes.size());
+  report::RunBudget budget{args.run.rounds, args.run.eval_every, nodes};
+  const int total = args.seeds * static_cast<int>(variants.size());
+  int index = 0, failed = 0;
+  bool interrupted = false;
+  std::vector<std::string> failures;
+  const auto compare_start = std::chrono::steady_clock::now();
+  fmt::print("[compare] {} variant(s) x {} seed(s) on {} ({} nodes), results in {}\n",
+             variants.size(), args.seeds, args.topology, nodes, out.string());
+  std::fflush(stdout);
+  // Seed-major order: load drift on the machine hits every variant alike.
+  for (int s = 0; s < args.seeds && !interrupted; ++s) {
+    const uint64_t seed = args.run.seed + static_cast<uint64_t>(s);
+    for (const auto& variant : variants) {
+      ++index;
+      const fs::path run_dir = out / variant.dirName() / fmt::format("seed-{}", seed);
+      fs::create_directories(run_dir, ec);
+      LaunchOptions launch;
+      launch.binary = binary;
+      launch.timeout = std::chrono::milliseconds(static_cast<int64_t>(args.run_timeout_s * 1000));
+      if (variant.kind == report::Variant::Kind::kSingle) {
+        const fs::path single = run_dir / "single.toml";
+        std::ofstream(single) << report::singleTopology(
+            topo.name + "-single", topo.nodes.front().address(), topo.nodes.front().stragglers);
+        launch.topology_path = single.string();
+        launch.ids = {0};
+      } else {
+        launch.topology_path = args.topology;
+        for (const auto& n : topo.nodes)
+          launch.ids.push_back(n.id);
+      }
+      launch.node_args = report::nodeArgs(variant, forwarded, budget, seed, run_dir.string());
+      std::vector<std::string> shown = {"chorus", "launch", launch.topology_path};
+      shown.insert(shown.end(), launch.node_args.begin(), launch.node_args.end());
+      std::ofstream(run_dir / "command.txt") << report::shellQuote(shown) << '\n';
+
+      const std::string label = fmt::format("[{}/{}] {} seed {}", index, total, variant.name, seed);
+      fmt::print("[compare] {}: starting ({})\n", label, (run_dir / "command.txt").string());
+      std::fflush(stdout);
+      RunOutcome outcome = launchWithProgress(launch, run_dir / "output.log",
+                                              run_dir / "node-0.jsonl", label, args.progress_s);
+      report::RunRecord record{variant.name, seed, run_dir, ""};
+      const LaunchResult& result = outcome.result;
+      if (result.ok()) {
+        std::string summary = fmt::format("finished in {:.1f} s", result.seconds);
+        try {
+          auto metrics = report::readRunFolder(run_dir);
+          auto s = report::summarizeRun(metrics);
+          if (s.final_accuracy)
+            summary += fmt::format(", test accuracy {:.2f}%", 100 * *s.final_accuracy);
+          if (args.run.target_acc > 0) {
+            summary += s.time_to_target
+                           ? fmt::format(", {:.1f}% reached after {:.1f} s",
+                                         100 * args.run.target_acc, *s.time_to_target)
+                           : fmt::format(", {:.1f}% not reached", 100 * args.run.target_acc);
+          }
+        } catch (const report::ReportError& e) {
+          summary += fmt::format(" (metrics unreadable: {})", e.what());
+        }
+        fmt::print("[compare] {}: {}\n", label, summary);
+      } else {
+        auto lines = result.failures();
+        std::string why = result.timed_out     ? "--run-timeout passed"
+                          : result.interrupted ? "interrupted"
+                                               : fmt::format("{}", fmt::join(lines, "; "));
+        // A node's own last words explain a failure; after a time-out or Ctrl-C they do not.
+        if (!result.timed_out && !result.interrupted && !outcome.last_error_line.empty()) {
+          why += " (" + outcome.last_error_line + ")";
+        }
+        record.error = why;
+        ++failed;
+        failures.push_back(fmt::format("{} seed {}", variant.name, seed));
+        fmt::print("[compare] {}: FAILED after {:.1f} s: {}; output in {}\n", label, result.seconds,
+                   why, (run_dir / "output.log").string());
+        interrupted = result.interrupted;
+      }
+      std::fflush(stdout);
+      manifest.append(record);
+      if (interrupted) break;
+    }
+  }
+
+  report::Report built = report::buildReport(report::loadReportInput(out));
+  for (const auto& warning : built.warnings) {
+    std::fprintf(stderr, "chorus: warning: %s\n", warning.c_str());
+  }
+  report::PlotSet plots;
+  try {
+    plots = report::writeReportFiles(built, out);
+  } catch (const report::ReportError& e) {
+    throw CommandFailure(
+        1, fmt::format("the runs are in {}, but the report failed: {}", out.string(), e.what()));
+  }
+  const double minutes =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - compare_start).count() / 60;
+  fmt::print("\n{}\n", report::markdownTable(built));
+  fmt::print("[compare] done in {:.1f} min: table {}, per run {}\n", minutes,
+             (out / "report.md").string(), (out / "summary.csv").string());
+  for (const auto& png : plots.pngs)
+    fmt::print("[compare] plot: {}\n", png.string());
+  std::fflush(stdout);
+  if (interrupted) throw CommandFailure(130, "interrupted; the report covers the runs that ended");
+  if (failed > 0) {
+    throw CommandFailure(1, fmt::format("{} of {} run(s) failed ({}); the report covers the others",
+                                        failed, total, fmt::join(failures, ", ")));
+  }
+}
+
+}  // namespace
+
+void addCompareCommand(CLI::App& app) {
+  auto args = std::make_shared<CompareArgs>();
+  args->run.model.name = "mlp";
+  args->run.data.name = "fashion-mnist";
+  CLI::App* cmd = app.add_subcommand(
+      "compare",
+      "Run training variants one after another on the same data, shards, model, initial model,\n"
+      "stragglers and budget, and compare them: summary.csv, report.md (table) and plots/*.png.\n"
+      "Variants: single, ps:bsp, ps:ssp:N, ps:async, consensus:RULE (wait-all, static:B,\n"
+      "deadline:Q, dynamic). Seeds are --seed, --seed+1, ... Every training option is passed to\n"
+      "every node. See docs/compare.md.\n"
+      "Example: chorus compare --topology examples/topologies/demo4.toml --data synthetic\n"
+      "  --variants single,consensus:wait-all,consensus:dynamic --rounds 300 --target-acc 0.9\n"
+      "  --out runs/cmp");
+  cmd->add_option("--topology", args->topology, "Topology file (TOML) of the distributed variants")
+      ->required();
+  cmd->add_option("--variants", args->variants,
+                  "Comma-separated variants, e.g. single,ps:bsp,ps:ssp:2,consensus:dynamic")
+      ->required();
+  cmd->add_option("--seeds", args->seeds, "Runs per variant, with seeds --seed, --seed+1, ...")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  cmd->add_flag("--force", args->force, "Replace an existing compare folder at --out");
+  cmd->add_option("--run-timeout", args->run_timeout_s,
+                  "Stop a run (and count it as failed) after this many seconds (0: no limit)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--progress-every", args->progress_s, "Seconds between progress lines")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str();
+  run::addRunOptions(*cmd, args->run);
+  cmd->get_option("--out")->description(
+      "Output folder: per-run metrics (VARIANT/seed-S/), summary.csv, report.md, plots/");
+  cmd->callback([cmd, args] { runCompare(*cmd, *args); });
+}
+
+}  // namespace chorus::cli

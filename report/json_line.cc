@@ -1,0 +1,255 @@
+#include "report/json_line.h"
+
+#include <fmt/format.h>
+
+#include <cctype>
+#include <charconv>
+#include <cmath>
+
+namespace chorus::report {
+namespace {
+
+// Nested arrays and objects deeper than this are refused: a metrics line has at most two
+// levels, and the limit keeps a hostile file from exhausting the stack.
+constexpr int kMaxDepth = 32;
+
+class Parser {
+ public:
+  explicit Parser(std::string_view text) : text_(text) {}
+
+  void fail(const std::string& what) const {
+    throw JsonError(fmt::format("column {}: {}", pos_ + 1, what));
+  }
+
+  void skipSpace() {
+    while (pos_ < text_.size() && std::isspace(static_cast<unsigned char>(text_[pos_])))
+      ++pos_;
+  }
+
+  bool atEnd() const { return pos_ >= text_.size(); }
+  char peek() const { return atEnd() ? '\0' : text_[pos_]; }
+
+  void expect(char c) {
+    skipSpace();
+    if (peek() != c) {
+      fail(atEnd() ? fmt::format("expected '{}' but the line ends", c)
+                   : fmt::format("expected '{}', found '{}'", c, peek()));
+    }
+    ++pos_;
+  }
+
+  static void appendUtf8(std::string& out, unsigned code) {
+    if (code < 0x80) {
+      out.push_back(static_cast<char>(code));
+    } else if (code < 0x800) {
+      out.push_back(static_cast<char>(0xC0 | (code >> 6)));
+      out.push_back(static_cast<char>(0x80 | (code & 0x3F)));
+    } else {
+      out.push_back(static_cast<char>(0xE0 | (code >> 12)));
+      out.push_back(static_cast<char>(0x80 | ((code >> 6) & 0x3F)));
+      out.push_back(static_cast<char>(0x80 | (code & 0x3F)));
+    }
+  }
+
+  std::string parseString() {
+    expect('"');
+    std::string out;
+    while (true) {
+      if (atEnd()) fail("unterminated string");
+      char c = text_[pos_++];
+      if (c == '"') return out;
+      if (static_cast<unsigned char>(c) < 0x20) fail("control character inside a string");
+      if (c != '\\') {
+        out.push_back(c);
+        continue;
+      }
+      if (atEnd()) fail("unterminated escape");
+      char e = text_[pos_++];
+      switch (e) {
+        case '"':
+        case '\\':
+        case '/':
+          out.push_back(e);
+          break;
+        case 'b':
+          out.push_back('\b');
+          break;
+        case 'f':
+          out.push_back('\f');
+          break;
+        case 'n':
+          out.push_back('\n');
+          break;
+        case 'r':
+          out.push_back('\r');
+          break;
+        case 't':
+          out.push_back('\t');
+          break;
+        case 'u': {
+          if (pos_ + 4 > text_.size()) fail("short \\u escape");
+          unsigned code = 0;
+          auto [end, ec] = std::from_chars(text_.data() + pos_, text_.data() + pos_ + 4, code, 16);
+          if (ec != std::errc() || end != text_.data() + pos_ + 4) fail("bad \\u escape");
+          pos_ += 4;
+          // Surrogate halves are kept as the replacement character: metrics never carry them.
+          appendUtf8(out, code >= 0xD800 && code <= 0xDFFF ? 0xFFFD : code);
+          break;
+        }
+        default:
+          fail(fmt::format("unknown escape '\\{}'", e));
+      }
+    }
+  }
+
+  double parseNumber() {
+    size_t start = pos_;
+    while (!atEnd() && (std::isdigit(static_cast<unsigned char>(peek())) || peek() == '-' ||
+                        peek() == '+' || peek() == '.' || peek() == 'e' || peek() == 'E')) {
+      ++pos_;
+    }
+    double value = 0;
+    auto [end, ec] = std::from_chars(text_.data() + start, text_.data() + pos_, value);
+    if (start == pos_ || ec != std::errc() || end != text_.data() + pos_ || !std::isfinite(value)) {
+      pos_ = start;
+      fail("bad number");
+    }
+    return value;
+  }
+
+  bool consumeWord(std::string_view word) {
+    if (text_.substr(pos_, word.size()) == word) {
+      pos_ += word.size();
+      return true;
+    }
+    return false;
+  }
+
+  // Skips one value of any kind; used for nested arrays and objects.
+  void skipValue(int depth) {
+    if (depth > kMaxDepth) fail("nested too deeply");
+    skipSpace();
+    char c = peek();
+    if (c == '"') {
+      parseString();
+    } else if (c == '{' || c == '[') {
+      char close = c == '{' ? '}' : ']';
+      ++pos_;
+      skipSpace();
+      if (peek() == close) {
+        ++pos_;
+        return;
+      }
+      while (true) {
+        if (c == '{') {
+          skipSpace();
+          parseString();
+          expect(':');
+        }
+        skipValue(depth + 1);
+        skipSpace();
+        if (peek() == ',') {
+          ++pos_;
+          continue;
+        }
+        expect(close);
+        return;
+      }
+    } else if (consumeWord("true") || consumeWord("false") || consumeWord("null")) {
+      return;
+    } else if (c == '-' || std::isdigit(static_cast<unsigned char>(c))) {
+      parseNumber();
+    } else {
+      fail(atEnd() ? "a value is missing at the end of the line"
+                   : fmt::format("unexpected '{}'", c));
+    }
+  }
+
+  JsonValue parseValue() {
+    skipSpace();
+    JsonValue value;
+    char c = peek();
+    if (c == '"') {
+      value.kind = JsonValue::Kind::kString;
+      value.text = parseString();
+    } else if (c == '{' || c == '[') {
+      size_t start = pos_;
+      skipValue(1);
+      value.kind = JsonValue::Kind::kNested;
+      value.text = std::string(text_.substr(start, pos_ - start));
+    } else if (consumeWord("true")) {
+      value.kind = JsonValue::Kind::kBool;
+      value.number = 1;
+    } else if (consumeWord("false")) {
+      value.kind = JsonValue::Kind::kBool;
+    } else if (consumeWord("null")) {
+      value.kind = JsonValue::Kind::kNull;
+    } else if (c == '-' || std::isdigit(static_cast<unsigned char>(c))) {
+      value.kind = JsonValue::Kind::kNumber;
+      value.number = parseNumber();
+    } else {
+      fail(atEnd() ? "a value is missing at the end of the line"
+                   : fmt::format("unexpected '{}'", c));
+    }
+    return value;
+  }
+
+  size_t pos_ = 0;
+
+ private:
+  std::string_view text_;
+};
+
+}  // namespace
+
+JsonObject JsonObject::parse(std::string_view line) {
+  Parser parser(line);
+  JsonObject object;
+  parser.skipSpace();
+  if (parser.atEnd()) throw JsonError("empty line");
+  parser.expect('{');
+  parser.skipSpace();
+  if (parser.peek() == '}') {
+    ++parser.pos_;
+  } else {
+    while (true) {
+      parser.skipSpace();
+      std::string key = parser.parseString();
+      parser.expect(':');
+      object.fields_[std::move(key)] = parser.parseValue();
+      parser.skipSpace();
+      if (parser.peek() == ',') {
+        ++parser.pos_;
+        continue;
+      }
+      parser.expect('}');
+      break;
+    }
+  }
+  parser.skipSpace();
+  if (!parser.atEnd()) parser.fail("text after the end of the object");
+  return object;
+}
+
+bool JsonObject::has(std::string_view key) const {
+  return fields_.find(key) != fields_.end();
+}
+
+const JsonValue* JsonObject::find(std::string_view key) const {
+  auto it = fields_.find(key);
+  return it == fields_.end() ? nullptr : &it->second;
+}
+
+std::optional<double> JsonObject::number(std::string_view key) const {
+  const JsonValue* v = find(key);
+  if (v == nullptr || v->kind != JsonValue::Kind::kNumber) return std::nullopt;
+  return v->number;
+}
+
+std::optional<std::string> JsonObject::string(std::string_view key) const {
+  const JsonValue* v = find(key);
+  if (v == nullptr || v->kind != JsonValue::Kind::kString) return std::nullopt;
+  return v->text;
+}
+
+}  // namespace chorus::report

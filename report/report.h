@@ -1,0 +1,117 @@
+// The results of a comparison: which runs a folder holds (a `chorus compare --out` folder or the
+// --out folder of one `chorus launch`), their summary.csv, the Markdown table of report.md and
+// the gnuplot plots. docs/compare.md describes the folder and every column.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "report/run_metrics.h"
+
+namespace chorus::report {
+
+// One run of a comparison.
+struct RunRecord {
+  std::string variant;
+  uint64_t seed = 0;
+  std::filesystem::path dir;  // its metrics folder
+  std::string error;          // empty: finished cleanly; otherwise why it failed
+};
+
+// What a report is made from.
+struct ReportInput {
+  std::filesystem::path folder;
+  std::string command;                // the command that made the folder ("" when unknown)
+  std::optional<double> target_acc;   // --target-acc, when known
+  std::vector<std::string> variants;  // in table order
+  std::vector<RunRecord> runs;
+};
+
+// The manifest of a compare folder, FOLDER/runs.jsonl: a header line, then one line per run as
+// it ends, so that an interrupted compare can still be reported.
+class CompareManifest {
+ public:
+  // Creates FOLDER/runs.jsonl with the header. Throws ReportError when it cannot be written.
+  static CompareManifest create(const std::filesystem::path& folder, const std::string& command,
+                                double target_acc, const std::vector<std::string>& variants);
+  // Appends one finished (or failed) run; `run.dir` is stored relative to the folder.
+  void append(const RunRecord& run) const;
+
+ private:
+  std::filesystem::path folder_;
+};
+
+// Reads FOLDER/runs.jsonl (a compare folder) or, when FOLDER holds node-<id>.jsonl files, makes
+// it one run named after its mode. Throws ReportError naming the folder or manifest line.
+ReportInput loadReportInput(const std::filesystem::path& folder);
+
+// One variant's runs, condensed: medians over its finished runs (seeds).
+struct VariantSummary {
+  std::string variant;
+  int runs = 0;
+  int ok_runs = 0;
+  int reached = 0;                                     // finished runs that reached the target
+  std::optional<double> ttt_median, ttt_min, ttt_max;  // over the runs that reached it
+  std::optional<double> final_accuracy;
+  std::optional<double> model_accuracy;
+  double steps_per_s = 0;
+  double wait_share = 0;
+  double bytes_sent_per_node = 0;
+  std::optional<double> mean_backups;
+  std::optional<double> mean_staleness;
+  std::string staleness_bound;
+};
+
+// Everything a report shows.
+struct Report {
+  ReportInput input;
+  std::vector<RunSummary> runs;     // parallel to input.runs
+  std::vector<RunMetrics> metrics;  // parallel to input.runs (no nodes when unreadable)
+  std::vector<VariantSummary> variants;
+  std::vector<std::string> warnings;  // skipped metrics lines, unreadable run folders
+};
+
+// Reads every run's metrics and condenses them. A run folder that cannot be read turns its run
+// into a failed one (with the reason); it never aborts the report.
+Report buildReport(ReportInput input);
+
+// summary.csv: a header and one row per run (variant and seed).
+std::string summaryCsv(const Report& report);
+
+// The Markdown table: one row per variant.
+std::string markdownTable(const Report& report);
+
+// The plots, drawn by gnuplot (pngcairo) from scripts written next to them.
+struct PlotSet {
+  std::vector<std::filesystem::path> pngs;  // written
+  std::vector<std::string> skipped;         // plots not drawn and why
+};
+
+// Writes FOLDER/plots/*.gp and runs `gnuplot` on each: accuracy-vs-time.png,
+// time-to-target.png and (with consensus runs) backups-per-round.png. Throws ReportError when
+// gnuplot is missing or fails (naming the script and gnuplot's first error line).
+PlotSet writePlots(const Report& report, const std::filesystem::path& folder,
+                   const std::string& gnuplot = "gnuplot");
+
+// report.md: the table, how to read it, the plots and the failed runs.
+std::string reportMarkdown(const Report& report, const PlotSet& plots);
+
+// Writes summary.csv, report.md and the plots into FOLDER (atomically replaced files).
+// Returns the plots.
+PlotSet writeReportFiles(const Report& report, const std::filesystem::path& folder,
+                         const std::string& gnuplot = "gnuplot");
+
+// The last round / clock and test accuracy seen in one node's metrics file, for progress
+// lines while a run is going. Nullopt when the file does not exist yet or has no step.
+struct Progress {
+  int64_t step = 0;
+  double time = 0;
+  std::optional<double> test_accuracy;
+};
+// Reads `node_file` as it is being written; a partly written last line is ignored.
+std::optional<Progress> readProgress(const std::filesystem::path& node_file);
+
+}  // namespace chorus::report

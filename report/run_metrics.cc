@@ -1,0 +1,238 @@
+#include "report/run_metrics.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <system_error>
+
+#include "report/json_line.h"
+
+namespace chorus::report {
+namespace fs = std::filesystem;
+namespace {
+
+// Lines longer than this are not metrics (a round line is a few hundred bytes): skipped.
+constexpr size_t kMaxLine = 1 << 20;
+// A folder with more warnings than this only says how many more there were.
+constexpr size_t kMaxWarnings = 20;
+
+std::optional<uint32_t> nodeIdOf(const std::string& filename) {
+  constexpr std::string_view kPrefix = "node-";
+  constexpr std::string_view kSuffix = ".jsonl";
+  if (filename.size() <= kPrefix.size() + kSuffix.size() || !filename.starts_with(kPrefix) ||
+      !filename.ends_with(kSuffix)) {
+    return std::nullopt;
+  }
+  std::string_view digits(filename.data() + kPrefix.size(),
+                          filename.size() - kPrefix.size() - kSuffix.size());
+  uint32_t id = 0;
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), id);
+  if (ec != std::errc() || end != digits.data() + digits.size()) return std::nullopt;
+  return id;
+}
+
+// The PS staleness bound as written: a number, "inf", or a negative number for "no bound".
+std::string stalenessText(const JsonValue* value) {
+  if (value == nullptr) return "";
+  if (value->kind == JsonValue::Kind::kString) return value->text;
+  if (value->kind == JsonValue::Kind::kNumber) {
+    if (value->number < 0) return "inf";
+    return fmt::format("{}", static_cast<int64_t>(value->number));
+  }
+  return "";
+}
+
+void addWarning(RunMetrics& run, size_t& dropped, std::string text) {
+  if (run.warnings.size() < kMaxWarnings) {
+    run.warnings.push_back(std::move(text));
+  } else {
+    ++dropped;
+  }
+}
+
+NodeMetrics readNodeFile(const fs::path& path, uint32_t id, RunMetrics& run, size_t& dropped) {
+  NodeMetrics node;
+  node.node = id;
+  node.file = path.filename().string();
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw ReportError(fmt::format("{}: cannot open for reading", path.string()));
+  }
+  std::string line;
+  size_t number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    if (line.empty()) continue;
+    const std::string where = fmt::format("{}:{}", path.string(), number);
+    if (line.size() > kMaxLine) {
+      addWarning(run, dropped,
+                 fmt::format("{}: line longer than {} bytes, skipped", where, kMaxLine));
+      continue;
+    }
+    JsonObject object;
+    try {
+      object = JsonObject::parse(line);
+    } catch (const JsonError& e) {
+      addWarning(run, dropped, fmt::format("{}: not a JSON object ({}), skipped", where, e.what()));
+      continue;
+    }
+    const auto event = object.string("event");
+    if (!event) {
+      addWarning(run, dropped, fmt::format("{}: no \"event\" field, skipped", where));
+      continue;
+    }
+    if (*event == "start") {
+      node.mode = object.string("mode").value_or("");
+      node.backup = object.string("backup").value_or("");
+      if (node.mode == "ps") node.staleness = stalenessText(object.find("staleness"));
+    } else if (*event == "round" || *event == "clock") {
+      auto step = object.number(*event);
+      auto time = object.number("time");
+      if (!step || !time) {
+        addWarning(
+            run, dropped,
+            fmt::format("{}: {} event without '{}' or 'time', skipped", where, *event, *event));
+        continue;
+      }
+      StepPoint point;
+      point.step = static_cast<int64_t>(*step);
+      point.time = *time;
+      point.test_accuracy = object.number("test_accuracy");
+      point.wait_s = object.number("wait_s").value_or(0);
+      point.bytes_sent = object.number("bytes_sent").value_or(0);
+      point.backups = object.number("backups");
+      point.staleness_mean = object.number("staleness_mean");
+      node.steps.push_back(point);
+    } else if (*event == "target") {
+      if (!node.target_seconds) node.target_seconds = object.number("seconds");
+    } else if (*event == "final") {
+      node.has_final = true;
+      node.final_accuracy = object.number("test_accuracy").value_or(0);
+      node.final_steps = object.number("rounds").value_or(object.number("clocks").value_or(0));
+      node.final_seconds = object.number("seconds").value_or(0);
+      node.final_wait_s = object.number("wait_s").value_or(0);
+      node.time_to_target = object.number("time_to_target").value_or(-1);
+      node.model_accuracy = object.number("average_accuracy");
+      if (!node.model_accuracy) node.model_accuracy = object.number("owner_accuracy");
+    }
+    // Other events (single-node "step", "epoch", ...) carry nothing a comparison uses.
+  }
+  if (in.bad()) throw ReportError(fmt::format("{}: read error", path.string()));
+  return node;
+}
+
+double meanOf(const std::vector<double>& values) {
+  if (values.empty()) return 0;
+  double sum = 0;
+  for (double v : values)
+    sum += v;
+  return sum / static_cast<double>(values.size());
+}
+
+}  // namespace
+
+RunMetrics readRunFolder(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    throw ReportError(fmt::format("{}: no such folder", dir.string()));
+  }
+  RunMetrics run;
+  run.dir = dir.string();
+  std::vector<std::pair<uint32_t, fs::path>> files;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (!entry.is_regular_file()) continue;
+    if (auto id = nodeIdOf(entry.path().filename().string())) {
+      files.emplace_back(*id, entry.path());
+    }
+  }
+  if (ec) throw ReportError(fmt::format("{}: cannot list: {}", dir.string(), ec.message()));
+  if (files.empty()) {
+    throw ReportError(fmt::format(
+        "{}: no node-<id>.jsonl metrics files (is it the --out folder of a run?)", dir.string()));
+  }
+  std::sort(files.begin(), files.end());
+  size_t dropped = 0;
+  for (const auto& [id, path] : files)
+    run.nodes.push_back(readNodeFile(path, id, run, dropped));
+  if (dropped > 0) run.warnings.push_back(fmt::format("... and {} more skipped lines", dropped));
+  return run;
+}
+
+RunSummary summarizeRun(const RunMetrics& metrics) {
+  RunSummary s;
+  s.nodes = static_cast<int>(metrics.nodes.size());
+  if (metrics.nodes.empty()) return s;
+  const NodeMetrics& ref = metrics.nodes.front();
+  s.reference_node = ref.node;
+  if (ref.has_final) {
+    s.final_accuracy = ref.final_accuracy;
+    s.model_accuracy = ref.model_accuracy;
+    s.steps = ref.final_steps;
+    s.seconds = ref.final_seconds;
+    if (ref.time_to_target >= 0) s.time_to_target = ref.time_to_target;
+  } else if (!ref.steps.empty()) {
+    s.steps = static_cast<double>(ref.steps.back().step + 1);
+    s.seconds = ref.steps.back().time;
+    for (auto it = ref.steps.rbegin(); it != ref.steps.rend(); ++it) {
+      if (it->test_accuracy) {
+        s.final_accuracy = it->test_accuracy;
+        break;
+      }
+    }
+  }
+  if (!s.time_to_target && ref.target_seconds) s.time_to_target = ref.target_seconds;
+
+  std::vector<double> rates, waits, sent;
+  std::vector<double> backups, staleness;
+  for (const auto& node : metrics.nodes) {
+    double steps = node.has_final       ? node.final_steps
+                   : node.steps.empty() ? 0
+                                        : static_cast<double>(node.steps.back().step + 1);
+    double seconds = node.has_final       ? node.final_seconds
+                     : node.steps.empty() ? 0
+                                          : node.steps.back().time;
+    double wait = 0, bytes = 0;
+    for (const auto& p : node.steps) {
+      wait += p.wait_s;
+      bytes += p.bytes_sent;
+      if (p.backups) backups.push_back(*p.backups);
+      if (p.staleness_mean) staleness.push_back(*p.staleness_mean);
+    }
+    if (node.has_final && node.final_wait_s > 0) wait = node.final_wait_s;
+    if (seconds > 0) {
+      rates.push_back(steps / seconds);
+      waits.push_back(std::min(1.0, wait / seconds));
+    }
+    sent.push_back(bytes);
+  }
+  s.steps_per_s = meanOf(rates);
+  s.wait_share = meanOf(waits);
+  s.bytes_sent_per_node = meanOf(sent);
+  // A one-node consensus run (the single variant) has no neighbors to wait for or mix.
+  if (ref.mode == "consensus" && metrics.nodes.size() > 1) {
+    if (!backups.empty()) s.mean_backups = meanOf(backups);
+    if (!staleness.empty()) s.mean_staleness = meanOf(staleness);
+  }
+  if (ref.mode == "ps") s.staleness_bound = ref.staleness;
+  return s;
+}
+
+std::string variantNameOf(const RunMetrics& metrics) {
+  if (metrics.nodes.empty()) return "run";
+  const NodeMetrics& ref = metrics.nodes.front();
+  if (ref.mode == "consensus") {
+    if (metrics.nodes.size() == 1) return "single";
+    return ref.backup.empty() ? "consensus" : "consensus:" + ref.backup;
+  }
+  if (ref.mode == "ps") {
+    if (ref.staleness == "0") return "ps:bsp";
+    if (ref.staleness == "inf") return "ps:async";
+    return ref.staleness.empty() ? "ps" : "ps:ssp:" + ref.staleness;
+  }
+  return "run";
+}
+
+}  // namespace chorus::report

@@ -1,0 +1,90 @@
+// Reads the metrics folder of one run (DIR/node-<id>.jsonl, written by consensus or PS nodes;
+// fields in docs/consensus.md "Metrics" and docs/compare.md) and condenses it into the numbers
+// a comparison needs.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace chorus::report {
+
+// A folder or file that cannot be used for a report; the message names it and what to do.
+class ReportError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// One `round` (consensus) or `clock` (PS) event.
+struct StepPoint {
+  int64_t step = 0;  // round or clock number
+  double time = 0;   // seconds since the node's metrics file was opened
+  std::optional<double> test_accuracy;
+  double wait_s = 0;
+  double bytes_sent = 0;
+  std::optional<double> backups;         // consensus: b_i
+  std::optional<double> staleness_mean;  // consensus: of the models mixed in
+};
+
+// Everything one node's metrics file says.
+struct NodeMetrics {
+  uint32_t node = 0;
+  std::string file;
+  std::string mode;       // "consensus", "ps", or "" when the file has no start event
+  std::string backup;     // consensus: the rule
+  std::string staleness;  // ps: the bound as written ("0", "3", "inf"), "" if not given
+  std::vector<StepPoint> steps;
+  std::optional<double> target_seconds;  // from the `target` event
+  bool has_final = false;
+  double final_accuracy = 0;
+  double final_steps = 0;  // rounds or clocks
+  double final_seconds = 0;
+  double final_wait_s = 0;
+  double time_to_target = -1;            // -1: not reached
+  std::optional<double> model_accuracy;  // node 0: average (consensus) or owner (ps) model
+};
+
+// A run folder as read. `warnings` lists lines that were skipped ("node-2.jsonl:17: ..."),
+// e.g. the last line of a node that was killed while writing it.
+struct RunMetrics {
+  std::string dir;
+  std::vector<NodeMetrics> nodes;  // sorted by node id
+  std::vector<std::string> warnings;
+};
+
+// Reads every node-<id>.jsonl in `dir`. Throws ReportError when the folder does not exist or
+// holds no node files. Unparseable lines are skipped with a warning; a file with no usable line
+// is a node with no steps.
+RunMetrics readRunFolder(const std::filesystem::path& dir);
+
+// The numbers of one run, as summary.csv holds them.
+struct RunSummary {
+  std::string variant;
+  uint64_t seed = 0;
+  std::string error;  // empty: the run finished; otherwise why it failed
+  int nodes = 0;
+  uint32_t reference_node = 0;           // the node whose accuracy is reported (lowest id)
+  std::optional<double> time_to_target;  // seconds, reference node; nullopt: not reached
+  std::optional<double> final_accuracy;  // reference node's final test accuracy
+  std::optional<double> model_accuracy;  // of the average (consensus) / owners' model (ps)
+  double steps = 0;                      // rounds or clocks of the reference node
+  double seconds = 0;                    // run time of the reference node
+  double steps_per_s = 0;                // mean over nodes of steps / run time
+  double wait_share = 0;                 // mean over nodes of waiting time / run time
+  double bytes_sent_per_node = 0;        // mean over nodes of all bytes sent
+  std::optional<double> mean_backups;    // consensus: mean b_i over all rounds and nodes
+  std::optional<double> mean_staleness;  // consensus: mean staleness of the mixed-in models
+  std::string staleness_bound;           // ps: "0", "N" or "inf"
+  bool ok() const { return error.empty(); }
+};
+
+// Condenses a run. A node without a `final` event (killed) is summarized from its last step.
+RunSummary summarizeRun(const RunMetrics& metrics);
+
+// "consensus:dynamic", "ps:ssp:3", ... from node 0's start event; "run" when it says nothing.
+std::string variantNameOf(const RunMetrics& metrics);
+
+}  // namespace chorus::report

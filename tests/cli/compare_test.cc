@@ -1,0 +1,203 @@
+// `chorus compare` and `chorus report` end to end: a two-variant compare on tiny synthetic data,
+// and the bad inputs that must be refused with one clear line before anything runs.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "tests/cli/run_command.h"
+
+namespace chorus::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+std::string readFile(const fs::path& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+class CompareTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("chorus-compare-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    topology_ = writeTopology("three.toml", "");
+  }
+
+  // A complete graph of three nodes on ports that were free a moment ago; node 1 gets the
+  // straggler attribute `node1_stragglers` when it is not empty.
+  std::string writeTopology(const std::string& name, const std::string& node1_stragglers) {
+    const std::string path = (dir_ / name).string();
+    std::ofstream f(path);
+    f << "[cluster]\nname = \"compare-test\"\nmode = \"consensus\"\n";
+    for (int i = 0; i < 3; ++i) {
+      f << "\n[[node]]\nid = " << i << "\naddress = \"127.0.0.1:" << freeLoopbackPort()
+        << "\"\nneighbors = [" << (i + 1) % 3 << ", " << (i + 2) % 3 << "]\n";
+      if (i == 1 && !node1_stragglers.empty()) f << "stragglers = \"" << node1_stragglers << "\"\n";
+    }
+    return path;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // A compare of `variants` on tiny synthetic data into `out`, plus `extra` arguments.
+  CommandResult compare(const std::string& variants, const fs::path& out,
+                        std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv = {chorusBinary(),
+                                     "compare",
+                                     "--topology",
+                                     topology_,
+                                     "--variants",
+                                     variants,
+                                     "--data",
+                                     "synthetic",
+                                     "--synthetic-train",
+                                     "1500",
+                                     "--synthetic-test",
+                                     "300",
+                                     "--model",
+                                     "mlp",
+                                     "--hidden",
+                                     "16",
+                                     "--rounds",
+                                     "60",
+                                     "--eval-every",
+                                     "10",
+                                     "--target-acc",
+                                     "0.5",
+                                     "--out",
+                                     out.string()};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return runCommand(argv, 240);
+  }
+
+  // The command failed with status 2 and exactly one error line naming `part`.
+  static void expectOneLineError(const CommandResult& r, const std::string& part) {
+    EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+    EXPECT_TRUE(contains(r.err, "chorus: error: ")) << r.err;
+    EXPECT_TRUE(contains(r.err, part)) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+
+  fs::path dir_;
+  std::string topology_;
+};
+
+TEST_F(CompareTest, TwoVariantsRunEndToEndAndTheReportCanBeRebuilt) {
+  const fs::path out = dir_ / "cmp";
+  CommandResult r = compare("single,consensus:wait-all", out);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "[compare] [1/2] single seed 1: starting")) << r.out;
+  EXPECT_TRUE(contains(r.out, "[compare] [2/2] consensus:wait-all seed 1: finished in")) << r.out;
+  EXPECT_TRUE(contains(r.out, "| single | 1/1 |")) << r.out;
+
+  // Per-run metrics: one node for single, three for the consensus variant.
+  EXPECT_TRUE(fs::exists(out / "single/seed-1/node-0.jsonl"));
+  EXPECT_FALSE(fs::exists(out / "single/seed-1/node-1.jsonl"));
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(
+        fs::exists(out / "consensus-wait-all/seed-1" / ("node-" + std::to_string(i) + ".jsonl")));
+  }
+  // The single variant did the rounds of all three nodes and got the same other options.
+  const std::string single_cmd = readFile(out / "single/seed-1/command.txt");
+  EXPECT_TRUE(contains(single_cmd, "--rounds 180 --eval-every 30 --seed 1")) << single_cmd;
+  EXPECT_TRUE(contains(single_cmd, "--synthetic-train 1500")) << single_cmd;
+  const std::string wait_all_cmd = readFile(out / "consensus-wait-all/seed-1/command.txt");
+  EXPECT_TRUE(contains(wait_all_cmd, "--mode consensus --backup wait-all")) << wait_all_cmd;
+  EXPECT_TRUE(contains(wait_all_cmd, "--rounds 60 --eval-every 10 --seed 1")) << wait_all_cmd;
+
+  const std::string csv = readFile(out / "summary.csv");
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 3) << csv;
+  EXPECT_TRUE(contains(csv, "\nsingle,1,ok,,1,")) << csv;
+  EXPECT_TRUE(contains(csv, "\nconsensus:wait-all,1,ok,,3,")) << csv;
+  const std::string md = readFile(out / "report.md");
+  EXPECT_TRUE(contains(md, "| consensus:wait-all | 1/1 |")) << md;
+  for (const char* png : {"accuracy-vs-time.png", "time-to-target.png", "backups-per-round.png"}) {
+    EXPECT_GT(fs::file_size(out / "plots" / png), 1000u) << png;
+  }
+
+  // `chorus report` rebuilds the same table from the folder.
+  fs::remove(out / "report.md");
+  fs::remove(out / "plots" / "time-to-target.png");
+  CommandResult rep = runCommand({chorusBinary(), "report", out.string()}, 120);
+  ASSERT_EQ(rep.exit_code, 0) << rep.out << rep.err;
+  EXPECT_EQ(readFile(out / "report.md"), md);
+  EXPECT_TRUE(fs::exists(out / "plots" / "time-to-target.png"));
+  EXPECT_TRUE(contains(rep.out, "| consensus:wait-all | 1/1 |")) << rep.out;
+
+  // ... and from the --out folder of a single run.
+  CommandResult one =
+      runCommand({chorusBinary(), "report", (out / "consensus-wait-all/seed-1").string()});
+  ASSERT_EQ(one.exit_code, 0) << one.out << one.err;
+  EXPECT_TRUE(contains(one.out, "| consensus:wait-all | 1/1 |")) << one.out;
+  EXPECT_TRUE(fs::exists(out / "consensus-wait-all/seed-1/report.md"));
+
+  // An existing compare folder is replaced only with --force.
+  CommandResult again = compare("single", out);
+  expectOneLineError(again, "exists; choose another or add --force");
+  CommandResult forced = compare("single", out, {"--force"});
+  ASSERT_EQ(forced.exit_code, 0) << forced.out << forced.err;
+  EXPECT_FALSE(fs::exists(out / "consensus-wait-all"));
+}
+
+TEST_F(CompareTest, AFailedVariantIsReportedAndTheOthersStillRun) {
+  const fs::path out = dir_ / "cmp";
+  // Node 1 takes a second per step: the 60-round consensus run cannot end within the run
+  // time-out, while the single variant (node 0's attributes) needs well under a second.
+  topology_ = writeTopology("slow1.toml", "fixed:1000");
+  CommandResult r = compare("consensus:wait-all,single", out, {"--run-timeout", "8"});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "consensus:wait-all seed 1: FAILED after")) << r.out;
+  EXPECT_TRUE(contains(r.out, "--run-timeout passed")) << r.out;
+  EXPECT_TRUE(contains(r.out, "single seed 1: finished in")) << r.out;
+  EXPECT_TRUE(contains(r.err, "chorus: error: 1 of 2 run(s) failed (consensus:wait-all seed 1)"))
+      << r.err;
+  const std::string csv = readFile(out / "summary.csv");
+  EXPECT_TRUE(contains(csv, "\nconsensus:wait-all,1,failed,")) << csv;
+  EXPECT_TRUE(contains(csv, "\nsingle,1,ok,")) << csv;
+  const std::string md = readFile(out / "report.md");
+  EXPECT_TRUE(contains(md, "## Failed runs\n\n- consensus:wait-all seed 1: ")) << md;
+}
+
+TEST_F(CompareTest, UnknownVariantIsRefused) {
+  expectOneLineError(compare("single,ps:sometimes", dir_ / "a"), "unknown variant 'ps:sometimes'");
+  EXPECT_FALSE(fs::exists(dir_ / "a"));
+}
+
+TEST_F(CompareTest, MissingTopologyIsRefused) {
+  CommandResult r =
+      runCommand({chorusBinary(), "compare", "--topology", (dir_ / "nope.toml").string(),
+                  "--variants", "single", "--data", "synthetic", "--out", (dir_ / "b").string()});
+  expectOneLineError(r, "nope.toml: no such file");
+  EXPECT_FALSE(fs::exists(dir_ / "b"));
+}
+
+TEST_F(CompareTest, MissingDataSetIsRefused) {
+  CommandResult r = runCommand({chorusBinary(), "compare", "--topology", topology_, "--variants",
+                                "single", "--data", "mnist", "--data-dir",
+                                (dir_ / "no-data").string(), "--out", (dir_ / "c").string()});
+  expectOneLineError(r, "data set 'mnist' not found");
+  EXPECT_FALSE(fs::exists(dir_ / "c"));
+}
+
+TEST_F(CompareTest, ExistingFolderThatIsNotACompareFolderIsNeverReplaced) {
+  fs::create_directories(dir_ / "mine");
+  std::ofstream(dir_ / "mine" / "notes.txt") << "keep me\n";
+  expectOneLineError(compare("single", dir_ / "mine"), "add --force");
+  expectOneLineError(compare("single", dir_ / "mine", {"--force"}), "not a chorus compare folder");
+  EXPECT_TRUE(fs::exists(dir_ / "mine" / "notes.txt"));
+}
+
+}  // namespace
+}  // namespace chorus::testing

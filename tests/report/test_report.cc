@@ -1,0 +1,292 @@
+// `chorus report` on canned metrics folders written by hand: the numbers of summary.csv and the
+// Markdown table are checked against values worked out from the files, and the plots are drawn.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "report/report.h"
+#include "report/run_metrics.h"
+
+namespace chorus::report {
+namespace {
+
+namespace fs = std::filesystem;
+
+class ReportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("chorus-report-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  void write(const fs::path& relative, const std::string& text) {
+    fs::create_directories((dir_ / relative).parent_path());
+    std::ofstream(dir_ / relative) << text;
+  }
+
+  // A consensus node: rounds 0..3 with the given backups, staleness, wait and bytes per round,
+  // accuracy evaluated at rounds 1 and 3, and a final line.
+  static std::string consensusNode(const std::vector<int>& backups,
+                                   const std::vector<double>& staleness, double wait, int bytes,
+                                   const std::string& final_fields) {
+    std::string text =
+        R"({"event":"start","time":0,"mode":"consensus","node":0,"backup":"dynamic",)"
+        R"("neighbors":[1]})"
+        "\n";
+    for (int r = 0; r < 4; ++r) {
+      text += "{\"event\":\"round\",\"time\":" + std::to_string(r + 1) +
+              ",\"round\":" + std::to_string(r) + ",\"backups\":" + std::to_string(backups[r]) +
+              ",\"used_from\":[1],\"wait_s\":" + std::to_string(wait) +
+              ",\"bytes_sent\":" + std::to_string(bytes) +
+              ",\"staleness_mean\":" + std::to_string(staleness[r]);
+      if (r == 1) text += ",\"test_accuracy\":0.7";
+      if (r == 3) text += ",\"test_accuracy\":0.85";
+      text += "}\n";
+    }
+    return text + "{\"event\":\"final\"," + final_fields + "}\n";
+  }
+
+  static std::string psNode(double wait_total, const std::string& extra_final) {
+    std::string text = R"({"event":"start","time":0,"mode":"ps","node":0,"staleness":2})"
+                       "\n";
+    for (int c = 0; c < 5; ++c) {
+      text += "{\"event\":\"clock\",\"time\":" + std::to_string(c + 1) +
+              ",\"clock\":" + std::to_string(c) +
+              ",\"loss\":1,\"compute_s\":0.5,\"wait_s\":0.1,\"bytes_sent\":2000,"
+              "\"bytes_received\":2000,\"cache_hit_rate\":0.5";
+      if (c == 2) text += ",\"test_accuracy\":0.75";
+      if (c == 4) text += ",\"test_accuracy\":0.82";
+      text += "}\n";
+    }
+    return text + "{\"event\":\"final\",\"test_accuracy\":0.82,\"clocks\":5,\"seconds\":5," +
+           "\"wait_s\":" + std::to_string(wait_total) + extra_final + "}\n";
+  }
+
+  // Two seeds of consensus:dynamic, and ps:ssp:2 whose second seed failed.
+  void writeCompareFolder() {
+    write(
+        "runs.jsonl",
+        R"({"event":"compare","command":"chorus compare --variants consensus:dynamic,ps:ssp:2",)"
+        R"("target_acc":0.8,"variants":"consensus:dynamic,ps:ssp:2"})"
+        "\n"
+        R"({"event":"run","variant":"consensus:dynamic","seed":1,"dir":"consensus-dynamic/seed-1","status":"ok","error":""})"
+        "\n"
+        R"({"event":"run","variant":"ps:ssp:2","seed":1,"dir":"ps-ssp-2/seed-1","status":"ok","error":""})"
+        "\n"
+        R"({"event":"run","variant":"consensus:dynamic","seed":2,"dir":"consensus-dynamic/seed-2","status":"ok","error":""})"
+        "\n"
+        R"({"event":"run","variant":"ps:ssp:2","seed":2,"dir":"ps-ssp-2/seed-2","status":"failed","error":"node 1 exited with status 1"})"
+        "\n");
+    // Seed 1: node 0 reaches the target after 2 s; node 1 never does.
+    write("consensus-dynamic/seed-1/node-0.jsonl",
+          consensusNode({0, 1, 1, 0}, {0, 0.5, 0.5, 0}, 0.1, 1000,
+                        R"("test_accuracy":0.86,"rounds":4,"seconds":4,"wait_s":0.4,)"
+                        R"("time_to_target":2,"average_accuracy":0.87)"));
+    write("consensus-dynamic/seed-1/node-1.jsonl",
+          consensusNode({1, 1, 1, 1}, {0, 0, 0, 0}, 0.2, 3000,
+                        R"("test_accuracy":0.84,"rounds":4,"seconds":5,"wait_s":1,)"
+                        R"("time_to_target":-1)"));
+    // Seed 2: the last line of node 1 was cut short when it was killed.
+    write("consensus-dynamic/seed-2/node-0.jsonl",
+          consensusNode({0, 0, 0, 0}, {0, 0, 0, 0}, 0.1, 500,
+                        R"("test_accuracy":0.9,"rounds":4,"seconds":5,"wait_s":0.75,)"
+                        R"("time_to_target":4,"average_accuracy":0.91)"));
+    write("consensus-dynamic/seed-2/node-1.jsonl",
+          consensusNode({1, 0, 0, 0}, {0, 0, 0, 0}, 0.1, 500,
+                        R"("test_accuracy":0.9,"rounds":4,"seconds":5,"wait_s":0.75,)"
+                        R"("time_to_target":4)") +
+              R"({"event":"round","ti)");
+    write("ps-ssp-2/seed-1/node-0.jsonl",
+          psNode(0.5, R"(,"time_to_target":3,"owner_accuracy":0.83)"));
+    write("ps-ssp-2/seed-1/node-1.jsonl", psNode(1.0, R"(,"time_to_target":4)"));
+  }
+
+  static bool contains(const std::string& text, const std::string& part) {
+    return text.find(part) != std::string::npos;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(ReportTest, SummarizesARunFromItsNodeFiles) {
+  writeCompareFolder();
+  RunMetrics metrics = readRunFolder(dir_ / "consensus-dynamic/seed-1");
+  ASSERT_EQ(metrics.nodes.size(), 2u);
+  EXPECT_EQ(metrics.nodes[0].steps.size(), 4u);
+  RunSummary s = summarizeRun(metrics);
+  EXPECT_EQ(s.nodes, 2);
+  EXPECT_DOUBLE_EQ(*s.time_to_target, 2.0);
+  EXPECT_DOUBLE_EQ(*s.final_accuracy, 0.86);
+  EXPECT_DOUBLE_EQ(*s.model_accuracy, 0.87);
+  EXPECT_DOUBLE_EQ(s.steps, 4);
+  EXPECT_DOUBLE_EQ(s.steps_per_s, (4.0 / 4 + 4.0 / 5) / 2);
+  EXPECT_DOUBLE_EQ(s.wait_share, (0.4 / 4 + 1.0 / 5) / 2);
+  EXPECT_DOUBLE_EQ(s.bytes_sent_per_node, (4000.0 + 12000.0) / 2);
+  EXPECT_DOUBLE_EQ(*s.mean_backups, 6.0 / 8);
+  EXPECT_DOUBLE_EQ(*s.mean_staleness, 1.0 / 8);
+  EXPECT_EQ(variantNameOf(metrics), "consensus:dynamic");
+
+  RunMetrics cut = readRunFolder(dir_ / "consensus-dynamic/seed-2");
+  ASSERT_EQ(cut.warnings.size(), 1u);
+  EXPECT_TRUE(contains(cut.warnings[0], "node-1.jsonl:7: not a JSON object")) << cut.warnings[0];
+
+  RunSummary ps = summarizeRun(readRunFolder(dir_ / "ps-ssp-2/seed-1"));
+  EXPECT_DOUBLE_EQ(*ps.time_to_target, 3.0);
+  EXPECT_DOUBLE_EQ(*ps.model_accuracy, 0.83);
+  EXPECT_DOUBLE_EQ(ps.steps, 5);
+  EXPECT_DOUBLE_EQ(ps.steps_per_s, 1.0);
+  EXPECT_DOUBLE_EQ(ps.wait_share, (0.5 / 5 + 1.0 / 5) / 2);
+  EXPECT_DOUBLE_EQ(ps.bytes_sent_per_node, 10000);
+  EXPECT_FALSE(ps.mean_backups.has_value());
+  EXPECT_EQ(ps.staleness_bound, "2");
+}
+
+TEST_F(ReportTest, CompareFolderGivesTheExpectedCsvTableAndPlots) {
+  writeCompareFolder();
+  ReportInput input = loadReportInput(dir_);
+  EXPECT_EQ(input.command, "chorus compare --variants consensus:dynamic,ps:ssp:2");
+  EXPECT_DOUBLE_EQ(*input.target_acc, 0.8);
+  ASSERT_EQ(input.runs.size(), 4u);
+  Report report = buildReport(input);
+  ASSERT_EQ(report.variants.size(), 2u);
+  const VariantSummary& dyn = report.variants[0];
+  EXPECT_EQ(dyn.variant, "consensus:dynamic");
+  EXPECT_EQ(dyn.ok_runs, 2);
+  EXPECT_EQ(dyn.reached, 2);
+  EXPECT_DOUBLE_EQ(*dyn.ttt_median, 3.0);
+  EXPECT_DOUBLE_EQ(*dyn.ttt_min, 2.0);
+  EXPECT_DOUBLE_EQ(*dyn.ttt_max, 4.0);
+  EXPECT_DOUBLE_EQ(*dyn.final_accuracy, 0.88);
+  EXPECT_EQ(report.variants[1].ok_runs, 1);
+  EXPECT_EQ(report.variants[1].runs, 2);
+  EXPECT_EQ(report.warnings.size(), 1u);  // the cut line of seed 2
+
+  const std::string csv = summaryCsv(report);
+  EXPECT_TRUE(contains(csv, "variant,seed,status,error,nodes,reached_target,time_to_target_s,"))
+      << csv;
+  EXPECT_TRUE(
+      contains(csv, "consensus:dynamic,1,ok,,2,1,2,0.86,0.87,4,4,0.9,0.15,8000,0.75,0.125,\n"))
+      << csv;
+  EXPECT_TRUE(contains(csv, "ps:ssp:2,1,ok,,2,1,3,0.82,0.83,5,5,1,0.15,10000,,,2\n")) << csv;
+  EXPECT_TRUE(contains(csv, "ps:ssp:2,2,failed,node 1 exited with status 1,0,0,")) << csv;
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 5);
+
+  const std::string table = markdownTable(report);
+  EXPECT_TRUE(contains(table, "| time to 80.0% (s), median [min, max] |")) << table;
+  EXPECT_TRUE(contains(table,
+                       "| consensus:dynamic | 2/2 | 2/2 | 3.00 [2.00, 4.00] | 88.00% | 89.00% | "
+                       "0.85 | 15% | 5.0 kB | 0.44 | 0.06 (mean) |"))
+      << table;
+  EXPECT_TRUE(contains(table,
+                       "| ps:ssp:2 | 1/2 | 1/1 | 3.00 | 82.00% | 83.00% | 1.00 | 15% | 10.0 kB | "
+                       "— | bound 2 |"))
+      << table;
+
+  PlotSet plots = writeReportFiles(report, dir_);
+  ASSERT_EQ(plots.pngs.size(), 3u);
+  for (const char* name : {"accuracy-vs-time", "time-to-target", "backups-per-round"}) {
+    const fs::path png = dir_ / "plots" / (std::string(name) + ".png");
+    ASSERT_TRUE(fs::exists(png)) << png;
+    EXPECT_GT(fs::file_size(png), 1000u) << png;
+    std::ifstream in(png, std::ios::binary);
+    char magic[4] = {};
+    in.read(magic, 4);
+    EXPECT_EQ(std::string(magic + 1, 3), "PNG") << png;
+    EXPECT_TRUE(fs::exists(dir_ / "plots" / (std::string(name) + ".gp")));
+  }
+  std::ifstream md(dir_ / "report.md");
+  std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(contains(text, table)) << text;
+  EXPECT_TRUE(contains(text, "![time-to-target](plots/time-to-target.png)")) << text;
+  EXPECT_TRUE(contains(text, "- ps:ssp:2 seed 2: node 1 exited with status 1")) << text;
+  EXPECT_TRUE(fs::exists(dir_ / "summary.csv"));
+}
+
+TEST_F(ReportTest, ALaunchFolderIsOneRunNamedAfterItsMode) {
+  write("node-0.jsonl", psNode(0.5, R"(,"time_to_target":-1)"));
+  write("node-1.jsonl", psNode(0.5, R"(,"time_to_target":-1)"));
+  ReportInput input = loadReportInput(dir_);
+  ASSERT_EQ(input.runs.size(), 1u);
+  EXPECT_EQ(input.runs[0].variant, "ps:ssp:2");
+  EXPECT_FALSE(input.target_acc.has_value());
+  Report report = buildReport(input);
+  const std::string table = markdownTable(report);
+  EXPECT_TRUE(contains(table, "| ps:ssp:2 | 1/1 | 0/1 | not reached |")) << table;
+  PlotSet plots = writeReportFiles(report, dir_);
+  // No consensus run: no backup plot, and the report says why.
+  EXPECT_EQ(plots.pngs.size(), 2u);
+  ASSERT_EQ(plots.skipped.size(), 1u);
+  EXPECT_TRUE(fs::exists(dir_ / "plots" / "time-to-target.png"));
+}
+
+TEST_F(ReportTest, PsStalenessSpellingsNameTheVariant) {
+  write("a/node-0.jsonl", R"({"event":"start","mode":"ps","staleness":"inf"})"
+                          "\n");
+  write("b/node-0.jsonl", R"({"event":"start","mode":"ps","staleness":0})"
+                          "\n");
+  write("c/node-0.jsonl", R"({"event":"start","mode":"ps","staleness":-1})"
+                          "\n");
+  EXPECT_EQ(variantNameOf(readRunFolder(dir_ / "a")), "ps:async");
+  EXPECT_EQ(variantNameOf(readRunFolder(dir_ / "b")), "ps:bsp");
+  EXPECT_EQ(variantNameOf(readRunFolder(dir_ / "c")), "ps:async");
+  write("d/node-0.jsonl", R"({"event":"start","mode":"ps","staleness":"3"})"
+                          "\n");
+  EXPECT_EQ(variantNameOf(readRunFolder(dir_ / "d")), "ps:ssp:3");
+}
+
+TEST_F(ReportTest, UnusableFoldersAreClearErrors) {
+  auto message = [](const fs::path& folder) {
+    try {
+      loadReportInput(folder);
+    } catch (const ReportError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_TRUE(contains(message(dir_ / "missing"), "missing: no such folder"));
+  EXPECT_TRUE(contains(message(dir_), "neither a compare folder"));
+  write("runs.jsonl", "{\"event\":\"compare\",\"target_acc\":0.5}\nnot json\n{\"event\":\"x\"}\n");
+  EXPECT_TRUE(contains(message(dir_), "runs.jsonl:2: not a JSON object")) << message(dir_);
+  write("runs.jsonl", R"({"event":"run","variant":"single","seed":1,"dir":"s"})"
+                      "\n");
+  EXPECT_TRUE(contains(message(dir_), "no header line")) << message(dir_);
+}
+
+TEST_F(ReportTest, ARunWhoseFolderIsGoneIsReportedAsFailed) {
+  write(
+      "runs.jsonl",
+      R"({"event":"compare","command":"","target_acc":0.9,"variants":"single"})"
+      "\n"
+      R"({"event":"run","variant":"single","seed":1,"dir":"single/seed-1","status":"ok","error":""})"
+      "\n");
+  Report report = buildReport(loadReportInput(dir_));
+  ASSERT_EQ(report.runs.size(), 1u);
+  EXPECT_FALSE(report.runs[0].ok());
+  EXPECT_TRUE(contains(report.runs[0].error, "no such folder"));
+  EXPECT_TRUE(contains(markdownTable(report), "| single | 0/1 | 0/0 | — |"));
+  // Plots still come out (empty axes say "failed"), so the folder is complete.
+  EXPECT_EQ(writeReportFiles(report, dir_).pngs.size(), 1u);
+}
+
+TEST_F(ReportTest, MissingGnuplotIsAClearError) {
+  writeCompareFolder();
+  Report report = buildReport(loadReportInput(dir_));
+  try {
+    writePlots(report, dir_, (dir_ / "no-such-gnuplot").string());
+    FAIL() << "no error";
+  } catch (const ReportError& e) {
+    EXPECT_TRUE(contains(e.what(), "not found")) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace chorus::report

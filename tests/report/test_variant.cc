@@ -1,0 +1,147 @@
+// Variant names, their mapping to node options, and the one-line metrics parser.
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "report/json_line.h"
+#include "report/variant.h"
+#include "topology/topology.h"
+
+namespace chorus::report {
+namespace {
+
+using Args = std::vector<std::string>;
+
+TEST(Variant, PsVariantsMapToModeAndStaleness) {
+  EXPECT_EQ(Variant::parse("ps:bsp").modeArgs(), (Args{"--mode", "ps", "--staleness", "0"}));
+  EXPECT_EQ(Variant::parse("ps:ssp:3").modeArgs(), (Args{"--mode", "ps", "--staleness", "3"}));
+  EXPECT_EQ(Variant::parse("ps:ssp:0").modeArgs(), (Args{"--mode", "ps", "--staleness", "0"}));
+  EXPECT_EQ(Variant::parse("ps:async").modeArgs(), (Args{"--mode", "ps", "--staleness", "inf"}));
+  EXPECT_EQ(Variant::parse("ps:async").kind, Variant::Kind::kPs);
+}
+
+TEST(Variant, ConsensusVariantsMapToBackupRule) {
+  EXPECT_EQ(Variant::parse("consensus:wait-all").modeArgs(),
+            (Args{"--mode", "consensus", "--backup", "wait-all"}));
+  EXPECT_EQ(Variant::parse("consensus:static:1").modeArgs(),
+            (Args{"--mode", "consensus", "--backup", "static:1"}));
+  EXPECT_EQ(Variant::parse("consensus:dynamic").backup, "dynamic");
+  EXPECT_EQ(Variant::parse("consensus:deadline:0.75").dirName(), "consensus-deadline-0.75");
+}
+
+TEST(Variant, SingleHasNoModeArguments) {
+  Variant v = Variant::parse("single");
+  EXPECT_EQ(v.kind, Variant::Kind::kSingle);
+  EXPECT_TRUE(v.modeArgs().empty());
+  EXPECT_EQ(v.dirName(), "single");
+}
+
+TEST(Variant, UnknownVariantsAreRefusedWithTheAcceptedForms) {
+  for (const char* bad :
+       {"", "ps", "ps:", "ps:ssp:", "ps:ssp:x", "ps:ssp:-1", "ps:ssp:2x", "ps:bulk",
+        "consensus:", "consensus:bogus", "consensus:static:-1", "singles", "allreduce"}) {
+    try {
+      Variant::parse(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const std::invalid_argument& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(std::string("'") + bad + "'"), std::string::npos) << what;
+      EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    }
+  }
+}
+
+TEST(Variant, ListParsesInOrderAndRefusesDuplicatesAndEmptyEntries) {
+  auto list = parseVariantList("single, ps:bsp,consensus:dynamic");
+  ASSERT_EQ(list.size(), 3u);
+  EXPECT_EQ(list[0].name, "single");
+  EXPECT_EQ(list[1].name, "ps:bsp");
+  EXPECT_EQ(list[2].name, "consensus:dynamic");
+  EXPECT_THROW(parseVariantList("single,single"), std::invalid_argument);
+  EXPECT_THROW(parseVariantList("single,,ps:bsp"), std::invalid_argument);
+  EXPECT_THROW(parseVariantList(""), std::invalid_argument);
+  EXPECT_THROW(parseVariantList("single,nope"), std::invalid_argument);
+}
+
+TEST(Variant, NodeArgsForwardOptionsAndSetSeedOutAndBudget) {
+  const std::vector<ForwardedOption> forwarded = {{"--data", {"synthetic"}},
+                                                  {"--stragglers", {"shifted-exp:5,20+slow:1=2"}}};
+  RunBudget budget{100, 10, 4};
+  EXPECT_EQ(nodeArgs(Variant::parse("ps:ssp:2"), forwarded, budget, 7, "out/ps-ssp-2/seed-7"),
+            (Args{"--mode", "ps", "--staleness", "2", "--data", "synthetic", "--stragglers",
+                  "shifted-exp:5,20+slow:1=2", "--rounds", "100", "--eval-every", "10", "--seed",
+                  "7", "--out", "out/ps-ssp-2/seed-7"}));
+}
+
+TEST(Variant, SingleDoesTheWholeClustersRoundsAndEvaluatesAfterAsManySamples) {
+  RunBudget budget{100, 10, 4};
+  EXPECT_EQ(nodeArgs(Variant::parse("single"), {}, budget, 1, "o"),
+            (Args{"--rounds", "400", "--eval-every", "40", "--seed", "1", "--out", "o"}));
+  // With --epochs (rounds 0) the epochs are forwarded as given: the same passes over the data.
+  budget.rounds = 0;
+  EXPECT_EQ(nodeArgs(Variant::parse("single"), {{"--epochs", {"2"}}}, budget, 1, "o"),
+            (Args{"--epochs", "2", "--eval-every", "40", "--seed", "1", "--out", "o"}));
+}
+
+TEST(Variant, NodeArgsRefuseForwardingPerRunFlags) {
+  EXPECT_THROW(nodeArgs(Variant::parse("single"), {{"--seed", {"3"}}}, RunBudget{}, 1, "o"),
+               std::logic_error);
+}
+
+TEST(Variant, SingleTopologyIsAValidOneNodeCluster) {
+  const std::string text = singleTopology("demo-single", "127.0.0.1:7300", "fixed:5");
+  topology::Topology topo = topology::parseTopology(text, "single.toml");
+  ASSERT_EQ(topo.nodes.size(), 1u);
+  EXPECT_EQ(topo.name, "demo-single");
+  EXPECT_EQ(topo.mode, topology::Mode::kConsensus);
+  EXPECT_EQ(topo.nodes[0].address(), "127.0.0.1:7300");
+  EXPECT_EQ(topo.nodes[0].stragglers, "fixed:5");
+  EXPECT_TRUE(topo.nodes[0].neighbors.empty());
+  EXPECT_EQ(topology::parseTopology(singleTopology("x\"y", "[::1]:7000", ""), "s.toml").name,
+            "x\"y");
+}
+
+TEST(Variant, ShellQuoteQuotesOnlyWhatNeedsIt) {
+  EXPECT_EQ(shellQuote({"chorus", "--stragglers", "shifted-exp:5,20+slow:1=2"}),
+            "chorus --stragglers shifted-exp:5,20+slow:1=2");
+  EXPECT_EQ(shellQuote({"a b", "it's", ""}), "'a b' 'it'\\''s' ''");
+}
+
+TEST(JsonLine, ReadsScalarsAndKeepsNestedValuesRaw) {
+  JsonObject o = JsonObject::parse(
+      R"( {"event":"round","time":1.5e-3,"round":12,"ok":true,"none":null,"s":"a\"b\u00e9\n",)"
+      R"("used_from":[1, 2,{"x":[]}],"neg":-2} )");
+  EXPECT_EQ(o.string("event"), "round");
+  EXPECT_DOUBLE_EQ(*o.number("time"), 1.5e-3);
+  EXPECT_DOUBLE_EQ(*o.number("round"), 12);
+  EXPECT_DOUBLE_EQ(*o.number("neg"), -2);
+  EXPECT_EQ(o.string("s"), "a\"b\xc3\xa9\n");
+  EXPECT_TRUE(o.has("none"));
+  EXPECT_FALSE(o.number("none").has_value());
+  EXPECT_FALSE(o.number("ok").has_value());
+  EXPECT_EQ(o.find("ok")->kind, JsonValue::Kind::kBool);
+  EXPECT_EQ(o.find("used_from")->text, R"([1, 2,{"x":[]}])");
+  EXPECT_FALSE(o.has("missing"));
+  EXPECT_TRUE(JsonObject::parse("{}").find("a") == nullptr);
+}
+
+TEST(JsonLine, DamagedLinesAreErrorsNamingTheColumn) {
+  for (const char* bad :
+       {"", "{", R"({"a":1)", R"({"a":)", R"({"a":1}x)", R"({"a" 1})", R"({"a":"unterminated)",
+        R"({"a":tru})", R"({"a":1e999})", "[1,2]", R"({"a":[1,2})", R"({"a":"\q"})"}) {
+    EXPECT_THROW(JsonObject::parse(bad), JsonError) << bad;
+  }
+  try {
+    JsonObject::parse(R"({"a":1}x)");
+  } catch (const JsonError& e) {
+    EXPECT_NE(std::string(e.what()).find("column 8"), std::string::npos) << e.what();
+  }
+  // Deep nesting is refused instead of recursing without bound.
+  std::string deep = R"({"a":)" + std::string(10000, '[') + std::string(10000, ']') + "}";
+  EXPECT_THROW(JsonObject::parse(deep), JsonError);
+}
+
+}  // namespace
+}  // namespace chorus::report
