@@ -71,6 +71,7 @@ void KvServer::pull(WorkerId worker, Clock clock, Clock min_clock, std::vector<u
   // The release runs now or from a later clock(); the store is read only then, so the answer
   // holds every update that arrived before the condition became true.
   clocks_.whenReady(min_clock, [this, keys = std::move(keys), answer = std::move(answer)] {
+    applyDue();
     std::vector<float> values;
     values.reserve(store_.floatsOf(keys));
     store_.read(keys, values);
@@ -92,10 +93,32 @@ std::optional<std::string> KvServer::push(WorkerId worker, Clock clock,
     ++summary_.errors;
     return error;
   }
+  if (options_.bsp) {
+    held_[{clock, worker}].push_back(
+        HeldPush{{keys.begin(), keys.end()}, {grads.begin(), grads.end()}});
+    applyDue();  // the push may already be due (a worker excluded meanwhile)
+    return std::nullopt;
+  }
   store_.apply(keys, grads);
   std::lock_guard lock(mu_);
   ++summary_.pushes;
   return std::nullopt;
+}
+
+void KvServer::applyDue() {
+  const Clock min = clocks_.minClock();
+  uint64_t applied = 0;
+  for (auto it = held_.begin(); it != held_.end() && it->first.first < min;) {
+    for (const HeldPush& push : it->second) {
+      store_.apply(push.keys, push.grads);
+      ++applied;
+    }
+    it = held_.erase(it);
+  }
+  if (applied > 0) {
+    std::lock_guard lock(mu_);
+    summary_.pushes += applied;
+  }
 }
 
 std::optional<std::string> KvServer::clock(WorkerId worker, Clock clock) {
@@ -104,6 +127,7 @@ std::optional<std::string> KvServer::clock(WorkerId worker, Clock clock) {
     ++summary_.errors;
     return error;
   }
+  applyDue();
   if (clocks_.parked() == 0) parked_since_.reset();
   return std::nullopt;
 }
@@ -228,6 +252,7 @@ void KvServer::tick(SteadyClock::time_point now) {
       it = down_since_.erase(it);
       const std::optional<Clock> at = clocks_.exclude(worker);
       if (!at) continue;
+      applyDue();
       node_.logger().warn(
           "worker node {} has been down for {} s: pulls no longer wait for it; its updates from "
           "clock {} on are lost",

@@ -29,6 +29,11 @@ struct Envelope;
 namespace chorus::ps {
 
 struct ServerOptions {
+  // BSP (staleness 0): a push of clock c is held until every live worker finished clock c, then
+  // applied in worker order, so that every read at clock c + 1 sees exactly the model after
+  // clock c, as the sequential computation does. Without it (SSP, async) pushes apply on
+  // arrival and a read may also see some updates of its own clock, which SSP allows.
+  bool bsp = false;
   // A worker reported down stops blocking pulls after this long; zero: never (the owner keeps
   // waiting and says every report_every whom it waits for).
   std::chrono::milliseconds down_timeout{10000};
@@ -86,6 +91,8 @@ class KvServer {
   void onPullFrame(WorkerId from, const wire::Envelope& envelope);
   void onPushFrame(WorkerId from, const wire::Envelope& envelope);
   void onClockFrame(WorkerId from, const wire::Envelope& envelope);
+  // Applies the held BSP pushes of every clock below the live workers' minimum clock.
+  void applyDue();
   void replyError(WorkerId to, uint64_t request, int8_t op, const std::string& error);
   std::optional<std::string> checkClock(WorkerId worker, Clock clock, const char* what) const;
 
@@ -95,6 +102,12 @@ class KvServer {
   WorkerClocks clocks_;
   std::map<WorkerId, std::chrono::steady_clock::time_point> down_since_;
   std::set<WorkerId> finished_;
+  struct HeldPush {
+    std::vector<uint64_t> keys;
+    std::vector<float> grads;
+  };
+  // BSP: pushes by (clock, worker), in arrival order within one worker's clock.
+  std::map<std::pair<Clock, WorkerId>, std::vector<HeldPush>> held_;
   std::optional<std::chrono::steady_clock::time_point> parked_since_;
   std::chrono::steady_clock::time_point next_report_{};
   mutable std::mutex mu_;  // guards summary_

@@ -75,6 +75,7 @@ PsPeer::PsPeer(node::Node& node, run::NodeJob job, std::vector<NodeId> members, 
   server_options.down_timeout = std::chrono::milliseconds(
       static_cast<int64_t>(std::llround(options_.down_timeout_s * 1000.0)));
   server_options.report_every = options_.report_every;
+  server_options.bsp = !staleness_.infinite() && staleness_.bound == 0;
   server_options.on_waiting = options_.on_owner_waiting;
   server_ = std::make_unique<KvServer>(
       node_, KeyStore(layout_, map_, node_.id(), job_.model->params(), optimizer_), members_,

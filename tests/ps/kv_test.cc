@@ -73,6 +73,7 @@ class KvCluster {
       options.peer_timeout = config_.peer_timeout;
       nodes_.push_back(std::make_unique<node::Node>(options));
     }
+    config_.server.bsp = !config_.staleness.infinite() && config_.staleness.bound == 0;
     for (size_t i = 0; i < config_.served; ++i) {
       node::Node& node = *nodes_[i];
       servers_.push_back(
@@ -341,6 +342,7 @@ TEST(KvServer, MalformedRequestsGetAnErrorReplyAndTheOwnerKeepsServing) {
     EXPECT_EQ(r.values[i], static_cast<float>(cluster.layout().offset(mine[0]) + i));
   EXPECT_EQ(cluster.server(0).summary().errors, mine.size() >= 2 ? 6u : 5u);
   EXPECT_EQ(cluster.server(0).summary().pushes, 0u);
+  raw.shutdown(std::chrono::milliseconds(0));  // no reply handler runs once `replies` is gone
 }
 
 // Worker w's gradient for the toy problem f_w(x) = |x - t_w|^2 / 2.
@@ -387,6 +389,9 @@ TEST(KvServer, BspGivesTheParametersOfTheSequentialComputation) {
       std::vector<std::vector<float>> seen;
       std::vector<float> x(kFloats), g(kFloats);
       for (int c = 0; c < kClocks; ++c) {
+        // Worker 0 runs ahead, so its push of clock c reaches the owners before the others
+        // read at clock c: they must still read exactly the model after clock c - 1.
+        std::this_thread::sleep_for(std::chrono::milliseconds(3 * w));
         EXPECT_TRUE(worker.wait(worker.pull(keys, x)).ok());
         seen.push_back(x);
         for (size_t i = 0; i < kFloats; ++i)
