@@ -20,8 +20,8 @@ out="runs/consensus-experiment"
 rounds=400
 eval_every=25
 rules="wait-all static:1 static:2 deadline:0.75 dynamic"
-# Every step sleeps 20 ms + Exp(mean 40 ms); node 5 (a neighbor of node 0) also computes 4x
-# slower. The exponential tail is what backup workers can cut: on this 2-core machine an mlp
+# Every step sleeps 20 ms + Exp(mean 40 ms); node 5 (a neighbor of node 0) takes 4x as long
+# for the whole step (compute and delays). The exponential tail is what backup workers can cut: on this 2-core machine an mlp
 # step of 8 processes takes only a few ms of CPU, so the delays must dominate it, or the runs
 # would measure CPU contention instead of stragglers (docs/consensus-experiment.md).
 stragglers="shifted-exp:20,40+slow:5=4"
@@ -114,7 +114,7 @@ rows, per_run = [], []
 for rule in rules:
     runs = sorted(glob.glob(os.path.join(out, rule.replace(":", "-"), "seed-*")))
     node0_t, all_t, acc0, avg_acc, mean_b, wait_share, round_s, reached = [], [], [], [], [], [], [], 0
-    used, target_round = [], []
+    used, target_round, skipped = [], [], []
     for run in runs:
         files = sorted(glob.glob(os.path.join(run, "node-*.jsonl")))
         if len(files) != 8:
@@ -135,39 +135,43 @@ for rule in rules:
         u = statistics.mean(e["used"] for e in rounds_ev)
         tr = [e["round"] for e in nodes[0] if e.get("event") == "target"]
         share = statistics.mean(finals[i][0]["wait_s"] / finals[i][0]["seconds"] for i in nodes)
+        # Rounds jumped over by iteration skipping, summed over the nodes.
+        sk = sum(finals[i][0].get("skipped_rounds", 0) for i in nodes)
         r0 = [e for e in nodes[0] if e.get("event") == "round"]
         rs = finals[0][0]["seconds"] / len(r0)
         seed = os.path.basename(run)
         per_run.append((rule, seed, t0, tall, finals[0][0]["test_accuracy"],
                         finals[0][0].get("average_accuracy"), b, u, share, rs,
-                        tr[0] if tr else None))
-        used.append(u); target_round.append(tr[0] if tr else None)
+                        tr[0] if tr else None, sk))
+        used.append(u); target_round.append(tr[0] if tr else None); skipped.append(sk)
         node0_t.append(t0); all_t.append(tall); acc0.append(finals[0][0]["test_accuracy"])
         avg_acc.append(finals[0][0].get("average_accuracy")); mean_b.append(b)
         wait_share.append(share); round_s.append(rs); reached += t0 is not None
     rows.append((rule, len(node0_t), reached, med(node0_t), med(all_t), med(acc0), med(avg_acc),
-                 med(mean_b), med(used), med(wait_share), med(round_s), med(target_round)))
+                 med(mean_b), med(used), med(wait_share), med(round_s), med(target_round),
+                 med(skipped)))
 
 base = next((r[3] for r in rows if r[0] == "wait-all"), None)
 with open(os.path.join(out, "results.md"), "w") as f:
     f.write(f"| rule | seeds | reached {target:.0%} (node 0) | time to {target:.0%}, node 0 (s) "
             f"| time to {target:.0%}, all nodes (s) | speed-up vs wait-all | final acc node 0 "
             f"| acc of average | mean b_i | models mixed / round | wait share | s / round "
-            f"| round of {target:.0%} (node 0) |\n")
-    f.write("|" + " --- |" * 13 + "\n")
-    for (rule, n, reached, t0, tall, a0, aavg, b, u, share, rs, tr) in rows:
+            f"| round of {target:.0%} (node 0) | skipped rounds |\n")
+    f.write("|" + " --- |" * 14 + "\n")
+    for (rule, n, reached, t0, tall, a0, aavg, b, u, share, rs, tr, sk) in rows:
         speed = base / t0 if base and t0 else None
         f.write(f"| {rule} | {n} | {reached}/{n} | {fmt(t0, '.1f')} | {fmt(tall, '.1f')} "
                 f"| {fmt(speed, '.2f')}x | {fmt(a0 and a0 * 100, '.2f')}% "
                 f"| {fmt(aavg and aavg * 100, '.2f')}% | {fmt(b, '.2f')} | {fmt(u, '.2f')} "
-                f"| {fmt(share and share * 100, '.0f')}% | {fmt(rs, '.3f')} | {fmt(tr, '.0f')} |\n")
+                f"| {fmt(share and share * 100, '.0f')}% | {fmt(rs, '.3f')} | {fmt(tr, '.0f')} "
+                f"| {fmt(sk, '.0f')} |\n")
     f.write("\nPer run:\n\n| rule | seed | t97 node 0 (s) | t97 all (s) | final acc | avg acc "
-            "| mean b_i | models mixed | wait share | s / round | round of target |\n"
-            + "|" + " --- |" * 11 + "\n")
-    for (rule, seed, t0, tall, a0, aavg, b, u, share, rs, tr) in per_run:
+            "| mean b_i | models mixed | wait share | s / round | round of target "
+            "| skipped rounds |\n" + "|" + " --- |" * 12 + "\n")
+    for (rule, seed, t0, tall, a0, aavg, b, u, share, rs, tr, sk) in per_run:
         f.write(f"| {rule} | {seed} | {fmt(t0, '.1f')} | {fmt(tall, '.1f')} | {a0 * 100:.2f}% "
                 f"| {fmt(aavg and aavg * 100, '.2f')}% | {b:.2f} | {u:.2f} | {share * 100:.0f}% "
-                f"| {rs:.3f} | {fmt(tr, '.0f')} |\n")
+                f"| {rs:.3f} | {fmt(tr, '.0f')} | {sk} |\n")
 
 # Plot data (seed 1 of each rule): node 0's test accuracy against its wall time, and the
 # backups b_i of every node against the round for the dynamic rule.

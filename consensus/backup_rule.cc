@@ -10,6 +10,11 @@
 
 namespace chorus::consensus {
 
+namespace {
+// The smallest signal the progress model assumes, as a share of G (see estimateDynamic).
+constexpr double kMinSignalShare = 0.1;
+}  // namespace
+
 LagWindow::LagWindow(size_t capacity) : capacity_(std::max<size_t>(capacity, 1)) {}
 
 void LagWindow::add(double seconds) {
@@ -36,7 +41,8 @@ double LagWindow::quantile(double q) const {
   return sorted[lo] * (1 - frac) + sorted[hi] * frac;
 }
 
-std::vector<double> expectedOrderedLags(const std::vector<const LagWindow*>& windows) {
+std::vector<double> expectedOrderedLags(const std::vector<const LagWindow*>& windows,
+                                        const std::vector<const LagWindow*>& gate_windows) {
   const size_t n = windows.size();
   constexpr double kNever = std::numeric_limits<double>::infinity();
   size_t rounds = 0;
@@ -45,15 +51,21 @@ std::vector<double> expectedOrderedLags(const std::vector<const LagWindow*>& win
   std::vector<double> sum(n, 0.0);
   if (rounds == 0) return std::vector<double>(n, kNever);
   std::vector<double> round(n);
+  // A shorter window repeats its oldest sample: the best guess we have for that round.
+  auto sample = [](const LagWindow* w, size_t i) { return w->recent(std::min(i, w->size() - 1)); };
   for (size_t i = 0; i < rounds; ++i) {
     for (size_t j = 0; j < n; ++j) {
       const LagWindow* w = windows[j];
-      // A shorter window repeats its oldest sample: the best guess we have for that round.
-      round[j] = w->empty() ? kNever : w->recent(std::min(i, w->size() - 1));
+      round[j] = w->empty() ? kNever : sample(w, i);
+    }
+    // The gate of this synthetic round: no m ends it before every neighbor within tau is in.
+    double gate = 0;
+    for (const LagWindow* g : gate_windows) {
+      if (g != nullptr && !g->empty()) gate = std::max(gate, sample(g, i));
     }
     std::sort(round.begin(), round.end());
     for (size_t m = 0; m < n; ++m)
-      sum[m] += round[m];
+      sum[m] += std::max(round[m], gate);
   }
   for (double& s : sum)
     s /= static_cast<double>(rounds);
@@ -73,14 +85,20 @@ DynamicEstimate estimateDynamic(const RoundObservation& obs, double tolerance) {
     est.chosen = n;
     return est;
   }
-  std::vector<double> lags = expectedOrderedLags(obs.neighbor_lags);
+  std::vector<double> lags = expectedOrderedLags(obs.neighbor_lags, obs.neighbor_gate_lags);
   const double g = std::max(obs.grad_norm_sq, 0.0);
   const double noise = std::max(obs.grad_noise, 0.0);
+  // E||g||^2 = ||grad f||^2 + sigma^2, so G - sigma^2 is the signal. It is a difference of two
+  // noisy averages and sigma^2 (from successive gradients) also holds the drift of the
+  // iterate, so it is often near or below 0: the floor keeps a round worth something.
+  const double signal = std::max(g - noise, kMinSignalShare * g);
+  const double late = std::clamp(obs.late_credit, 0.0, 1.0);
   for (size_t m = 1; m <= n; ++m) {
     double t = std::max(obs.compute_seconds, 0.0) + lags[m - 1];
+    const double averaged = 1.0 + static_cast<double>(m) + static_cast<double>(n - m) * late;
     // With no gradient information yet every m makes the same progress; the rule then only
     // trades time, and the tolerance keeps it at wait-all unless someone is clearly late.
-    double p = (g + noise > 0) ? g / (g + noise / static_cast<double>(m + 1)) : 1.0;
+    double p = (signal + noise > 0) ? signal / (signal + noise / averaged) : 1.0;
     est.round_seconds.push_back(t);
     est.progress.push_back(p);
     est.rate.push_back(std::isfinite(t) && t > 0 ? p / t : (std::isfinite(t) ? 1e300 : 0.0));

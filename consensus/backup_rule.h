@@ -45,6 +45,14 @@ struct RoundObservation {
   // the trace of the minibatch gradient's covariance (sigma^2). Only the dynamic rule uses them.
   double grad_norm_sq = 0;
   double grad_noise = 0;
+  // Per live neighbor (same order as neighbor_lags; may be empty): how long after this node
+  // began waiting in round k the staleness gate let go of that neighbor (its model of round
+  // >= k - tau arrived). The round cannot end before the slowest of these, whatever m is.
+  std::vector<const LagWindow*> neighbor_gate_lags;
+  // How much one backup worker's model still counts although nobody waited for it: late
+  // models within tau are mixed in a later round anyway (a model s rounds late counts
+  // 1 / (1 + s)). Measured by the protocol, in [0, 1]; 0 before any round had backups.
+  double late_credit = 0;
 };
 
 // The rule's answer: wait until `wait_for` neighbors' models have arrived, or, when a deadline
@@ -80,13 +88,18 @@ struct DynamicEstimate {
 // Expected time until the m-th fastest of the neighbors arrives, for m = 1..n, estimated from
 // the windows by aligning samples by recency (the i-th newest sample of every neighbor forms
 // one synthetic round) and averaging the m-th smallest over those rounds. A neighbor with no
-// samples counts as never arriving (infinity).
-std::vector<double> expectedOrderedLags(const std::vector<const LagWindow*>& windows);
+// samples counts as never arriving (infinity). With `gate_windows` (one per neighbor, or
+// empty), every synthetic round's m-th lag is at least the largest gate lag of that round:
+// the staleness gate holds the round that long whatever m is.
+std::vector<double> expectedOrderedLags(const std::vector<const LagWindow*>& windows,
+                                        const std::vector<const LagWindow*>& gate_windows = {});
 
-// Picks m maximizing progress(m) / (compute + E[m-th lag]), where progress(m) =
-// G / (G + sigma^2 / (m + 1)) is the share of the averaged update that is signal (averaging
-// m + 1 models cuts the noise term about m + 1 times, as in DBW). A smaller m is taken only
-// when its rate beats waiting for everyone by more than `tolerance` (relative), so that
+// Picks m maximizing progress(m) / (compute + E[max(m-th lag, gate lag)]), where
+// progress(m) = S / (S + sigma^2 / n(m)) is the share of the averaged update that is signal:
+// S = G - sigma^2 (G is the squared norm of a noisy gradient, so this is the unbiased signal,
+// floored at G / 10), and n(m) = 1 + m + (n - m) * late_credit models are averaged (the own,
+// the m waited for, and the backups' late models mixed anyway), as in DBW. A smaller m is taken
+// only when its rate beats the larger one's by more than `tolerance` (relative), so that
 // without stragglers the rule is wait-all. With no lag history at all it waits for everyone.
 DynamicEstimate estimateDynamic(const RoundObservation& obs, double tolerance);
 

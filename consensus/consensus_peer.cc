@@ -39,6 +39,11 @@ void addConsensusOptions(CLI::App& cmd, ConsensusOptions& o) {
                  "Floats per ModelShare frame: models travel in chunks of this size")
       ->check(CLI::Range(size_t{1}, size_t{64} << 20))
       ->capture_default_str();
+  cmd.add_option("--skip-gap", o.skip_gap,
+                 "Iteration skipping: a node whose every neighbor is at least this many rounds "
+                 "ahead jumps to their round, mixing in their newest models (0: never skip)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1'000'000}))
+      ->capture_default_str();
   cmd.add_flag("--rejoin", o.rejoin,
                "This node restarts after a failure: take a neighbor's current model and join "
                "the rounds where that neighbor is, instead of starting from round 0");
@@ -49,6 +54,7 @@ void validateConsensusOptions(const ConsensusOptions& o) {
   parseMixingKind(o.mixing);
   if (o.staleness_bound < 0) throw std::invalid_argument("--staleness-bound must be >= 0");
   if (o.chunk_floats == 0) throw std::invalid_argument("--chunk-floats must be > 0");
+  if (o.skip_gap < 0) throw std::invalid_argument("--skip-gap must be >= 0");
 }
 
 namespace {
@@ -61,6 +67,7 @@ BoardOptions boardOptions(const PeerLayout& layout, const ConsensusOptions& o) {
   b.stall_timeout = o.stall_timeout;
   b.round_timeout = o.round_timeout;
   b.report_every = o.report_every;
+  b.skip_gap = o.skip_gap;
   return b;
 }
 
@@ -340,6 +347,10 @@ ConsensusReport ConsensusPeer::run() {
   std::vector<float> previous_grad;
   double grad_norm_ema = 0, noise_ema = 0, compute_ema = 0;
   bool have_noise = false;
+  // The dynamic rule's late credit: per backup worker, how much of a model still got mixed in
+  // (late ones within tau, weighted 1 / (1 + staleness)); EMA, weight 0.1.
+  double late_credit = 0;
+  bool have_late_credit = false;
   ml::Matrix batch;
   std::vector<int32_t> labels;
   auto [bytes_in_before, bytes_out_before] = bytesInOut();
@@ -363,6 +374,7 @@ ConsensusReport ConsensusPeer::run() {
   report.first_round = first_round;
   report.rounds_done = first_round;
   for (Round k = first_round; k < job_.rounds; ++k) {
+    const Round previous = report.rounds_done - 1;  // the last round finished
     // 1. Local step at x_i: y_i = x_i - lr * (momentum-corrected) g_i.
     const Clock::time_point round_start = Clock::now();
     batcher.next(batch, labels);
@@ -393,11 +405,40 @@ ConsensusReport ConsensusPeer::run() {
     const Clock::duration compute = Clock::now() - round_start;
     stragglers.waitAfterStep(std::chrono::duration_cast<std::chrono::nanoseconds>(compute));
     const double compute_s = seconds(Clock::now() - round_start);
-    compute_ema = k == 0 ? compute_s : 0.8 * compute_ema + 0.2 * compute_s;
+    compute_ema = k == first_round ? compute_s : 0.8 * compute_ema + 0.2 * compute_s;
+
+    // Iteration skipping: when every neighbor already is at round j >= k + gap (this node is
+    // the last of its neighborhood), it mixes their newest models into y_i and sends that as
+    // its round-j model: the rounds k .. j-1 are skipped (only rounds every neighbor did).
+    std::vector<UsedModel> skip_models;
+    int64_t skipped = 0;
+    double skip_distance = 0;  // of y_i to the models mixed in by the skip, before that mix
+    if (const std::optional<Round> target = board_.skipTarget(k)) {
+      skipped = *target - k;
+      log.info("round {}: every neighbor is at round {} or later; skipping to round {}", k, *target,
+               *target);
+      k = *target;
+      skip_models = board_.takeNewest(k);
+      report.skips += 1;
+      report.skipped_rounds += skipped;
+    }
 
     // 2. Plan, then send (k, y_i) to every neighbor; 3. wait for the fastest of them.
-    const WaitPlan plan = rule_->plan(board_.observe(compute_ema, grad_norm_ema, noise_ema));
+    RoundObservation obs = board_.observe(compute_ema, grad_norm_ema, noise_ema);
+    obs.late_credit = late_credit;
+    const WaitPlan plan = rule_->plan(obs);
     report.backups.push_back(plan.backups);
+    if (!skip_models.empty()) {
+      std::vector<size_t> degrees;
+      std::vector<std::span<const float>> others;
+      for (const UsedModel& used : skip_models) {
+        auto d = layout_.degrees.find(used.from);
+        degrees.push_back(d == layout_.degrees.end() ? own_degree : d->second);
+        others.emplace_back(*used.values);
+        skip_distance += squaredDistance(model.params(), *used.values);
+      }
+      mixInto(model.params(), mixingWeights(mixing_, own_degree, degrees), others);
+    }
     sendModel(layout_.neighbors, k, plan.backups, static_cast<int8_t>(wire::SharePurpose::Gossip));
     GatherResult got = board_.gather(k, plan, [&](const std::vector<NodeId>& missing) {
       log.info("round {}: waiting for node{} {}", k, missing.size() == 1 ? "" : "s",
@@ -413,17 +454,40 @@ ConsensusReport ConsensusPeer::run() {
                idList(got.missing), options_.round_timeout.count() / 1000.0);
     }
     report.wait_seconds += got.waited_seconds;
+    if (skipped == 0 && plan.backups > 0) {
+      // What the backups' models were still worth this round: fresh ones beyond the m waited
+      // for count 1, late ones 1 / (1 + staleness).
+      double credit = 0;
+      size_t fresh = 0;
+      for (const UsedModel& used : got.models) {
+        if (used.staleness == 0) {
+          ++fresh;
+        } else {
+          credit += 1.0 / (1.0 + static_cast<double>(used.staleness));
+        }
+      }
+      credit += static_cast<double>(fresh - std::min(fresh, plan.wait_for));
+      const double sample = std::clamp(credit / static_cast<double>(plan.backups), 0.0, 1.0);
+      late_credit = have_late_credit ? 0.9 * late_credit + 0.1 * sample : sample;
+      have_late_credit = true;
+    }
 
     // 4. Mix x_i = w_ii y_i + sum_j w_ij y_j over what arrived.
     std::vector<size_t> degrees;
     std::vector<std::span<const float>> others;
-    double distance = 0, staleness_sum = 0;
-    int64_t staleness_max = 0;
     for (const UsedModel& used : got.models) {
       auto d = layout_.degrees.find(used.from);
       degrees.push_back(d == layout_.degrees.end() ? own_degree : d->second);
       others.emplace_back(*used.values);
+    }
+    // The statistics cover every model mixed in this round, those of a skip included.
+    std::vector<UsedModel> all_used = std::move(skip_models);
+    all_used.insert(all_used.end(), got.models.begin(), got.models.end());
+    double distance = skip_distance, staleness_sum = 0;
+    int64_t staleness_max = 0;
+    for (const UsedModel& used : got.models)
       distance += squaredDistance(model.params(), *used.values);
+    for (const UsedModel& used : all_used) {
       staleness_sum += static_cast<double>(used.staleness);
       staleness_max = std::max(staleness_max, used.staleness);
     }
@@ -434,16 +498,16 @@ ConsensusReport ConsensusPeer::run() {
 
     // 5. Log the round.
     const auto [bytes_in, bytes_out] = bytesInOut();
-    const double n_used = static_cast<double>(got.models.size());
+    const double n_used = static_cast<double>(all_used.size());
     std::vector<NodeId> used_ids;
-    for (const UsedModel& used : got.models)
+    for (const UsedModel& used : all_used)
       used_ids.push_back(used.from);
     ml::MetricsEvent event("round");
     event.add("round", k)
         .add("loss", loss)
         .add("backups", static_cast<uint64_t>(plan.backups))
         .add("wait_for", static_cast<uint64_t>(plan.wait_for))
-        .add("used", static_cast<uint64_t>(got.models.size()))
+        .add("used", static_cast<uint64_t>(all_used.size()))
         .addRaw("used_from", fmt::format("[{}]", idList(used_ids)))
         .add("live_neighbors", static_cast<uint64_t>(got.live_neighbors))
         .add("compute_s", compute_s)
@@ -455,10 +519,14 @@ ConsensusReport ConsensusPeer::run() {
         .add("consensus_distance", n_used > 0 ? distance / n_used : 0.0)
         .add("grad_norm_sq", grad_norm_ema)
         .add("grad_noise", noise_ema)
+        .add("late_credit", late_credit)
+        .add("skipped", skipped)
         .addBool("timed_out", got.timed_out);
     bytes_in_before = bytes_in;
     bytes_out_before = bytes_out;
-    if (job_.eval_every > 0 && (k + 1) % job_.eval_every == 0 && k + 1 < job_.rounds) {
+    // Every eval_every rounds; a skip may jump over such a round, then it is evaluated now.
+    if (job_.eval_every > 0 && (k + 1) / job_.eval_every > (previous + 1) / job_.eval_every &&
+        k + 1 < job_.rounds) {
       const ml::Evaluation eval = evaluateAndLog(k, event);
       log.info("round {}: loss {:.4f}, test accuracy {:.2f}%, b = {}, waited {:.3f} s", k, loss,
                100 * eval.accuracy, plan.backups, got.waited_seconds);
@@ -482,6 +550,8 @@ ConsensusReport ConsensusPeer::run() {
   last.add("rounds", report.rounds_done)
       .add("seconds", report.seconds)
       .add("wait_s", report.wait_seconds)
+      .add("skips", report.skips)
+      .add("skipped_rounds", report.skipped_rounds)
       .add("time_to_target", report.time_to_target ? *report.time_to_target : -1.0)
       .addRaw("finished_peers", fmt::format("[{}]", idList(report.finished_peers)))
       .addRaw("departed_peers", fmt::format("[{}]", idList(report.departed_peers)));

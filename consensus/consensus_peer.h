@@ -48,6 +48,12 @@ struct ConsensusOptions {
   // A restarted node: before its first round it asks a live neighbor for its current model
   // (ModelRequest), takes it and joins the rounds after that neighbor's last finished round.
   bool rejoin = false;
+  // Iteration skipping (Hop): a node whose every live neighbor is at least skip_gap rounds
+  // ahead of the round it is about to send (they are all waiting for it, or past it) mixes in
+  // their newest models and continues at the lowest of their rounds, so that a persistently
+  // slow node does not hold the cluster to its pace. 0: never skip. With tau = 0 no neighbor
+  // can be ahead, so synchronous D-PSGD never skips.
+  int64_t skip_gap = 1;
   // Longest a rejoining node waits for one neighbor's answer before it asks the next one.
   std::chrono::milliseconds catchup_timeout{30000};
   // Tests: called on the trainer thread when a round waits longer than report_every, with the
@@ -57,7 +63,7 @@ struct ConsensusOptions {
   std::function<void(Round)> on_round_end;
 };
 
-// Registers --backup, --staleness-bound, --mixing, --chunk-floats and --rejoin on `cmd`.
+// Registers --backup, --staleness-bound, --mixing, --chunk-floats, --skip-gap and --rejoin.
 void addConsensusOptions(CLI::App& cmd, ConsensusOptions& options);
 // Throws std::invalid_argument with the parsers' messages for a bad rule or mixing kind.
 void validateConsensusOptions(const ConsensusOptions& options);
@@ -88,7 +94,9 @@ struct ConsensusReport {
   std::vector<NodeId> finished_peers;  // members that said TrainingDone
   std::vector<NodeId> departed_peers;  // members that went down or left before that
   std::vector<float> final_model;
-  std::vector<size_t> backups;  // b_i of every round
+  std::vector<size_t> backups;  // b_i of every round run
+  int64_t skips = 0;            // how often this node jumped ahead (iteration skipping)
+  int64_t skipped_rounds = 0;   // rounds it jumped over
 };
 
 class ConsensusPeer {

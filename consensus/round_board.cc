@@ -7,9 +7,29 @@ namespace chorus::consensus {
 RoundBoard::RoundBoard(BoardOptions options) : options_(std::move(options)) {
   const SteadyTime now = std::chrono::steady_clock::now();
   for (NodeId n : options_.neighbors) {
-    neighbors_.emplace(
-        n,
-        Neighbor{true, true, now, std::nullopt, {}, std::nullopt, LagWindow(options_.lag_window)});
+    Neighbor& nb = neighbors_[n];
+    nb.last_heard = now;
+    nb.lags = LagWindow(options_.lag_window);
+    nb.gate_lags = LagWindow(options_.lag_window);
+  }
+}
+
+void RoundBoard::measureLocked(Neighbor& n, SteadyTime at) {
+  if (!n.latest_round) return;
+  const Round have = *n.latest_round;
+  auto lag_of = [&](SteadyTime started) {
+    return at > started ? std::chrono::duration<double>(at - started).count() : 0.0;
+  };
+  // Rounds in order: once one is not covered yet, no later one is.
+  for (auto it = wait_start_.upper_bound(n.lag_measured); it != wait_start_.end(); ++it) {
+    if (it->first > have) break;
+    n.lags.add(lag_of(it->second));
+    n.lag_measured = it->first;
+  }
+  for (auto it = wait_start_.upper_bound(n.gate_measured); it != wait_start_.end(); ++it) {
+    if (it->first - options_.staleness_bound > have) break;
+    n.gate_lags.add(lag_of(it->second));
+    n.gate_measured = it->first;
   }
 }
 
@@ -24,14 +44,9 @@ void RoundBoard::modelArrived(NodeId from, Round round, ModelPtr values, SteadyT
     n.last_heard = at;
     if (!n.latest_round || round > *n.latest_round) n.latest_round = round;
     if (!n.last_used || round > *n.last_used) n.models[round] = std::move(values);
-    // The lag counts from when this node began waiting in that round; a model that came
-    // before the wait began was not waited for at all.
-    auto started = wait_start_.find(round);
-    double lag = 0;
-    if (started != wait_start_.end() && at > started->second) {
-      lag = std::chrono::duration<double>(at - started->second).count();
-    }
-    n.lags.add(lag);
+    // Late models are measured too (from when this node began waiting in the rounds they
+    // cover), so a straggler's lag stays known although nobody waited for it.
+    measureLocked(n, at);
   }
   changed_.notify_all();
 }
@@ -47,6 +62,7 @@ void RoundBoard::neighborDown(NodeId peer) {
     n.models.clear();
     n.last_used.reset();
     n.lags.clear();
+    n.gate_lags.clear();
   }
   changed_.notify_all();
 }
@@ -61,6 +77,10 @@ void RoundBoard::neighborUp(NodeId peer) {
     // Until its first model arrives it is catching up (taking a neighbor's model first), so
     // nobody waits for it.
     it->second.joined = false;
+    // Lags count from its return on: rounds this node waited in before are not its lags.
+    const Round last = wait_start_.empty() ? -1 : wait_start_.rbegin()->first;
+    it->second.lag_measured = last;
+    it->second.gate_measured = last;
   }
   changed_.notify_all();
 }
@@ -80,7 +100,7 @@ bool RoundBoard::satisfiedLocked(Round k, const WaitPlan& plan, SteadyTime start
     if (!n.live || !n.joined) continue;
     ++waiting_members;
     const Round have = n.latest_round.value_or(-1);
-    const bool stalled = now - n.last_heard > options_.stall_timeout;
+    const bool stalled = stalledLocked(n, now);
     // Hop's gap: no running more than tau rounds ahead of a live neighbor that still works.
     if (have < k - options_.staleness_bound && !stalled) return false;
     if (have >= k) ++arrived;
@@ -92,6 +112,10 @@ bool RoundBoard::satisfiedLocked(Round k, const WaitPlan& plan, SteadyTime start
     return waited >= *plan.deadline_seconds && arrived >= need;
   }
   return arrived >= need;
+}
+
+bool RoundBoard::stalledLocked(const Neighbor& n, SteadyTime now) const {
+  return now - n.last_heard > options_.stall_timeout;
 }
 
 SteadyTime RoundBoard::nextStallLocked(SteadyTime now) const {
@@ -122,6 +146,9 @@ GatherResult RoundBoard::gather(
   while (!wait_start_.empty() &&
          wait_start_.begin()->first < k - std::max<int64_t>(options_.staleness_bound, 0) - 64) {
     wait_start_.erase(wait_start_.begin());
+  }
+  for (auto& [id, n] : neighbors_) {
+    if (n.live && n.joined) measureLocked(n, start);  // models that were here already: lag 0
   }
   const SteadyTime deadline_at = start + options_.round_timeout;
   SteadyTime next_report = start + options_.report_every;
@@ -156,9 +183,16 @@ GatherResult RoundBoard::gather(
   result.waited_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   result.missing = missingLocked(k);
+  result.models = takeLocked(k, &result.live_neighbors);
+  return result;
+}
+
+std::vector<UsedModel> RoundBoard::takeLocked(Round k, size_t* live) {
+  std::vector<UsedModel> out;
+  size_t live_count = 0;
   for (auto& [id, n] : neighbors_) {
     if (!n.live) continue;
-    ++result.live_neighbors;
+    ++live_count;
     // The newest model of round <= k; within the staleness bound only; each model is used
     // once. Older ones can never be used again and are dropped.
     auto newest = n.models.upper_bound(k);
@@ -170,9 +204,30 @@ GatherResult RoundBoard::gather(
     if (round < k - options_.staleness_bound) continue;
     if (n.last_used && *n.last_used >= round) continue;
     n.last_used = round;
-    result.models.push_back(UsedModel{id, round, std::max<int64_t>(0, k - round), values});
+    out.push_back(UsedModel{id, round, std::max<int64_t>(0, k - round), values});
   }
-  return result;
+  if (live != nullptr) *live = live_count;
+  return out;
+}
+
+std::vector<UsedModel> RoundBoard::takeNewest(Round k) {
+  std::lock_guard lock(mu_);
+  return takeLocked(k, nullptr);
+}
+
+std::optional<Round> RoundBoard::skipTarget(Round k) const {
+  if (options_.skip_gap <= 0) return std::nullopt;
+  std::lock_guard lock(mu_);
+  const SteadyTime now = std::chrono::steady_clock::now();
+  std::optional<Round> lowest;
+  for (const auto& [id, n] : neighbors_) {
+    // The same neighbors that hold the staleness gate: only they can be held back by us.
+    if (!n.live || !n.joined || stalledLocked(n, now)) continue;
+    if (!n.latest_round || *n.latest_round < k + options_.skip_gap) return std::nullopt;
+    lowest = std::min(lowest.value_or(*n.latest_round), *n.latest_round);
+  }
+  // The lowest: it skips only rounds every neighbor has done, and is ahead of nobody.
+  return lowest;
 }
 
 RoundObservation RoundBoard::observe(double compute_seconds, double grad_norm_sq,
@@ -183,11 +238,17 @@ RoundObservation RoundBoard::observe(double compute_seconds, double grad_norm_sq
   obs.grad_noise = grad_noise;
   std::lock_guard lock(mu_);
   observe_copy_.clear();
+  observe_gate_copy_.clear();
   for (const auto& [id, n] : neighbors_) {
-    if (n.live && n.joined) observe_copy_.push_back(n.lags);
+    if (n.live && n.joined) {
+      observe_copy_.push_back(n.lags);
+      observe_gate_copy_.push_back(n.gate_lags);
+    }
   }
   for (const auto& w : observe_copy_)
     obs.neighbor_lags.push_back(&w);
+  for (const auto& w : observe_gate_copy_)
+    obs.neighbor_gate_lags.push_back(&w);
   return obs;
 }
 

@@ -4,8 +4,9 @@
 // neighbors' round-k models, or a deadline) and no live neighbor is more than tau rounds behind
 // (Hop's iteration gap), then takes every neighbor's newest not-yet-used model of round <= k
 // within the staleness bound. The loop thread calls modelArrived / neighborDown / neighborUp.
-// Arrival lags are measured here, for the backup rules. Thread-safe: one mutex, one condition
-// variable.
+// Arrival lags and gate lags are measured here, for the backup rules, and a node that all its
+// neighbors have left behind asks skipTarget / takeNewest to jump to their round (Hop's
+// iteration skipping). Thread-safe: one mutex, one condition variable.
 #pragma once
 
 #include <chrono>
@@ -40,6 +41,9 @@ struct BoardOptions {
   std::chrono::milliseconds round_timeout{300000};
   // How often a waiting gather calls its `still_waiting` report.
   std::chrono::milliseconds report_every{5000};
+  // Iteration skipping (Hop): a node whose every live neighbor is at least this many rounds
+  // ahead of the round it is about to send may jump to their round (skipTarget). 0: never.
+  int64_t skip_gap = 0;
 };
 
 // A neighbor's model used in a round.
@@ -79,8 +83,18 @@ class RoundBoard {
   GatherResult gather(Round k, const WaitPlan& plan,
                       const std::function<void(const std::vector<NodeId>&)>& still_waiting = {});
 
-  // Trainer thread: what the backup rule needs (live neighbors' lag windows). The pointers are
-  // valid until the next call into the board; call under no lock of your own.
+  // Trainer thread: the round a node about to send its round-k model should jump to instead:
+  // the lowest latest round of its live, joined, not stalled neighbors, when every one of them
+  // is at least skip_gap rounds ahead of k (so they all have done the rounds it skips, and the
+  // jump puts it ahead of nobody). nullopt when it should not skip.
+  std::optional<Round> skipTarget(Round k) const;
+  // Trainer thread: takes, from every live neighbor, its newest model of round <= k within the
+  // staleness bound that was not used before (what a gather of round k takes), without
+  // waiting. A skipping node mixes these in before it continues at round k.
+  std::vector<UsedModel> takeNewest(Round k);
+
+  // Trainer thread: what the backup rule needs (live neighbors' lag and gate-lag windows). The
+  // pointers are valid until the next call into the board; call under no lock of your own.
   RoundObservation observe(double compute_seconds, double grad_norm_sq, double grad_noise);
 
   // Snapshot helpers for logs and tests.
@@ -98,7 +112,15 @@ class RoundBoard {
     // (with tau = 0 and wait-all that is exactly synchronous D-PSGD).
     std::map<Round, ModelPtr> models;
     std::optional<Round> last_used;
+    // Arrival lags per round of this node: until the neighbor's latest round was >= k (what a
+    // wait plan needs; a neighbor that skipped round k is in with its first later round) and
+    // until it was >= k - tau (what the staleness gate needs).
     LagWindow lags;
+    LagWindow gate_lags;
+    // The newest of this node's rounds whose lag / gate lag is recorded; later rounds in
+    // wait_start_ are pending until the neighbor's models get there.
+    Round lag_measured = -1;
+    Round gate_measured = -1;
   };
 
   // Must hold mu_. Whether round k may end now: the staleness gate holds and the plan is met.
@@ -106,6 +128,12 @@ class RoundBoard {
   // Must hold mu_. The earliest future moment a stalled-neighbor check can change the answer.
   SteadyTime nextStallLocked(SteadyTime now) const;
   std::vector<NodeId> missingLocked(Round k) const;
+  // Must hold mu_. Records the lags of every pending round that n's latest model now covers.
+  void measureLocked(Neighbor& n, SteadyTime at);
+  // Must hold mu_. The gather's take: see takeNewest.
+  std::vector<UsedModel> takeLocked(Round k, size_t* live);
+  // Must hold mu_. Whether n holds the staleness gate (and counts for skipping) at `now`.
+  bool stalledLocked(const Neighbor& n, SteadyTime now) const;
 
   BoardOptions options_;
   mutable std::mutex mu_;
@@ -114,6 +142,7 @@ class RoundBoard {
   std::map<Round, SteadyTime> wait_start_;  // recent rounds' wait start, for late-model lags
   bool stopped_ = false;
   std::vector<LagWindow> observe_copy_;  // stable copies handed out by observe()
+  std::vector<LagWindow> observe_gate_copy_;
 };
 
 }  // namespace chorus::consensus

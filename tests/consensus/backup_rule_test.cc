@@ -166,5 +166,81 @@ TEST(DynamicRule, ANeighborThatNeverSendsIsNotWaitedFor) {
   EXPECT_EQ(BackupRule::parse("dynamic")->plan(cold).wait_for, 2u);
 }
 
+TEST(ExpectedOrderedLags, TheGateIsAFloorForEveryM) {
+  // Two neighbors arrive at once, but the staleness gate holds the round 0.5 s in every other
+  // synthetic round (a slow node within tau): no m ends those rounds sooner.
+  LagWindow a, b, gate_a, gate_b;
+  for (int i = 0; i < 4; ++i) {
+    a.add(0.1);
+    b.add(0.2);
+    gate_a.add(i % 2 == 0 ? 0.5 : 0.0);
+    gate_b.add(0);
+  }
+  auto lags = expectedOrderedLags({&a, &b}, {&gate_a, &gate_b});
+  ASSERT_EQ(lags.size(), 2u);
+  EXPECT_DOUBLE_EQ(lags[0], (0.5 + 0.1) / 2);
+  EXPECT_DOUBLE_EQ(lags[1], (0.5 + 0.2) / 2);
+  // Without gate windows the lags are the plain order statistics.
+  EXPECT_DOUBLE_EQ(expectedOrderedLags({&a, &b})[0], 0.1);
+}
+
+TEST(DynamicRule, WaitsWhenTheGateWaitsAnyway) {
+  // Neighbor 3 is 5x slower, but the staleness gate holds every round until it is in (it is
+  // at the bound): leaving it out would save no time, so the rule waits for it.
+  Synthetic s;
+  LagWindow w[4], gate[4];
+  for (int round = 0; round < 32; ++round) {
+    for (int j = 0; j < 3; ++j) {
+      w[j].add(s.jitter());
+      gate[j].add(0);
+    }
+    const double late = 4 * s.compute + s.jitter();
+    w[3].add(late);
+    gate[3].add(late);
+  }
+  RoundObservation obs{s.compute, {&w[0], &w[1], &w[2], &w[3]}, 1.0, 1.0};
+  EXPECT_EQ(estimateDynamic(obs, 0.1).chosen, 3u);  // without the gate: leave it out
+  obs.neighbor_gate_lags = {&gate[0], &gate[1], &gate[2], &gate[3]};
+  DynamicEstimate est = estimateDynamic(obs, 0.1);
+  EXPECT_EQ(est.chosen, 4u);
+  EXPECT_NEAR(est.round_seconds[0], est.round_seconds[3], 1e-12);
+}
+
+TEST(DynamicRule, LateModelsMixedAnywayMakeBackupsCheaper) {
+  // Neighbor 3 is 25% late: with noisy gradients (little signal beyond the noise) waiting
+  // for it is worth it while a backup's model is lost, not when it is mixed in a round later.
+  LagWindow fast[3], late;
+  for (int i = 0; i < 8; ++i) {
+    for (auto& f : fast)
+      f.add(0);
+    late.add(0.0025);
+  }
+  RoundObservation obs{0.010, {&fast[0], &fast[1], &fast[2], &late}, 1.0, 0.95};
+  obs.late_credit = 0;
+  DynamicEstimate lost = estimateDynamic(obs, 0.1);
+  EXPECT_EQ(lost.chosen, 4u);
+  obs.late_credit = 1;
+  DynamicEstimate mixed = estimateDynamic(obs, 0.1);
+  EXPECT_EQ(mixed.chosen, 3u);
+  // With full credit every m averages the same number of models: the progress is equal.
+  EXPECT_DOUBLE_EQ(mixed.progress[0], mixed.progress[3]);
+  EXPECT_LT(lost.progress[2], lost.progress[3]);
+}
+
+TEST(DynamicRule, TheSignalIsTheGradientNormMinusItsNoise) {
+  // G = 2, sigma^2 = 1: the signal is 1; one neighbor waited for, so 2 models are averaged
+  // and P = 1 / (1 + 1/2).
+  LagWindow w;
+  w.add(0);
+  RoundObservation obs{0.010, {&w}, 2.0, 1.0};
+  DynamicEstimate est = estimateDynamic(obs, 0.1);
+  ASSERT_EQ(est.progress.size(), 1u);
+  EXPECT_DOUBLE_EQ(est.progress[0], 1.0 / (1.0 + 1.0 / 2.0));
+  // Noise above the norm (a noisy estimate): the signal is floored at G / 10, not negative.
+  obs.grad_noise = 3.0;
+  est = estimateDynamic(obs, 0.1);
+  EXPECT_DOUBLE_EQ(est.progress[0], 0.2 / (0.2 + 3.0 / 2.0));
+}
+
 }  // namespace
 }  // namespace chorus::consensus

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <future>
 #include <random>
 #include <thread>
@@ -200,6 +201,149 @@ TEST(RoundBoard, StalenessBoundHoldsUnderRandomDelays) {
     for (auto& t : peers) {
       t.join();
     }
+  }
+}
+
+// Iteration skipping: the target is the lowest round of the live, joined, working neighbors,
+// offered only when every one of them is skip_gap rounds ahead.
+TEST(RoundBoard, SkipTargetNeedsEveryWorkingNeighborAhead) {
+  RoundBoard board(
+      {.neighbors = {1, 2, 3}, .staleness_bound = 2, .stall_timeout = 1s, .skip_gap = 2});
+  EXPECT_FALSE(board.skipTarget(0).has_value());  // nobody has sent anything
+  board.modelArrived(1, 4, model(1), now());
+  board.modelArrived(2, 3, model(2), now());
+  // Node 3 sent long ago: stalled, it holds neither the gate nor a skip.
+  board.modelArrived(3, 0, model(3), now() - 1h);
+  ASSERT_TRUE(board.skipTarget(1).has_value());
+  EXPECT_EQ(*board.skipTarget(1), 3);
+  EXPECT_FALSE(board.skipTarget(2).has_value());  // node 2 is only one round ahead of 2
+  board.neighborDown(2);
+  ASSERT_TRUE(board.skipTarget(2).has_value());
+  EXPECT_EQ(*board.skipTarget(2), 4);
+  // The jump takes the newest models within tau of the target, each once.
+  std::vector<UsedModel> taken = board.takeNewest(4);
+  ASSERT_EQ(taken.size(), 1u);
+  EXPECT_EQ(taken[0].from, 1u);
+  EXPECT_EQ(taken[0].round, 4);
+  EXPECT_EQ(taken[0].staleness, 0);
+  EXPECT_TRUE(board.takeNewest(4).empty());
+
+  RoundBoard never({.neighbors = {1}, .staleness_bound = 2, .skip_gap = 0});
+  never.modelArrived(1, 9, model(1), now());
+  EXPECT_FALSE(never.skipTarget(0).has_value());
+}
+
+// A neighbor that skipped rounds counts as arrived for every round its jump covers, with the
+// lag of that jump; the gate lag is how long the staleness gate held the round.
+TEST(RoundBoard, LagsCoverTheRoundsANeighborSkipped) {
+  RoundBoard board({.neighbors = {1}, .staleness_bound = 1});
+  board.modelArrived(1, 0, model(0), now());
+  ASSERT_FALSE(board.gather(0, waitFor(1)).timed_out);  // lag 0, gate lag 0
+  ASSERT_FALSE(board.gather(1, waitFor(0)).timed_out);  // gate: round 0 >= 1 - 1; lag pending
+  // Round 2 needs the neighbor at round >= 1: the gate holds it until the jump arrives.
+  auto blocked = std::async(std::launch::async, [&] { return board.gather(2, waitFor(0)); });
+  ASSERT_TRUE(stillBlocked(blocked));
+  board.modelArrived(1, 3, model(3), now() + 500ms);  // it jumped from round 0 to round 3
+  GatherResult r = blocked.get();
+  ASSERT_EQ(r.models.size(), 0u);  // its round-3 model waits for this node's round 3
+  RoundObservation obs = board.observe(0.01, 1, 1);
+  ASSERT_EQ(obs.neighbor_lags.size(), 1u);
+  ASSERT_EQ(obs.neighbor_gate_lags.size(), 1u);
+  const LagWindow& lags = *obs.neighbor_lags[0];
+  const LagWindow& gate = *obs.neighbor_gate_lags[0];
+  ASSERT_EQ(lags.size(), 3u);  // rounds 0, 1 and 2
+  EXPECT_EQ(lags.recent(2), 0.0);
+  EXPECT_GE(lags.recent(1), 0.5);
+  EXPECT_GE(lags.recent(0), 0.5);
+  ASSERT_EQ(gate.size(), 3u);
+  EXPECT_EQ(gate.recent(2), 0.0);
+  EXPECT_EQ(gate.recent(1), 0.0);
+  EXPECT_GE(gate.recent(0), 0.5);
+  // The next round finds the jump already there: lag 0 for round 3.
+  ASSERT_FALSE(board.gather(3, waitFor(1)).timed_out);
+  obs = board.observe(0.01, 1, 1);
+  EXPECT_EQ(obs.neighbor_lags[0]->size(), 4u);
+  EXPECT_EQ(obs.neighbor_lags[0]->recent(0), 0.0);
+}
+
+// The staleness bound with skipping, as a property: this node is the slow one; its neighbors
+// (on their own threads) run as far ahead as the gate lets them. Whenever they all wait for
+// it, it jumps. Every jump lands on a round every neighbor has reached, every model it mixes
+// is within tau, and every round it finishes has every neighbor within tau.
+TEST(RoundBoard, StalenessBoundHoldsWhenThisNodeSkips) {
+  for (int64_t tau : {1, 2, 3}) {
+    RoundBoard board(
+        {.neighbors = {1, 2, 3}, .staleness_bound = tau, .stall_timeout = 60s, .skip_gap = tau});
+    std::atomic<Round> sent[4] = {-1, -1, -1, -1};
+    std::atomic<Round> mine{-1};  // this node's latest round sent
+    std::atomic<bool> done{false};
+    std::vector<std::thread> peers;
+    for (NodeId j = 1; j <= 3; ++j) {
+      peers.emplace_back([&, j] {
+        std::mt19937 rng(j * 13 + tau);
+        for (Round k = 0; !done; ++k) {
+          // A peer sends round k once it finished round k - 1, which its gate allows while
+          // this node has sent round >= k - 1 - tau.
+          while (!done && mine < k - 1 - tau)
+            std::this_thread::yield();
+          if (done) break;
+          if (rng() % 4 == 0) std::this_thread::sleep_for(std::chrono::microseconds(rng() % 200));
+          sent[j] = k;
+          board.modelArrived(j, k, model(static_cast<float>(k)), now());
+        }
+      });
+    }
+    std::mt19937 rng(static_cast<unsigned>(tau));
+    auto rule = BackupRule::parse("static:2");
+    int skips = 0;
+    bool ok = true;
+    for (Round k = 0; k < 150 && ok;) {
+      // Half of the rounds this node is slow for sure: it waits until every neighbor is at the
+      // bound (held by it); otherwise it races them.
+      if (rng() % 2 == 0) {
+        for (NodeId j = 1; j <= 3; ++j) {
+          while (board.latestRound(j).value_or(-1) < k + tau)
+            std::this_thread::yield();
+        }
+      }
+      std::vector<UsedModel> used;
+      if (std::optional<Round> target = board.skipTarget(k)) {
+        ++skips;
+        for (NodeId j = 1; j <= 3; ++j) {
+          if (*target < k + tau || *target > sent[j].load()) {
+            ADD_FAILURE() << "tau " << tau << ": round " << k << " jumped to " << *target
+                          << " while node " << j << " was at " << sent[j].load();
+            ok = false;
+          }
+        }
+        k = *target;
+        used = board.takeNewest(k);
+      }
+      mine = k;
+      GatherResult r = board.gather(k, rule->plan(board.observe(0.001, 1, 1)));
+      EXPECT_FALSE(r.timed_out);
+      for (NodeId j = 1; j <= 3; ++j) {
+        if (sent[j].load() < k - tau) {
+          ADD_FAILURE() << "tau " << tau << ": round " << k << " ended while node " << j
+                        << " had sent only round " << sent[j].load();
+          ok = false;
+        }
+      }
+      used.insert(used.end(), r.models.begin(), r.models.end());
+      for (const auto& m : used) {
+        if (m.staleness > tau || m.round > k) {
+          ADD_FAILURE() << "tau " << tau << ": round " << k << " used node " << m.from
+                        << "'s model of round " << m.round;
+          ok = false;
+        }
+      }
+      ++k;
+    }
+    EXPECT_GT(skips, 10) << "tau " << tau;
+    done = true;
+    board.stop();
+    for (auto& t : peers)
+      t.join();
   }
 }
 
