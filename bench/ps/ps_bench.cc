@@ -1,0 +1,443 @@
+// PS push/pull throughput between 2 and 4 nodes on loopback (issue 5, "Benchmarks"), next to a
+// raw TCP socket pair (bench/ps/raw_stream.h) moving the same payload bytes in as many
+// messages. Both are measured in every iteration, one after the other, so that the load of the
+// shared machine hits them alike; the ratio is a counter.
+//
+// Every node runs a KvServer and a KvWorker, wired as in PS mode. Each worker has its own
+// thread and moves every key it does not own (keys it owns never touch the network), one
+// owner's keys per message, keeping `window` operations in flight. Staleness inf and no cache:
+// every read travels and no owner waits for a clock. Counters (bench/README.md "## ps"):
+//   keys_per_s, MB_per_s      payload (values) pushed + pulled per second, all workers together
+//   raw_MB_per_s              the socket pair moving the same payload bytes, same message count
+//   ratio                     MB_per_s / raw_MB_per_s
+//   wire_per_payload          bytes the nodes wrote to sockets per payload byte (keys, frames,
+//                             pull requests and push acks are the overhead)
+//   cpu_ns_per_B, raw_cpu_ns_per_B   process CPU time per payload byte (all threads): on two
+//                             shared cores, throughput is bounded by this, not by latency
+//   cpu_ratio                 raw_cpu_ns_per_B / cpu_ns_per_B: the ratio the PS would reach if
+//                             both got the same CPU, steadier than `ratio` under outside load
+#include <benchmark/benchmark.h>
+#include <fmt/format.h>
+#include <time.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench/ps/raw_stream.h"
+#include "chorus/chorus_generated.h"
+#include "node/node.h"
+#include "ps/kv_server.h"
+#include "ps/kv_worker.h"
+
+namespace chorus::ps {
+namespace {
+
+using namespace std::chrono_literals;
+
+enum class Traffic { kPushPull = 0, kPush = 1, kPull = 2 };
+
+const char* trafficName(Traffic traffic) {
+  switch (traffic) {
+    case Traffic::kPushPull:
+      return "push+pull";
+    case Traffic::kPush:
+      return "push";
+    case Traffic::kPull:
+      return "pull";
+  }
+  return "?";
+}
+
+struct BenchConfig {
+  size_t nodes = 2;
+  size_t key_floats = 4096;  // one key = one value of this many floats
+  Traffic traffic = Traffic::kPushPull;
+  size_t message_bytes = 128 * 1024;  // value bytes per message (whole keys, at least one)
+  size_t window = 8;                  // operations in flight per worker
+};
+
+constexpr double kLr = 0.01;    // owners' learning rate
+constexpr float kGrad = 1e-3f;  // every pushed gradient float
+
+// The model every node shares, in bytes: large enough that a round is tens of milliseconds.
+constexpr size_t kModelBytes = 8u << 20;
+
+double processCpuSeconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
+// N full-mesh nodes, each with a KvServer, a KvWorker and a worker thread that runs rounds on
+// request.
+class PsBenchCluster {
+ public:
+  explicit PsBenchCluster(const BenchConfig& config)
+      : config_(config),
+        layout_(kModelBytes / sizeof(float), config.key_floats),
+        map_(memberIds(config.nodes)) {
+    const std::vector<NodeId> members = memberIds(config_.nodes);
+    const std::vector<float> initial(layout_.total(), 0.0f);
+    OwnerOptimizer optimizer;
+    optimizer.sgd.momentum = 0.0;
+    optimizer.lr = kLr;
+    WorkerOptions worker_options;
+    worker_options.staleness = Staleness{Staleness::kInfinite};
+    worker_options.cache = false;
+    for (NodeId id : members) {
+      node::NodeOptions o;
+      o.cluster = "bench-ps";
+      o.self = id;
+      o.members = members;
+      o.log_level = spdlog::level::err;  // shutdown at the end makes every peer "down"
+      o.heartbeat_interval = 1000ms;
+      o.peer_timeout = 60000ms;  // a loaded machine must not declare a peer down mid-run
+      o.high_watermark = 256u << 20;
+      o.low_watermark = 64u << 20;
+      nodes_.push_back(std::make_unique<node::Node>(o));
+      node::Node& node = *nodes_.back();
+      servers_.push_back(std::make_unique<KvServer>(
+          node, KeyStore(layout_, map_, id, initial, optimizer), members, ServerOptions{}));
+      workers_.push_back(std::make_unique<KvWorker>(node, *servers_.back(), map_, layout_,
+                                                    optimizer, worker_options));
+      KvServer* server = servers_.back().get();
+      KvWorker* worker = workers_.back().get();
+      node.setHandler(wire::Body::PsReply, [worker](NodeId from, const wire::Envelope& e) {
+        worker->onReply(from, *e.body_as_PsReply());
+      });
+      node.setEventHandler([server, worker](const node::PeerEvent& event) {
+        server->onPeerEvent(event);
+        worker->onPeerEvent(event);
+      });
+    }
+    for (auto& n : nodes_) {
+      if (!n->listen().ok()) std::abort();
+    }
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      std::vector<node::PeerAddress> peers;
+      for (size_t j = 0; j < nodes_.size(); ++j) {
+        if (j != i) peers.push_back({static_cast<NodeId>(j), "127.0.0.1", nodes_[j]->port()});
+      }
+      if (!nodes_[i]->connect(peers).ok()) std::abort();
+    }
+    for (auto& n : nodes_) {
+      const node::Status ready = n->waitClusterReady(30s);
+      if (!ready.ok()) {
+        fmt::print(stderr, "bench_ps: cluster not ready: {}\n", ready.message());
+        std::abort();
+      }
+    }
+    for (NodeId id : members)
+      plans_.push_back(planFor(id));
+    for (size_t i = 0; i < nodes_.size(); ++i)
+      threads_.emplace_back([this, i] { workerLoop(i); });
+  }
+
+  ~PsBenchCluster() {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    changed_.notify_all();
+    for (auto& t : threads_)
+      t.join();
+    for (auto& w : workers_)
+      w->cancelAll({node::ErrorCode::kShutdown, "benchmark over"});
+    // Nodes stop before the servers and workers their handlers point to go away.
+    for (auto& n : nodes_)
+      n->shutdown(0ms);
+  }
+
+  // One round: every worker moves all its remote keys; the first error, or "" when none.
+  std::string round() {
+    std::unique_lock lock(mu_);
+    ++round_;
+    finished_ = 0;
+    error_.clear();
+    changed_.notify_all();
+    changed_.wait(lock, [&] { return finished_ == nodes_.size(); });
+    return error_;
+  }
+
+  // After `rounds` rounds, checks that the work really happened: every read went to an owner,
+  // and every push was applied (worker 0 reads its keys of one owner again and compares them
+  // with the sum of all pushes). The problem, or "" when none.
+  std::string check(size_t rounds) {
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      const WorkerStats stats = workers_[i]->stats();
+      const size_t keys = plans_[i].keys * operationsPerMessage() * rounds;
+      if (stats.keys_local != 0 || stats.cache_hits != 0 || stats.keys_remote != keys) {
+        return fmt::format("worker {}: {} local, {} cached, {} remote key operations ({} expected)",
+                           i, stats.keys_local, stats.cache_hits, stats.keys_remote, keys);
+      }
+    }
+    const Plan& plan = plans_[0];
+    std::vector<float> values(plan.lengths[0]);
+    if (node::Status status = workers_[0]->wait(workers_[0]->pull(plan.messages[0], values));
+        !status.ok()) {
+      return "final read: " + status.toString();
+    }
+    // Each key is pushed once per round by every worker but its owner: w -= lr * 1e-3 each time.
+    const double pushes =
+        config_.traffic == Traffic::kPull ? 0.0 : static_cast<double>(rounds * (nodes_.size() - 1));
+    const double expected = -pushes * kLr * kGrad;
+    for (float v : values) {
+      if (std::abs(v - expected) > 1e-3 * std::abs(expected) + 1e-9) {
+        return fmt::format("key value {} after {} pushes, expected {}", v, pushes, expected);
+      }
+    }
+    return "";
+  }
+
+  // Keys pushed + pulled in one round, all workers.
+  size_t keysPerRound() const { return sumOver(&Plan::keys) * operationsPerMessage(); }
+  // Value bytes pushed + pulled in one round, all workers.
+  size_t payloadPerRound() const {
+    return sumOver(&Plan::floats) * sizeof(float) * operationsPerMessage();
+  }
+  // Push and pull messages (requests that carry or fetch values) in one round, all workers.
+  size_t messagesPerRound() const {
+    size_t n = 0;
+    for (const Plan& p : plans_)
+      n += p.messages.size();
+    return n * operationsPerMessage();
+  }
+  // Bytes all nodes handed to their sockets so far.
+  uint64_t wireBytesOut() const {
+    uint64_t total = 0;
+    for (const auto& n : nodes_) {
+      for (NodeId peer = 0; peer < nodes_.size(); ++peer) {
+        if (peer != n->id()) total += n->stats(peer).bytes_out;
+      }
+    }
+    return total;
+  }
+
+ private:
+  // A worker's messages: one owner's keys each, owners taken in turn so that every connection
+  // carries traffic at once; each message's floats at `offsets[m]` in the worker's buffers.
+  struct Plan {
+    std::vector<std::vector<Key>> messages;
+    std::vector<size_t> offsets;
+    std::vector<size_t> lengths;
+    size_t keys = 0;
+    size_t floats = 0;
+    std::vector<float> grads;
+    std::vector<float> pulled;
+  };
+
+  static std::vector<NodeId> memberIds(size_t n) {
+    std::vector<NodeId> ids(n);
+    for (size_t i = 0; i < n; ++i)
+      ids[i] = static_cast<NodeId>(i);
+    return ids;
+  }
+
+  size_t operationsPerMessage() const { return config_.traffic == Traffic::kPushPull ? 2 : 1; }
+
+  size_t sumOver(size_t Plan::*field) const {
+    size_t n = 0;
+    for (const Plan& p : plans_)
+      n += p.*field;
+    return n;
+  }
+
+  Plan planFor(NodeId self) const {
+    const size_t per_message =
+        std::max<size_t>(1, config_.message_bytes / (config_.key_floats * sizeof(float)));
+    std::vector<std::vector<std::vector<Key>>> by_owner(config_.nodes);
+    for (Key k = 0; k < layout_.numKeys(); ++k) {
+      const NodeId owner = map_.home(k);
+      if (owner == self) continue;
+      auto& chunks = by_owner[owner];
+      if (chunks.empty() || chunks.back().size() == per_message) chunks.emplace_back();
+      chunks.back().push_back(k);
+    }
+    Plan plan;
+    for (size_t i = 0;; ++i) {
+      bool any = false;
+      for (auto& chunks : by_owner) {
+        if (i >= chunks.size()) continue;
+        any = true;
+        size_t floats = 0;
+        for (Key k : chunks[i])
+          floats += layout_.length(k);
+        plan.offsets.push_back(plan.floats);
+        plan.lengths.push_back(floats);
+        plan.floats += floats;
+        plan.keys += chunks[i].size();
+        plan.messages.push_back(std::move(chunks[i]));
+      }
+      if (!any) break;
+    }
+    plan.grads.assign(plan.floats, kGrad);
+    plan.pulled.assign(plan.floats, 0.0f);
+    return plan;
+  }
+
+  void workerLoop(size_t index) {
+    uint64_t done = 0;
+    for (;;) {
+      {
+        std::unique_lock lock(mu_);
+        changed_.wait(lock, [&] { return stopping_ || round_ > done; });
+        if (stopping_) return;
+        done = round_;
+      }
+      const node::Status status = runRound(index);
+      {
+        std::lock_guard lock(mu_);
+        if (!status.ok() && error_.empty()) {
+          error_ = fmt::format("worker {}: {}", index, status.toString());
+        }
+        ++finished_;
+      }
+      changed_.notify_all();
+    }
+  }
+
+  // Issues the worker's pushes and pulls with at most `window` in flight, waiting for the
+  // oldest first (the order they complete in when every owner is equally fast).
+  node::Status runRound(size_t index) {
+    KvWorker& worker = *workers_[index];
+    Plan& plan = plans_[index];
+    std::deque<KvWorker::Handle> in_flight;
+    node::Status first;
+    auto settle = [&](size_t keep) {
+      while (in_flight.size() > keep) {
+        node::Status status = worker.wait(in_flight.front());
+        in_flight.pop_front();
+        if (first.ok() && !status.ok()) first = status;
+      }
+    };
+    const bool push = config_.traffic != Traffic::kPull;
+    const bool pull = config_.traffic != Traffic::kPush;
+    for (size_t m = 0; m < plan.messages.size(); ++m) {
+      const std::span<const Key> keys = plan.messages[m];
+      if (push) {
+        in_flight.push_back(worker.push(
+            keys, std::span<const float>(plan.grads).subspan(plan.offsets[m], plan.lengths[m])));
+        settle(config_.window);
+      }
+      if (pull) {
+        in_flight.push_back(worker.pull(
+            keys, std::span<float>(plan.pulled).subspan(plan.offsets[m], plan.lengths[m])));
+        settle(config_.window);
+      }
+    }
+    settle(0);
+    return first;
+  }
+
+  BenchConfig config_;
+  ChunkLayout layout_;
+  ShardMap map_;
+  std::vector<std::unique_ptr<node::Node>> nodes_;
+  std::vector<std::unique_ptr<KvServer>> servers_;
+  std::vector<std::unique_ptr<KvWorker>> workers_;
+  std::vector<Plan> plans_;
+  std::vector<std::thread> threads_;
+  std::mutex mu_;
+  std::condition_variable changed_;
+  uint64_t round_ = 0;
+  size_t finished_ = 0;
+  std::string error_;
+  bool stopping_ = false;
+};
+
+void BM_PsThroughput(benchmark::State& state) {
+  BenchConfig config;
+  config.nodes = static_cast<size_t>(state.range(0));
+  config.key_floats = static_cast<size_t>(state.range(1));
+  config.traffic = static_cast<Traffic>(state.range(2));
+  config.message_bytes = static_cast<size_t>(state.range(3)) * 1024;
+  config.window = static_cast<size_t>(state.range(4));
+  PsBenchCluster cluster(config);
+  bench::RawStream raw;
+  const size_t messages = cluster.messagesPerRound();
+  const size_t payload = cluster.payloadPerRound();
+  const size_t raw_message = (payload + messages / 2) / messages;
+
+  // One round and one raw transfer unmeasured: connections warm, buffers allocated.
+  if (std::string error = cluster.round(); !error.empty()) {
+    state.SkipWithError(error.c_str());
+    return;
+  }
+  raw.transfer(raw_message, messages);
+
+  double ps_seconds = 0, raw_seconds = 0, ps_cpu = 0, raw_cpu = 0;
+  const uint64_t wire_before = cluster.wireBytesOut();
+  for (auto _ : state) {
+    double cpu = processCpuSeconds();
+    const auto start = std::chrono::steady_clock::now();
+    const std::string error = cluster.round();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ps_cpu += processCpuSeconds() - cpu;
+    if (!error.empty()) {
+      state.SkipWithError(error.c_str());
+      break;  // the loop must end through the iterator once an error is set
+    }
+    state.SetIterationTime(seconds);
+    ps_seconds += seconds;
+    cpu = processCpuSeconds();
+    raw_seconds += raw.transfer(raw_message, messages);
+    raw_cpu += processCpuSeconds() - cpu;
+  }
+  if (state.error_occurred()) return;
+  if (std::string problem = cluster.check(state.iterations() + 1); !problem.empty()) {
+    state.SkipWithError(problem.c_str());
+    return;
+  }
+  const double rounds = static_cast<double>(state.iterations());
+  const double bytes = rounds * static_cast<double>(payload);
+  state.counters["keys_per_s"] = rounds * static_cast<double>(cluster.keysPerRound()) / ps_seconds;
+  state.counters["MB_per_s"] = bytes / ps_seconds / 1e6;
+  state.counters["raw_MB_per_s"] = bytes / raw_seconds / 1e6;
+  state.counters["ratio"] = raw_seconds / ps_seconds;
+  state.counters["wire_per_payload"] =
+      static_cast<double>(cluster.wireBytesOut() - wire_before) / bytes;
+  state.counters["cpu_ns_per_B"] = ps_cpu / bytes * 1e9;
+  state.counters["raw_cpu_ns_per_B"] = raw_cpu / bytes * 1e9;
+  state.counters["cpu_ratio"] = raw_cpu / ps_cpu;
+  state.SetLabel(fmt::format("{} nodes, {} floats/key, {}, {} KiB/msg, window {}", config.nodes,
+                             config.key_floats, trafficName(config.traffic), raw_message / 1024,
+                             config.window));
+}
+
+// Args: nodes, floats per key, traffic (0 push+pull, 1 push, 2 pull), KiB per message, window.
+void throughputArgs(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"nodes", "floats", "traffic", "msg_KiB", "window"});
+  // The issue's figures: push + pull, 2 and 4 nodes, small and large values.
+  for (int64_t nodes : {2, 4}) {
+    for (int64_t floats : {64, 4096})
+      b->Args({nodes, floats, 0, 128, 8});
+  }
+  // Push and pull alone, to see which side costs what.
+  for (int64_t nodes : {2, 4}) {
+    for (int64_t floats : {64, 4096}) {
+      b->Args({nodes, floats, 1, 128, 8});
+      b->Args({nodes, floats, 2, 128, 8});
+    }
+  }
+  // Message size and window, 2 nodes, large values.
+  for (int64_t kib : {16, 1024})
+    b->Args({2, 4096, 0, kib, 8});
+  for (int64_t window : {1, 32})
+    b->Args({2, 4096, 0, 128, window});
+}
+
+BENCHMARK(BM_PsThroughput)->Apply(throughputArgs)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace chorus::ps
+
+BENCHMARK_MAIN();
