@@ -21,9 +21,11 @@ KeyStore::KeyStore(const ChunkLayout& layout, const ShardMap& map, NodeId self,
     throw std::invalid_argument(fmt::format("initial model has {} floats, the key layout {}",
                                             initial.size(), layout.total()));
   }
+  entries_.resize(layout.numKeys());
   for (Key key = 0; key < layout.numKeys(); ++key) {
     if (map.home(key) != self) continue;
-    KeyEntry& entry = entries_[key];
+    entries_[key] = std::make_unique<KeyEntry>();
+    KeyEntry& entry = *entries_[key];
     const auto slice = initial.subspan(layout.offset(key), layout.length(key));
     entry.values.assign(slice.begin(), slice.end());
     if (optimizer_.sgd.momentum != 0.0) entry.velocity.assign(slice.size(), 0.0f);
@@ -41,7 +43,7 @@ std::optional<std::string> KeyStore::check(std::span<const uint64_t> keys,
       return fmt::format("unknown key {}: the model has keys 0..{}", keys[i],
                          layout_.numKeys() - 1);
     }
-    if (!entries_.count(keys[i])) {
+    if (!entries_[keys[i]]) {
       return fmt::format("key {} is not owned here (its owner is node {})", keys[i],
                          map_.home(keys[i]));
     }
@@ -58,15 +60,22 @@ std::optional<std::string> KeyStore::check(std::span<const uint64_t> keys,
 
 void KeyStore::read(std::span<const uint64_t> keys, std::vector<float>& out) const {
   for (Key key : keys) {
-    const KeyEntry& entry = entries_.at(key);
+    const KeyEntry& entry = *entries_[key];
     out.insert(out.end(), entry.values.begin(), entry.values.end());
+  }
+}
+
+void KeyStore::copyTo(std::span<const uint64_t> keys, float* out) const {
+  for (Key key : keys) {
+    const KeyEntry& entry = *entries_[key];
+    out = std::copy(entry.values.begin(), entry.values.end(), out);
   }
 }
 
 void KeyStore::apply(std::span<const uint64_t> keys, std::span<const float> grads) {
   size_t offset = 0;
   for (Key key : keys) {
-    KeyEntry& entry = entries_.at(key);
+    KeyEntry& entry = *entries_[key];
     const size_t len = entry.values.size();
     switch (entry.technique) {
       case KeyTechnique::kHome:
@@ -89,16 +98,14 @@ size_t KeyStore::floatsOf(std::span<const uint64_t> keys) const {
 
 std::vector<Key> KeyStore::ownedKeys() const {
   std::vector<Key> keys;
-  keys.reserve(entries_.size());
-  for (const auto& [key, entry] : entries_)
-    keys.push_back(key);
-  std::sort(keys.begin(), keys.end());
+  for (Key key = 0; key < entries_.size(); ++key) {
+    if (entries_[key]) keys.push_back(key);
+  }
   return keys;
 }
 
 const KeyEntry* KeyStore::find(Key key) const {
-  auto it = entries_.find(key);
-  return it == entries_.end() ? nullptr : &it->second;
+  return key < entries_.size() ? entries_[key].get() : nullptr;
 }
 
 }  // namespace chorus::ps

@@ -4,10 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "ml/optimizer.h"
@@ -59,6 +59,8 @@ class KeyStore {
                                    std::optional<size_t> values) const;
   // Appends the values of checked `keys` to `out`, in key order.
   void read(std::span<const uint64_t> keys, std::vector<float>& out) const;
+  // Writes the values of checked `keys` to `out` (exactly floatsOf(keys) floats), in key order.
+  void copyTo(std::span<const uint64_t> keys, float* out) const;
   // Applies the gradients `grads` (key order, checked) with the owner optimizer.
   void apply(std::span<const uint64_t> keys, std::span<const float> grads);
 
@@ -76,7 +78,8 @@ class KeyStore {
   ShardMap map_;
   NodeId self_;
   OwnerOptimizer optimizer_;
-  std::unordered_map<Key, KeyEntry> entries_;
+  // Indexed by key (the layout's keys are dense); null where another node owns the key.
+  std::vector<std::unique_ptr<KeyEntry>> entries_;
   uint64_t updates_ = 0;
 };
 

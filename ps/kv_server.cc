@@ -59,7 +59,7 @@ void KvServer::pull(WorkerId worker, Clock clock, Clock min_clock, std::vector<u
       std::lock_guard lock(mu_);
       ++summary_.errors;
     }
-    answer(*error, 0, {}, {});
+    answer(*error, 0, {}, nullptr);
     return;
   }
   const bool ready = clocks_.ready(min_clock);
@@ -72,14 +72,11 @@ void KvServer::pull(WorkerId worker, Clock clock, Clock min_clock, std::vector<u
   // holds every update that arrived before the condition became true.
   clocks_.whenReady(min_clock, [this, keys = std::move(keys), answer = std::move(answer)] {
     applyDue();
-    std::vector<float> values;
-    values.reserve(store_.floatsOf(keys));
-    store_.read(keys, values);
     {
       std::lock_guard lock(mu_);
       ++summary_.pulls;
     }
-    answer("", clocks_.minClock(), keys, values);
+    answer("", clocks_.minClock(), keys, &store_);
   });
 }
 
@@ -158,21 +155,26 @@ void KvServer::onPullFrame(WorkerId from, const wire::Envelope& envelope) {
   const uint64_t id = request->request();
   pull(from, request->clock(), request->min_clock(), std::move(keys),
        [this, from, id](const std::string& error, Clock min_clock, std::span<const uint64_t> keys,
-                        std::span<const float> values) {
+                        const KeyStore* store) {
          if (!error.empty()) {
            replyError(from, id, static_cast<int8_t>(wire::PsOp::Pull), error);
            return;
          }
+         const size_t floats = store->floatsOf(keys);
          node::SharedFrame frame = node_.encode(
              wire::Body::PsReply,
              [&](flatbuffers::FlatBufferBuilder& b) {
                auto key_vector = b.CreateVector(keys.data(), keys.size());
-               auto value_vector = b.CreateVector(values.data(), values.size());
+               // The values go from the store straight into the frame (filled at once: the
+               // builder must not run in between).
+               float* out = nullptr;
+               auto value_vector = b.CreateUninitializedVector(floats, &out);
+               store->copyTo(keys, out);
                return wire::CreatePsReply(b, id, wire::PsOp::Pull, 0, min_clock, key_vector,
                                           value_vector)
                    .Union();
              },
-             values.size() * sizeof(float) + keys.size() * sizeof(uint64_t) + 256);
+             floats * sizeof(float) + keys.size() * sizeof(uint64_t) + 256);
          node_.send(from, frame);
        });
 }

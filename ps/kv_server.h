@@ -43,11 +43,10 @@ struct ServerOptions {
   std::function<void(const std::vector<WorkerId>&, Clock)> on_waiting;
 };
 
-// Answer to a pull: empty `error`, the owner's minimum worker clock and the values in key order;
-// or an error (no values).
-using PullAnswer =
-    std::function<void(const std::string& error, Clock min_clock, std::span<const uint64_t> keys,
-                       std::span<const float> values)>;
+// Answer to a pull: empty `error`, the owner's minimum worker clock and the store to copy the
+// values of `keys` from (valid during the call: KeyStore::copyTo); or an error (no store).
+using PullAnswer = std::function<void(const std::string& error, Clock min_clock,
+                                      std::span<const uint64_t> keys, const KeyStore* store)>;
 
 // What an owner saw over a run; any thread.
 struct ServerSummary {

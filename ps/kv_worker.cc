@@ -27,6 +27,10 @@ KvWorker::KvWorker(node::Node& node, KvServer& local, const ShardMap& map,
   for (NodeId n : map_.nodes()) {
     if (n != self_) others_.push_back(n);
   }
+  // Every request groups its keys by owner: look each key's owner up once.
+  homes_.resize(layout_.numKeys());
+  for (Key key = 0; key < homes_.size(); ++key)
+    homes_[key] = map_.home(key);
 }
 
 void KvWorker::checkRequest(std::span<const Key> keys, size_t floats_given,
@@ -109,7 +113,7 @@ KvWorker::Handle KvWorker::pullImpl(std::optional<Clock> min_clock, std::span<co
         }
       }
       if (!min_clock) ++stats_.cache_misses;
-      Group& g = groups[map_.home(key)];
+      Group& g = groups[homes_[key]];
       g.keys.push_back(key);
       g.dest.push_back(p);
       p += len;
@@ -139,12 +143,14 @@ KvWorker::Handle KvWorker::pullImpl(std::optional<Clock> min_clock, std::span<co
           node_.post([this, id = id, reader, required, keys = std::move(request_keys)] {
             local_.pull(self_, reader, required, keys,
                         [this, id](const std::string& error, Clock stamp,
-                                   std::span<const uint64_t> k, std::span<const float> v) {
+                                   std::span<const uint64_t> k, const KeyStore* store) {
                           if (!error.empty()) {
                             finishSub(id, {node::ErrorCode::kProtocol, error}, 0, {}, {});
-                          } else {
-                            finishSub(id, {}, stamp, k, v);
+                            return;
                           }
+                          std::vector<float> values(store->floatsOf(k));
+                          store->copyTo(k, values.data());
+                          finishSub(id, {}, stamp, k, values);
                         });
           });
       if (!posted) {
@@ -171,7 +177,9 @@ KvWorker::Handle KvWorker::push(std::span<const Key> keys, std::span<const float
   checkRequest(keys, grads.size(), "push");
   struct Group {
     std::vector<Key> keys;
-    std::vector<float> values;
+    std::vector<float> values;   // for this node's own server (it outlives the call)
+    std::vector<size_t> starts;  // for other owners: where each key's floats are in `grads`
+    size_t floats = 0;
   };
   std::map<NodeId, Group> groups;
   std::vector<std::tuple<uint64_t, NodeId, Group*>> sends;
@@ -193,9 +201,15 @@ KvWorker::Handle KvWorker::push(std::span<const Key> keys, std::span<const float
           cache_.erase(it);
         }
       }
-      Group& g = groups[map_.home(key)];
+      const NodeId home = homes_[key];
+      Group& g = groups[home];
       g.keys.push_back(key);
-      g.values.insert(g.values.end(), grad.begin(), grad.end());
+      g.floats += len;
+      if (home == self_) {
+        g.values.insert(g.values.end(), grad.begin(), grad.end());
+      } else {
+        g.starts.push_back(offset - len);
+      }
     }
     handle = begin(groups.size(), done, lock);
     for (auto& [owner, group] : groups) {
@@ -237,10 +251,16 @@ KvWorker::Handle KvWorker::push(std::span<const Key> keys, std::span<const float
         wire::Body::PsPush,
         [&](flatbuffers::FlatBufferBuilder& b) {
           auto key_vector = b.CreateVector(group->keys.data(), group->keys.size());
-          auto value_vector = b.CreateVector(group->values.data(), group->values.size());
+          // Straight from the caller's gradients into the frame (filled at once).
+          float* out = nullptr;
+          auto value_vector = b.CreateUninitializedVector(group->floats, &out);
+          for (size_t i = 0; i < group->keys.size(); ++i) {
+            const size_t len = layout_.length(group->keys[i]);
+            out = std::copy_n(grads.data() + group->starts[i], len, out);
+          }
           return wire::CreatePsPush(b, id, clock, key_vector, value_vector).Union();
         },
-        group->values.size() * sizeof(float) + group->keys.size() * sizeof(uint64_t) + 128);
+        group->floats * sizeof(float) + group->keys.size() * sizeof(uint64_t) + 128);
     node_.send(owner, frame, [this, id = id](node::NodeId, const node::Status& status) {
       if (!status.ok()) finishSub(id, status, 0, {}, {});
     });

@@ -135,6 +135,7 @@ class KvWorker {
   RowCacheRule fresh_;
   NodeId self_;
   std::vector<NodeId> others_;
+  std::vector<NodeId> homes_;  // the owner of every key of the layout
 
   mutable std::mutex mu_;
   std::condition_variable completed_;
