@@ -19,7 +19,7 @@ constexpr Staleness kExplicitMinClock{0};
 
 }  // namespace
 
-KvServer::KvServer(node::Node& node, KeyStore store, std::vector<WorkerId> workers,
+KvServer::KvServer(node::Node& node, KeyStore store, const std::vector<WorkerId>& workers,
                    ServerOptions options)
     : node_(node),
       store_(std::move(store)),
@@ -273,6 +273,7 @@ void KvServer::tick(SteadyClock::time_point now) {
   const Clock needed = *clocks_.lowestParked();
   const std::vector<WorkerId> lagging = clocks_.laggingBehind(needed);
   std::vector<std::string> who;
+  who.reserve(lagging.size());
   for (WorkerId w : lagging)
     who.push_back(fmt::format("{} (at clock {})", w, clocks_.clockOf(w)));
   node_.logger().info("{} pull(s) wait until every worker reaches clock {}; waiting for node(s) {}",

@@ -61,7 +61,8 @@ class KvServer {
  public:
   // `workers` are every member (each node is a worker). Installs the PsPull / PsPush / PsClock
   // handlers on `node`; the node must stop before this object is destroyed.
-  KvServer(node::Node& node, KeyStore store, std::vector<WorkerId> workers, ServerOptions options);
+  KvServer(node::Node& node, KeyStore store, const std::vector<WorkerId>& workers,
+           ServerOptions options);
   KvServer(const KvServer&) = delete;
   KvServer& operator=(const KvServer&) = delete;
 

@@ -65,33 +65,40 @@ WorkerStats KvWorker::stats() const {
   return stats_;
 }
 
-KvWorker::Handle KvWorker::pull(std::span<const Key> keys, std::span<float> out, Callback done) {
-  return pullImpl(std::nullopt, keys, out, std::move(done));
+KvWorker::Handle KvWorker::pull(std::span<const Key> keys, std::span<float> out,
+                                const Callback& done) {
+  return pullImpl(std::nullopt, keys, out, done);
 }
 
 KvWorker::Handle KvWorker::pullAt(Clock min_clock, std::span<const Key> keys, std::span<float> out,
-                                  Callback done) {
-  return pullImpl(min_clock, keys, out, std::move(done));
+                                  const Callback& done) {
+  return pullImpl(min_clock, keys, out, done);
 }
 
-KvWorker::Handle KvWorker::begin(size_t parts, Callback done, std::unique_lock<std::mutex>&) {
+KvWorker::Handle KvWorker::begin(size_t parts, const Callback& done,
+                                 std::unique_lock<std::mutex>&) {
   const Handle handle = next_handle_++;
   Operation& op = operations_[handle];
   op.remaining = parts;
-  op.done = std::move(done);
+  op.done = done;
   op.complete = parts == 0;
   return handle;
 }
 
 KvWorker::Handle KvWorker::pullImpl(std::optional<Clock> min_clock, std::span<const Key> keys,
-                                    std::span<float> out, Callback done) {
+                                    std::span<float> out, const Callback& done) {
   checkRequest(keys, out.size(), "pull");
   struct Group {
     std::vector<Key> keys;
     std::vector<float*> dest;
   };
   std::map<NodeId, Group> groups;
-  std::vector<std::tuple<uint64_t, NodeId, std::vector<Key>>> sends;
+  struct Send {
+    uint64_t id;
+    NodeId owner;
+    std::vector<Key> keys;
+  };
+  std::vector<Send> sends;
   Clock reader = 0, required = 0;
   Handle handle = 0;
   std::vector<uint64_t> failed;  // sub-requests to owners known to be down
@@ -125,12 +132,15 @@ KvWorker::Handle KvWorker::pullImpl(std::optional<Clock> min_clock, std::span<co
       if (owner != self_ && !down_owners_.count(owner)) ++stats_.messages_sent;
       if (owner != self_ && down_owners_.count(owner)) failed.push_back(id);
       requests_[id] = SubRequest{handle, owner, true, group.keys, std::move(group.dest)};
-      sends.emplace_back(id, owner, std::move(group.keys));
+      sends.push_back(Send{id, owner, std::move(group.keys)});
     }
     if (groups.empty() && done) operations_.erase(handle);
   }
   if (groups.empty() && done) done({});
-  for (auto& [id, owner, request_keys] : sends) {
+  for (Send& send : sends) {
+    const uint64_t id = send.id;
+    const NodeId owner = send.owner;
+    std::vector<Key>& request_keys = send.keys;
     if (std::find(failed.begin(), failed.end(), id) != failed.end()) {
       finishSub(id, {node::ErrorCode::kNotConnected, fmt::format("owner node {} is down", owner)},
                 0, {}, {});
@@ -139,20 +149,19 @@ KvWorker::Handle KvWorker::pullImpl(std::optional<Clock> min_clock, std::span<co
     if (owner == self_) {
       // Same loop, same order as this worker's earlier local pushes: no network, no copy of
       // the values until the answer.
-      const bool posted =
-          node_.post([this, id = id, reader, required, keys = std::move(request_keys)] {
-            local_.pull(self_, reader, required, keys,
-                        [this, id](const std::string& error, Clock stamp,
-                                   std::span<const uint64_t> k, const KeyStore* store) {
-                          if (!error.empty()) {
-                            finishSub(id, {node::ErrorCode::kProtocol, error}, 0, {}, {});
-                            return;
-                          }
-                          std::vector<float> values(store->floatsOf(k));
-                          store->copyTo(k, values.data());
-                          finishSub(id, {}, stamp, k, values);
-                        });
-          });
+      const bool posted = node_.post([this, id, reader, required, keys = std::move(request_keys)] {
+        local_.pull(self_, reader, required, keys,
+                    [this, id](const std::string& error, Clock stamp, std::span<const uint64_t> k,
+                               const KeyStore* store) {
+                      if (!error.empty()) {
+                        finishSub(id, {node::ErrorCode::kProtocol, error}, 0, {}, {});
+                        return;
+                      }
+                      std::vector<float> values(store->floatsOf(k));
+                      store->copyTo(k, values.data());
+                      finishSub(id, {}, stamp, k, values);
+                    });
+      });
       if (!posted) {
         finishSub(id, {node::ErrorCode::kShutdown, "the node is shutting down"}, 0, {}, {});
       }
@@ -165,7 +174,7 @@ KvWorker::Handle KvWorker::pullImpl(std::optional<Clock> min_clock, std::span<co
           return wire::CreatePsPull(b, id, reader, required, key_vector).Union();
         },
         request_keys.size() * sizeof(uint64_t) + 128);
-    node_.send(owner, frame, [this, id = id](node::NodeId, const node::Status& status) {
+    node_.send(owner, frame, [this, id](node::NodeId, const node::Status& status) {
       if (!status.ok()) finishSub(id, status, 0, {}, {});
     });
   }
@@ -173,7 +182,7 @@ KvWorker::Handle KvWorker::pullImpl(std::optional<Clock> min_clock, std::span<co
 }
 
 KvWorker::Handle KvWorker::push(std::span<const Key> keys, std::span<const float> grads,
-                                Callback done) {
+                                const Callback& done) {
   checkRequest(keys, grads.size(), "push");
   struct Group {
     std::vector<Key> keys;
@@ -182,7 +191,12 @@ KvWorker::Handle KvWorker::push(std::span<const Key> keys, std::span<const float
     size_t floats = 0;
   };
   std::map<NodeId, Group> groups;
-  std::vector<std::tuple<uint64_t, NodeId, Group*>> sends;
+  struct Send {
+    uint64_t id;
+    NodeId owner;
+    Group* group;
+  };
+  std::vector<Send> sends;
   Clock clock = 0;
   Handle handle = 0;
   {
@@ -217,12 +231,15 @@ KvWorker::Handle KvWorker::push(std::span<const Key> keys, std::span<const float
       (owner == self_ ? stats_.keys_local : stats_.keys_remote) += group.keys.size();
       requests_[id] = SubRequest{handle, owner, false, group.keys, {}};
       if (owner != self_ && !down_owners_.count(owner)) ++stats_.messages_sent;
-      sends.emplace_back(id, owner, &group);
+      sends.push_back(Send{id, owner, &group});
     }
     if (groups.empty() && done) operations_.erase(handle);
   }
   if (groups.empty() && done) done({});
-  for (auto& [id, owner, group] : sends) {
+  for (const Send& send : sends) {
+    const uint64_t id = send.id;
+    const NodeId owner = send.owner;
+    Group* group = send.group;
     bool owner_down = false;
     {
       std::lock_guard lock(mu_);
@@ -235,7 +252,7 @@ KvWorker::Handle KvWorker::push(std::span<const Key> keys, std::span<const float
     }
     if (owner == self_) {
       const bool posted = node_.post(
-          [this, id = id, clock, keys = std::move(group->keys), values = std::move(group->values)] {
+          [this, id, clock, keys = std::move(group->keys), values = std::move(group->values)] {
             if (auto error = local_.push(self_, clock, keys, values)) {
               finishSub(id, {node::ErrorCode::kProtocol, *error}, 0, {}, {});
             } else {
@@ -261,7 +278,7 @@ KvWorker::Handle KvWorker::push(std::span<const Key> keys, std::span<const float
           return wire::CreatePsPush(b, id, clock, key_vector, value_vector).Union();
         },
         group->floats * sizeof(float) + group->keys.size() * sizeof(uint64_t) + 128);
-    node_.send(owner, frame, [this, id = id](node::NodeId, const node::Status& status) {
+    node_.send(owner, frame, [this, id](node::NodeId, const node::Status& status) {
       if (!status.ok()) finishSub(id, status, 0, {}, {});
     });
   }

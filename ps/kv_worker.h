@@ -71,14 +71,14 @@ class KvWorker {
   // Reads `keys` (sorted, unique, in the layout: std::invalid_argument otherwise) into `out`,
   // the keys' floats one after the other; `out` must stay valid until the operation completes.
   // The values hold every update of clocks <= clock() - s - 1 and this worker's own pushes.
-  Handle pull(std::span<const Key> keys, std::span<float> out, Callback done = {});
+  Handle pull(std::span<const Key> keys, std::span<float> out, const Callback& done = {});
   // Reads with an explicit SSP condition: every live worker reached `min_clock`, bypassing the
   // cache (the end-of-run read of the owners' model uses the last clock).
   Handle pullAt(Clock min_clock, std::span<const Key> keys, std::span<float> out,
-                Callback done = {});
+                const Callback& done = {});
   // Sends gradients for `keys` (the floats of each key in order; copied before returning); the
   // owners apply their optimizer.
-  Handle push(std::span<const Key> keys, std::span<const float> grads, Callback done = {});
+  Handle push(std::span<const Key> keys, std::span<const float> grads, const Callback& done = {});
   // Blocks until the operation completed; its status (an owner's error reply, or the owner went
   // down). An operation with a callback is forgotten once complete: wait() then returns ok.
   node::Status wait(Handle handle);
@@ -119,9 +119,9 @@ class KvWorker {
   // exactly `floats_given` floats.
   void checkRequest(std::span<const Key> keys, size_t floats_given, const char* what) const;
   Handle pullImpl(std::optional<Clock> min_clock, std::span<const Key> keys, std::span<float> out,
-                  Callback done);
+                  const Callback& done);
   // Registers an operation of `parts` sub-requests (completes at once when 0).
-  Handle begin(size_t parts, Callback done, std::unique_lock<std::mutex>& lock);
+  Handle begin(size_t parts, const Callback& done, std::unique_lock<std::mutex>& lock);
   // Completes one sub-request; for a pull, copies the values and refreshes the cache.
   void finishSub(uint64_t request, const node::Status& status, Clock min_clock,
                  std::span<const uint64_t> keys, std::span<const float> values);

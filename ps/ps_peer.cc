@@ -213,7 +213,7 @@ PsReport PsPeer::run() {
     }
   };
   auto evaluateAndLog = [&](Clock c, ml::MetricsEvent& event, ml::Model& m) {
-    const ml::Evaluation eval = ml::evaluate(m, data.test);
+    ml::Evaluation eval = ml::evaluate(m, data.test);
     event.add("test_loss", eval.loss).add("test_accuracy", eval.accuracy);
     if (job_.target_acc > 0 && !report.time_to_target && eval.accuracy >= job_.target_acc) {
       report.time_to_target = seconds(SteadyClock::now() - start);
