@@ -339,7 +339,17 @@ void PsPeer::finish(PsReport& report) {
     std::iota(keys.begin(), keys.end(), Key{0});
     log.info("reading the owners' model after clock {} of every worker", job_.rounds);
     const node::Status status = worker_->wait(worker_->pullAt(job_.rounds, keys, owners->params()));
-    if (status.ok()) {
+    // The keys of an owner that went down are gone; they keep the values this worker read last
+    // (the clone starts from them), and the log says so.
+    const bool owners_lost = status.code() == node::ErrorCode::kClosed ||
+                             status.code() == node::ErrorCode::kNotConnected;
+    if (status.ok() || owners_lost) {
+      if (owners_lost) {
+        log.warn(
+            "the owners' model lacks the keys of departed owners ({}); they keep the "
+            "values this worker read last",
+            status.message());
+      }
       const ml::Evaluation eval = ml::evaluate(*owners, job_.data->test);
       report.owner_accuracy = eval.accuracy;
       report.owner_model.assign(owners->params().begin(), owners->params().end());

@@ -134,6 +134,77 @@ INSTANTIATE_TEST_SUITE_P(Staleness, PsTraining, ::testing::Values("0", "2", "inf
                            return info.param == "inf" ? std::string("Async") : "S" + info.param;
                          });
 
+TEST(PsPeer, ANodeThatVanishesMidRunLeavesTheOthersFinishingAndItsLostUpdatesNamed) {
+  constexpr size_t kNodes = 3;
+  constexpr int64_t kClocks = 200;
+  auto data = std::make_shared<const ml::DataSplit>(ml::makeSynthetic(3000, 300, 7));
+  std::vector<NodeId> members{0, 1, 2};
+  std::vector<std::unique_ptr<node::Node>> nodes;
+  std::vector<std::unique_ptr<PsPeer>> peers;
+  for (NodeId i = 0; i < kNodes; ++i) {
+    node::NodeOptions o;
+    o.cluster = "ps-vanish-test";
+    o.self = i;
+    o.members = members;
+    o.heartbeat_interval = 100ms;
+    o.dial_backoff_max = 100ms;
+    o.peer_timeout = 2000ms;
+    o.log_level = spdlog::level::warn;
+    nodes.push_back(std::make_unique<node::Node>(o));
+  }
+  for (NodeId i = 0; i < kNodes; ++i) {
+    run::RunOptions options = trainingOptions();
+    options.rounds = kClocks;
+    options.eval_every = 0;
+    PsOptions po;
+    po.staleness = "1";
+    po.key_floats = 1000;
+    po.down_timeout_s = 0.3;
+    if (i == 2) {
+      // Node 2 vanishes at clock 50: it stops training and its node closes every connection.
+      po.on_clock_end = [&nodes, &peers](Clock c, std::span<const float>) {
+        if (c == 50) {
+          peers[2]->stop();
+          nodes[2]->shutdown(0ms);
+        }
+      };
+    }
+    peers.push_back(std::make_unique<PsPeer>(
+        *nodes[i], run::prepareNodeJob(options, data, i, kNodes, ""), members, po));
+    EXPECT_TRUE(nodes[i]->listen().ok());
+  }
+  for (size_t i = 0; i < kNodes; ++i) {
+    std::vector<node::PeerAddress> addresses;
+    for (size_t j = 0; j < kNodes; ++j) {
+      if (j != i) addresses.push_back({static_cast<NodeId>(j), "127.0.0.1", nodes[j]->port()});
+    }
+    EXPECT_TRUE(nodes[i]->connect(addresses).ok());
+  }
+  for (auto& n : nodes)
+    ASSERT_TRUE(n->waitClusterReady(30s).ok());
+  std::vector<std::future<PsReport>> futures;
+  for (auto& p : peers)
+    futures.push_back(std::async(std::launch::async, [peer = p.get()] { return peer->run(); }));
+  std::vector<PsReport> reports;
+  for (auto& f : futures) {
+    ASSERT_EQ(f.wait_for(300s), std::future_status::ready) << "a node did not finish";
+    reports.push_back(f.get());
+  }
+  for (auto& n : nodes)
+    n->shutdown(0ms);
+  EXPECT_TRUE(reports[2].stopped);
+  for (size_t i = 0; i < 2; ++i) {
+    const PsReport& r = reports[i];
+    EXPECT_EQ(r.clocks_done, kClocks) << "node " << i;
+    EXPECT_GT(r.failed_pulls, 0u) << "node " << i << " never missed node 2's keys";
+    ASSERT_EQ(r.server.excluded.count(2), 1u) << "node " << i;
+    EXPECT_GE(r.server.excluded.at(2), 50);
+    EXPECT_EQ(r.departed_peers, std::vector<NodeId>{2});
+  }
+  ASSERT_TRUE(reports[0].owner_accuracy.has_value());
+  EXPECT_GT(*reports[0].owner_accuracy, 0.5);
+}
+
 TEST(PsOptions, BadValuesNameTheFlag) {
   PsOptions o;
   o.staleness = "-1";
