@@ -15,6 +15,7 @@
 #include <sstream>
 #include <system_error>
 
+#include "ml/metrics.h"
 #include "report/json_line.h"
 
 extern char** environ;
@@ -24,34 +25,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kManifest = "runs.jsonl";
-
-std::string jsonQuote(std::string_view text) {
-  std::string out = "\"";
-  for (char c : text) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
-        } else {
-          out.push_back(c);
-        }
-    }
-  }
-  out.push_back('"');
-  return out;
-}
 
 void appendLine(const fs::path& path, const std::string& line, bool truncate) {
   std::ofstream out(path, truncate ? std::ios::trunc : std::ios::app);
@@ -248,7 +221,7 @@ CompareManifest CompareManifest::create(const fs::path& folder, const std::strin
   appendLine(folder / kManifest,
              fmt::format("{{\"event\":\"compare\",\"command\":{},\"target_acc\":{},"
                          "\"variants\":{}}}",
-                         jsonQuote(command), target_acc, jsonQuote(list)),
+                         ml::jsonString(command), target_acc, ml::jsonString(list)),
              true);
   CompareManifest manifest;
   manifest.folder_ = folder;
@@ -259,12 +232,13 @@ void CompareManifest::append(const RunRecord& run) const {
   std::error_code ec;
   fs::path relative = fs::relative(run.dir, folder_, ec);
   if (ec || relative.empty()) relative = run.dir;
-  appendLine(folder_ / kManifest,
-             fmt::format("{{\"event\":\"run\",\"variant\":{},\"seed\":{},\"dir\":{},"
-                         "\"status\":{},\"error\":{}}}",
-                         jsonQuote(run.variant), run.seed, jsonQuote(relative.string()),
-                         jsonQuote(run.error.empty() ? "ok" : "failed"), jsonQuote(run.error)),
-             false);
+  appendLine(
+      folder_ / kManifest,
+      fmt::format("{{\"event\":\"run\",\"variant\":{},\"seed\":{},\"dir\":{},"
+                  "\"status\":{},\"error\":{}}}",
+                  ml::jsonString(run.variant), run.seed, ml::jsonString(relative.string()),
+                  ml::jsonString(run.error.empty() ? "ok" : "failed"), ml::jsonString(run.error)),
+      false);
 }
 
 ReportInput loadReportInput(const fs::path& folder) {

@@ -34,6 +34,21 @@ run::RunOptions trainingOptions() {
   return options;
 }
 
+// Connects listening nodes as a full mesh on loopback and waits until all are connected.
+void connectAll(const std::vector<std::unique_ptr<node::Node>>& nodes) {
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    std::vector<node::PeerAddress> addresses;
+    for (size_t j = 0; j < nodes.size(); ++j) {
+      if (j != i) addresses.push_back({static_cast<NodeId>(j), "127.0.0.1", nodes[j]->port()});
+    }
+    EXPECT_TRUE(nodes[i]->connect(addresses).ok());
+  }
+  for (const auto& n : nodes) {
+    const node::Status ready = n->waitClusterReady(30s);
+    EXPECT_TRUE(ready.ok()) << ready.message();
+  }
+}
+
 struct RunResult {
   std::vector<PsReport> reports;
   std::filesystem::path out;
@@ -66,15 +81,7 @@ RunResult trainFourNodes(const std::string& staleness) {
         *nodes.back(), run::prepareNodeJob(options, data, i, kNodes, ""), members, po));
     EXPECT_TRUE(nodes.back()->listen().ok());
   }
-  for (size_t i = 0; i < kNodes; ++i) {
-    std::vector<node::PeerAddress> addresses;
-    for (size_t j = 0; j < kNodes; ++j) {
-      if (j != i) addresses.push_back({static_cast<NodeId>(j), "127.0.0.1", nodes[j]->port()});
-    }
-    EXPECT_TRUE(nodes[i]->connect(addresses).ok());
-  }
-  for (auto& n : nodes)
-    EXPECT_TRUE(n->waitClusterReady(30s).ok());
+  connectAll(nodes);
   std::vector<std::future<PsReport>> futures;
   for (auto& p : peers)
     futures.push_back(std::async(std::launch::async, [peer = p.get()] { return peer->run(); }));
@@ -173,15 +180,7 @@ TEST(PsPeer, ANodeThatVanishesMidRunLeavesTheOthersFinishingAndItsLostUpdatesNam
         *nodes[i], run::prepareNodeJob(options, data, i, kNodes, ""), members, po));
     EXPECT_TRUE(nodes[i]->listen().ok());
   }
-  for (size_t i = 0; i < kNodes; ++i) {
-    std::vector<node::PeerAddress> addresses;
-    for (size_t j = 0; j < kNodes; ++j) {
-      if (j != i) addresses.push_back({static_cast<NodeId>(j), "127.0.0.1", nodes[j]->port()});
-    }
-    EXPECT_TRUE(nodes[i]->connect(addresses).ok());
-  }
-  for (auto& n : nodes)
-    ASSERT_TRUE(n->waitClusterReady(30s).ok());
+  connectAll(nodes);
   std::vector<std::future<PsReport>> futures;
   for (auto& p : peers)
     futures.push_back(std::async(std::launch::async, [peer = p.get()] { return peer->run(); }));
