@@ -114,7 +114,7 @@ rows, per_run = [], []
 for rule in rules:
     runs = sorted(glob.glob(os.path.join(out, rule.replace(":", "-"), "seed-*")))
     node0_t, all_t, acc0, avg_acc, mean_b, wait_share, round_s, reached = [], [], [], [], [], [], [], 0
-    used, target_round, skipped = [], [], []
+    used, target_round, skipped, stale = [], [], [], []
     for run in runs:
         files = sorted(glob.glob(os.path.join(run, "node-*.jsonl")))
         if len(files) != 8:
@@ -133,6 +133,10 @@ for rule in rules:
         # Neighbor models mixed per round (stale ones within tau included): for deadline:Q the
         # logged b_i is only the plan's floor (wait for >= 1), so this is what it really used.
         u = statistics.mean(e["used"] for e in rounds_ev)
+        # Mean staleness (rounds) of the neighbor models mixed in, over all of them: what the
+        # accuracy per round follows (docs/consensus-experiment.md).
+        n_used = sum(e["used"] for e in rounds_ev)
+        st = sum(e["staleness_mean"] * e["used"] for e in rounds_ev) / n_used if n_used else 0.0
         tr = [e["round"] for e in nodes[0] if e.get("event") == "target"]
         share = statistics.mean(finals[i][0]["wait_s"] / finals[i][0]["seconds"] for i in nodes)
         # Rounds jumped over by iteration skipping, summed over the nodes.
@@ -142,36 +146,37 @@ for rule in rules:
         seed = os.path.basename(run)
         per_run.append((rule, seed, t0, tall, finals[0][0]["test_accuracy"],
                         finals[0][0].get("average_accuracy"), b, u, share, rs,
-                        tr[0] if tr else None, sk))
+                        tr[0] if tr else None, sk, st))
+        stale.append(st)
         used.append(u); target_round.append(tr[0] if tr else None); skipped.append(sk)
         node0_t.append(t0); all_t.append(tall); acc0.append(finals[0][0]["test_accuracy"])
         avg_acc.append(finals[0][0].get("average_accuracy")); mean_b.append(b)
         wait_share.append(share); round_s.append(rs); reached += t0 is not None
     rows.append((rule, len(node0_t), reached, med(node0_t), med(all_t), med(acc0), med(avg_acc),
                  med(mean_b), med(used), med(wait_share), med(round_s), med(target_round),
-                 med(skipped)))
+                 med(skipped), med(stale)))
 
 base = next((r[3] for r in rows if r[0] == "wait-all"), None)
 with open(os.path.join(out, "results.md"), "w") as f:
     f.write(f"| rule | seeds | reached {target:.0%} (node 0) | time to {target:.0%}, node 0 (s) "
             f"| time to {target:.0%}, all nodes (s) | speed-up vs wait-all | final acc node 0 "
             f"| acc of average | mean b_i | models mixed / round | wait share | s / round "
-            f"| round of {target:.0%} (node 0) | skipped rounds |\n")
-    f.write("|" + " --- |" * 14 + "\n")
-    for (rule, n, reached, t0, tall, a0, aavg, b, u, share, rs, tr, sk) in rows:
+            f"| round of {target:.0%} (node 0) | skipped rounds | staleness of mixed models |\n")
+    f.write("|" + " --- |" * 15 + "\n")
+    for (rule, n, reached, t0, tall, a0, aavg, b, u, share, rs, tr, sk, st) in rows:
         speed = base / t0 if base and t0 else None
         f.write(f"| {rule} | {n} | {reached}/{n} | {fmt(t0, '.1f')} | {fmt(tall, '.1f')} "
                 f"| {fmt(speed, '.2f')}x | {fmt(a0 and a0 * 100, '.2f')}% "
                 f"| {fmt(aavg and aavg * 100, '.2f')}% | {fmt(b, '.2f')} | {fmt(u, '.2f')} "
                 f"| {fmt(share and share * 100, '.0f')}% | {fmt(rs, '.3f')} | {fmt(tr, '.0f')} "
-                f"| {fmt(sk, '.0f')} |\n")
+                f"| {fmt(sk, '.0f')} | {fmt(st, '.2f')} |\n")
     f.write("\nPer run:\n\n| rule | seed | t97 node 0 (s) | t97 all (s) | final acc | avg acc "
             "| mean b_i | models mixed | wait share | s / round | round of target "
-            "| skipped rounds |\n" + "|" + " --- |" * 12 + "\n")
-    for (rule, seed, t0, tall, a0, aavg, b, u, share, rs, tr, sk) in per_run:
+            "| skipped rounds | staleness |\n" + "|" + " --- |" * 13 + "\n")
+    for (rule, seed, t0, tall, a0, aavg, b, u, share, rs, tr, sk, st) in per_run:
         f.write(f"| {rule} | {seed} | {fmt(t0, '.1f')} | {fmt(tall, '.1f')} | {a0 * 100:.2f}% "
                 f"| {fmt(aavg and aavg * 100, '.2f')}% | {b:.2f} | {u:.2f} | {share * 100:.0f}% "
-                f"| {rs:.3f} | {fmt(tr, '.0f')} | {sk} |\n")
+                f"| {rs:.3f} | {fmt(tr, '.0f')} | {sk} | {st:.2f} |\n")
 
 # Plot data (seed 1 of each rule): node 0's test accuracy against its wall time, and the
 # backups b_i of every node against the round for the dynamic rule.

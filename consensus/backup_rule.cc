@@ -93,12 +93,20 @@ DynamicEstimate estimateDynamic(const RoundObservation& obs, double tolerance) {
   // iterate, so it is often near or below 0: the floor keeps a round worth something.
   const double signal = std::max(g - noise, kMinSignalShare * g);
   const double late = std::clamp(obs.late_credit, 0.0, 1.0);
+  const double backup_used = std::clamp(obs.backup_used, 0.0, 1.0);
+  const double backup_staleness = std::max(obs.backup_staleness, 0.0);
   for (size_t m = 1; m <= n; ++m) {
     double t = std::max(obs.compute_seconds, 0.0) + lags[m - 1];
-    const double averaged = 1.0 + static_cast<double>(m) + static_cast<double>(n - m) * late;
+    const double backups = static_cast<double>(n - m);
+    const double averaged = 1.0 + static_cast<double>(m) + backups * late;
     // With no gradient information yet every m makes the same progress; the rule then only
     // trades time, and the tolerance keeps it at wait-all unless someone is clearly late.
     double p = (signal + noise > 0) ? signal / (signal + noise / averaged) : 1.0;
+    // A model s rounds behind, mixed at weight 1 / (1 + |S|), moves this node back about s
+    // steps times that weight: the backups' stale models undo part of the round's own step.
+    // The m models waited for are of this round (staleness 0).
+    const double mixed = 1.0 + static_cast<double>(m) + backups * backup_used;
+    p *= std::max(0.0, 1.0 - backups * backup_staleness / mixed);
     est.round_seconds.push_back(t);
     est.progress.push_back(p);
     est.rate.push_back(std::isfinite(t) && t > 0 ? p / t : (std::isfinite(t) ? 1e300 : 0.0));

@@ -53,6 +53,13 @@ struct RoundObservation {
   // models within tau are mixed in a later round anyway (a model s rounds late counts
   // 1 / (1 + s)). Measured by the protocol, in [0, 1]; 0 before any round had backups.
   double late_credit = 0;
+  // Per backup worker, measured by the protocol over rounds with backups (0 before any): how
+  // many of its models were mixed in anyway (fresh beyond the m waited for, or late within
+  // tau), in [0, 1], and the sum of their staleness in rounds. A model s rounds behind this
+  // node pulls it back by about s steps times its mixing weight: the dynamic rule's cost of
+  // backups (docs/backup-rules.md).
+  double backup_used = 0;
+  double backup_staleness = 0;
 };
 
 // The rule's answer: wait until `wait_for` neighbors' models have arrived, or, when a deadline
@@ -94,13 +101,16 @@ struct DynamicEstimate {
 std::vector<double> expectedOrderedLags(const std::vector<const LagWindow*>& windows,
                                         const std::vector<const LagWindow*>& gate_windows = {});
 
-// Picks m maximizing progress(m) / (compute + E[max(m-th lag, gate lag)]), where
-// progress(m) = S / (S + sigma^2 / n(m)) is the share of the averaged update that is signal:
-// S = G - sigma^2 (G is the squared norm of a noisy gradient, so this is the unbiased signal,
-// floored at G / 10), and n(m) = 1 + m + (n - m) * late_credit models are averaged (the own,
-// the m waited for, and the backups' late models mixed anyway), as in DBW. A smaller m is taken
-// only when its rate beats the larger one's by more than `tolerance` (relative), so that
-// without stragglers the rule is wait-all. With no lag history at all it waits for everyone.
+// Picks m maximizing progress(m) / (compute + E[max(m-th lag, gate lag)]), where progress(m)
+// is the product of the averaging gain S / (S + sigma^2 / n(m)), the share of the averaged
+// update that is signal (S = G - sigma^2: G is the squared norm of a noisy gradient, so this is
+// the unbiased signal, floored at G / 10; n(m) = 1 + m + (n - m) * late_credit models are
+// averaged: the own, the m waited for, and the backups' late models mixed anyway, as in DBW),
+// and the staleness factor 1 - (n - m) * backup_staleness / (1 + m + (n - m) * backup_used),
+// the share of the node's own step that mixing the backups' stale models (uniform weights, each
+// s rounds behind) does not undo, at least 0. A smaller m is taken only when its rate beats the
+// larger one's by more than `tolerance` (relative), so that without stragglers the rule is
+// wait-all. With no lag history at all it waits for everyone.
 DynamicEstimate estimateDynamic(const RoundObservation& obs, double tolerance);
 
 }  // namespace chorus::consensus

@@ -351,6 +351,9 @@ ConsensusReport ConsensusPeer::run() {
   // (late ones within tau, weighted 1 / (1 + staleness)); EMA, weight 0.1.
   double late_credit = 0;
   bool have_late_credit = false;
+  // Per backup worker, its models mixed in anyway and their staleness sum (same EMA): the
+  // dynamic rule's staleness cost of backups.
+  double backup_used = 0, backup_staleness = 0;
   ml::Matrix batch;
   std::vector<int32_t> labels;
   auto [bytes_in_before, bytes_out_before] = bytesInOut();
@@ -426,6 +429,8 @@ ConsensusReport ConsensusPeer::run() {
     // 2. Plan, then send (k, y_i) to every neighbor; 3. wait for the fastest of them.
     RoundObservation obs = board_.observe(compute_ema, grad_norm_ema, noise_ema);
     obs.late_credit = late_credit;
+    obs.backup_used = backup_used;
+    obs.backup_staleness = backup_staleness;
     const WaitPlan plan = rule_->plan(obs);
     report.backups.push_back(plan.backups);
     if (!skip_models.empty()) {
@@ -457,18 +462,31 @@ ConsensusReport ConsensusPeer::run() {
     if (skipped == 0 && plan.backups > 0) {
       // What the backups' models were still worth this round: fresh ones beyond the m waited
       // for count 1, late ones 1 / (1 + staleness).
-      double credit = 0;
-      size_t fresh = 0;
+      double credit = 0, stale_sum = 0;
+      size_t fresh = 0, late = 0;
       for (const UsedModel& used : got.models) {
         if (used.staleness == 0) {
           ++fresh;
         } else {
+          ++late;
           credit += 1.0 / (1.0 + static_cast<double>(used.staleness));
+          stale_sum += static_cast<double>(used.staleness);
         }
       }
-      credit += static_cast<double>(fresh - std::min(fresh, plan.wait_for));
-      const double sample = std::clamp(credit / static_cast<double>(plan.backups), 0.0, 1.0);
+      const size_t fresh_extra = fresh - std::min(fresh, plan.wait_for);
+      credit += static_cast<double>(fresh_extra);
+      const double b = static_cast<double>(plan.backups);
+      const double sample = std::clamp(credit / b, 0.0, 1.0);
+      // Per backup; a round that ended short of its plan (time-out) may have mixed late models
+      // of neighbors it waited for: then per model mixed, so that both stay per one model.
+      const double mixed_late = static_cast<double>(fresh_extra + late);
+      const double per = std::max(b, mixed_late);
+      const double used_sample = mixed_late / per;
+      const double stale_sample = stale_sum / per;
       late_credit = have_late_credit ? 0.9 * late_credit + 0.1 * sample : sample;
+      backup_used = have_late_credit ? 0.9 * backup_used + 0.1 * used_sample : used_sample;
+      backup_staleness =
+          have_late_credit ? 0.9 * backup_staleness + 0.1 * stale_sample : stale_sample;
       have_late_credit = true;
     }
 
@@ -520,6 +538,8 @@ ConsensusReport ConsensusPeer::run() {
         .add("grad_norm_sq", grad_norm_ema)
         .add("grad_noise", noise_ema)
         .add("late_credit", late_credit)
+        .add("backup_used", backup_used)
+        .add("backup_staleness", backup_staleness)
         .add("skipped", skipped)
         .addBool("timed_out", got.timed_out);
     bytes_in_before = bytes_in;

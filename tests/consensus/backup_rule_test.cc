@@ -242,5 +242,44 @@ TEST(DynamicRule, TheSignalIsTheGradientNormMinusItsNoise) {
   EXPECT_DOUBLE_EQ(est.progress[0], 0.2 / (0.2 + 3.0 / 2.0));
 }
 
+TEST(DynamicRule, StaleBackupModelsMakeWaitingWorthMore) {
+  // Neighbor 3 is 30% late and gradients carry no noise to average away (the averaging gain
+  // is 1 for every m): leave it out while the backups' models cost nothing, wait for it when
+  // they are mixed in a round late and pull this node back.
+  LagWindow fast[3], late;
+  for (int i = 0; i < 8; ++i) {
+    for (auto& f : fast)
+      f.add(0);
+    late.add(0.003);
+  }
+  RoundObservation obs{0.010, {&fast[0], &fast[1], &fast[2], &late}, 1.0, 0.0};
+  EXPECT_EQ(estimateDynamic(obs, 0.1).chosen, 3u);
+  obs.backup_used = 1;
+  obs.backup_staleness = 1;
+  DynamicEstimate est = estimateDynamic(obs, 0.1);
+  EXPECT_EQ(est.chosen, 4u);
+  // One backup whose model is one round old among 1 + 3 + 1 mixed: 1/5 of the step is undone.
+  EXPECT_DOUBLE_EQ(est.progress[2], 1.0 - 1.0 / 5.0);
+  EXPECT_DOUBLE_EQ(est.progress[3], 1.0);
+  // Fresh backups (mixed, staleness 0) cost nothing: back to leaving the late one out.
+  obs.backup_staleness = 0;
+  EXPECT_EQ(estimateDynamic(obs, 0.1).chosen, 3u);
+}
+
+TEST(DynamicRule, StalenessFactorIsFlooredAtZero) {
+  // Three backups whose models are two rounds old undo more than the own step when only one
+  // neighbor is waited for: that round makes no progress (not negative), so it is never chosen.
+  LagWindow w[4];
+  for (auto& x : w)
+    x.add(0);
+  RoundObservation obs{0.010, {&w[0], &w[1], &w[2], &w[3]}, 1.0, 0.0};
+  obs.backup_used = 1;
+  obs.backup_staleness = 2;
+  DynamicEstimate est = estimateDynamic(obs, 0.1);
+  EXPECT_DOUBLE_EQ(est.progress[0], 0.0);
+  EXPECT_DOUBLE_EQ(est.rate[0], 0.0);
+  EXPECT_EQ(est.chosen, 4u);
+}
+
 }  // namespace
 }  // namespace chorus::consensus

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -248,6 +249,13 @@ run::RunOptions trainingOptions() {
   return options;
 }
 
+// The number after `key` in a metrics line; NaN (failing any comparison) when it is missing.
+double numberAfter(const std::string& line, const std::string& key) {
+  const size_t at = line.find(key);
+  if (at == std::string::npos) return std::nan("");
+  return std::strtod(line.c_str() + at + key.size(), nullptr);
+}
+
 TEST(ConsensusPeer, FourNodesTrainSyntheticDataToNinetyFivePercent) {
   auto data = syntheticData(10000, 1000);
   const Graph g = ring(4);
@@ -287,6 +295,14 @@ TEST(ConsensusPeer, FourNodesTrainSyntheticDataToNinetyFivePercent) {
         EXPECT_NE(line.find("\"consensus_distance\":"), std::string::npos) << line;
         EXPECT_NE(line.find("\"bytes_sent\":"), std::string::npos) << line;
         EXPECT_NE(line.find("\"staleness_max\":"), std::string::npos) << line;
+        // The dynamic rule's staleness cost: per backup, the models mixed anyway (at most one)
+        // and their staleness sum, each model at most tau = 2 rounds old.
+        const double used = numberAfter(line, "\"backup_used\":");
+        const double stale = numberAfter(line, "\"backup_staleness\":");
+        EXPECT_GE(used, 0.0) << line;
+        EXPECT_LE(used, 1.0) << line;
+        EXPECT_GE(stale, 0.0) << line;
+        EXPECT_LE(stale, 2.0 * used + 1e-9) << line;
       }
       if (line.find("\"event\":\"final\"") != std::string::npos) final_seen = true;
     }
