@@ -381,7 +381,9 @@ TEST(Cluster, BackpressureRaisesSlowThenDrained) {
   ASSERT_TRUE(events.waitFor(PeerEventKind::kSlow, 0));
   EXPECT_NE(events.lastReason(PeerEventKind::kSlow, 0).find("high watermark 1048576"),
             std::string::npos);
-  EXPECT_TRUE(node.stats(0).slow);
+  // No check of stats(0).slow here: the kernel's loopback buffers may take the queue below the
+  // low watermark before this line runs, even while the raw peer reads nothing (seen under
+  // ASan). The event sequence below is what the test holds the node to.
   int tensors = 0;
   while (tensors < kFrames) {
     auto envelope = raw.readFrame();
