@@ -15,6 +15,7 @@
 #include "ml/rng.h"
 #include "ml/train.h"
 #include "node/node.h"
+#include "run/peer_settlement.h"
 
 namespace chorus::consensus {
 
@@ -605,48 +606,16 @@ void ConsensusPeer::finish(ConsensusReport& report) {
   // Wait until every other member is done or gone, so that nobody leaves while a neighbor may
   // still wait for its models.
   std::unique_lock lock(mu_);
-  auto settled = [&] {
-    if (stopped_) return true;
-    for (NodeId m : others) {
-      if (!done_.count(m) && !down_.count(m)) return false;
-    }
-    return true;
-  };
-  const Clock::time_point deadline = Clock::now() + options_.finish_timeout;
-  Clock::time_point next_report = Clock::now() + options_.report_every;
-  while (!settled()) {
-    if (Clock::now() >= deadline) break;
-    if (!requests_.empty()) {
-      // A neighbor rejoined after this node's last round: it gets the final model.
-      lock.unlock();
-      answerRequests(report.rounds_done - 1);
-      lock.lock();
-      continue;
-    }
-    changed_.wait_until(lock, std::min(deadline, next_report));
-    if (Clock::now() >= next_report && !settled()) {
-      next_report += options_.report_every;
-      std::vector<NodeId> waiting;
-      for (NodeId m : others) {
-        if (!done_.count(m) && !down_.count(m)) waiting.push_back(m);
-      }
-      log.info("finished; waiting for node(s) {} to finish", idList(waiting));
-    }
-  }
-  std::vector<NodeId> unsettled;
-  for (NodeId m : others) {
-    if (done_.count(m)) {
-      report.finished_peers.push_back(m);
-    } else if (down_.count(m)) {
-      report.departed_peers.push_back(m);
-    } else {
-      unsettled.push_back(m);
-    }
-  }
-  if (!unsettled.empty()) {
-    log.warn("node(s) {} did not finish within {} s; leaving anyway", idList(unsettled),
-             options_.finish_timeout.count() / 1000.0);
-  }
+  run::SettleOptions settle;
+  settle.timeout = options_.finish_timeout;
+  settle.report_every = options_.report_every;
+  // A neighbor that rejoined after this node's last round gets the final model.
+  settle.has_work = [&] { return !requests_.empty(); };
+  settle.work = [&] { answerRequests(report.rounds_done - 1); };
+  run::PeerSettlement settled =
+      run::settlePeers(lock, changed_, others, done_, down_, stopped_, settle, log);
+  report.finished_peers = std::move(settled.finished);
+  report.departed_peers = std::move(settled.departed);
   std::map<NodeId, std::vector<float>> finals = final_models_;
   lock.unlock();
   if (!report.departed_peers.empty()) {

@@ -15,6 +15,7 @@
 #include "ml/rng.h"
 #include "ml/train.h"
 #include "node/node.h"
+#include "run/peer_settlement.h"
 
 namespace chorus::ps {
 
@@ -370,41 +371,14 @@ void PsPeer::finish(PsReport& report) {
 
   // Everyone keeps serving its keys until every other member is done or gone.
   std::unique_lock lock(mu_);
-  auto settled = [&] {
-    if (stopped_) return true;
-    for (NodeId m : others) {
-      if (!done_.count(m) && !down_.count(m)) return false;
-    }
-    return true;
-  };
-  const SteadyClock::time_point deadline = SteadyClock::now() + options_.finish_timeout;
-  SteadyClock::time_point next_report = SteadyClock::now() + options_.report_every;
-  while (!settled() && SteadyClock::now() < deadline) {
-    changed_.wait_until(lock, std::min(deadline, next_report));
-    if (SteadyClock::now() >= next_report && !settled()) {
-      next_report += options_.report_every;
-      std::vector<NodeId> waiting;
-      for (NodeId m : others) {
-        if (!done_.count(m) && !down_.count(m)) waiting.push_back(m);
-      }
-      log.info("finished; serving keys until node(s) {} finish", fmt::join(waiting, ", "));
-    }
-  }
-  std::vector<NodeId> unsettled;
-  for (NodeId m : others) {
-    if (done_.count(m)) {
-      report.finished_peers.push_back(m);
-    } else if (down_.count(m)) {
-      report.departed_peers.push_back(m);
-    } else {
-      unsettled.push_back(m);
-    }
-  }
+  run::SettleOptions settle;
+  settle.timeout = options_.finish_timeout;
+  settle.report_every = options_.report_every;
+  run::PeerSettlement settled =
+      run::settlePeers(lock, changed_, others, done_, down_, stopped_, settle, log);
   lock.unlock();
-  if (!unsettled.empty()) {
-    log.warn("node(s) {} did not finish within {} s; leaving anyway", fmt::join(unsettled, ", "),
-             options_.finish_timeout.count() / 1000.0);
-  }
+  report.finished_peers = std::move(settled.finished);
+  report.departed_peers = std::move(settled.departed);
   if (!report.departed_peers.empty()) {
     log.warn(
         "node(s) {} left before the end of training; the keys they owned stayed at their "
