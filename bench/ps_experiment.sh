@@ -5,12 +5,14 @@
 # accuracy, the final accuracies, clocks per second and the share of time spent waiting; writes
 # a Markdown table (medians over seeds) and a gnuplot plot of accuracy against wall time.
 #
-# Usage: bench/ps_experiment.sh [--seeds N] [--out DIR] [--rounds R] [--variants "0 1 3 inf"]
-#          [--stragglers PROFILE] [--chorus PATH] [--summarize-only]
+# Usage: bench/ps_experiment.sh [--seeds N] [--first-seed S] [--out DIR] [--rounds R]
+#          [--variants "0 1 3 inf"] [--stragglers PROFILE] [--chorus PATH] [--summarize-only]
+# --first-seed S runs seeds S..N only (to add seeds to a DIR that holds the earlier ones).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 seeds=3
+first_seed=1
 out="runs/ps-experiment"
 rounds=400
 variants="0 1 3 inf"
@@ -26,13 +28,14 @@ summarize_only=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --seeds) seeds="$2"; shift 2 ;;
+    --first-seed) first_seed="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --rounds) rounds="$2"; shift 2 ;;
     --variants) variants="$2"; shift 2 ;;
     --stragglers) stragglers="$2"; shift 2 ;;
     --chorus) chorus="$2"; shift 2 ;;
     --summarize-only) summarize_only=1; shift ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
     *) echo "ps_experiment.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -54,7 +57,7 @@ if [[ $summarize_only -eq 0 ]]; then
     echo "stragglers: $stragglers; rounds: $rounds; seeds: $seeds"
   } > "$out/machine.txt"
   # Seed-major order: load drift on a shared machine hits every variant alike.
-  for seed in $(seq 1 "$seeds"); do
+  for seed in $(seq "$first_seed" "$seeds"); do
     for s in $variants; do
       run="$out/s-$s/seed-$seed"
       rm -rf "$run"
