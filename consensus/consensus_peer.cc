@@ -360,7 +360,7 @@ ConsensusReport ConsensusPeer::run() {
   auto [bytes_in_before, bytes_out_before] = bytesInOut();
 
   auto evaluateAndLog = [&](Round k, ml::MetricsEvent& event) {
-    const ml::Evaluation eval = ml::evaluate(model, data.test);
+    ml::Evaluation eval = ml::evaluate(model, data.test);
     event.add("test_loss", eval.loss).add("test_accuracy", eval.accuracy);
     if (job_.target_acc > 0 && !report.time_to_target && eval.accuracy >= job_.target_acc) {
       report.time_to_target = seconds(Clock::now() - start);
@@ -519,6 +519,7 @@ ConsensusReport ConsensusPeer::run() {
     const auto [bytes_in, bytes_out] = bytesInOut();
     const double n_used = static_cast<double>(all_used.size());
     std::vector<NodeId> used_ids;
+    used_ids.reserve(all_used.size());
     for (const UsedModel& used : all_used)
       used_ids.push_back(used.from);
     ml::MetricsEvent event("round");
