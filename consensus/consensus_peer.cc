@@ -293,17 +293,6 @@ Round ConsensusPeer::catchUp() {
       layout_.self, idList(layout_.neighbors)));
 }
 
-std::pair<uint64_t, uint64_t> ConsensusPeer::bytesInOut() const {
-  uint64_t in = 0, out = 0;
-  for (NodeId m : layout_.members) {
-    if (m == layout_.self) continue;
-    const node::PeerStats s = node_.stats(m);
-    in += s.bytes_in;
-    out += s.bytes_out;
-  }
-  return {in, out};
-}
-
 ConsensusReport ConsensusPeer::run() {
   ConsensusReport report;
   spdlog::logger& log = node_.logger();
@@ -357,7 +346,7 @@ ConsensusReport ConsensusPeer::run() {
   double backup_used = 0, backup_staleness = 0;
   ml::Matrix batch;
   std::vector<int32_t> labels;
-  auto [bytes_in_before, bytes_out_before] = bytesInOut();
+  node::PeerStats traffic_before = node_.totals();
 
   auto evaluateAndLog = [&](Round k, ml::MetricsEvent& event) {
     ml::Evaluation eval = ml::evaluate(model, data.test);
@@ -516,7 +505,7 @@ ConsensusReport ConsensusPeer::run() {
     report.rounds_done = k + 1;
 
     // 5. Log the round.
-    const auto [bytes_in, bytes_out] = bytesInOut();
+    const node::PeerStats traffic = node_.totals();
     const double n_used = static_cast<double>(all_used.size());
     std::vector<NodeId> used_ids;
     used_ids.reserve(all_used.size());
@@ -532,8 +521,8 @@ ConsensusReport ConsensusPeer::run() {
         .add("live_neighbors", static_cast<uint64_t>(got.live_neighbors))
         .add("compute_s", compute_s)
         .add("wait_s", got.waited_seconds)
-        .add("bytes_sent", bytes_out - bytes_out_before)
-        .add("bytes_received", bytes_in - bytes_in_before)
+        .add("bytes_sent", traffic.bytes_out - traffic_before.bytes_out)
+        .add("bytes_received", traffic.bytes_in - traffic_before.bytes_in)
         .add("staleness_mean", n_used > 0 ? staleness_sum / n_used : 0.0)
         .add("staleness_max", staleness_max)
         .add("consensus_distance", n_used > 0 ? distance / n_used : 0.0)
@@ -544,8 +533,7 @@ ConsensusReport ConsensusPeer::run() {
         .add("backup_staleness", backup_staleness)
         .add("skipped", skipped)
         .addBool("timed_out", got.timed_out);
-    bytes_in_before = bytes_in;
-    bytes_out_before = bytes_out;
+    traffic_before = traffic;
     // Every eval_every rounds; a skip may jump over such a round, then it is evaluated now.
     if (job_.eval_every > 0 && (k + 1) / job_.eval_every > (previous + 1) / job_.eval_every &&
         k + 1 < job_.rounds) {

@@ -124,7 +124,6 @@ class ConsensusPeer {
   Round catchUp();
   bool isNeighbor(NodeId id) const;
   void finish(ConsensusReport& report);
-  std::pair<uint64_t, uint64_t> bytesInOut() const;
 
   node::Node& node_;
   run::NodeJob job_;

@@ -318,6 +318,19 @@ class Node::Impl {
     return out;
   }
 
+  PeerStats totals() const {
+    PeerStats out;
+    for (const auto& [peer, c] : counters_) {
+      out.bytes_in += c->bytes_in.load();
+      out.bytes_out += c->bytes_out.load();
+      out.frames_in += c->frames_in.load();
+      out.frames_out += c->frames_out.load();
+      out.queued_bytes += c->queued_bytes.load();
+      out.times_up += c->times_up.load();
+    }
+    return out;
+  }
+
   std::vector<NodeId> connectedPeers() const {
     std::lock_guard lock(mutex_);
     return {connected_.begin(), connected_.end()};
@@ -961,6 +974,9 @@ bool Node::onLoopThread() const {
 }
 PeerStats Node::stats(NodeId peer) const {
   return impl_->stats(peer);
+}
+PeerStats Node::totals() const {
+  return impl_->totals();
 }
 std::vector<NodeId> Node::connectedPeers() const {
   return impl_->connectedPeers();

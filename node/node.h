@@ -136,6 +136,8 @@ class Node {
 
   // Counters for one peer; any thread.
   PeerStats stats(NodeId peer) const;
+  // Byte, frame and queue counters summed over every peer (the flags are false); any thread.
+  PeerStats totals() const;
   // Peers with an established connection, sorted; any thread.
   std::vector<NodeId> connectedPeers() const;
 

@@ -144,17 +144,6 @@ void PsPeer::stop() {
   worker_->cancelAll({node::ErrorCode::kShutdown, "stopped"});
 }
 
-std::pair<uint64_t, uint64_t> PsPeer::bytesInOut() const {
-  uint64_t in = 0, out = 0;
-  for (NodeId m : members_) {
-    if (m == node_.id()) continue;
-    const node::PeerStats s = node_.stats(m);
-    in += s.bytes_in;
-    out += s.bytes_out;
-  }
-  return {in, out};
-}
-
 PsReport PsPeer::run() {
   PsReport report;
   spdlog::logger& log = node_.logger();
@@ -200,7 +189,7 @@ PsReport PsPeer::run() {
   const SteadyClock::time_point start = SteadyClock::now();
   ml::Matrix batch;
   std::vector<int32_t> labels;
-  auto [bytes_in_before, bytes_out_before] = bytesInOut();
+  node::PeerStats traffic_before = node_.totals();
   WorkerStats stats_before = worker_->stats();
   std::optional<KvWorker::Handle> pending_push;
   std::string last_pull_error;
@@ -263,7 +252,7 @@ PsReport PsPeer::run() {
     worker_->clock();
     report.clocks_done = c + 1;
 
-    const auto [bytes_in, bytes_out] = bytesInOut();
+    const node::PeerStats traffic = node_.totals();
     const WorkerStats stats = worker_->stats();
     const uint64_t hits = stats.cache_hits - stats_before.cache_hits;
     const uint64_t misses = stats.cache_misses - stats_before.cache_misses;
@@ -272,15 +261,14 @@ PsReport PsPeer::run() {
         .add("loss", loss)
         .add("compute_s", compute_s)
         .add("wait_s", wait_s)
-        .add("bytes_sent", bytes_out - bytes_out_before)
-        .add("bytes_received", bytes_in - bytes_in_before)
+        .add("bytes_sent", traffic.bytes_out - traffic_before.bytes_out)
+        .add("bytes_received", traffic.bytes_in - traffic_before.bytes_in)
         .add("cache_hit_rate", hits + misses > 0
                                    ? static_cast<double>(hits) / static_cast<double>(hits + misses)
                                    : 0.0)
         .add("keys_local", stats.keys_local - stats_before.keys_local)
         .add("keys_remote", stats.keys_remote - stats_before.keys_remote);
-    bytes_in_before = bytes_in;
-    bytes_out_before = bytes_out;
+    traffic_before = traffic;
     stats_before = stats;
     if (job_.eval_every > 0 && (c + 1) % job_.eval_every == 0 && c + 1 < job_.rounds) {
       // The parameters as this worker read them for this clock.

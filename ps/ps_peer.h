@@ -94,7 +94,6 @@ class PsPeer {
 
  private:
   void finish(PsReport& report);
-  std::pair<uint64_t, uint64_t> bytesInOut() const;
 
   node::Node& node_;
   run::NodeJob job_;

@@ -145,15 +145,23 @@ TEST(Cluster, EightNodesConnectFullyAndExchangeMessages) {
   for (NodeId i = 0; i < kNodes; ++i) {
     EXPECT_EQ(nodes[i]->loopCloseResult(), 0);
     // Read after shutdown: the last Pongs' writes have completed by then.
+    uint64_t bytes_in = 0, bytes_out = 0, frames_out = 0;
     for (NodeId j = 0; j < kNodes; ++j) {
       if (j == i) continue;
       const PeerStats stats = nodes[i]->stats(j);
+      bytes_in += stats.bytes_in;
+      bytes_out += stats.bytes_out;
+      frames_out += stats.frames_out;
       EXPECT_FALSE(stats.connected);
       EXPECT_GE(stats.frames_out, 2 * kPings);  // pings + pongs (+ heartbeats, Leave)
       EXPECT_GE(stats.bytes_out, 2 * kPings * 4096);
       EXPECT_GE(stats.frames_in, 2 * kPings);
       EXPECT_GE(stats.bytes_in, 2 * kPings * 4096);
     }
+    const PeerStats totals = nodes[i]->totals();
+    EXPECT_EQ(totals.bytes_in, bytes_in);
+    EXPECT_EQ(totals.bytes_out, bytes_out);
+    EXPECT_EQ(totals.frames_out, frames_out);
     for (NodeId j = 0; j < kNodes; ++j) {
       if (j == i) continue;
       EXPECT_EQ(events[i]->count(PeerEventKind::kUp, j), 1u) << i << " -> " << j;
