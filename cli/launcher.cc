@@ -202,7 +202,17 @@ class Cluster {
   }
 
   void emit(uint32_t id, int s, std::string_view line) {
-    std::string prefixed = fmt::format("[node {}] {}", id, line);
+    const std::string tag = fmt::format("[node {}] ", id);
+    // A node's log lines ("[time] [node N] [level] ...") name it already; the prefix moves the
+    // name to the front instead of printing it twice.
+    std::string rest(line);
+    if (rest.starts_with('[')) {
+      const size_t time_end = rest.find("] ");
+      if (time_end != std::string::npos && rest.compare(time_end + 2, tag.size(), tag) == 0) {
+        rest.erase(time_end + 2, tag.size());
+      }
+    }
+    std::string prefixed = tag + rest;
     if (s == 0) {
       out(prefixed);
     } else {

@@ -373,8 +373,8 @@ ConsensusReport ConsensusPeer::run() {
     batcher.next(batch, labels);
     const double loss = model.forwardBackward(batch, labels);
     if (!std::isfinite(loss)) {
-      throw std::runtime_error(fmt::format(
-          "node {}: training diverged (loss {}) in round {}: lower --lr", job_.node_id, loss, k));
+      throw std::runtime_error(
+          fmt::format("training diverged (loss {}) in round {}: lower --lr", loss, k));
     }
     const std::span<const float> grads = model.grads();
     double norm_sq = 0, diff_sq = 0;

@@ -240,8 +240,8 @@ PsReport PsPeer::run() {
     batcher.next(batch, labels);
     const double loss = model.forwardBackward(batch, labels);
     if (!std::isfinite(loss)) {
-      throw std::runtime_error(fmt::format(
-          "node {}: training diverged (loss {}) at clock {}: lower --lr", job_.node_id, loss, c));
+      throw std::runtime_error(
+          fmt::format("training diverged (loss {}) at clock {}: lower --lr", loss, c));
     }
     stragglers.waitAfterStep(
         std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now() - compute_start));

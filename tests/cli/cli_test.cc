@@ -162,6 +162,45 @@ TEST(ChorusLaunch, PsModeTrainsAndNodeZeroReportsTheOwnersModel) {
   std::filesystem::remove(topo);
 }
 
+// A learning rate that blows the model up ends every node with one clear line each: what
+// happened, when, and what to change, with the node named once.
+TEST(ChorusLaunch, DivergenceEndsTheRunWithAClearErrorInBothModes) {
+  for (const std::string mode : {"consensus", "ps"}) {
+    SCOPED_TRACE(mode);
+    std::vector<uint16_t> ports;
+    for (int i = 0; i < 2; ++i)
+      ports.push_back(PortReservation().port());
+    std::string topo = writeCluster("launch-diverge-" + mode, ports);
+    CommandResult r = runCommand({chorusBinary(),
+                                  "launch",
+                                  topo,
+                                  "--mode",
+                                  mode,
+                                  "--data",
+                                  "synthetic",
+                                  "--synthetic-train",
+                                  "600",
+                                  "--synthetic-test",
+                                  "100",
+                                  "--model",
+                                  "mlp",
+                                  "--lr",
+                                  "100",
+                                  "--momentum",
+                                  "0.99",
+                                  "--rounds",
+                                  "200",
+                                  "--ready-timeout",
+                                  "60"});
+    EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+    EXPECT_TRUE(contains(r.err, "training diverged")) << r.err;
+    EXPECT_TRUE(contains(r.err, "lower --lr")) << r.err;
+    EXPECT_FALSE(contains(r.err, "node 0: node 0:")) << r.err;
+    EXPECT_FALSE(contains(r.err, "node 1: node 1:")) << r.err;
+    std::filesystem::remove(topo);
+  }
+}
+
 TEST(ChorusNode, ABadStalenessIsRejectedBeforeAnythingStarts) {
   std::string topo = writeCluster("ps-bad-flag", {PortReservation().port()});
   CommandResult r = runCommand({chorusBinary(), "node", "--topology", topo, "--id", "0", "--mode",

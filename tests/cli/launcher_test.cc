@@ -64,6 +64,17 @@ TEST_F(LauncherTest, AllNodesSucceedAndOutputIsPrefixed) {
   }
 }
 
+TEST_F(LauncherTest, ANodesOwnLogTagIsNotRepeated) {
+  LaunchOptions o;
+  o.binary = script(
+      "echo \"[13:26:05.586] [node $id] [info] clock 174\" >&2\n"
+      "echo \"[13:26:05.586] [node 9] [info] about another node\" >&2");
+  o.ids = {3};
+  EXPECT_TRUE(launch(o).ok());
+  EXPECT_TRUE(saw(err_, "[node 3] [13:26:05.586] [info] clock 174"));
+  EXPECT_TRUE(saw(err_, "[node 3] [13:26:05.586] [node 9] [info] about another node"));
+}
+
 TEST_F(LauncherTest, ForwardsNodeArguments) {
   LaunchOptions o;
   o.binary = script("echo \"args: $*\"");
