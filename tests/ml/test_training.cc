@@ -84,7 +84,7 @@ TEST_F(TrainingTest, SameSeedSameLossTrajectoryBitForBit) {
 TEST_F(TrainingTest, LenetTrainsOnASmallSyntheticRun) {
   const DataSplit& data = syntheticData();
   TrainOptions options;
-  options.model = {.name = "lenet"};
+  options.model = {.name = "lenet", .hidden = {}};
   options.epochs = 1;
   options.batchSize = 32;
   options.learningRate = 0.005;
@@ -182,7 +182,8 @@ TEST_F(TrainingTest, SchedulesAndNesterovTrainToo) {
 }
 
 TEST(Evaluate, ConfusionMatrixCountsTruthAgainstPrediction) {
-  auto model = Model::create({.name = "softmax", .input = {1, 1, 2}, .classes = 3}, 1);
+  auto model =
+      Model::create({.name = "softmax", .hidden = {}, .input = {1, 1, 2}, .classes = 3}, 1);
   std::fill(model->params().begin(), model->params().end(), 0.0f);
   // Weights are 3x2 column-major: class c score = w(c,0)*x0 + w(c,1)*x1.
   auto p = model->params();
