@@ -87,8 +87,10 @@ std::vector<report::ForwardedOption> forwardedOptions(CLI::App& cmd, const run::
       if (!joined.empty()) joined += ",";
       joined += value;
     }
+    // A flag (--augment, --no-flip) is forwarded bare: its recorded result is not an argument.
+    const bool bare = results.empty() || option->get_items_expected_max() == 0;
     forwarded.push_back(
-        {flag, results.empty() ? std::vector<std::string>{} : std::vector<std::string>{joined}});
+        {flag, bare ? std::vector<std::string>{} : std::vector<std::string>{joined}});
   }
   const auto given = [&](const std::string& flag) {
     return std::any_of(forwarded.begin(), forwarded.end(),

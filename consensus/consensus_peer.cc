@@ -300,14 +300,11 @@ ConsensusReport ConsensusPeer::run() {
   const ml::DataSplit& data = *job_.data;
   ml::MetricsWriter metrics(job_.metrics_path);
   run::ShardBatcher batcher(data.train, job_.shard, job_.batch,
-                            ml::mixSeed(job_.seed, 0xC0 + job_.node_id));
-  // Learning rate 0 is pure averaging (no optimizer: it requires a positive rate).
+                            ml::mixSeed(job_.seed, 0xC0 + job_.node_id), job_.augmentation);
+  // Learning rate 0 is pure averaging (no optimizer: it requires a positive rate). The
+  // optimizer steps once per round, so the schedule runs over rounds.
   std::optional<ml::SgdOptimizer> optimizer;
-  if (job_.lr > 0) {
-    ml::LrSchedule schedule;
-    schedule.baseLr = job_.lr;
-    optimizer.emplace(job_.sgd, schedule, model.size());
-  }
+  if (job_.lr > 0) optimizer.emplace(job_.sgd, job_.schedule, model.size());
   faults::StragglerInjector stragglers(job_.stragglers, job_.node_id, job_.seed);
   const size_t own_degree = layout_.neighbors.size();
 
@@ -321,6 +318,8 @@ ConsensusReport ConsensusPeer::run() {
                     .add("rounds", job_.rounds)
                     .add("batch", static_cast<uint64_t>(job_.batch))
                     .add("lr", job_.lr)
+                    .add("schedule", ml::LrSchedule::kindName(job_.schedule.kind))
+                    .addBool("augment", job_.augmentation.enabled)
                     .add("seed", job_.seed)
                     .add("backup", rule_->name())
                     .add("mixing", options_.mixing)
@@ -394,7 +393,13 @@ ConsensusReport ConsensusPeer::run() {
       have_noise = true;
     }
     previous_grad.assign(grads.begin(), grads.end());
-    if (optimizer) optimizer->step(model.params(), model.grads());
+    double round_lr = 0;
+    if (optimizer) {
+      // The rate of round k, also after skipped rounds or a rejoin.
+      optimizer->setStepCount(k);
+      round_lr = optimizer->currentLr();
+      optimizer->step(model.params(), model.grads());
+    }
     const Clock::duration compute = Clock::now() - round_start;
     stragglers.waitAfterStep(std::chrono::duration_cast<std::chrono::nanoseconds>(compute));
     const double compute_s = seconds(Clock::now() - round_start);
@@ -514,6 +519,7 @@ ConsensusReport ConsensusPeer::run() {
     ml::MetricsEvent event("round");
     event.add("round", k)
         .add("loss", loss)
+        .add("lr", round_lr)
         .add("backups", static_cast<uint64_t>(plan.backups))
         .add("wait_for", static_cast<uint64_t>(plan.wait_for))
         .add("used", static_cast<uint64_t>(all_used.size()))

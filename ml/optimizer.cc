@@ -30,6 +30,18 @@ double LrSchedule::at(int64_t step) const {
   return baseLr;
 }
 
+const char* LrSchedule::kindName(Kind kind) {
+  switch (kind) {
+    case Kind::kConstant:
+      return "constant";
+    case Kind::kStep:
+      return "step";
+    case Kind::kCosine:
+      return "cosine";
+  }
+  return "constant";
+}
+
 LrSchedule::Kind LrSchedule::parseKind(const std::string& name) {
   if (name == "constant") return Kind::kConstant;
   if (name == "step") return Kind::kStep;

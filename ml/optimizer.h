@@ -26,6 +26,8 @@ struct LrSchedule {
   double at(int64_t step) const;
   // Parses "constant" | "step" | "cosine"; throws std::invalid_argument otherwise.
   static Kind parseKind(const std::string& name);
+  // The name parseKind() accepts for `kind`.
+  static const char* kindName(Kind kind);
 };
 
 // Hyper-parameters of one SGD update.

@@ -72,15 +72,15 @@ void KeyStore::copyTo(std::span<const uint64_t> keys, float* out) const {
   }
 }
 
-void KeyStore::apply(std::span<const uint64_t> keys, std::span<const float> grads) {
+void KeyStore::apply(std::span<const uint64_t> keys, std::span<const float> grads, int64_t clock) {
+  const double lr = optimizer_.pushLr(clock);
   size_t offset = 0;
   for (Key key : keys) {
     KeyEntry& entry = *entries_[key];
     const size_t len = entry.values.size();
     switch (entry.technique) {
       case KeyTechnique::kHome:
-        ml::sgdUpdate(optimizer_.sgd, optimizer_.pushLr(), entry.values, grads.subspan(offset, len),
-                      entry.velocity);
+        ml::sgdUpdate(optimizer_.sgd, lr, entry.values, grads.subspan(offset, len), entry.velocity);
         break;
     }
     ++entry.updates;

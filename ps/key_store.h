@@ -25,13 +25,15 @@ const char* keyTechniqueName(KeyTechnique technique);
 // The optimizer owners apply to pushed gradients. Each push is scaled by `push_scale` (1/N for
 // N workers), so that one clock of all workers moves the model as far as one step of the
 // averaged gradient: the same progress per clock as consensus mode's averaged local steps.
+// The learning rate follows `schedule` over the clock the push belongs to, so every owner
+// applies the same rate to a worker's push whenever it arrives.
 struct OwnerOptimizer {
   ml::SgdConfig sgd;
-  double lr = 0.05;
+  ml::LrSchedule schedule;  // baseLr is --lr
   double push_scale = 1.0;
 
-  // The learning rate applied to one push.
-  double pushLr() const { return lr * push_scale; }
+  // The learning rate applied to one push made at `clock`.
+  double pushLr(int64_t clock) const { return schedule.at(clock) * push_scale; }
   // True when an update is w -= lr * g (no momentum, no weight decay): a worker can
   // then apply its own push to a cached row exactly as the owner will.
   bool stateless() const { return sgd.momentum == 0.0 && sgd.weightDecay == 0.0; }
@@ -61,8 +63,9 @@ class KeyStore {
   void read(std::span<const uint64_t> keys, std::vector<float>& out) const;
   // Writes the values of checked `keys` to `out` (exactly floatsOf(keys) floats), in key order.
   void copyTo(std::span<const uint64_t> keys, float* out) const;
-  // Applies the gradients `grads` (key order, checked) with the owner optimizer.
-  void apply(std::span<const uint64_t> keys, std::span<const float> grads);
+  // Applies the gradients `grads` (key order, checked), pushed at `clock`, with the owner
+  // optimizer.
+  void apply(std::span<const uint64_t> keys, std::span<const float> grads, int64_t clock);
 
   // Floats of all `keys` together (keys in the layout).
   size_t floatsOf(std::span<const uint64_t> keys) const;

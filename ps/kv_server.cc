@@ -96,7 +96,7 @@ std::optional<std::string> KvServer::push(WorkerId worker, Clock clock,
     applyDue();  // the push may already be due (a worker excluded meanwhile)
     return std::nullopt;
   }
-  store_.apply(keys, grads);
+  store_.apply(keys, grads, clock);
   std::lock_guard lock(mu_);
   ++summary_.pushes;
   return std::nullopt;
@@ -107,7 +107,7 @@ void KvServer::applyDue() {
   uint64_t applied = 0;
   for (auto it = held_.begin(); it != held_.end() && it->first.first < min;) {
     for (const HeldPush& push : it->second) {
-      store_.apply(push.keys, push.grads);
+      store_.apply(push.keys, push.grads, it->first.first);
       ++applied;
     }
     it = held_.erase(it);

@@ -210,7 +210,7 @@ KvWorker::Handle KvWorker::push(std::span<const Key> keys, std::span<const float
       // Read-my-writes for cached rows: the owner will apply exactly this update.
       if (auto it = cache_.find(key); it != cache_.end()) {
         if (optimizer_.stateless()) {
-          ml::sgdUpdate(optimizer_.sgd, optimizer_.pushLr(), it->second.values, grad, {});
+          ml::sgdUpdate(optimizer_.sgd, optimizer_.pushLr(clock), it->second.values, grad, {});
         } else {
           cache_.erase(it);
         }

@@ -70,7 +70,7 @@ PsPeer::PsPeer(node::Node& node, run::NodeJob job, std::vector<NodeId> members, 
       layout_(job_.model->size(), options_.key_floats) {
   std::sort(members_.begin(), members_.end());
   optimizer_.sgd = job_.sgd;
-  optimizer_.lr = job_.lr;
+  optimizer_.schedule = job_.schedule;
   optimizer_.push_scale = 1.0 / static_cast<double>(members_.size());
   ServerOptions server_options;
   server_options.down_timeout = std::chrono::milliseconds(
@@ -151,7 +151,7 @@ PsReport PsPeer::run() {
   const ml::DataSplit& data = *job_.data;
   ml::MetricsWriter metrics(job_.metrics_path);
   run::ShardBatcher batcher(data.train, job_.shard, job_.batch,
-                            ml::mixSeed(job_.seed, 0xC0 + job_.node_id));
+                            ml::mixSeed(job_.seed, 0xC0 + job_.node_id), job_.augmentation);
   faults::StragglerInjector stragglers(job_.stragglers, job_.node_id, job_.seed);
   std::vector<Key> keys(layout_.numKeys());
   std::iota(keys.begin(), keys.end(), Key{0});
@@ -172,6 +172,8 @@ PsReport PsPeer::run() {
                     .add("rounds", job_.rounds)
                     .add("batch", static_cast<uint64_t>(job_.batch))
                     .add("lr", job_.lr)
+                    .add("schedule", ml::LrSchedule::kindName(job_.schedule.kind))
+                    .addBool("augment", job_.augmentation.enabled)
                     .add("seed", job_.seed)
                     .add("staleness", staleness_.toString())
                     .add("key_floats", static_cast<uint64_t>(layout_.chunk()))
@@ -259,6 +261,7 @@ PsReport PsPeer::run() {
     ml::MetricsEvent event("clock");
     event.add("clock", c)
         .add("loss", loss)
+        .add("lr", job_.schedule.at(c))
         .add("compute_s", compute_s)
         .add("wait_s", wait_s)
         .add("bytes_sent", traffic.bytes_out - traffic_before.bytes_out)

@@ -81,6 +81,30 @@ void addRunOptions(CLI::App& cmd, RunOptions& o) {
   cmd.add_option("--weight-decay", o.weight_decay, "L2 weight decay")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
+  cmd.add_option("--schedule", o.schedule,
+                 "Learning-rate schedule over the rounds (clocks in PS mode): constant, step, "
+                 "cosine (to 0 at the last round)")
+      ->check(CLI::IsMember({"constant", "step", "cosine"}))
+      ->capture_default_str();
+  cmd.add_option("--warmup-epochs", o.warmup_epochs,
+                 "Linear learning-rate warm-up, in epochs of an average shard (any schedule)")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
+  cmd.add_option("--step-epochs", o.step_epochs,
+                 "--schedule step: multiply the rate by --gamma every this many epochs")
+      ->check(CLI::Range(0.0, 1e6));
+  cmd.add_option("--gamma", o.gamma, "--schedule step: decay factor")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  cmd.add_flag("--augment", o.augment,
+               "Augment training images: random crop (see --crop-padding) and horizontal flip");
+  cmd.add_option("--crop-padding", o.crop_padding,
+                 "--augment: crop from the image padded by this many zero pixels")
+      ->check(CLI::Range(0, 16))
+      ->capture_default_str();
+  cmd.add_flag_callback(
+      "--no-flip", [&o] { o.flip = false; },
+      "--augment: no horizontal flips (digits are not symmetric)");
   cmd.add_option("--seed", o.seed,
                  "Seed of the initial model (same on every node), shards, shuffling, straggler "
                  "delays and synthetic data")
@@ -108,6 +132,16 @@ void validateRunOptions(const RunOptions& o) {
   if (o.rounds == 0 && !(o.epochs > 0)) {
     throw std::invalid_argument("give --rounds N or --epochs E (> 0)");
   }
+  ml::LrSchedule::parseKind(o.schedule);
+  if (!(o.warmup_epochs >= 0)) throw std::invalid_argument("--warmup-epochs must be >= 0");
+  if (o.schedule == "step" && !(o.step_epochs > 0)) {
+    throw std::invalid_argument("--schedule step needs --step-epochs > 0");
+  }
+  if (o.schedule != "step" && o.step_epochs > 0) {
+    throw std::invalid_argument("--step-epochs applies only to --schedule step");
+  }
+  if (!(o.gamma >= 0 && o.gamma <= 1)) throw std::invalid_argument("--gamma must be in [0, 1]");
+  if (o.crop_padding < 0) throw std::invalid_argument("--crop-padding must be >= 0");
   if (o.eval_every < 0) throw std::invalid_argument("--eval-every must be >= 0");
   if (o.target_acc < 0 || o.target_acc > 1) {
     throw std::invalid_argument("--target-acc must be a fraction in [0, 1]");
@@ -162,6 +196,20 @@ NodeJob prepareNodeJob(const RunOptions& options, std::shared_ptr<const ml::Data
       options.rounds > 0
           ? options.rounds
           : std::max<int64_t>(1, std::llround(options.epochs * static_cast<double>(per_epoch)));
+  job.schedule.kind = ml::LrSchedule::parseKind(options.schedule);
+  job.schedule.baseLr = options.lr;
+  job.schedule.warmupSteps = std::llround(options.warmup_epochs * static_cast<double>(per_epoch));
+  if (options.step_epochs > 0) {
+    job.schedule.stepEvery =
+        std::max<int64_t>(1, std::llround(options.step_epochs * static_cast<double>(per_epoch)));
+  }
+  job.schedule.gamma = options.gamma;
+  job.schedule.totalSteps = job.rounds;
+  if (options.augment) {
+    job.augmentation.enabled = true;
+    job.augmentation.padding = options.crop_padding;
+    job.augmentation.flip = options.flip;
+  }
   job.seed = options.seed;
   job.stragglers = faults::StragglerProfile::parse(options.stragglers)
                        .combinedWith(faults::StragglerProfile::parse(node_stragglers));
@@ -184,8 +232,11 @@ std::string nodeMetricsPath(const std::string& dir, uint32_t node_id) {
 }
 
 ShardBatcher::ShardBatcher(const ml::Dataset& train, std::vector<size_t> shard, size_t batch,
-                           uint64_t seed)
-    : train_(train), sampler_(std::move(shard), batch, seed), rng_(ml::mixSeed(seed, 0xBA7C)) {}
+                           uint64_t seed, ml::Augmentation augmentation)
+    : train_(train),
+      sampler_(std::move(shard), batch, seed),
+      augmentation_(augmentation),
+      rng_(ml::mixSeed(seed, 0xBA7C)) {}
 
 void ShardBatcher::next(ml::Matrix& batch, std::vector<int32_t>& labels) {
   auto indices = epoch_ == 0 ? std::span<const size_t>() : sampler_.next();
@@ -193,8 +244,7 @@ void ShardBatcher::next(ml::Matrix& batch, std::vector<int32_t>& labels) {
     sampler_.startEpoch(epoch_++);
     indices = sampler_.next();
   }
-  const ml::Augmentation none;
-  ml::gatherBatch(train_, indices, batch, labels, none, rng_);
+  ml::gatherBatch(train_, indices, batch, labels, augmentation_, rng_);
 }
 
 }  // namespace chorus::run

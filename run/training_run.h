@@ -46,7 +46,14 @@ struct RunOptions {
   double lr = 0.05;
   double momentum = 0.0;
   double weight_decay = 0.0;
-  uint64_t seed = 1;        // initial model, shards, shuffling, straggler delays
+  std::string schedule = "constant";  // --schedule: constant | step | cosine, over the rounds
+  double warmup_epochs = 0;           // linear warm-up, in epochs of an average shard
+  double step_epochs = 0;             // --schedule step: decay every this many epochs
+  double gamma = 0.1;                 // --schedule step: decay factor
+  bool augment = false;               // random crop + horizontal flip of training images
+  int crop_padding = 4;               // --augment: crop from the image padded by this much
+  bool flip = true;                   // --augment: mirror left-right (--no-flip turns it off)
+  uint64_t seed = 1;                  // initial model, shards, shuffling, straggler delays
   std::string stragglers;   // --stragglers profile, combined with the node's own attribute
   int64_t eval_every = 10;  // test accuracy every this many rounds (0: only at the end)
   double target_acc = 0;    // record when the test accuracy first reaches this (0: off)
@@ -69,7 +76,9 @@ struct NodeJob {
   std::vector<size_t> shard;  // indices into data->train
   std::unique_ptr<ml::Model> model;
   ml::SgdConfig sgd;
-  double lr = 0.05;
+  double lr = 0.05;         // the base rate (schedule.baseLr)
+  ml::LrSchedule schedule;  // the rate per round (consensus) or clock (PS)
+  ml::Augmentation augmentation;
   size_t batch = 64;
   int64_t rounds = 0;
   uint64_t seed = 1;
@@ -94,10 +103,12 @@ NodeJob prepareNodeJob(const RunOptions& options, std::shared_ptr<const ml::Data
 // when it cannot be created.
 std::string nodeMetricsPath(const std::string& dir, uint32_t node_id);
 
-// Cycles through a shard in minibatches, reshuffled every epoch (seeded per node).
+// Cycles through a shard in minibatches, reshuffled every epoch (seeded per node), augmenting
+// images when asked.
 class ShardBatcher {
  public:
-  ShardBatcher(const ml::Dataset& train, std::vector<size_t> shard, size_t batch, uint64_t seed);
+  ShardBatcher(const ml::Dataset& train, std::vector<size_t> shard, size_t batch, uint64_t seed,
+               ml::Augmentation augmentation = {});
   // Fills the next minibatch (starting a new epoch when the current one is used up).
   void next(ml::Matrix& batch, std::vector<int32_t>& labels);
   // Batches per pass over the shard.
@@ -108,6 +119,7 @@ class ShardBatcher {
  private:
   const ml::Dataset& train_;
   ml::EpochSampler sampler_;
+  ml::Augmentation augmentation_;
   ml::Rng rng_;
   int64_t epoch_ = 0;
 };

@@ -88,7 +88,7 @@ class PsBenchCluster {
     const std::vector<float> initial(layout_.total(), 0.0f);
     OwnerOptimizer optimizer;
     optimizer.sgd.momentum = 0.0;
-    optimizer.lr = kLr;
+    optimizer.schedule.baseLr = kLr;
     WorkerOptions worker_options;
     worker_options.staleness = Staleness{Staleness::kInfinite};
     worker_options.cache = false;

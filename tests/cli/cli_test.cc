@@ -201,6 +201,69 @@ TEST(ChorusLaunch, DivergenceEndsTheRunWithAClearErrorInBothModes) {
   }
 }
 
+// The learning-rate schedule and augmentation flags reach the training loop of both modes: the
+// start line records them and the per-round rate follows the cosine from --lr down to ~0.
+TEST(ChorusLaunch, ScheduleAndAugmentationReachBothModes) {
+  for (const std::string mode : {"consensus", "ps"}) {
+    SCOPED_TRACE(mode);
+    std::vector<uint16_t> ports;
+    for (int i = 0; i < 2; ++i)
+      ports.push_back(PortReservation().port());
+    std::string topo = writeCluster("launch-schedule-" + mode, ports);
+    const auto out = std::filesystem::temp_directory_path() /
+                     ("launch-schedule-" + mode + "-" + std::to_string(getpid()));
+    CommandResult r = runCommand({chorusBinary(),
+                                  "launch",
+                                  topo,
+                                  "--mode",
+                                  mode,
+                                  "--data",
+                                  "synthetic",
+                                  "--synthetic-train",
+                                  "600",
+                                  "--synthetic-test",
+                                  "100",
+                                  "--model",
+                                  "mlp",
+                                  "--lr",
+                                  "0.08",
+                                  "--schedule",
+                                  "cosine",
+                                  "--augment",
+                                  "--rounds",
+                                  "40",
+                                  "--eval-every",
+                                  "0",
+                                  "--ready-timeout",
+                                  "60",
+                                  "--out",
+                                  out.string()});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    std::ifstream metrics(out / "node-1.jsonl");
+    std::string line;
+    std::vector<double> rates;
+    bool started = false;
+    while (std::getline(metrics, line)) {
+      if (contains(line, "\"event\":\"start\"")) {
+        EXPECT_TRUE(contains(line, "\"schedule\":\"cosine\"")) << line;
+        EXPECT_TRUE(contains(line, "\"augment\":true")) << line;
+        started = true;
+      }
+      const size_t at = line.find("\"lr\":");
+      if (at != std::string::npos && !contains(line, "\"event\":\"start\"")) {
+        rates.push_back(std::stod(line.substr(at + 5)));
+      }
+    }
+    EXPECT_TRUE(started);
+    ASSERT_EQ(rates.size(), 40u);
+    EXPECT_DOUBLE_EQ(rates.front(), 0.08);
+    EXPECT_NEAR(rates[20], 0.04, 1e-9);
+    EXPECT_LT(rates.back(), 0.001);
+    std::filesystem::remove_all(out);
+    std::filesystem::remove(topo);
+  }
+}
+
 TEST(ChorusNode, ABadStalenessIsRejectedBeforeAnythingStarts) {
   std::string topo = writeCluster("ps-bad-flag", {PortReservation().port()});
   CommandResult r = runCommand({chorusBinary(), "node", "--topology", topo, "--id", "0", "--mode",

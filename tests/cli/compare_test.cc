@@ -146,9 +146,13 @@ TEST_F(CompareTest, TwoVariantsRunEndToEndAndTheReportCanBeRebuilt) {
   // An existing compare folder is replaced only with --force.
   CommandResult again = compare("single", out);
   expectOneLineError(again, "exists; choose another or add --force");
-  CommandResult forced = compare("single", out, {"--force"});
+  // A bare flag reaches the nodes bare, an option with its value.
+  CommandResult forced = compare("single", out, {"--force", "--no-flip", "--schedule", "cosine"});
   ASSERT_EQ(forced.exit_code, 0) << forced.out << forced.err;
   EXPECT_FALSE(fs::exists(out / "consensus-wait-all"));
+  const std::string forced_cmd = readFile(out / "single/seed-1/command.txt");
+  EXPECT_TRUE(contains(forced_cmd, "--schedule cosine")) << forced_cmd;
+  EXPECT_TRUE(contains(forced_cmd, "--no-flip --")) << forced_cmd;
 }
 
 TEST_F(CompareTest, AFailedVariantIsReportedAndTheOthersStillRun) {

@@ -61,17 +61,40 @@ TEST(KeyStore, RefusesBadRequestsWithAReason) {
   }
 }
 
+// The rate is the schedule's at the clock the push belongs to, not at the order pushes arrive
+// in: a late push from clock 0 gets clock 0's rate after a push from clock 5.
+TEST(KeyStore, TheRateFollowsTheScheduleOverThePushesClock) {
+  StoreFixture f;
+  const NodeId self = f.ownerOfSomeKey();
+  OwnerOptimizer optimizer;
+  optimizer.sgd.momentum = 0;
+  optimizer.schedule.kind = ml::LrSchedule::Kind::kStep;
+  optimizer.schedule.baseLr = 0.5;
+  optimizer.schedule.stepEvery = 4;
+  optimizer.schedule.gamma = 0.1;
+  KeyStore store(f.layout, f.map, self, f.initial, optimizer);
+  const std::vector<Key> keys{store.ownedKeys()[0]};
+  std::vector<float> grads(store.floatsOf(keys), 1.0f);
+  store.apply(keys, grads, /*clock=*/5);  // rate 0.05
+  store.apply(keys, grads, /*clock=*/0);  // rate 0.5
+  std::vector<float> out;
+  store.read(keys, out);
+  for (size_t i = 0; i < out.size(); ++i) {
+    EXPECT_FLOAT_EQ(out[i], f.initial[f.layout.offset(keys[0]) + i] - 0.05f - 0.5f);
+  }
+}
+
 TEST(KeyStore, AppliesEachPushWithTheScaledLearningRate) {
   StoreFixture f;
   const NodeId self = f.ownerOfSomeKey();
   OwnerOptimizer optimizer;
   optimizer.sgd.momentum = 0;
-  optimizer.lr = 0.5;
+  optimizer.schedule.baseLr = 0.5;
   optimizer.push_scale = 0.25;  // four workers
   KeyStore store(f.layout, f.map, self, f.initial, optimizer);
   const std::vector<Key> keys{store.ownedKeys()[0]};
   std::vector<float> grads(store.floatsOf(keys), 2.0f);
-  store.apply(keys, grads);
+  store.apply(keys, grads, /*clock=*/0);
   std::vector<float> out;
   store.read(keys, out);
   for (size_t i = 0; i < out.size(); ++i) {

@@ -74,6 +74,109 @@ TEST(RunOptions, FlagsReachTheOptions) {
   EXPECT_EQ(p.model.hidden, (std::vector<int>{8, 4}));
 }
 
+TEST(RunOptions, ScheduleAndAugmentationFlags) {
+  CLI::App app;
+  RunOptions p;
+  addRunOptions(app, p);
+  app.parse(
+      "--schedule step --step-epochs 2 --gamma 0.5 --warmup-epochs 0.5 --augment "
+      "--crop-padding 2 --no-flip",
+      false);
+  EXPECT_EQ(p.schedule, "step");
+  EXPECT_DOUBLE_EQ(p.step_epochs, 2);
+  EXPECT_DOUBLE_EQ(p.gamma, 0.5);
+  EXPECT_DOUBLE_EQ(p.warmup_epochs, 0.5);
+  EXPECT_TRUE(p.augment);
+  EXPECT_EQ(p.crop_padding, 2);
+  EXPECT_FALSE(p.flip);
+  EXPECT_NO_THROW(validateRunOptions(options()));
+
+  auto message = [](const RunOptions& o) {
+    try {
+      validateRunOptions(o);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  RunOptions o = options();
+  o.schedule = "step";  // without --step-epochs it would never decay
+  EXPECT_NE(message(o).find("--step-epochs"), std::string::npos) << message(o);
+  o = options();
+  o.step_epochs = 3;  // with the constant schedule it would be ignored
+  EXPECT_NE(message(o).find("--step-epochs"), std::string::npos) << message(o);
+  o = options();
+  o.schedule = "linear";
+  EXPECT_THROW(validateRunOptions(o), std::invalid_argument);
+}
+
+// The schedule runs over rounds, with epochs counted like --epochs (an average shard).
+TEST(NodeJob, TheScheduleIsInRoundsOfAnAverageShard) {
+  RunOptions o = options();
+  o.rounds = 0;
+  o.epochs = 4;
+  o.batch = 10;  // 500 samples / 5 nodes = 100 per shard: 10 rounds per epoch
+  o.lr = 0.2;
+  o.schedule = "step";
+  o.step_epochs = 1.5;
+  o.gamma = 0.5;
+  o.warmup_epochs = 0.5;
+  NodeJob job = prepareNodeJob(o, data(), 0, 5, "");
+  EXPECT_EQ(job.rounds, 40);
+  EXPECT_EQ(job.schedule.warmupSteps, 5);
+  EXPECT_EQ(job.schedule.stepEvery, 15);
+  EXPECT_DOUBLE_EQ(job.schedule.at(0), 0.2 / 5);
+  EXPECT_DOUBLE_EQ(job.schedule.at(5), 0.2);
+  EXPECT_DOUBLE_EQ(job.schedule.at(5 + 15), 0.1);
+  o.schedule = "cosine";
+  o.step_epochs = 0;
+  o.warmup_epochs = 0;
+  job = prepareNodeJob(o, data(), 0, 5, "");
+  EXPECT_EQ(job.schedule.totalSteps, 40);
+  EXPECT_DOUBLE_EQ(job.schedule.at(0), 0.2);
+  EXPECT_NEAR(job.schedule.at(20), 0.1, 1e-12);
+  EXPECT_NEAR(job.schedule.at(40), 0.0, 1e-12);
+  EXPECT_FALSE(job.augmentation.enabled);
+}
+
+// A tiny image data set: 4x4 single-channel images whose pixels are their index + 1, so a
+// crop or a flip always changes what the batch holds.
+std::shared_ptr<const ml::DataSplit> images() {
+  auto split = std::make_shared<ml::DataSplit>();
+  for (ml::Dataset* d : {&split->train, &split->test}) {
+    d->name = "tiny-images";
+    d->shape = {1, 4, 4};
+    for (int s = 0; s < 40; ++s) {
+      for (int i = 0; i < 16; ++i)
+        d->features.push_back(static_cast<float>(i + 1));
+      d->labels.push_back(s % 10);
+    }
+  }
+  return split;
+}
+
+TEST(NodeJob, AugmentationReachesTheBatcher) {
+  RunOptions o = options();
+  o.augment = true;
+  o.model.name = "mlp";
+  o.crop_padding = 1;
+  const auto split = images();
+  NodeJob job = prepareNodeJob(o, split, 0, 2, "");
+  ASSERT_TRUE(job.augmentation.enabled);
+  EXPECT_EQ(job.augmentation.padding, 1);
+  ShardBatcher plain(split->train, job.shard, 20, 7);
+  ShardBatcher augmented(split->train, job.shard, 20, 7, job.augmentation);
+  ShardBatcher again(split->train, job.shard, 20, 7, job.augmentation);
+  ml::Matrix a, b, c;
+  std::vector<int32_t> la, lb, lc;
+  plain.next(a, la);
+  augmented.next(b, lb);
+  again.next(c, lc);
+  EXPECT_EQ(la, lb);            // the same samples, in the same order
+  EXPECT_FALSE(a.isApprox(b));  // but cropped or mirrored
+  EXPECT_TRUE(b.isApprox(c));   // and reproducibly so from the seed
+}
+
 TEST(NodeJob, EveryNodeStartsFromTheSameModelOnItsOwnDisjointShard) {
   const int nodes = 4;
   std::set<size_t> seen;
