@@ -7,7 +7,7 @@
 #
 # Usage: bench/ps_experiment.sh [--seeds N] [--first-seed S] [--out DIR] [--rounds R]
 #          [--variants "0 1 3 inf"] [--stragglers PROFILE] [--lr LR] [--momentum M]
-#          [--chorus PATH] [--summarize-only]
+#          [--owner-momentum clock|push] [--chorus PATH] [--summarize-only]
 # --first-seed S runs seeds S..N only (to add seeds to a DIR that holds the earlier ones).
 set -euo pipefail
 
@@ -27,6 +27,7 @@ target=0.97
 summarize_only=0
 lr=0.05
 momentum=0.9
+owner_momentum=clock
 
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -38,6 +39,7 @@ while [[ $# -gt 0 ]]; do
     --stragglers) stragglers="$2"; shift 2 ;;
     --lr) lr="$2"; shift 2 ;;
     --momentum) momentum="$2"; shift 2 ;;
+    --owner-momentum) owner_momentum="$2"; shift 2 ;;
     --chorus) chorus="$2"; shift 2 ;;
     --summarize-only) summarize_only=1; shift ;;
     -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
@@ -59,7 +61,7 @@ if [[ $summarize_only -eq 0 ]]; then
   {
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "host: $(uname -srm), $(nproc) cores"
-    echo "stragglers: $stragglers; rounds: $rounds; seeds: $seeds; lr: $lr; momentum: $momentum"
+    echo "stragglers: $stragglers; rounds: $rounds; seeds: $seeds; lr: $lr; momentum: $momentum ($owner_momentum)"
   } > "$out/machine.txt"
   # Seed-major order: load drift on a shared machine hits every variant alike.
   for seed in $(seq "$first_seed" "$seeds"); do
@@ -69,6 +71,7 @@ if [[ $summarize_only -eq 0 ]]; then
       mkdir -p "$run"
       cmd=("$chorus" launch "$topo" --mode ps --staleness "$s" --timeout 1200 --data mnist
            --data-dir "$data_dir" --model mlp --shard iid --batch 64 --lr "$lr" --momentum "$momentum"
+           --owner-momentum "$owner_momentum"
            --rounds "$rounds" --stragglers "$stragglers" --seed "$seed" --target-acc "$target"
            --eval-every 25 --out "$run")
       echo "$(date -u +%H:%M:%S) staleness $s seed $seed"

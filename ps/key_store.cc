@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 namespace chorus::ps {
 
@@ -12,6 +13,26 @@ const char* keyTechniqueName(KeyTechnique technique) {
       return "home";
   }
   return "unknown";
+}
+
+double OwnerOptimizer::pushMomentum() const {
+  const double mu = sgd.momentum;
+  if (mu <= 0.0 || momentum_mode == Momentum::kPerPush) return mu;
+  return std::pow(mu, push_scale);
+}
+
+double OwnerOptimizer::pushLr(int64_t clock) const {
+  const double lr = schedule.at(clock) * push_scale;
+  const double mu = sgd.momentum;
+  if (mu <= 0.0 || momentum_mode == Momentum::kPerPush) return lr;
+  // N pushes of (1 - mu') / (1 - mu) * lr / N each add up to the single-node steady state.
+  return lr * (1.0 - pushMomentum()) / (1.0 - mu);
+}
+
+ml::SgdConfig OwnerOptimizer::pushSgd() const {
+  ml::SgdConfig config = sgd;
+  config.momentum = pushMomentum();
+  return config;
 }
 
 KeyStore::KeyStore(const ChunkLayout& layout, const ShardMap& map, NodeId self,
@@ -74,13 +95,14 @@ void KeyStore::copyTo(std::span<const uint64_t> keys, float* out) const {
 
 void KeyStore::apply(std::span<const uint64_t> keys, std::span<const float> grads, int64_t clock) {
   const double lr = optimizer_.pushLr(clock);
+  const ml::SgdConfig sgd = optimizer_.pushSgd();
   size_t offset = 0;
   for (Key key : keys) {
     KeyEntry& entry = *entries_[key];
     const size_t len = entry.values.size();
     switch (entry.technique) {
       case KeyTechnique::kHome:
-        ml::sgdUpdate(optimizer_.sgd, lr, entry.values, grads.subspan(offset, len), entry.velocity);
+        ml::sgdUpdate(sgd, lr, entry.values, grads.subspan(offset, len), entry.velocity);
         break;
     }
     ++entry.updates;

@@ -27,13 +27,26 @@ const char* keyTechniqueName(KeyTechnique technique);
 // averaged gradient: the same progress per clock as consensus mode's averaged local steps.
 // The learning rate follows `schedule` over the clock the push belongs to, so every owner
 // applies the same rate to a worker's push whenever it arrives.
+//
+// Momentum: an owner's velocity sees N pushes per clock, not one step. Applied as given
+// (kPerPush), a velocity decays by mu^N per clock, so the model has N times less momentum
+// memory than one node stepping with the averaged gradient. kPerClock keeps that memory: each
+// push uses mu' = mu^(1/N) and a rate scaled by (1 - mu') / (1 - mu), so over one clock of N
+// pushes the velocity decays by mu and the steady-state step is lr * g / (1 - mu), as for a
+// single node.
 struct OwnerOptimizer {
+  enum class Momentum { kPerClock, kPerPush };
   ml::SgdConfig sgd;
   ml::LrSchedule schedule;  // baseLr is --lr
   double push_scale = 1.0;
+  Momentum momentum_mode = Momentum::kPerClock;
 
+  // The momentum coefficient applied per push.
+  double pushMomentum() const;
   // The learning rate applied to one push made at `clock`.
-  double pushLr(int64_t clock) const { return schedule.at(clock) * push_scale; }
+  double pushLr(int64_t clock) const;
+  // The SGD settings of one push (sgd with pushMomentum()).
+  ml::SgdConfig pushSgd() const;
   // True when an update is w -= lr * g (no momentum, no weight decay): a worker can
   // then apply its own push to a cached row exactly as the owner will.
   bool stateless() const { return sgd.momentum == 0.0 && sgd.weightDecay == 0.0; }

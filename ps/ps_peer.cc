@@ -40,6 +40,12 @@ void addPsOptions(CLI::App& cmd, PsOptions& o) {
       "--no-cache", [&o] { o.cache = false; },
       "PS mode: read every key from its owner each clock instead of serving reads that "
       "are fresh enough under SSP from the worker's row cache");
+  cmd.add_option("--owner-momentum", o.owner_momentum,
+                 "PS mode: how owners apply --momentum to N pushes per clock: clock = the "
+                 "velocity decays by --momentum per clock, as on one node (docs/ps.md); push = "
+                 "by --momentum per push")
+      ->check(CLI::IsMember({"clock", "push"}))
+      ->capture_default_str();
 }
 
 void validatePsOptions(const PsOptions& o) {
@@ -49,6 +55,9 @@ void validatePsOptions(const PsOptions& o) {
     throw std::invalid_argument(fmt::format("--staleness: {}", e.what()));
   }
   if (o.key_floats == 0) throw std::invalid_argument("--key-floats must be > 0");
+  if (o.owner_momentum != "clock" && o.owner_momentum != "push") {
+    throw std::invalid_argument("--owner-momentum must be clock or push");
+  }
   if (!(o.down_timeout_s >= 0)) throw std::invalid_argument("--down-timeout must be >= 0");
 }
 
@@ -72,6 +81,9 @@ PsPeer::PsPeer(node::Node& node, run::NodeJob job, std::vector<NodeId> members, 
   optimizer_.sgd = job_.sgd;
   optimizer_.schedule = job_.schedule;
   optimizer_.push_scale = 1.0 / static_cast<double>(members_.size());
+  optimizer_.momentum_mode = options_.owner_momentum == "push"
+                                 ? OwnerOptimizer::Momentum::kPerPush
+                                 : OwnerOptimizer::Momentum::kPerClock;
   ServerOptions server_options;
   server_options.down_timeout = std::chrono::milliseconds(
       static_cast<int64_t>(std::llround(options_.down_timeout_s * 1000.0)));
@@ -177,6 +189,7 @@ PsReport PsPeer::run() {
                     .add("seed", job_.seed)
                     .add("staleness", staleness_.toString())
                     .add("key_floats", static_cast<uint64_t>(layout_.chunk()))
+                    .add("owner_momentum", options_.owner_momentum)
                     .add("keys", static_cast<uint64_t>(layout_.numKeys()))
                     .add("owned_keys", static_cast<uint64_t>(owned))
                     .addBool("cache", options_.cache && !staleness_.infinite())

@@ -36,6 +36,7 @@ struct PsOptions {
   size_t key_floats = 4096;     // floats per key (the model's flat buffer cut into keys)
   double down_timeout_s = 10;   // a down worker stops blocking pulls after this (0: never)
   bool cache = true;            // the worker's SSP row cache
+  std::string owner_momentum = "clock";  // clock | push (OwnerOptimizer::Momentum)
   std::chrono::milliseconds report_every{5000};
   std::chrono::milliseconds tick_every{100};  // down time-outs and waiting reports
   // Longest the end-of-run barrier waits for the other nodes' TrainingDone.
@@ -48,7 +49,7 @@ struct PsOptions {
   std::function<void(Clock, std::span<const float>)> on_clock_end;
 };
 
-// Registers --staleness, --key-floats, --down-timeout and --no-cache on `cmd`.
+// Registers --staleness, --key-floats, --down-timeout, --no-cache and --owner-momentum on `cmd`.
 void addPsOptions(CLI::App& cmd, PsOptions& options);
 // Throws std::invalid_argument naming the flag.
 void validatePsOptions(const PsOptions& options);

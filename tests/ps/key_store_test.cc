@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <numeric>
+#include <vector>
 
 namespace chorus::ps {
 namespace {
@@ -82,6 +85,54 @@ TEST(KeyStore, TheRateFollowsTheScheduleOverThePushesClock) {
   for (size_t i = 0; i < out.size(); ++i) {
     EXPECT_FLOAT_EQ(out[i], f.initial[f.layout.offset(keys[0]) + i] - 0.05f - 0.5f);
   }
+}
+
+// Per-clock momentum: an owner receiving N pushes per clock moves a key the way one node with
+// momentum moves it under the averaged gradient, also after the gradient stops (the memory
+// decays by mu per clock). Per-push momentum reaches the same steady state but forgets N times
+// faster, which this test also shows so that it can tell the two apart.
+TEST(KeyStore, PerClockMomentumMovesAKeyLikeOneNodeWithMomentum) {
+  constexpr int kWorkers = 4, kClocks = 60;
+  constexpr double kMu = 0.9, kLr = 0.1;
+  // One node: v = mu v + g; w -= lr v, with g = 1 for 30 steps and 0 after.
+  std::vector<double> single;
+  double v = 0;
+  for (int c = 0; c < kClocks; ++c) {
+    v = kMu * v + (c < 30 ? 1.0 : 0.0);
+    single.push_back(kLr * v);
+  }
+  auto owner = [&](OwnerOptimizer::Momentum mode) {
+    StoreFixture f;
+    OwnerOptimizer optimizer;
+    optimizer.sgd.momentum = kMu;
+    optimizer.schedule.baseLr = kLr;
+    optimizer.push_scale = 1.0 / kWorkers;
+    optimizer.momentum_mode = mode;
+    const NodeId self = f.ownerOfSomeKey();
+    KeyStore store(f.layout, f.map, self, f.initial, optimizer);
+    const std::vector<Key> keys{store.ownedKeys()[0]};
+    std::vector<double> moved;
+    std::vector<float> before, after;
+    for (int c = 0; c < kClocks; ++c) {
+      store.read(keys, before);
+      const std::vector<float> grads(store.floatsOf(keys), c < 30 ? 1.0f : 0.0f);
+      for (int w = 0; w < kWorkers; ++w)
+        store.apply(keys, grads, c);
+      after.clear();
+      store.read(keys, after);
+      moved.push_back(static_cast<double>(before[0] - after[0]));
+      before.clear();
+    }
+    return moved;
+  };
+  auto worstGap = [&](const std::vector<double>& moved) {
+    double gap = 0;
+    for (int c = 0; c < kClocks; ++c)
+      gap = std::max(gap, std::abs(moved[c] - single[c]));
+    return gap / *std::max_element(single.begin(), single.end());
+  };
+  EXPECT_LT(worstGap(owner(OwnerOptimizer::Momentum::kPerClock)), 0.06);
+  EXPECT_GT(worstGap(owner(OwnerOptimizer::Momentum::kPerPush)), 0.3);
 }
 
 TEST(KeyStore, AppliesEachPushWithTheScaledLearningRate) {
