@@ -21,7 +21,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // CLI11 prints the message (or the help); a bad flag or value then exits 2 like every
+    // other bad input of chorus, not with CLI11's own code for the kind of error (105, 106...).
+    return app.exit(e) == 0 ? 0 : 2;
   } catch (const chorus::cli::CommandFailure& e) {
     if (e.what()[0] != '\0') std::fprintf(stderr, "chorus: error: %s\n", e.what());
     return e.code();

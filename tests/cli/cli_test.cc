@@ -27,8 +27,24 @@ TEST(ChorusCli, HelpListsEveryCommand) {
 
 TEST(ChorusCli, UnknownCommandIsAnError) {
   CommandResult r = runCommand({chorusBinary(), "frobnicate"});
-  EXPECT_NE(r.exit_code, 0);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_FALSE(r.err.empty());
+}
+
+// A flag the parser refuses exits 2 with the flag named, like the checks chorus makes itself;
+// asking for help or the version is not an error.
+TEST(ChorusCli, BadFlagsExitTwoAndNameTheFlag) {
+  CommandResult range = runCommand({chorusBinary(), "train", "--lr", "-1"});
+  EXPECT_EQ(range.exit_code, 2) << range.err;
+  EXPECT_TRUE(contains(range.err, "--lr")) << range.err;
+  CommandResult choice = runCommand({chorusBinary(), "node", "--mode", "sometimes"});
+  EXPECT_EQ(choice.exit_code, 2) << choice.err;
+  EXPECT_TRUE(contains(choice.err, "--mode")) << choice.err;
+  CommandResult unknown = runCommand({chorusBinary(), "train", "--no-such-flag"});
+  EXPECT_EQ(unknown.exit_code, 2) << unknown.err;
+  EXPECT_TRUE(contains(unknown.err, "--no-such-flag")) << unknown.err;
+  EXPECT_EQ(runCommand({chorusBinary(), "train", "--help"}).exit_code, 0);
+  EXPECT_EQ(runCommand({chorusBinary(), "--version"}).exit_code, 0);
 }
 
 TEST(ChorusCli, LaunchRefusesAMissingTopologyFile) {
