@@ -16,11 +16,14 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "cli/commands.h"
 #include "cli/launcher.h"
+#include "consensus/consensus_peer.h"
 #include "ml/dataset.h"
+#include "ps/ps_peer.h"
 #include "report/report.h"
 #include "report/variant.h"
 #include "run/training_run.h"
@@ -32,6 +35,10 @@ namespace {
 
 struct CompareArgs {
   run::RunOptions run;
+  // Mode options, passed only to that mode's variants (report::OptionScope).
+  ps::PsOptions ps;
+  consensus::ConsensusOptions consensus;
+  std::set<std::string> ps_flags, consensus_flags;
   std::string topology;
   std::string variants;
   int seeds = 1;
@@ -44,6 +51,30 @@ struct CompareArgs {
 const std::set<std::string> kOwnFlags = {"--topology",    "--variants",       "--seeds", "--force",
                                          "--run-timeout", "--progress-every", "--seed",  "--out",
                                          "--rounds",      "--eval-every",     "--help"};
+
+// Mode options that the variant's name sets (or that make no sense for a compare): refused with
+// what to write instead.
+const std::vector<std::pair<std::string, std::string>> kVariantFlags = {
+    {"--staleness", "the variant name sets it: ps:bsp, ps:ssp:N or ps:async"},
+    {"--backup", "the variant name sets it: consensus:RULE, e.g. consensus:static:1"},
+    {"--rejoin", "it is for one restarted node, not for a compare"}};
+
+// Registers a mode's options on `cmd` through `add`, under the help heading `heading`, and
+// returns their flags.
+template <typename Add>
+std::set<std::string> addModeOptions(CLI::App& cmd, const std::string& heading, Add add) {
+  std::set<std::string> before;
+  for (const CLI::Option* option : cmd.get_options())
+    before.insert(option->get_name());
+  add(cmd);
+  std::set<std::string> added;
+  for (CLI::Option* option : cmd.get_options()) {
+    if (before.count(option->get_name()) > 0) continue;
+    added.insert(option->get_name());
+    option->group(heading);
+  }
+  return added;
+}
 
 // Error messages from the libraries may span lines (a list of places looked at); compare
 // reports each bad input on one line.
@@ -72,10 +103,11 @@ std::string selfExecutable() {
   return path.string();
 }
 
-// The training options the user gave, to pass on to every node unchanged. --data and --model
-// are always passed, so that the nodes train what compare checked even if their own defaults
-// change.
-std::vector<report::ForwardedOption> forwardedOptions(CLI::App& cmd, const run::RunOptions& run) {
+// The training options the user gave, to pass on unchanged: every training option to every
+// node, a mode's options to the nodes of that mode's variants. --data and --model are always
+// passed, so that the nodes train what compare checked even if their own defaults change.
+std::vector<report::ForwardedOption> forwardedOptions(CLI::App& cmd, const CompareArgs& args) {
+  const run::RunOptions& run = args.run;
   std::vector<report::ForwardedOption> forwarded;
   for (const CLI::Option* option : cmd.get_options()) {
     if (option->count() == 0) continue;
@@ -89,15 +121,23 @@ std::vector<report::ForwardedOption> forwardedOptions(CLI::App& cmd, const run::
     }
     // A flag (--augment, --no-flip) is forwarded bare: its recorded result is not an argument.
     const bool bare = results.empty() || option->get_items_expected_max() == 0;
+    const report::OptionScope scope = args.ps_flags.count(flag) > 0 ? report::OptionScope::kPs
+                                      : args.consensus_flags.count(flag) > 0
+                                          ? report::OptionScope::kConsensus
+                                          : report::OptionScope::kEvery;
     forwarded.push_back(
-        {flag, bare ? std::vector<std::string>{} : std::vector<std::string>{joined}});
+        {flag, bare ? std::vector<std::string>{} : std::vector<std::string>{joined}, scope});
   }
   const auto given = [&](const std::string& flag) {
     return std::any_of(forwarded.begin(), forwarded.end(),
                        [&](const auto& option) { return option.flag == flag; });
   };
-  if (!given("--model")) forwarded.insert(forwarded.begin(), {"--model", {run.model.name}});
-  if (!given("--data")) forwarded.insert(forwarded.begin(), {"--data", {run.data.name}});
+  if (!given("--model")) {
+    forwarded.insert(forwarded.begin(), {"--model", {run.model.name}, report::OptionScope::kEvery});
+  }
+  if (!given("--data")) {
+    forwarded.insert(forwarded.begin(), {"--data", {run.data.name}, report::OptionScope::kEvery});
+  }
   return forwarded;
 }
 
@@ -188,6 +228,11 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
   } catch (const std::invalid_argument& e) {
     throw CommandFailure(2, fmt::format("--variants: {}", e.what()));
   }
+  for (const auto& [flag, why] : kVariantFlags) {
+    if (cmd.get_option(flag)->count() > 0) {
+      throw CommandFailure(2, fmt::format("{} cannot be given to compare: {}", flag, why));
+    }
+  }
   std::error_code ec;
   if (!fs::is_regular_file(args.topology, ec)) {
     throw CommandFailure(2, fmt::format("--topology {}: no such file (write one with `chorus topo "
@@ -203,6 +248,8 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
   if (args.run.out_dir.empty()) throw CommandFailure(2, "--out DIR is required");
   try {
     run::validateRunOptions(args.run);
+    ps::validatePsOptions(args.ps);
+    consensus::validateConsensusOptions(args.consensus);
   } catch (const std::invalid_argument& e) {
     throw CommandFailure(2, e.what());
   }
@@ -227,7 +274,7 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
     argv.insert(argv.end(), {"--rounds", std::to_string(args.run.rounds)});
   }
   argv.insert(argv.end(), {"--eval-every", std::to_string(args.run.eval_every)});
-  const auto forwarded = forwardedOptions(cmd, args.run);
+  const auto forwarded = forwardedOptions(cmd, args);
   for (const auto& option : forwarded) {
     argv.push_back(option.flag);
     argv.insert(argv.end(), option.values.begin(), option.values.end());
@@ -360,7 +407,8 @@ void addCompareCommand(CLI::App& app) {
       "stragglers and budget, and compare them: summary.csv, report.md (table) and plots/*.png.\n"
       "Variants: single, ps:bsp, ps:ssp:N, ps:async, consensus:RULE (wait-all, static:B,\n"
       "deadline:Q, dynamic). Seeds are --seed, --seed+1, ... Every training option is passed to\n"
-      "every node. See docs/compare.md.\n"
+      "every node; the PS-mode and consensus-mode options only to that mode's variants.\n"
+      "See docs/compare.md.\n"
       "Example: chorus compare --topology examples/topologies/demo4.toml --data synthetic\n"
       "  --variants single,consensus:wait-all,consensus:dynamic --rounds 300 --target-acc 0.9\n"
       "  --out runs/cmp");
@@ -381,6 +429,14 @@ void addCompareCommand(CLI::App& app) {
       ->check(CLI::Range(0.1, 3600.0))
       ->capture_default_str();
   run::addRunOptions(*cmd, args->run);
+  args->ps_flags = addModeOptions(*cmd, "PS mode (the ps:* variants only)",
+                                  [&](CLI::App& c) { ps::addPsOptions(c, args->ps); });
+  args->consensus_flags =
+      addModeOptions(*cmd, "Consensus mode (the consensus:* variants only)",
+                     [&](CLI::App& c) { consensus::addConsensusOptions(c, args->consensus); });
+  // Set by each variant's name; refused with a pointer to the name when given (kVariantFlags).
+  for (const auto& [flag, why] : kVariantFlags)
+    cmd->get_option(flag)->group("");
   cmd->get_option("--out")->description(
       "Output folder: per-run metrics (VARIANT/seed-S/), summary.csv, report.md, plots/");
   cmd->callback([cmd, args] { runCompare(*cmd, *args); });

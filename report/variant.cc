@@ -125,8 +125,12 @@ std::vector<std::string> nodeArgs(const Variant& variant,
   std::vector<std::string> args = variant.modeArgs();
   for (const auto& option : forwarded) {
     if (isFlag(option.flag, {"--seed", "--out", "--rounds", "--eval-every", "--mode", "--staleness",
-                             "--backup"})) {
+                             "--backup", "--rejoin"})) {
       throw std::logic_error("nodeArgs: " + option.flag + " is set per run, not forwarded");
+    }
+    if ((option.scope == OptionScope::kPs && variant.kind != Variant::Kind::kPs) ||
+        (option.scope == OptionScope::kConsensus && variant.kind != Variant::Kind::kConsensus)) {
+      continue;
     }
     args.push_back(option.flag);
     args.insert(args.end(), option.values.begin(), option.values.end());

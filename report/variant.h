@@ -34,10 +34,20 @@ struct Variant {
 // std::invalid_argument for an empty list, an unknown variant or a variant named twice.
 std::vector<Variant> parseVariantList(std::string_view text);
 
-// One training option as the user gave it to `chorus compare`, forwarded to every node.
+// Which variants a forwarded option reaches: a PS-mode option (--key-floats) means nothing to a
+// consensus node and would be refused by it, and the other way round.
+enum class OptionScope {
+  kEvery,      // training options: every variant, single included
+  kPs,         // PS-mode options: the ps:* variants only
+  kConsensus,  // consensus-mode options: the consensus:* variants only
+};
+
+// One training option as the user gave it to `chorus compare`, forwarded to the nodes of the
+// variants in its scope.
 struct ForwardedOption {
   std::string flag;                 // "--lr"
   std::vector<std::string> values;  // {"0.05"}; empty for a flag without a value
+  OptionScope scope = OptionScope::kEvery;
 };
 
 // What every variant of a compare shares besides the forwarded options.
@@ -49,7 +59,8 @@ struct RunBudget {
 
 // The options given to every node of one run of `variant` with `seed`, writing metrics to
 // `out_dir`. `forwarded` must not hold --seed, --out, --rounds, --eval-every, --mode,
-// --staleness or --backup: this function sets them. The single variant does the work of the
+// --staleness, --backup or --rejoin: this function sets them (or, --rejoin, no run may). Options
+// scoped to the other mode are left out. The single variant does the work of the
 // whole cluster: with --rounds R it runs R * nodes rounds and evaluates every eval_every * nodes
 // rounds, so that it sees as many samples as all nodes together and is evaluated after the same
 // number of samples; with --epochs it runs the same epochs over the whole training set.

@@ -174,6 +174,39 @@ TEST_F(CompareTest, AFailedVariantIsReportedAndTheOthersStillRun) {
   EXPECT_TRUE(contains(md, "## Failed runs\n\n- consensus:wait-all seed 1: ")) << md;
 }
 
+TEST_F(CompareTest, ModeOptionsReachOnlyThatModesNodes) {
+  const fs::path out = dir_ / "cmp";
+  // Both runs must succeed: a node refuses an option of the other mode, so a PS option that
+  // reached a consensus node (or the other way round) would fail its run.
+  CommandResult r = compare("ps:async,consensus:wait-all", out,
+                            {"--owner-momentum", "push", "--key-floats", "64", "--skip-gap", "3"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const std::string ps_cmd = readFile(out / "ps-async/seed-1/command.txt");
+  EXPECT_TRUE(contains(ps_cmd, "--owner-momentum push")) << ps_cmd;
+  EXPECT_TRUE(contains(ps_cmd, "--key-floats 64")) << ps_cmd;
+  EXPECT_FALSE(contains(ps_cmd, "--skip-gap")) << ps_cmd;
+  const std::string consensus_cmd = readFile(out / "consensus-wait-all/seed-1/command.txt");
+  EXPECT_TRUE(contains(consensus_cmd, "--skip-gap 3")) << consensus_cmd;
+  EXPECT_FALSE(contains(consensus_cmd, "--owner-momentum")) << consensus_cmd;
+  EXPECT_FALSE(contains(consensus_cmd, "--key-floats")) << consensus_cmd;
+  // The compare's own command line keeps them, so that it can be rerun.
+  EXPECT_TRUE(contains(readFile(out / "runs.jsonl"), "--skip-gap 3"))
+      << readFile(out / "runs.jsonl");
+}
+
+TEST_F(CompareTest, FlagsTheVariantNameSetsAreRefused) {
+  expectOneLineError(compare("ps:bsp", dir_ / "d", {"--staleness", "3"}),
+                     "--staleness cannot be given to compare: the variant name sets it");
+  expectOneLineError(compare("consensus:dynamic", dir_ / "e", {"--backup", "static:1"}),
+                     "--backup cannot be given to compare");
+  // A mode option's own checks apply in compare too, before anything runs.
+  CommandResult bad = compare("ps:bsp", dir_ / "f", {"--key-floats", "0"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.out << bad.err;
+  EXPECT_TRUE(contains(bad.err, "--key-floats: Value 0 not in range")) << bad.err;
+  EXPECT_FALSE(fs::exists(dir_ / "d"));
+  EXPECT_FALSE(fs::exists(dir_ / "f"));
+}
+
 TEST_F(CompareTest, UnknownVariantIsRefused) {
   expectOneLineError(compare("single,ps:sometimes", dir_ / "a"), "unknown variant 'ps:sometimes'");
   EXPECT_FALSE(fs::exists(dir_ / "a"));

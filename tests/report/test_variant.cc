@@ -88,6 +88,28 @@ TEST(Variant, SingleDoesTheWholeClustersRoundsAndEvaluatesAfterAsManySamples) {
 TEST(Variant, NodeArgsRefuseForwardingPerRunFlags) {
   EXPECT_THROW(nodeArgs(Variant::parse("single"), {{"--seed", {"3"}}}, RunBudget{}, 1, "o"),
                std::logic_error);
+  EXPECT_THROW(nodeArgs(Variant::parse("consensus:dynamic"),
+                        {{"--rejoin", {}, OptionScope::kConsensus}}, RunBudget{}, 1, "o"),
+               std::logic_error);
+}
+
+TEST(Variant, ModeOptionsReachOnlyTheirModesVariants) {
+  const std::vector<ForwardedOption> forwarded = {{"--lr", {"0.1"}, OptionScope::kEvery},
+                                                  {"--owner-momentum", {"push"}, OptionScope::kPs},
+                                                  {"--no-cache", {}, OptionScope::kPs},
+                                                  {"--skip-gap", {"2"}, OptionScope::kConsensus}};
+  const RunBudget budget{10, 5, 2};
+  EXPECT_EQ(
+      nodeArgs(Variant::parse("ps:bsp"), forwarded, budget, 1, "o"),
+      (Args{"--mode", "ps", "--staleness", "0", "--lr", "0.1", "--owner-momentum", "push",
+            "--no-cache", "--rounds", "10", "--eval-every", "5", "--seed", "1", "--out", "o"}));
+  EXPECT_EQ(nodeArgs(Variant::parse("consensus:wait-all"), forwarded, budget, 1, "o"),
+            (Args{"--mode", "consensus", "--backup", "wait-all", "--lr", "0.1", "--skip-gap", "2",
+                  "--rounds", "10", "--eval-every", "5", "--seed", "1", "--out", "o"}));
+  // The single variant runs as a one-node cluster: neither mode's knobs apply to it.
+  EXPECT_EQ(
+      nodeArgs(Variant::parse("single"), forwarded, budget, 1, "o"),
+      (Args{"--lr", "0.1", "--rounds", "20", "--eval-every", "10", "--seed", "1", "--out", "o"}));
 }
 
 TEST(Variant, SingleTopologyIsAValidOneNodeCluster) {
