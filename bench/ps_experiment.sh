@@ -6,8 +6,9 @@
 # a Markdown table (medians over seeds) and a gnuplot plot of accuracy against wall time.
 #
 # Usage: bench/ps_experiment.sh [--seeds N] [--first-seed S] [--out DIR] [--rounds R]
-#          [--variants "0 1 3 inf"] [--stragglers PROFILE] [--lr LR] [--momentum M]
-#          [--owner-momentum clock|push] [--chorus PATH] [--summarize-only]
+#          [--variants "0 1 3 inf"] [--stragglers PROFILE] [--shard iid|dirichlet:ALPHA]
+#          [--lr LR] [--momentum M] [--owner-momentum clock|push] [--chorus PATH]
+#          [--summarize-only]
 # --first-seed S runs seeds S..N only (to add seeds to a DIR that holds the earlier ones).
 set -euo pipefail
 
@@ -28,6 +29,7 @@ summarize_only=0
 lr=0.05
 momentum=0.9
 owner_momentum=clock
+shard=iid
 
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -37,12 +39,13 @@ while [[ $# -gt 0 ]]; do
     --rounds) rounds="$2"; shift 2 ;;
     --variants) variants="$2"; shift 2 ;;
     --stragglers) stragglers="$2"; shift 2 ;;
+    --shard) shard="$2"; shift 2 ;;
     --lr) lr="$2"; shift 2 ;;
     --momentum) momentum="$2"; shift 2 ;;
     --owner-momentum) owner_momentum="$2"; shift 2 ;;
     --chorus) chorus="$2"; shift 2 ;;
     --summarize-only) summarize_only=1; shift ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) echo "ps_experiment.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -61,7 +64,7 @@ if [[ $summarize_only -eq 0 ]]; then
   {
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "host: $(uname -srm), $(nproc) cores"
-    echo "stragglers: $stragglers; rounds: $rounds; seeds: $seeds; lr: $lr; momentum: $momentum ($owner_momentum)"
+    echo "stragglers: $stragglers; shard: $shard; rounds: $rounds; seeds: $seeds; lr: $lr; momentum: $momentum ($owner_momentum)"
   } > "$out/machine.txt"
   # Seed-major order: load drift on a shared machine hits every variant alike.
   for seed in $(seq "$first_seed" "$seeds"); do
@@ -70,7 +73,7 @@ if [[ $summarize_only -eq 0 ]]; then
       rm -rf "$run"
       mkdir -p "$run"
       cmd=("$chorus" launch "$topo" --mode ps --staleness "$s" --timeout 1200 --data mnist
-           --data-dir "$data_dir" --model mlp --shard iid --batch 64 --lr "$lr" --momentum "$momentum"
+           --data-dir "$data_dir" --model mlp --shard "$shard" --batch 64 --lr "$lr" --momentum "$momentum"
            --owner-momentum "$owner_momentum"
            --rounds "$rounds" --stragglers "$stragglers" --seed "$seed" --target-acc "$target"
            --eval-every 25 --out "$run")
@@ -166,7 +169,7 @@ if [[ "$blocks" -gt 0 ]]; then
   gnuplot <<GP
 set terminal pngcairo size 900,560
 set output '$out/ps-accuracy.png'
-set title "PS mode, 8 nodes, MNIST mlp, stragglers $stragglers (node 0, seed 1)"
+set title "PS mode, 8 nodes, MNIST mlp, $shard shards, stragglers $stragglers (node 0, seed 1)"
 set xlabel 'wall time (s)'
 set ylabel 'test accuracy (%)'
 set yrange [90:99]
