@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 namespace chorus::ps {
 
@@ -15,18 +16,22 @@ const char* keyTechniqueName(KeyTechnique technique) {
   return "unknown";
 }
 
+OwnerOptimizer::Momentum OwnerOptimizer::parseMomentum(std::string_view text) {
+  if (text == "clock") return Momentum::kPerClock;
+  if (text == "push") return Momentum::kPerPush;
+  throw std::invalid_argument(
+      fmt::format("--owner-momentum must be clock or push, not '{}'", text));
+}
+
 double OwnerOptimizer::pushMomentum() const {
-  const double mu = sgd.momentum;
-  if (mu <= 0.0 || momentum_mode == Momentum::kPerPush) return mu;
-  return std::pow(mu, push_scale);
+  return spreadsMomentum() ? std::pow(sgd.momentum, push_scale) : sgd.momentum;
 }
 
 double OwnerOptimizer::pushLr(int64_t clock) const {
   const double lr = schedule.at(clock) * push_scale;
-  const double mu = sgd.momentum;
-  if (mu <= 0.0 || momentum_mode == Momentum::kPerPush) return lr;
+  if (!spreadsMomentum()) return lr;
   // N pushes of (1 - mu') / (1 - mu) * lr / N each add up to the single-node steady state.
-  return lr * (1.0 - pushMomentum()) / (1.0 - mu);
+  return lr * (1.0 - pushMomentum()) / (1.0 - sgd.momentum);
 }
 
 ml::SgdConfig OwnerOptimizer::pushSgd() const {

@@ -8,6 +8,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ml/optimizer.h"
@@ -41,6 +42,9 @@ struct OwnerOptimizer {
   double push_scale = 1.0;
   Momentum momentum_mode = Momentum::kPerClock;
 
+  // Parses --owner-momentum ("clock" or "push"); throws std::invalid_argument naming the flag.
+  static Momentum parseMomentum(std::string_view text);
+
   // The momentum coefficient applied per push.
   double pushMomentum() const;
   // The learning rate applied to one push made at `clock`.
@@ -50,6 +54,12 @@ struct OwnerOptimizer {
   // True when an update is w -= lr * g (no momentum, no weight decay): a worker can
   // then apply its own push to a cached row exactly as the owner will.
   bool stateless() const { return sgd.momentum == 0.0 && sgd.weightDecay == 0.0; }
+
+ private:
+  // True when a clock's momentum is spread over its N pushes (kPerClock with momentum on).
+  bool spreadsMomentum() const {
+    return sgd.momentum > 0.0 && momentum_mode == Momentum::kPerClock;
+  }
 };
 
 // One owned key: its floats, optimizer state and technique.

@@ -55,9 +55,7 @@ void validatePsOptions(const PsOptions& o) {
     throw std::invalid_argument(fmt::format("--staleness: {}", e.what()));
   }
   if (o.key_floats == 0) throw std::invalid_argument("--key-floats must be > 0");
-  if (o.owner_momentum != "clock" && o.owner_momentum != "push") {
-    throw std::invalid_argument("--owner-momentum must be clock or push");
-  }
+  OwnerOptimizer::parseMomentum(o.owner_momentum);
   if (!(o.down_timeout_s >= 0)) throw std::invalid_argument("--down-timeout must be >= 0");
 }
 
@@ -81,9 +79,7 @@ PsPeer::PsPeer(node::Node& node, run::NodeJob job, std::vector<NodeId> members, 
   optimizer_.sgd = job_.sgd;
   optimizer_.schedule = job_.schedule;
   optimizer_.push_scale = 1.0 / static_cast<double>(members_.size());
-  optimizer_.momentum_mode = options_.owner_momentum == "push"
-                                 ? OwnerOptimizer::Momentum::kPerPush
-                                 : OwnerOptimizer::Momentum::kPerClock;
+  optimizer_.momentum_mode = OwnerOptimizer::parseMomentum(options_.owner_momentum);
   ServerOptions server_options;
   server_options.down_timeout = std::chrono::milliseconds(
       static_cast<int64_t>(std::llround(options_.down_timeout_s * 1000.0)));

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <stdexcept>
 #include <vector>
 
 namespace chorus::ps {
@@ -133,6 +134,12 @@ TEST(KeyStore, PerClockMomentumMovesAKeyLikeOneNodeWithMomentum) {
   };
   EXPECT_LT(worstGap(owner(OwnerOptimizer::Momentum::kPerClock)), 0.06);
   EXPECT_GT(worstGap(owner(OwnerOptimizer::Momentum::kPerPush)), 0.3);
+}
+
+TEST(KeyStore, OwnerMomentumParsesItsTwoNamesAndRefusesOthers) {
+  EXPECT_EQ(OwnerOptimizer::parseMomentum("clock"), OwnerOptimizer::Momentum::kPerClock);
+  EXPECT_EQ(OwnerOptimizer::parseMomentum("push"), OwnerOptimizer::Momentum::kPerPush);
+  EXPECT_THROW(OwnerOptimizer::parseMomentum("sideways"), std::invalid_argument);
 }
 
 TEST(KeyStore, AppliesEachPushWithTheScaledLearningRate) {
