@@ -2,13 +2,14 @@
 # The PS-mode experiment of issue 5: 8 nodes train the MNIST mlp on iid shards under
 # shifted-exponential stragglers plus one node 4x slower, once per consistency model and seed:
 # BSP, SSP with s = 1 and 3, and fully asynchronous. Records node 0's time to the target test
-# accuracy, the final accuracies, clocks per second and the share of time spent waiting; writes
+# accuracy, the final accuracies, clocks per second, the share of time spent waiting and the
+# training time (to the slowest worker's last clock); writes
 # a Markdown table (medians over seeds) and a gnuplot plot of accuracy against wall time.
 #
 # Usage: bench/ps_experiment.sh [--seeds N] [--first-seed S] [--out DIR] [--rounds R]
 #          [--variants "0 1 3 inf"] [--stragglers PROFILE] [--shard iid|dirichlet:ALPHA]
-#          [--lr LR] [--momentum M] [--owner-momentum clock|push] [--chorus PATH]
-#          [--summarize-only]
+#          [--lr LR] [--momentum M] [--owner-momentum clock|push]
+#          [--async-rounds cluster|worker] [--chorus PATH] [--summarize-only]
 # --first-seed S runs seeds S..N only (to add seeds to a DIR that holds the earlier ones).
 set -euo pipefail
 
@@ -29,6 +30,7 @@ summarize_only=0
 lr=0.05
 momentum=0.9
 owner_momentum=clock
+async_rounds=cluster
 shard=iid
 
 while [[ $# -gt 0 ]]; do
@@ -43,9 +45,10 @@ while [[ $# -gt 0 ]]; do
     --lr) lr="$2"; shift 2 ;;
     --momentum) momentum="$2"; shift 2 ;;
     --owner-momentum) owner_momentum="$2"; shift 2 ;;
+    --async-rounds) async_rounds="$2"; shift 2 ;;
     --chorus) chorus="$2"; shift 2 ;;
     --summarize-only) summarize_only=1; shift ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
     *) echo "ps_experiment.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -64,7 +67,7 @@ if [[ $summarize_only -eq 0 ]]; then
   {
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "host: $(uname -srm), $(nproc) cores"
-    echo "stragglers: $stragglers; shard: $shard; rounds: $rounds; seeds: $seeds; lr: $lr; momentum: $momentum ($owner_momentum)"
+    echo "stragglers: $stragglers; shard: $shard; rounds: $rounds; seeds: $seeds; lr: $lr; momentum: $momentum ($owner_momentum); async rounds: $async_rounds"
   } > "$out/machine.txt"
   # Seed-major order: load drift on a shared machine hits every variant alike.
   for seed in $(seq "$first_seed" "$seeds"); do
@@ -74,7 +77,7 @@ if [[ $summarize_only -eq 0 ]]; then
       mkdir -p "$run"
       cmd=("$chorus" launch "$topo" --mode ps --staleness "$s" --timeout 1200 --data mnist
            --data-dir "$data_dir" --model mlp --shard "$shard" --batch 64 --lr "$lr" --momentum "$momentum"
-           --owner-momentum "$owner_momentum"
+           --owner-momentum "$owner_momentum" --async-rounds "$async_rounds"
            --rounds "$rounds" --stragglers "$stragglers" --seed "$seed" --target-acc "$target"
            --eval-every 25 --out "$run")
       echo "$(date -u +%H:%M:%S) staleness $s seed $seed"
@@ -107,7 +110,7 @@ def show(x, spec):
     return "n/a" if x is None else format(x, spec)
 rows, curves = [], []
 for s in variants:
-    t0, acc0, owner, cps, wait, updates, reached, runs = [], [], [], [], [], [], 0, 0
+    t0, acc0, owner, cps, wait, updates, span, reached, runs = [], [], [], [], [], [], [], 0, 0
     for run in sorted(glob.glob(os.path.join(out, f"s-{s}", "seed-*"))):
         files = sorted(glob.glob(os.path.join(run, "node-*.jsonl")))
         if len(files) != 8:
@@ -130,19 +133,21 @@ for s in variants:
         acc0.append(f["test_accuracy"])
         owner.append(f.get("owner_accuracy"))
         cps.append(f["clocks"] / f["seconds"])
+        # The run lasts until its slowest worker's last clock.
+        span.append(max(e["seconds"] for path in files for e in load(path) if e["event"] == "final"))
         wait.append(f["wait_s"] / f["seconds"])
         pts = [(e["time"], e["test_accuracy"]) for e in node0
                if e["event"] == "clock" and "test_accuracy" in e]
         curves.append((s, os.path.basename(run), pts))
     rows.append((s, runs, reached, med_time(t0), med(updates), med(acc0), med(owner), med(cps),
-                 med(wait)))
+                 med(wait), med(span)))
 pct = f"{100 * target:g}%"
-lines = [f"| staleness | runs | reached {pct} | time to {pct} at node 0 (median) | updates to {pct} (all workers) | final accuracy node 0 | owners' model | clocks/s (node 0) | waiting share |",
-         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-for s, runs, reached, t, u, a, o, c, w in rows:
+lines = [f"| staleness | runs | reached {pct} | time to {pct} at node 0 (median) | updates to {pct} (all workers) | final accuracy node 0 | owners' model | clocks/s (node 0) | waiting share | training time |",
+         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+for s, runs, reached, t, u, a, o, c, w, d in rows:
     lines.append(f"| {names.get(s, 'SSP s=' + s)} | {runs} | {reached}/{runs} | {show(t, '.1f')} s | "
                  f"{show(u, '.0f')} | {show(a and 100 * a, '.2f')}% | {show(o and 100 * o, '.2f')}% | "
-                 f"{show(c, '.2f')} | {show(w and 100 * w, '.0f')}% |")
+                 f"{show(c, '.2f')} | {show(w and 100 * w, '.0f')}% | {show(d, '.1f')} s |")
 table = "\n".join(lines)
 with open(os.path.join(out, "table.md"), "w") as f:
     f.write(table + "\n")

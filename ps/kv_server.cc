@@ -4,6 +4,8 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "chorus/chorus_generated.h"
 #include "node/node.h"
 
@@ -24,7 +26,8 @@ KvServer::KvServer(node::Node& node, KeyStore store, const std::vector<WorkerId>
     : node_(node),
       store_(std::move(store)),
       options_(std::move(options)),
-      clocks_(workers, kExplicitMinClock) {
+      clocks_(workers, kExplicitMinClock),
+      num_workers_(std::max<Clock>(1, static_cast<Clock>(workers.size()))) {
   node_.setHandler(wire::Body::PsPull, [this](node::NodeId from, const wire::Envelope& envelope) {
     onPullFrame(from, envelope);
   });
@@ -96,7 +99,7 @@ std::optional<std::string> KvServer::push(WorkerId worker, Clock clock,
     applyDue();  // the push may already be due (a worker excluded meanwhile)
     return std::nullopt;
   }
-  store_.apply(keys, grads, clock);
+  store_.apply(keys, grads, options_.lr_by_progress ? clocks_.total() / num_workers_ : clock);
   std::lock_guard lock(mu_);
   ++summary_.pushes;
   return std::nullopt;
@@ -124,9 +127,22 @@ std::optional<std::string> KvServer::clock(WorkerId worker, Clock clock) {
     ++summary_.errors;
     return error;
   }
+  {
+    std::lock_guard lock(mu_);
+    heard_[worker] = clocks_.clockOf(worker);
+  }
   applyDue();
   if (clocks_.parked() == 0) parked_since_.reset();
   return std::nullopt;
+}
+
+Clock KvServer::othersClockTotal(WorkerId self) const {
+  std::lock_guard lock(mu_);
+  Clock sum = 0;
+  for (const auto& [worker, clock] : heard_) {
+    if (worker != self) sum += clock;
+  }
+  return sum;
 }
 
 void KvServer::replyError(WorkerId to, uint64_t request, int8_t op, const std::string& error) {

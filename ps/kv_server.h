@@ -39,6 +39,10 @@ struct ServerOptions {
   std::chrono::milliseconds down_timeout{10000};
   // How often parked pulls are reported (the log names the workers they wait for).
   std::chrono::milliseconds report_every{5000};
+  // The learning rate of a push follows the cluster's progress (the workers' clocks summed,
+  // divided by their number) instead of the push's own clock: under a cluster-wide clock budget
+  // a fast worker's clocks run ahead of the schedule the run was planned with.
+  bool lr_by_progress = false;
   // Tests: called on the loop thread with each waiting report (workers behind, clock needed).
   std::function<void(const std::vector<WorkerId>&, Clock)> on_waiting;
 };
@@ -84,6 +88,8 @@ class KvServer {
 
   // Any thread.
   ServerSummary summary() const;
+  // Any thread: the sum of the clocks this owner has heard of from every worker but `self`.
+  Clock othersClockTotal(WorkerId self) const;
   // Loop thread: the store (tests and the end-of-run report).
   const KeyStore& store() const { return store_; }
 
@@ -100,6 +106,7 @@ class KvServer {
   KeyStore store_;
   ServerOptions options_;
   WorkerClocks clocks_;
+  Clock num_workers_;
   std::map<WorkerId, std::chrono::steady_clock::time_point> down_since_;
   std::set<WorkerId> finished_;
   struct HeldPush {
@@ -110,8 +117,9 @@ class KvServer {
   std::map<std::pair<Clock, WorkerId>, std::vector<HeldPush>> held_;
   std::optional<std::chrono::steady_clock::time_point> parked_since_;
   std::chrono::steady_clock::time_point next_report_{};
-  mutable std::mutex mu_;  // guards summary_
+  mutable std::mutex mu_;  // guards summary_ and heard_
   ServerSummary summary_;
+  std::map<WorkerId, Clock> heard_;  // each worker's clock, for other threads
 };
 
 }  // namespace chorus::ps

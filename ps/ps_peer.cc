@@ -46,6 +46,20 @@ void addPsOptions(CLI::App& cmd, PsOptions& o) {
                  "by --momentum per push")
       ->check(CLI::IsMember({"clock", "push"}))
       ->capture_default_str();
+  cmd.add_option("--async-rounds", o.async_rounds,
+                 "PS mode with --staleness inf: cluster = train until the workers' clocks add "
+                 "up to N x --rounds (fast workers run more clocks, slow ones fewer; the learning "
+                 "rate follows the cluster's progress); worker = every worker runs --rounds "
+                 "clocks. Bounded staleness always runs --rounds clocks per worker")
+      ->check(CLI::IsMember({"cluster", "worker"}))
+      ->capture_default_str();
+}
+
+AsyncRounds parseAsyncRounds(std::string_view text) {
+  if (text == "cluster") return AsyncRounds::kCluster;
+  if (text == "worker") return AsyncRounds::kWorker;
+  throw std::invalid_argument(
+      fmt::format("--async-rounds must be cluster or worker, not '{}'", text));
 }
 
 void validatePsOptions(const PsOptions& o) {
@@ -56,6 +70,7 @@ void validatePsOptions(const PsOptions& o) {
   }
   if (o.key_floats == 0) throw std::invalid_argument("--key-floats must be > 0");
   OwnerOptimizer::parseMomentum(o.owner_momentum);
+  parseAsyncRounds(o.async_rounds);
   if (!(o.down_timeout_s >= 0)) throw std::invalid_argument("--down-timeout must be >= 0");
 }
 
@@ -76,6 +91,8 @@ PsPeer::PsPeer(node::Node& node, run::NodeJob job, std::vector<NodeId> members, 
       map_(members_),
       layout_(job_.model->size(), options_.key_floats) {
   std::sort(members_.begin(), members_.end());
+  cluster_budget_ =
+      staleness_.infinite() && parseAsyncRounds(options_.async_rounds) == AsyncRounds::kCluster;
   optimizer_.sgd = job_.sgd;
   optimizer_.schedule = job_.schedule;
   optimizer_.push_scale = 1.0 / static_cast<double>(members_.size());
@@ -85,6 +102,7 @@ PsPeer::PsPeer(node::Node& node, run::NodeJob job, std::vector<NodeId> members, 
       static_cast<int64_t>(std::llround(options_.down_timeout_s * 1000.0)));
   server_options.report_every = options_.report_every;
   server_options.bsp = !staleness_.infinite() && staleness_.bound == 0;
+  server_options.lr_by_progress = cluster_budget_;
   server_options.on_waiting = options_.on_owner_waiting;
   server_ = std::make_unique<KvServer>(
       node_, KeyStore(layout_, map_, node_.id(), job_.model->params(), optimizer_), members_,
@@ -186,15 +204,21 @@ PsReport PsPeer::run() {
                     .add("staleness", staleness_.toString())
                     .add("key_floats", static_cast<uint64_t>(layout_.chunk()))
                     .add("owner_momentum", options_.owner_momentum)
+                    .add("async_rounds", staleness_.infinite() ? options_.async_rounds : "")
                     .add("keys", static_cast<uint64_t>(layout_.numKeys()))
                     .add("owned_keys", static_cast<uint64_t>(owned))
                     .addBool("cache", options_.cache && !staleness_.infinite())
                     .add("stragglers", job_.stragglers.text)
                     .add("workers", static_cast<uint64_t>(members_.size())));
+  const std::string clocks =
+      cluster_budget_
+          ? fmt::format("{} clocks across the cluster ({} per worker on average)",
+                        job_.rounds * static_cast<int64_t>(members_.size()), job_.rounds)
+          : fmt::format("{} clocks", job_.rounds);
   log.info(
-      "ps: {} clocks on {} samples, model {} ({} parameters in {} keys of {} floats, {} owned "
-      "here), staleness {}, {} workers",
-      job_.rounds, job_.shard.size(), model.spec().toString(), model.size(), layout_.numKeys(),
+      "ps: {} on {} samples, model {} ({} parameters in {} keys of {} floats, {} owned here), "
+      "staleness {}, {} workers",
+      clocks, job_.shard.size(), model.spec().toString(), model.size(), layout_.numKeys(),
       layout_.chunk(), owned, staleness_.toString(), members_.size());
 
   const SteadyClock::time_point start = SteadyClock::now();
@@ -228,7 +252,12 @@ PsReport PsPeer::run() {
     return eval;
   };
 
-  for (Clock c = 0; c < job_.rounds; ++c) {
+  const Clock workers = static_cast<Clock>(members_.size());
+  // The clock of the learning-rate schedule: the cluster's progress under a cluster budget.
+  auto scheduleClock = [&](Clock c) {
+    return cluster_budget_ ? (server_->othersClockTotal(node_.id()) + c) / workers : c;
+  };
+  for (Clock c = 0; cluster_budget_ ? !budgetReached(c) : c < job_.rounds; ++c) {
     // 1. Read the model (from the cache when fresh enough, else from the owners).
     const SteadyClock::time_point clock_start = SteadyClock::now();
     const node::Status pulled = worker_->wait(worker_->pull(keys, params));
@@ -270,7 +299,7 @@ PsReport PsPeer::run() {
     ml::MetricsEvent event("clock");
     event.add("clock", c)
         .add("loss", loss)
-        .add("lr", job_.schedule.at(c))
+        .add("lr", job_.schedule.at(scheduleClock(c)))
         .add("compute_s", compute_s)
         .add("wait_s", wait_s)
         .add("bytes_sent", traffic.bytes_out - traffic_before.bytes_out)
@@ -282,7 +311,8 @@ PsReport PsPeer::run() {
         .add("keys_remote", stats.keys_remote - stats_before.keys_remote);
     traffic_before = traffic;
     stats_before = stats;
-    if (job_.eval_every > 0 && (c + 1) % job_.eval_every == 0 && c + 1 < job_.rounds) {
+    const bool last = cluster_budget_ ? budgetReached(c + 1) : c + 1 >= job_.rounds;
+    if (job_.eval_every > 0 && (c + 1) % job_.eval_every == 0 && !last) {
       // The parameters as this worker read them for this clock.
       const ml::Evaluation eval = evaluateAndLog(c, event, model);
       log.info("clock {}: loss {:.4f}, test accuracy {:.2f}%, waited {:.3f} s", c, loss,
@@ -328,63 +358,87 @@ PsReport PsPeer::run() {
   return report;
 }
 
+bool PsPeer::budgetReached(Clock own_clocks) const {
+  return server_->othersClockTotal(node_.id()) + own_clocks >=
+         job_.rounds * static_cast<Clock>(members_.size());
+}
+
 void PsPeer::finish(PsReport& report) {
-  spdlog::logger& log = node_.logger();
   constexpr NodeId kReporter = 0;
   const NodeId self = node_.id();
-  if (self == kReporter) {
-    // Every worker's last update (or its exclusion) is in before this read is answered.
-    ml::Model& model = *job_.model;
-    std::unique_ptr<ml::Model> owners = model.clone();
-    std::vector<Key> keys(layout_.numKeys());
-    std::iota(keys.begin(), keys.end(), Key{0});
-    log.info("reading the owners' model after clock {} of every worker", job_.rounds);
-    const node::Status status = worker_->wait(worker_->pullAt(job_.rounds, keys, owners->params()));
-    // The keys of an owner that went down are gone; they keep the values this worker read last
-    // (the clone starts from them), and the log says so.
-    const bool owners_lost = status.code() == node::ErrorCode::kClosed ||
-                             status.code() == node::ErrorCode::kNotConnected;
-    if (status.ok() || owners_lost) {
-      if (owners_lost) {
-        log.warn(
-            "the owners' model lacks the keys of departed owners ({}); they keep the "
-            "values this worker read last",
-            status.message());
-      }
-      const ml::Evaluation eval = ml::evaluate(*owners, job_.data->test);
-      report.owner_accuracy = eval.accuracy;
-      report.owner_model.assign(owners->params().begin(), owners->params().end());
-      log.info("test accuracy of the model as held by the owners: {:.2f}%", 100 * eval.accuracy);
-    } else {
-      log.warn("could not read the owners' model: {}", status.message());
-    }
-  }
   std::vector<NodeId> others;
   for (NodeId m : members_) {
     if (m != self) others.push_back(m);
+  }
+  if (self == kReporter) {
+    if (cluster_budget_) {
+      // Workers end at different clocks, so no clock marks "every update is in". A worker says
+      // TrainingDone only after its last push was acknowledged, and asynchronous owners apply a
+      // push before acknowledging it: once every other worker is done (or gone), all are in.
+      settle(report, others);
+      readOwnersModel(report, 0);
+    } else {
+      // Every worker's last update (or its exclusion) is in before this read is answered.
+      readOwnersModel(report, job_.rounds);
+    }
   }
   node::SharedFrame done =
       node_.encode(wire::Body::TrainingDone, [&](flatbuffers::FlatBufferBuilder& b) {
         return wire::CreateTrainingDone(b, report.clocks_done).Union();
       });
   node_.broadcast(others, done);
-
   // Everyone keeps serving its keys until every other member is done or gone.
-  std::unique_lock lock(mu_);
-  run::SettleOptions settle;
-  settle.timeout = options_.finish_timeout;
-  settle.report_every = options_.report_every;
-  run::PeerSettlement settled =
-      run::settlePeers(lock, changed_, others, done_, down_, stopped_, settle, log);
-  lock.unlock();
-  report.finished_peers = std::move(settled.finished);
-  report.departed_peers = std::move(settled.departed);
+  settle(report, others);
   if (!report.departed_peers.empty()) {
-    log.warn(
+    node_.logger().warn(
         "node(s) {} left before the end of training; the keys they owned stayed at their "
         "last values on the other workers",
         fmt::join(report.departed_peers, ", "));
   }
+}
+
+void PsPeer::readOwnersModel(PsReport& report, Clock min_clock) {
+  spdlog::logger& log = node_.logger();
+  ml::Model& model = *job_.model;
+  std::unique_ptr<ml::Model> owners = model.clone();
+  std::vector<Key> keys(layout_.numKeys());
+  std::iota(keys.begin(), keys.end(), Key{0});
+  if (cluster_budget_) {
+    log.info("reading the owners' model after every worker's last clock");
+  } else {
+    log.info("reading the owners' model after clock {} of every worker", min_clock);
+  }
+  const node::Status status = worker_->wait(worker_->pullAt(min_clock, keys, owners->params()));
+  // The keys of an owner that went down are gone; they keep the values this worker read last
+  // (the clone starts from them), and the log says so.
+  const bool owners_lost =
+      status.code() == node::ErrorCode::kClosed || status.code() == node::ErrorCode::kNotConnected;
+  if (!status.ok() && !owners_lost) {
+    log.warn("could not read the owners' model: {}", status.message());
+    return;
+  }
+  if (owners_lost) {
+    log.warn(
+        "the owners' model lacks the keys of departed owners ({}); they keep the values this "
+        "worker read last",
+        status.message());
+  }
+  const ml::Evaluation eval = ml::evaluate(*owners, job_.data->test);
+  report.owner_accuracy = eval.accuracy;
+  report.owner_model.assign(owners->params().begin(), owners->params().end());
+  log.info("test accuracy of the model as held by the owners: {:.2f}%", 100 * eval.accuracy);
+}
+
+void PsPeer::settle(PsReport& report, const std::vector<NodeId>& others) {
+  std::unique_lock lock(mu_);
+  run::SettleOptions options;
+  options.timeout = options_.finish_timeout;
+  options.report_every = options_.report_every;
+  run::PeerSettlement settled =
+      run::settlePeers(lock, changed_, others, done_, down_, stopped_, options, node_.logger());
+  lock.unlock();
+  report.finished_peers = std::move(settled.finished);
+  report.departed_peers = std::move(settled.departed);
 }
 
 }  // namespace chorus::ps

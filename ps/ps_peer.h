@@ -14,6 +14,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -37,6 +38,7 @@ struct PsOptions {
   double down_timeout_s = 10;   // a down worker stops blocking pulls after this (0: never)
   bool cache = true;            // the worker's SSP row cache
   std::string owner_momentum = "clock";  // clock | push (OwnerOptimizer::Momentum)
+  std::string async_rounds = "cluster";  // cluster | worker (AsyncRounds)
   std::chrono::milliseconds report_every{5000};
   std::chrono::milliseconds tick_every{100};  // down time-outs and waiting reports
   // Longest the end-of-run barrier waits for the other nodes' TrainingDone.
@@ -49,7 +51,15 @@ struct PsOptions {
   std::function<void(Clock, std::span<const float>)> on_clock_end;
 };
 
-// Registers --staleness, --key-floats, --down-timeout, --no-cache and --owner-momentum on `cmd`.
+// How --rounds R ends a fully asynchronous run of N workers. kCluster: every worker trains until
+// the workers' clocks add up to N x R, so a fast worker runs more clocks than a slow one and no
+// one trains on alone at the end. kWorker: every worker runs exactly R clocks, as under a bound.
+enum class AsyncRounds { kCluster, kWorker };
+// Parses --async-rounds ("cluster" or "worker"); throws std::invalid_argument naming the flag.
+AsyncRounds parseAsyncRounds(std::string_view text);
+
+// Registers --staleness, --key-floats, --down-timeout, --no-cache, --owner-momentum and
+// --async-rounds on `cmd`.
 void addPsOptions(CLI::App& cmd, PsOptions& options);
 // Throws std::invalid_argument naming the flag.
 void validatePsOptions(const PsOptions& options);
@@ -95,12 +105,20 @@ class PsPeer {
 
  private:
   void finish(PsReport& report);
+  // Node 0: reads the owners' model once every update up to `min_clock` is in.
+  void readOwnersModel(PsReport& report, Clock min_clock);
+  // Waits until every other member is done or gone; fills the report's lists.
+  void settle(PsReport& report, const std::vector<NodeId>& others);
+  // Has the cluster run its clock budget, counting `own_clocks` for this worker?
+  bool budgetReached(Clock own_clocks) const;
 
   node::Node& node_;
   run::NodeJob job_;
   std::vector<NodeId> members_;
   PsOptions options_;
   Staleness staleness_;
+  // Fully asynchronous with --async-rounds cluster: the run ends on the cluster's clock total.
+  bool cluster_budget_ = false;
   ShardMap map_;
   ChunkLayout layout_;
   OwnerOptimizer optimizer_;

@@ -68,6 +68,13 @@ Clock WorkerClocks::minClock() const {
   return m;
 }
 
+Clock WorkerClocks::total() const {
+  Clock sum = 0;
+  for (const auto& [w, c] : clocks_)
+    sum += c;
+  return sum;
+}
+
 Clock WorkerClocks::clockOf(WorkerId worker) const {
   auto it = clocks_.find(worker);
   return it == clocks_.end() ? 0 : it->second;

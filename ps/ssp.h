@@ -61,6 +61,8 @@ class WorkerClocks {
   // Minimum clock over live workers (kInfinite when none is live).
   Clock minClock() const;
   Clock clockOf(WorkerId worker) const;
+  // Sum of every worker's clock, excluded ones included: the clocks the cluster has run.
+  Clock total() const;
   // Live workers whose clock is below `clock`: who a parked read is waiting for.
   std::vector<WorkerId> laggingBehind(Clock clock) const;
   size_t parked() const { return parked_.size(); }

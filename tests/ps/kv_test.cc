@@ -420,6 +420,49 @@ TEST(KvServer, BspGivesTheParametersOfTheSequentialComputation) {
   }
 }
 
+// Under a cluster-wide clock budget (fully asynchronous, --async-rounds cluster) a fast worker's
+// clocks run ahead of the schedule; owners then take the rate at the cluster's mean clock.
+TEST(KvServer, LearningRateCanFollowTheClustersProgress) {
+  for (const bool by_progress : {false, true}) {
+    KvCluster::Config config;
+    config.members = 2;
+    config.served = 2;
+    config.layout = ChunkLayout(8, 2);
+    config.optimizer.sgd.momentum = 0;
+    config.optimizer.schedule.kind = ml::LrSchedule::Kind::kStep;
+    config.optimizer.schedule.baseLr = 1.0;
+    config.optimizer.schedule.stepEvery = 4;
+    config.optimizer.schedule.gamma = 0.5;
+    config.optimizer.push_scale = 1.0;
+    config.staleness = Staleness{Staleness::kInfinite};
+    config.server.lr_by_progress = by_progress;
+    KvCluster cluster(config);
+    ASSERT_FALSE(cluster.keysOwnedBy({0}).empty());
+    ASSERT_FALSE(cluster.keysOwnedBy({1}).empty());
+    const std::vector<Key> keys = allKeys(cluster.layout());
+
+    // Worker 0 runs 8 clocks while worker 1 stays at clock 0, then pushes a gradient of ones.
+    KvWorker& fast = cluster.worker(0);
+    for (int c = 0; c < 8; ++c)
+      fast.clock();
+    const std::vector<float> ones(8, 1.0f);
+    ASSERT_TRUE(fast.wait(fast.push(keys, ones)).ok());
+    // The push reached each owner after the clocks that preceded it (FIFO), so both owners
+    // have heard of clock 8.
+    for (size_t owner = 0; owner < 2; ++owner) {
+      EXPECT_EQ(cluster.server(owner).othersClockTotal(1), 8) << "owner " << owner;
+      EXPECT_EQ(cluster.server(owner).othersClockTotal(0), 0) << "owner " << owner;
+    }
+    std::vector<float> x(8);
+    KvWorker& slow = cluster.worker(1);
+    ASSERT_TRUE(slow.wait(slow.pull(keys, x)).ok());
+    // Progress (8 + 0) / 2 = 4: rate 0.5. The push's own clock 8: rate 0.25.
+    const float expected = by_progress ? -0.5f : -0.25f;
+    for (size_t i = 0; i < x.size(); ++i)
+      EXPECT_FLOAT_EQ(x[i], expected) << "float " << i << ", by progress " << by_progress;
+  }
+}
+
 // The SSP guarantee as a property: worker w's push at clock c sets float w*C + c to 1 (the owner
 // applies x -= g with g = -1 there), so a read shows exactly which updates it includes.
 void checkSspGuarantee(Staleness staleness, uint32_t seed) {

@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
+#include <mutex>
 #include <thread>
 
 #include "ml/dataset.h"
@@ -54,7 +57,9 @@ struct RunResult {
   std::filesystem::path out;
 };
 
-RunResult trainFourNodes(const std::string& staleness) {
+// `tweak` adjusts each node's PS options (it gets the node id).
+RunResult trainFourNodes(const std::string& staleness,
+                         const std::function<void(NodeId, PsOptions&)>& tweak = {}) {
   constexpr size_t kNodes = 4;
   auto data = std::make_shared<const ml::DataSplit>(ml::makeSynthetic(10000, 1000, 7));
   const auto out = std::filesystem::temp_directory_path() /
@@ -77,6 +82,7 @@ RunResult trainFourNodes(const std::string& staleness) {
     PsOptions po;
     po.staleness = staleness;
     po.key_floats = 1000;  // several keys per owner
+    if (tweak) tweak(i, po);
     peers.push_back(std::make_unique<PsPeer>(
         *nodes.back(), run::prepareNodeJob(options, data, i, kNodes, ""), members, po));
     EXPECT_TRUE(nodes.back()->listen().ok());
@@ -105,9 +111,15 @@ class PsTraining : public ::testing::TestWithParam<std::string> {};
 TEST_P(PsTraining, FourNodesTrainSyntheticDataToNinetyFivePercent) {
   const RunResult run = trainFourNodes(GetParam());
   ASSERT_EQ(run.reports.size(), 4u);
+  const bool async = GetParam() == "inf";
+  int64_t total_clocks = 0;
   for (size_t i = 0; i < run.reports.size(); ++i) {
     const PsReport& r = run.reports[i];
-    EXPECT_EQ(r.clocks_done, 800);
+    total_clocks += r.clocks_done;
+    // Fully asynchronous runs end on the cluster's total (--async-rounds cluster, the default).
+    if (!async) {
+      EXPECT_EQ(r.clocks_done, 800);
+    }
     EXPECT_GE(r.final_accuracy, 0.95) << "node " << i;
     EXPECT_EQ(r.finished_peers.size(), 3u);
     EXPECT_EQ(r.failed_pulls + r.failed_pushes, 0u);
@@ -127,8 +139,15 @@ TEST_P(PsTraining, FourNodesTrainSyntheticDataToNinetyFivePercent) {
       if (line.find("\"event\":\"clock\"") != std::string::npos) ++clocks;
       if (line.find("\"event\":\"final\"") != std::string::npos) ++finals;
     }
-    EXPECT_EQ(clocks, 800u);
+    EXPECT_EQ(clocks, static_cast<size_t>(r.clocks_done));
     EXPECT_EQ(finals, 1u);
+  }
+  if (async) {
+    // A worker stops once it has heard of 4 x 800 clocks; what it hears lags by at most the
+    // clock each worker was in when the total was reached plus one more (every pull's replies
+    // follow the owners' earlier clock messages on the same connection).
+    EXPECT_GE(total_clocks, 4 * 800);
+    EXPECT_LE(total_clocks, 4 * 800 + 2 * 4);
   }
   if (GetParam() == "2") {
     EXPECT_GT(run.reports[0].worker.cache_hits, 0u) << "SSP reads never came from the cache";
@@ -140,6 +159,60 @@ INSTANTIATE_TEST_SUITE_P(Staleness, PsTraining, ::testing::Values("0", "2", "inf
                          [](const auto& info) {
                            return info.param == "inf" ? std::string("Async") : "S" + info.param;
                          });
+
+// --async-rounds cluster: a worker that stalls does not hold the run's end, and the fast ones
+// do its share. Node 3 stalls after its first clock until the others have run the whole budget
+// between them; it then runs at most one more clock (the one whose reads bring it the others'
+// clocks), where --async-rounds worker would have had it run 799 more alone.
+TEST(PsPeer, AsyncRunsEndOnTheClustersClockTotal) {
+  constexpr int64_t kRounds = 800, kNodes = 4;
+  std::mutex mu;
+  std::condition_variable changed;
+  std::vector<int64_t> reached(kNodes, 0);
+  auto othersReached = [&] { return reached[0] + reached[1] + reached[2] + 1 >= kNodes * kRounds; };
+  const RunResult run = trainFourNodes("inf", [&](NodeId id, PsOptions& po) {
+    po.on_clock_end = [&, id](Clock c, std::span<const float>) {
+      std::unique_lock lock(mu);
+      reached[id] = c + 1;
+      changed.notify_all();
+      if (id == 3 && c == 0) {
+        EXPECT_TRUE(changed.wait_for(lock, 300s, othersReached))
+            << "the other workers stopped before running the budget between them";
+      }
+    };
+  });
+  ASSERT_EQ(run.reports.size(), static_cast<size_t>(kNodes));
+  int64_t total = 0;
+  for (const PsReport& r : run.reports)
+    total += r.clocks_done;
+  EXPECT_GE(total, kNodes * kRounds);
+  EXPECT_LE(total, kNodes * kRounds + 2 * kNodes);
+  EXPECT_LE(run.reports[3].clocks_done, 2);
+  for (NodeId i = 0; i < 3; ++i)
+    EXPECT_GT(run.reports[i].clocks_done, kRounds) << "node " << i;
+  for (NodeId i = 0; i < kNodes; ++i) {
+    const PsReport& r = run.reports[i];
+    // Every worker's every clock pushed to every owner, and each owner applied them all.
+    EXPECT_EQ(r.server.pushes, static_cast<uint64_t>(total)) << "owner " << i;
+    EXPECT_EQ(r.failed_pulls + r.failed_pushes, 0u) << "node " << i;
+    EXPECT_EQ(r.finished_peers.size(), 3u) << "node " << i;
+  }
+  ASSERT_TRUE(run.reports[0].owner_accuracy.has_value());
+  EXPECT_GE(*run.reports[0].owner_accuracy, 0.95);
+  std::filesystem::remove_all(run.out);
+}
+
+// --async-rounds worker keeps the per-worker count: every worker runs exactly --rounds clocks.
+TEST(PsPeer, AsyncRoundsWorkerRunsRoundsClocksOnEveryWorker) {
+  const RunResult run =
+      trainFourNodes("inf", [](NodeId, PsOptions& po) { po.async_rounds = "worker"; });
+  ASSERT_EQ(run.reports.size(), 4u);
+  for (const PsReport& r : run.reports)
+    EXPECT_EQ(r.clocks_done, 800);
+  ASSERT_TRUE(run.reports[0].owner_accuracy.has_value());
+  EXPECT_GE(*run.reports[0].owner_accuracy, 0.95);
+  std::filesystem::remove_all(run.out);
+}
 
 TEST(PsPeer, ANodeThatVanishesMidRunLeavesTheOthersFinishingAndItsLostUpdatesNamed) {
   constexpr size_t kNodes = 3;
@@ -219,6 +292,14 @@ TEST(PsOptions, BadValuesNameTheFlag) {
   o = PsOptions{};
   o.down_timeout_s = -1;
   EXPECT_THROW(validatePsOptions(o), std::invalid_argument);
+  o = PsOptions{};
+  o.async_rounds = "everyone";
+  try {
+    validatePsOptions(o);
+    ADD_FAILURE() << "--async-rounds everyone was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("--async-rounds"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
