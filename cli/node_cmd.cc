@@ -414,6 +414,10 @@ class PsSession : public TrainingSession {
   void run() override {
     const ps::PsReport report = peer_.run();
     const uint64_t reads = report.worker.cache_hits + report.worker.cache_misses;
+    if (report.rejoined_from) {
+      fmt::print("node {}: rejoined at clock {} with its keys from node {}'s last read\n", self_,
+                 report.first_clock, *report.rejoined_from);
+    }
     fmt::print(
         "node {}: final test accuracy {:.2f}% (loss {:.4f}) after {} clocks in {:.1f} s "
         "({:.1f} s waiting for reads, {:.0f}% of reads from the cache)\n",
@@ -449,10 +453,13 @@ void runPs(const NodeArgs& args, const NodeSetup& setup) {
   std::vector<node::NodeId> members;
   for (const auto& n : setup.topo.nodes)
     members.push_back(n.id);
+  // --rejoin is one flag for both modes; it is registered with consensus mode's options.
+  ps::PsOptions options = args.ps;
+  options.rejoin = args.consensus.rejoin;
   runTraining(
-      args, setup, "ps", [&] { ps::validatePsOptions(args.ps); },
+      args, setup, "ps", [&] { ps::validatePsOptions(options); },
       [&](node::Node& node, run::NodeJob job) {
-        return std::make_unique<PsSession>(node, std::move(job), members, args.ps,
+        return std::make_unique<PsSession>(node, std::move(job), members, options,
                                            args.run.target_acc);
       },
       fmt::format("owning its shard of the parameters, staleness {}", args.ps.staleness));

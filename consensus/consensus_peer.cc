@@ -46,8 +46,10 @@ void addConsensusOptions(CLI::App& cmd, ConsensusOptions& o) {
       ->check(CLI::Range(int64_t{0}, int64_t{1'000'000}))
       ->capture_default_str();
   cmd.add_flag("--rejoin", o.rejoin,
-               "This node restarts after a failure: take a neighbor's current model and join "
-               "the rounds where that neighbor is, instead of starting from round 0");
+               "This node restarts after a failure and joins the running job instead of "
+               "starting at round/clock 0: in consensus mode it takes a neighbor's current "
+               "model; in PS mode it gets its keys back from a live node's last read and "
+               "joins at the cluster's clock");
 }
 
 void validateConsensusOptions(const ConsensusOptions& o) {

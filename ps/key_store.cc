@@ -116,6 +116,17 @@ void KeyStore::apply(std::span<const uint64_t> keys, std::span<const float> grad
   ++updates_;
 }
 
+void KeyStore::restore(std::span<const uint64_t> keys, std::span<const float> values) {
+  size_t offset = 0;
+  for (Key key : keys) {
+    KeyEntry& entry = *entries_[key];
+    const auto slice = values.subspan(offset, entry.values.size());
+    std::copy(slice.begin(), slice.end(), entry.values.begin());
+    std::fill(entry.velocity.begin(), entry.velocity.end(), 0.0f);
+    offset += entry.values.size();
+  }
+}
+
 size_t KeyStore::floatsOf(std::span<const uint64_t> keys) const {
   size_t n = 0;
   for (Key key : keys)

@@ -89,6 +89,9 @@ class KeyStore {
   // Applies the gradients `grads` (key order, checked), pushed at `clock`, with the owner
   // optimizer.
   void apply(std::span<const uint64_t> keys, std::span<const float> grads, int64_t clock);
+  // A restarted owner (--rejoin): sets checked `keys` to `values` (key order) and clears their
+  // optimizer state, which died with the previous process.
+  void restore(std::span<const uint64_t> keys, std::span<const float> values);
 
   // Floats of all `keys` together (keys in the layout).
   size_t floatsOf(std::span<const uint64_t> keys) const;

@@ -27,7 +27,8 @@ KvServer::KvServer(node::Node& node, KeyStore store, const std::vector<WorkerId>
       store_(std::move(store)),
       options_(std::move(options)),
       clocks_(workers, kExplicitMinClock),
-      num_workers_(std::max<Clock>(1, static_cast<Clock>(workers.size()))) {
+      num_workers_(std::max<Clock>(1, static_cast<Clock>(workers.size()))),
+      holding_(options_.hold_until_restored) {
   node_.setHandler(wire::Body::PsPull, [this](node::NodeId from, const wire::Envelope& envelope) {
     onPullFrame(from, envelope);
   });
@@ -52,6 +53,13 @@ std::optional<std::string> KvServer::checkClock(WorkerId worker, Clock clock,
 
 void KvServer::pull(WorkerId worker, Clock clock, Clock min_clock, std::vector<uint64_t> keys,
                     PullAnswer answer) {
+  if (holding_) {
+    held_requests_.push_back(
+        [this, worker, clock, min_clock, keys = std::move(keys), answer = std::move(answer)]() {
+          pull(worker, clock, min_clock, keys, answer);
+        });
+    return;
+  }
   std::optional<std::string> error = checkClock(worker, clock, "pull");
   if (!error && min_clock > clock) {
     error = fmt::format("pull at clock {} asks for min clock {}, above its own", clock, min_clock);
@@ -197,25 +205,73 @@ void KvServer::onPullFrame(WorkerId from, const wire::Envelope& envelope) {
 
 void KvServer::onPushFrame(WorkerId from, const wire::Envelope& envelope) {
   const wire::PsPush* request = envelope.body_as_PsPush();
-  std::optional<std::string> error;
   if (request->keys() == nullptr || request->values() == nullptr) {
-    error = "push without keys or values";
-    std::lock_guard lock(mu_);
-    ++summary_.errors;
-  } else {
-    error = push(from, request->clock(),
-                 std::span<const uint64_t>(request->keys()->data(), request->keys()->size()),
-                 std::span<const float>(request->values()->data(), request->values()->size()));
-  }
-  if (error) {
-    replyError(from, request->request(), static_cast<int8_t>(wire::PsOp::Push), *error);
+    {
+      std::lock_guard lock(mu_);
+      ++summary_.errors;
+    }
+    replyError(from, request->request(), static_cast<int8_t>(wire::PsOp::Push),
+               "push without keys or values");
     return;
   }
-  const uint64_t id = request->request();
+  const std::span<const uint64_t> keys(request->keys()->data(), request->keys()->size());
+  const std::span<const float> grads(request->values()->data(), request->values()->size());
+  if (holding_) {
+    // The frame is gone after this handler: keep copies.
+    held_requests_.push_back([this, from, id = request->request(), clock = request->clock(),
+                              keys = std::vector<uint64_t>(keys.begin(), keys.end()),
+                              grads = std::vector<float>(grads.begin(), grads.end())] {
+      handlePush(from, id, clock, keys, grads);
+    });
+    return;
+  }
+  handlePush(from, request->request(), request->clock(), keys, grads);
+}
+
+void KvServer::handlePush(WorkerId from, uint64_t request, Clock clock,
+                          std::span<const uint64_t> keys, std::span<const float> grads) {
+  if (auto error = push(from, clock, keys, grads)) {
+    replyError(from, request, static_cast<int8_t>(wire::PsOp::Push), *error);
+    return;
+  }
   node::SharedFrame ack = node_.encode(wire::Body::PsReply, [&](flatbuffers::FlatBufferBuilder& b) {
-    return wire::CreatePsReply(b, id, wire::PsOp::Push).Union();
+    return wire::CreatePsReply(b, request, wire::PsOp::Push).Union();
   });
   node_.send(from, ack);
+}
+
+std::vector<WorkerView> KvServer::workerViews() const {
+  std::vector<WorkerView> views;
+  for (WorkerId worker : clocks_.workers())
+    views.push_back({worker, clocks_.clockOf(worker), clocks_.live(worker)});
+  return views;
+}
+
+std::optional<std::string> KvServer::restore(std::span<const uint64_t> keys,
+                                             std::span<const float> values,
+                                             const std::vector<WorkerView>& views) {
+  if (auto error = store_.check(keys, values.size())) return error;
+  if (keys.size() != store_.ownedKeys().size()) {
+    return fmt::format("{} key(s) to restore, but {} are owned here", keys.size(),
+                       store_.ownedKeys().size());
+  }
+  store_.restore(keys, values);
+  for (const WorkerView& view : views) {
+    if (!clocks_.known(view.worker)) continue;
+    if (view.clock > clocks_.clockOf(view.worker)) clocks_.advance(view.worker, view.clock);
+    if (!view.counted) clocks_.exclude(view.worker);
+  }
+  {
+    std::lock_guard lock(mu_);
+    for (WorkerId worker : clocks_.workers())
+      heard_[worker] = clocks_.clockOf(worker);
+  }
+  holding_ = false;
+  std::vector<std::function<void()>> held = std::move(held_requests_);
+  held_requests_.clear();
+  for (auto& request : held)
+    request();
+  return std::nullopt;
 }
 
 void KvServer::onClockFrame(WorkerId from, const wire::Envelope& envelope) {

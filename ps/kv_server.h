@@ -43,8 +43,18 @@ struct ServerOptions {
   // divided by their number) instead of the push's own clock: under a cluster-wide clock budget
   // a fast worker's clocks run ahead of the schedule the run was planned with.
   bool lr_by_progress = false;
+  // A restarted owner (--rejoin): pulls and pushes wait until restore() gives the keys their
+  // values back, then are answered in arrival order.
+  bool hold_until_restored = false;
   // Tests: called on the loop thread with each waiting report (workers behind, clock needed).
   std::function<void(const std::vector<WorkerId>&, Clock)> on_waiting;
+};
+
+// An owner's view of one worker, as a rejoining owner takes it over.
+struct WorkerView {
+  WorkerId worker = 0;
+  Clock clock = 0;
+  bool counted = true;  // pulls wait for it (not dropped after its down time-out)
 };
 
 // Answer to a pull: empty `error`, the owner's minimum worker clock and the store to copy the
@@ -85,6 +95,13 @@ class KvServer {
   void workerFinished(WorkerId worker);
   // Loop thread, called periodically: applies down time-outs, reports parked pulls.
   void tick(std::chrono::steady_clock::time_point now);
+  // Loop thread: every worker's clock as this owner knows it.
+  std::vector<WorkerView> workerViews() const;
+  // Loop thread, a restarted owner: sets its keys (checked here: an error leaves everything as
+  // it was) and takes over another owner's view of the workers' clocks (a clock only moves
+  // forward); then answers the requests held since the start.
+  std::optional<std::string> restore(std::span<const uint64_t> keys, std::span<const float> values,
+                                     const std::vector<WorkerView>& views);
 
   // Any thread.
   ServerSummary summary() const;
@@ -97,6 +114,9 @@ class KvServer {
   void onPullFrame(WorkerId from, const wire::Envelope& envelope);
   void onPushFrame(WorkerId from, const wire::Envelope& envelope);
   void onClockFrame(WorkerId from, const wire::Envelope& envelope);
+  // Applies one push and acknowledges it (or replies with the error).
+  void handlePush(WorkerId from, uint64_t request, Clock clock, std::span<const uint64_t> keys,
+                  std::span<const float> grads);
   // Applies the held BSP pushes of every clock below the live workers' minimum clock.
   void applyDue();
   void replyError(WorkerId to, uint64_t request, int8_t op, const std::string& error);
@@ -107,6 +127,8 @@ class KvServer {
   ServerOptions options_;
   WorkerClocks clocks_;
   Clock num_workers_;
+  bool holding_ = false;  // hold_until_restored, until restore()
+  std::vector<std::function<void()>> held_requests_;
   std::map<WorkerId, std::chrono::steady_clock::time_point> down_since_;
   std::set<WorkerId> finished_;
   struct HeldPush {

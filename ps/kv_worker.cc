@@ -31,6 +31,7 @@ KvWorker::KvWorker(node::Node& node, KvServer& local, const ShardMap& map,
   homes_.resize(layout_.numKeys());
   for (Key key = 0; key < homes_.size(); ++key)
     homes_[key] = map_.home(key);
+  last_read_.resize(layout_.numKeys());
 }
 
 void KvWorker::checkRequest(std::span<const Key> keys, size_t floats_given,
@@ -291,6 +292,31 @@ void KvWorker::clock() {
     std::lock_guard lock(mu_);
     clock = ++clock_;
   }
+  announceClock(clock);
+}
+
+void KvWorker::resumeAt(Clock clock) {
+  {
+    std::lock_guard lock(mu_);
+    if (clock <= clock_) return;
+    clock_ = clock;
+  }
+  announceClock(clock);
+}
+
+std::optional<std::string> KvWorker::lastRead(std::span<const Key> keys,
+                                              std::vector<float>& out) const {
+  std::lock_guard lock(mu_);
+  for (Key key : keys) {
+    if (key >= last_read_.size() || last_read_[key].empty()) {
+      return fmt::format("node {} has not read key {} yet", self_, key);
+    }
+    out.insert(out.end(), last_read_[key].begin(), last_read_[key].end());
+  }
+  return std::nullopt;
+}
+
+void KvWorker::announceClock(Clock clock) {
   if (!others_.empty()) {
     node::SharedFrame frame = node_.encode(
         wire::Body::PsClock,
@@ -331,6 +357,7 @@ void KvWorker::finishSub(uint64_t request, const node::Status& status, Clock min
           const size_t len = layout_.length(sub.keys[i]);
           const auto row = values.subspan(offset, len);
           std::copy(row.begin(), row.end(), sub.dest[i]);
+          last_read_[sub.keys[i]].assign(row.begin(), row.end());
           if (options_.cache) {
             CachedRow& cached = cache_[sub.keys[i]];
             cached.stamp = min_clock;

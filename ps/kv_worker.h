@@ -86,6 +86,12 @@ class KvWorker {
   void clock();
   // The worker's clock (iterations finished).
   Clock currentClock() const;
+  // A restarted worker (--rejoin): moves its clock forward to `clock` and tells every owner, as
+  // clock() does, before its first read.
+  void resumeAt(Clock clock);
+  // Any thread: appends the values this worker last read for `keys` (sorted, in the layout) to
+  // `out`; an error names a key it never read.
+  std::optional<std::string> lastRead(std::span<const Key> keys, std::vector<float>& out) const;
 
   // Any thread: fails every pending operation with `status` (the run stops or the node shuts
   // down, and no reply will come).
@@ -122,6 +128,8 @@ class KvWorker {
                   const Callback& done);
   // Registers an operation of `parts` sub-requests (completes at once when 0).
   Handle begin(size_t parts, const Callback& done, std::unique_lock<std::mutex>& lock);
+  // Tells every owner (and this node's) that this worker reached `clock`.
+  void announceClock(Clock clock);
   // Completes one sub-request; for a pull, copies the values and refreshes the cache.
   void finishSub(uint64_t request, const node::Status& status, Clock min_clock,
                  std::span<const uint64_t> keys, std::span<const float> values);
@@ -145,6 +153,9 @@ class KvWorker {
   std::map<Handle, Operation> operations_;
   std::unordered_map<uint64_t, SubRequest> requests_;
   std::unordered_map<Key, CachedRow> cache_;
+  // Every key as last read from its owner (empty until read): what a restarted owner gets its
+  // keys back from.
+  std::vector<std::vector<float>> last_read_;
   std::set<NodeId> down_owners_;
   WorkerStats stats_;
 };

@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cmath>
+#include <future>
 #include <numeric>
 #include <stdexcept>
 
@@ -103,6 +104,7 @@ PsPeer::PsPeer(node::Node& node, run::NodeJob job, std::vector<NodeId> members, 
   server_options.report_every = options_.report_every;
   server_options.bsp = !staleness_.infinite() && staleness_.bound == 0;
   server_options.lr_by_progress = cluster_budget_;
+  server_options.hold_until_restored = options_.rejoin;
   server_options.on_waiting = options_.on_owner_waiting;
   server_ = std::make_unique<KvServer>(
       node_, KeyStore(layout_, map_, node_.id(), job_.model->params(), optimizer_), members_,
@@ -116,6 +118,11 @@ PsPeer::PsPeer(node::Node& node, run::NodeJob job, std::vector<NodeId> members, 
 
   node_.setHandler(wire::Body::PsReply, [this](NodeId from, const wire::Envelope& envelope) {
     worker_->onReply(from, *envelope.body_as_PsReply());
+  });
+  node_.setHandler(wire::Body::PsCatchupRequest,
+                   [this](NodeId from, const wire::Envelope&) { answerCatchup(from); });
+  node_.setHandler(wire::Body::PsCatchupReply, [this](NodeId from, const wire::Envelope& envelope) {
+    onCatchupReply(from, *envelope.body_as_PsCatchupReply());
   });
   node_.setHandler(wire::Body::TrainingDone, [this](NodeId from, const wire::Envelope&) {
     server_->workerFinished(from);
@@ -221,6 +228,13 @@ PsReport PsPeer::run() {
       clocks, job_.shard.size(), model.spec().toString(), model.size(), layout_.numKeys(),
       layout_.chunk(), owned, staleness_.toString(), members_.size());
 
+  const Clock first_clock = options_.rejoin ? catchUp(report) : 0;
+  report.first_clock = first_clock;
+  if (report.rejoined_from) {
+    metrics.write(ml::MetricsEvent("rejoin")
+                      .add("from", static_cast<uint64_t>(*report.rejoined_from))
+                      .add("clock", first_clock));
+  }
   const SteadyClock::time_point start = SteadyClock::now();
   ml::Matrix batch;
   std::vector<int32_t> labels;
@@ -257,7 +271,7 @@ PsReport PsPeer::run() {
   auto scheduleClock = [&](Clock c) {
     return cluster_budget_ ? (server_->othersClockTotal(node_.id()) + c) / workers : c;
   };
-  for (Clock c = 0; cluster_budget_ ? !budgetReached(c) : c < job_.rounds; ++c) {
+  for (Clock c = first_clock; cluster_budget_ ? !budgetReached(c) : c < job_.rounds; ++c) {
     // 1. Read the model (from the cache when fresh enough, else from the owners).
     const SteadyClock::time_point clock_start = SteadyClock::now();
     const node::Status pulled = worker_->wait(worker_->pull(keys, params));
@@ -356,6 +370,152 @@ PsReport PsPeer::run() {
   if (report.owner_accuracy) last.add("owner_accuracy", *report.owner_accuracy);
   metrics.write(last);
   return report;
+}
+
+Clock PsPeer::catchUp(PsReport& report) {
+  spdlog::logger& log = node_.logger();
+  const NodeId self = node_.id();
+  std::vector<NodeId> asked;
+  for (NodeId helper : members_) {
+    if (helper == self) continue;
+    {
+      std::lock_guard lock(mu_);
+      if (stopped_) break;
+      if (down_.count(helper) > 0) continue;
+      catchup_asked_ = helper;
+      catchup_.reset();
+    }
+    asked.push_back(helper);
+    log.info("rejoining: asking node {} for this node's keys and the workers' clocks", helper);
+    node_.send(helper,
+               node_.encode(wire::Body::PsCatchupRequest, [](flatbuffers::FlatBufferBuilder& b) {
+                 return wire::CreatePsCatchupRequest(b).Union();
+               }));
+    std::unique_lock lock(mu_);
+    const bool answered = changed_.wait_for(lock, options_.rejoin_timeout, [&] {
+      return catchup_.has_value() || down_.count(helper) > 0 || stopped_;
+    });
+    std::optional<Catchup> reply = std::move(catchup_);
+    catchup_.reset();
+    catchup_asked_.reset();
+    const bool gone = down_.count(helper) > 0;
+    lock.unlock();
+    if (!reply) {
+      log.warn("rejoining: node {} {}; trying the next node", helper,
+               !answered ? fmt::format("did not answer within {} s",
+                                       options_.rejoin_timeout.count() / 1000.0)
+               : gone    ? std::string("went down")
+                         : std::string("no answer (stopped)"));
+      continue;
+    }
+    if (!reply->error.empty()) {
+      log.warn("rejoining: node {} could not help: {}; trying the next node", helper, reply->error);
+      continue;
+    }
+    // The store belongs to the loop thread.
+    std::promise<std::optional<std::string>> restored;
+    auto result = restored.get_future();
+    const bool posted = node_.post(
+        [&] { restored.set_value(server_->restore(reply->keys, reply->values, reply->views)); });
+    if (!posted) break;  // shutting down
+    if (const std::optional<std::string> error = result.get()) {
+      log.warn(
+          "rejoining: node {}'s answer does not fit this node's keys: {}; trying the next "
+          "node",
+          helper, *error);
+      continue;
+    }
+    // The clock after the one this worker was in when it died (that clock's updates are lost,
+    // and an owner that heard of a later clock than the helper would refuse a lower one).
+    // Asynchronous: nobody waits for it. Bounded: start no lower than the slowest worker that
+    // still counts, so that the others do not wait while this node redoes clocks whose updates
+    // are lost anyway.
+    Clock own = 0, slowest = Staleness::kInfinite;
+    for (const WorkerView& view : reply->views) {
+      if (view.worker == self) {
+        own = view.clock;
+      } else if (view.counted) {
+        slowest = std::min(slowest, view.clock);
+      }
+    }
+    const Clock resume = staleness_.infinite() || slowest == Staleness::kInfinite
+                             ? own + 1
+                             : std::max(own + 1, slowest);
+    worker_->resumeAt(resume);
+    report.rejoined_from = helper;
+    log.info(
+        "rejoined: {} key(s) restored from node {}'s last read (their momentum starts again "
+        "from zero); this worker was at clock {}, joining at clock {}",
+        reply->keys.size(), helper, own, resume);
+    return resume;
+  }
+  throw std::runtime_error(fmt::format(
+      "node {}: no live node gave this node's keys back for the PS rejoin (asked: {}); start "
+      "every node without --rejoin when the whole cluster restarts",
+      self,
+      asked.empty() ? std::string("none was up") : fmt::format("{}", fmt::join(asked, ", "))));
+}
+
+void PsPeer::answerCatchup(NodeId to) {
+  std::vector<Key> keys;
+  for (Key key = 0; key < layout_.numKeys(); ++key) {
+    if (map_.home(key) == to) keys.push_back(key);
+  }
+  std::vector<float> values;
+  std::optional<std::string> error = worker_->lastRead(keys, values);
+  const std::vector<WorkerView> views = server_->workerViews();
+  node_.logger().info("node {} is rejoining: sending it {} key(s) as last read here{}", to,
+                      keys.size(), error ? fmt::format(" (cannot: {})", *error) : "");
+  node_.send(to, node_.encode(
+                     wire::Body::PsCatchupReply,
+                     [&](flatbuffers::FlatBufferBuilder& b) {
+                       if (error) {
+                         return wire::CreatePsCatchupReply(b, b.CreateString(*error)).Union();
+                       }
+                       std::vector<uint32_t> workers;
+                       std::vector<int64_t> clocks;
+                       std::vector<uint8_t> counted;
+                       for (const WorkerView& view : views) {
+                         workers.push_back(view.worker);
+                         clocks.push_back(view.clock);
+                         counted.push_back(view.counted ? 1 : 0);
+                       }
+                       auto w = b.CreateVector(workers);
+                       auto c = b.CreateVector(clocks);
+                       auto n = b.CreateVector(counted);
+                       auto k = b.CreateVector(keys);
+                       auto v = b.CreateVector(values);
+                       return wire::CreatePsCatchupReply(b, 0, w, c, n, k, v).Union();
+                     },
+                     values.size() * sizeof(float) + keys.size() * sizeof(uint64_t) + 1024));
+}
+
+void PsPeer::onCatchupReply(NodeId from, const wire::PsCatchupReply& reply) {
+  Catchup catchup;
+  if (reply.error() != nullptr && reply.error()->size() > 0) {
+    catchup.error = reply.error()->str();
+  } else if (reply.workers() == nullptr || reply.clocks() == nullptr ||
+             reply.counted() == nullptr || reply.keys() == nullptr || reply.values() == nullptr ||
+             reply.clocks()->size() != reply.workers()->size() ||
+             reply.counted()->size() != reply.workers()->size()) {
+    catchup.error = "malformed PsCatchupReply (fields missing or of different lengths)";
+  } else {
+    catchup.keys.assign(reply.keys()->begin(), reply.keys()->end());
+    catchup.values.assign(reply.values()->begin(), reply.values()->end());
+    for (size_t i = 0; i < reply.workers()->size(); ++i) {
+      catchup.views.push_back(
+          {reply.workers()->Get(i), reply.clocks()->Get(i), reply.counted()->Get(i) != 0});
+    }
+  }
+  {
+    std::lock_guard lock(mu_);
+    if (catchup_asked_ != from) {
+      node_.logger().warn("dropped a PsCatchupReply from node {}, which was not asked", from);
+      return;
+    }
+    catchup_ = std::move(catchup);
+  }
+  changed_.notify_all();
 }
 
 bool PsPeer::budgetReached(Clock own_clocks) const {

@@ -28,6 +28,9 @@ class App;
 namespace chorus::node {
 class Node;
 }
+namespace chorus::wire {
+struct PsCatchupReply;
+}
 
 namespace chorus::ps {
 
@@ -39,6 +42,12 @@ struct PsOptions {
   bool cache = true;            // the worker's SSP row cache
   std::string owner_momentum = "clock";  // clock | push (OwnerOptimizer::Momentum)
   std::string async_rounds = "cluster";  // cluster | worker (AsyncRounds)
+  // This node restarts after a failure: restore its keys from a live node's last read and join
+  // at the cluster's clock (docs/ps.md). Set from --rejoin (registered with consensus mode's
+  // options: one flag for both modes).
+  bool rejoin = false;
+  // How long to wait for one node's catch-up reply before asking the next.
+  std::chrono::milliseconds rejoin_timeout{30000};
   std::chrono::milliseconds report_every{5000};
   std::chrono::milliseconds tick_every{100};  // down time-outs and waiting reports
   // Longest the end-of-run barrier waits for the other nodes' TrainingDone.
@@ -83,6 +92,8 @@ struct PsReport {
   uint64_t failed_pushes = 0;  // pushes lost to an owner that was down
   std::vector<NodeId> finished_peers;
   std::vector<NodeId> departed_peers;
+  Clock first_clock = 0;                // the clock this run started at (> 0 after a rejoin)
+  std::optional<NodeId> rejoined_from;  // the node whose last read restored this node's keys
 };
 
 class PsPeer {
@@ -105,6 +116,13 @@ class PsPeer {
 
  private:
   void finish(PsReport& report);
+  // --rejoin: restores this node's keys and clocks from the first live node that answers and
+  // returns the clock to start at; throws std::runtime_error when no node does.
+  Clock catchUp(PsReport& report);
+  // Loop thread: answers a rejoining node's PsCatchupRequest.
+  void answerCatchup(NodeId to);
+  // Loop thread: a catch-up reply (checked; kept for catchUp()).
+  void onCatchupReply(NodeId from, const wire::PsCatchupReply& reply);
   // Node 0: reads the owners' model once every update up to `min_clock` is in.
   void readOwnersModel(PsReport& report, Clock min_clock);
   // Waits until every other member is done or gone; fills the report's lists.
@@ -132,6 +150,15 @@ class PsPeer {
   bool closing_ = false;  // the ticker ends
   std::set<NodeId> done_;
   std::set<NodeId> down_;
+  // catchUp(): the node asked, and its checked answer once it came.
+  struct Catchup {
+    std::string error;
+    std::vector<Key> keys;
+    std::vector<float> values;
+    std::vector<WorkerView> views;
+  };
+  std::optional<NodeId> catchup_asked_;
+  std::optional<Catchup> catchup_;
 };
 
 }  // namespace chorus::ps

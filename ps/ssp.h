@@ -71,6 +71,14 @@ class WorkerClocks {
     if (parked_.empty()) return std::nullopt;
     return parked_.begin()->first;
   }
+  // Every worker, in id order.
+  std::vector<WorkerId> workers() const {
+    std::vector<WorkerId> out;
+    for (const auto& [w, c] : clocks_)
+      out.push_back(w);
+    return out;
+  }
+  bool known(WorkerId worker) const { return clocks_.count(worker) > 0; }
   // Is `worker` counted in the minimum (known and not excluded)?
   bool live(WorkerId worker) const {
     auto it = live_.find(worker);

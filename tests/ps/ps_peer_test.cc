@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
@@ -275,6 +276,197 @@ TEST(PsPeer, ANodeThatVanishesMidRunLeavesTheOthersFinishingAndItsLostUpdatesNam
   }
   ASSERT_TRUE(reports[0].owner_accuracy.has_value());
   EXPECT_GT(*reports[0].owner_accuracy, 0.5);
+}
+
+// --rejoin: node 2 stops at clock 30 and restarts on the same port. Its new life gets its keys
+// back from a live node's last read (not the initial model) and joins at the cluster's clock;
+// everyone finishes and the owners' model is trained.
+TEST(PsPeer, ARestartedNodeRejoinsWithItsKeysFromALiveNodesLastRead) {
+  constexpr size_t kNodes = 3;
+  constexpr int64_t kClocks = 400;
+  auto data = std::make_shared<const ml::DataSplit>(ml::makeSynthetic(3000, 300, 7));
+  std::vector<NodeId> members{0, 1, 2};
+  auto nodeOptions = [&](NodeId i, uint16_t port) {
+    node::NodeOptions o;
+    o.cluster = "ps-rejoin-test";
+    o.self = i;
+    o.members = members;
+    o.listen_port = port;
+    o.heartbeat_interval = 100ms;
+    o.dial_backoff_max = 100ms;
+    o.peer_timeout = 5000ms;
+    o.log_level = spdlog::level::warn;
+    return o;
+  };
+  auto runOptions = [&](NodeId i) {
+    run::RunOptions options = trainingOptions();
+    options.rounds = kClocks;
+    options.eval_every = 0;
+    if (i != 2) options.stragglers = "fixed:3";  // keep them busy while node 2 restarts
+    return options;
+  };
+  auto psOptions = [] {
+    PsOptions po;
+    po.staleness = "2";
+    po.key_floats = 1000;
+    po.down_timeout_s = 0.2;  // the others stop waiting for node 2 while it is gone
+    return po;
+  };
+  // Node 0's latest read of the model, to compare node 2's restored keys with.
+  std::mutex mu;
+  std::vector<float> node0_view;
+  std::vector<std::unique_ptr<node::Node>> nodes;
+  std::vector<std::unique_ptr<PsPeer>> peers;
+  for (NodeId i = 0; i < 2; ++i) {
+    nodes.push_back(std::make_unique<node::Node>(nodeOptions(i, 0)));
+    PsOptions po = psOptions();
+    if (i == 0) {
+      po.on_clock_end = [&](Clock, std::span<const float> params) {
+        std::lock_guard lock(mu);
+        node0_view.assign(params.begin(), params.end());
+      };
+    }
+    peers.push_back(std::make_unique<PsPeer>(
+        *nodes[i], run::prepareNodeJob(runOptions(i), data, i, kNodes, ""), members, po));
+    EXPECT_TRUE(nodes[i]->listen().ok());
+  }
+  auto connectNode2 = [&](node::Node& node) {
+    std::vector<node::PeerAddress> peers_of_2;
+    for (NodeId j = 0; j < 2; ++j)
+      peers_of_2.push_back({j, "127.0.0.1", nodes[j]->port()});
+    ASSERT_TRUE(node.connect(peers_of_2).ok());
+  };
+
+  // First life of node 2, until its clock 30.
+  std::promise<void> clock30;
+  PsOptions first = psOptions();
+  first.on_clock_end = [&](Clock c, std::span<const float>) {
+    if (c == 30) clock30.set_value();
+  };
+  auto node2 = std::make_unique<node::Node>(nodeOptions(2, 0));
+  run::NodeJob job2 = run::prepareNodeJob(runOptions(2), data, 2, kNodes, "");
+  const std::vector<float> initial(job2.model->params().begin(), job2.model->params().end());
+  auto peer2 = std::make_unique<PsPeer>(*node2, std::move(job2), members, first);
+  ASSERT_TRUE(node2->listen().ok());
+  const uint16_t port2 = node2->port();
+  for (NodeId i = 0; i < 2; ++i) {
+    std::vector<node::PeerAddress> addresses;
+    for (NodeId j = 0; j < 2; ++j) {
+      if (j != i) addresses.push_back({j, "127.0.0.1", nodes[j]->port()});
+    }
+    addresses.push_back({2, "127.0.0.1", port2});
+    ASSERT_TRUE(nodes[i]->connect(addresses).ok());
+  }
+  connectNode2(*node2);
+  for (auto& n : nodes)
+    ASSERT_TRUE(n->waitClusterReady(30s).ok());
+  ASSERT_TRUE(node2->waitClusterReady(30s).ok());
+  std::vector<std::future<PsReport>> futures;
+  for (auto& p : peers)
+    futures.push_back(std::async(std::launch::async, [peer = p.get()] { return peer->run(); }));
+  auto first_run = std::async(std::launch::async, [p = peer2.get()] { return p->run(); });
+  ASSERT_EQ(clock30.get_future().wait_for(60s), std::future_status::ready);
+  peer2->stop();
+  ASSERT_EQ(first_run.wait_for(60s), std::future_status::ready);
+  EXPECT_TRUE(first_run.get().stopped);
+  node2->shutdown(0ms);
+  peer2.reset();
+  node2.reset();
+
+  // Second life: same id and port, --rejoin. Its first read of its own keys is what it restored.
+  const std::vector<Key> own_keys = [&] {
+    std::vector<Key> keys;
+    for (Key k = 0; k < peers[0]->layout().numKeys(); ++k) {
+      if (peers[0]->shardMap().home(k) == 2) keys.push_back(k);
+    }
+    return keys;
+  }();
+  ASSERT_FALSE(own_keys.empty());
+  double restored_to_node0 = -1, initial_to_node0 = -1;
+  PsOptions second = psOptions();
+  second.rejoin = true;
+  bool measured = false;
+  second.on_clock_end = [&](Clock, std::span<const float> params) {
+    if (measured) return;
+    measured = true;
+    std::lock_guard lock(mu);
+    double restored = 0, init = 0;
+    for (Key k : own_keys) {
+      const size_t begin = peers[0]->layout().offset(k);
+      for (size_t i = begin; i < begin + peers[0]->layout().length(k); ++i) {
+        restored += std::pow(params[i] - node0_view[i], 2);
+        init += std::pow(initial[i] - node0_view[i], 2);
+      }
+    }
+    restored_to_node0 = std::sqrt(restored);
+    initial_to_node0 = std::sqrt(init);
+  };
+  node2 = std::make_unique<node::Node>(nodeOptions(2, port2));
+  peer2 = std::make_unique<PsPeer>(*node2, run::prepareNodeJob(runOptions(2), data, 2, kNodes, ""),
+                                   members, second);
+  ASSERT_TRUE(node2->listen().ok());
+  connectNode2(*node2);
+  ASSERT_TRUE(node2->waitClusterReady(30s).ok());
+  auto second_run = std::async(std::launch::async, [p = peer2.get()] { return p->run(); });
+  ASSERT_EQ(second_run.wait_for(300s), std::future_status::ready);
+  const PsReport r = second_run.get();
+  ASSERT_TRUE(r.rejoined_from.has_value());
+  EXPECT_GT(r.first_clock, 30);
+  EXPECT_EQ(r.clocks_done, kClocks);
+  EXPECT_EQ(r.server.errors, 0u);
+  // Restored from a live node's last read: far closer to what node 0 reads than the initial
+  // model is (restarting from the initial model would give a ratio near 1).
+  ASSERT_GT(initial_to_node0, 0);
+  EXPECT_LT(restored_to_node0 / initial_to_node0, 0.3)
+      << restored_to_node0 << " vs " << initial_to_node0;
+  for (size_t i = 0; i < 2; ++i) {
+    ASSERT_EQ(futures[i].wait_for(300s), std::future_status::ready);
+    const PsReport other = futures[i].get();
+    EXPECT_EQ(other.clocks_done, kClocks) << "node " << i;
+    EXPECT_EQ(other.server.errors, 0u) << "node " << i;
+    if (i == 0) {
+      ASSERT_TRUE(other.owner_accuracy.has_value());
+      EXPECT_GE(*other.owner_accuracy, 0.9);
+    }
+  }
+  node2->shutdown(0ms);
+  for (auto& n : nodes)
+    n->shutdown(0ms);
+}
+
+// --rejoin with no node that answers: a clear error, not a run from the initial model.
+TEST(PsPeer, ARejoinThatNobodyAnswersFailsWithAClearError) {
+  auto data = std::make_shared<const ml::DataSplit>(ml::makeSynthetic(300, 30, 7));
+  std::vector<NodeId> members{0, 1};
+  std::vector<std::unique_ptr<node::Node>> nodes;
+  for (NodeId i = 0; i < 2; ++i) {
+    node::NodeOptions o;
+    o.cluster = "ps-rejoin-alone";
+    o.self = i;
+    o.members = members;
+    o.log_level = spdlog::level::warn;
+    nodes.push_back(std::make_unique<node::Node>(o));
+    EXPECT_TRUE(nodes.back()->listen().ok());
+  }
+  connectAll(nodes);
+  // Node 1 is a bare runtime node: it has no PS handlers and never answers.
+  run::RunOptions options = trainingOptions();
+  options.rounds = 10;
+  PsOptions po;
+  po.rejoin = true;
+  po.rejoin_timeout = 300ms;
+  PsPeer peer(*nodes[0], run::prepareNodeJob(options, data, 0, 2, ""), members, po);
+  try {
+    peer.run();
+    ADD_FAILURE() << "the rejoin went on without anyone's keys";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("no live node gave this node's keys back"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("asked: 1"), std::string::npos) << e.what();
+  }
+  for (auto& n : nodes)
+    n->shutdown(0ms);
 }
 
 TEST(PsOptions, BadValuesNameTheFlag) {
