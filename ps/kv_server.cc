@@ -51,8 +51,17 @@ std::optional<std::string> KvServer::checkClock(WorkerId worker, Clock clock,
   return std::nullopt;
 }
 
+void KvServer::checkRunningJob(WorkerId worker, Clock clock, Clock first) {
+  if (!options_.on_running_job || options_.hold_until_restored || running_job_reported_) return;
+  if (!clocks_.known(worker) || clocks_.clockOf(worker) != 0 || clock <= first) return;
+  running_job_reported_ = true;
+  holding_ = true;
+  options_.on_running_job(worker, clock);
+}
+
 void KvServer::pull(WorkerId worker, Clock clock, Clock min_clock, std::vector<uint64_t> keys,
                     PullAnswer answer) {
+  checkRunningJob(worker, clock, 0);  // a pull at clock c follows the worker's PsClock(c)
   if (holding_) {
     held_requests_.push_back(
         [this, worker, clock, min_clock, keys = std::move(keys), answer = std::move(answer)]() {
@@ -130,6 +139,7 @@ void KvServer::applyDue() {
 }
 
 std::optional<std::string> KvServer::clock(WorkerId worker, Clock clock) {
+  checkRunningJob(worker, clock, 1);  // every worker announces clock 1 first
   if (auto error = clocks_.advance(worker, clock)) {
     std::lock_guard lock(mu_);
     ++summary_.errors;
@@ -216,6 +226,7 @@ void KvServer::onPushFrame(WorkerId from, const wire::Envelope& envelope) {
   }
   const std::span<const uint64_t> keys(request->keys()->data(), request->keys()->size());
   const std::span<const float> grads(request->values()->data(), request->values()->size());
+  checkRunningJob(from, request->clock(), 0);
   if (holding_) {
     // The frame is gone after this handler: keep copies.
     held_requests_.push_back([this, from, id = request->request(), clock = request->clock(),

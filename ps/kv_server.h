@@ -46,6 +46,12 @@ struct ServerOptions {
   // A restarted owner (--rejoin): pulls and pushes wait until restore() gives the keys their
   // values back, then are answered in arrival order.
   bool hold_until_restored = false;
+  // When set: called once (loop thread) when a worker's first clock, pull or push heard here is
+  // from a clock it cannot have reached yet at the start of the job (FIFO connections: a worker
+  // announces each clock before using it). This owner then started after the job did, i.e. its
+  // node restarted without --rejoin and its keys hold the initial model; from then on it holds
+  // every request unanswered, so that no worker takes those values (the node is to stop).
+  std::function<void(WorkerId, Clock)> on_running_job;
   // Tests: called on the loop thread with each waiting report (workers behind, clock needed).
   std::function<void(const std::vector<WorkerId>&, Clock)> on_waiting;
 };
@@ -121,6 +127,9 @@ class KvServer {
   void applyDue();
   void replyError(WorkerId to, uint64_t request, int8_t op, const std::string& error);
   std::optional<std::string> checkClock(WorkerId worker, Clock clock, const char* what) const;
+  // on_running_job: reports (once) a request of `worker` at `clock` when the job cannot have
+  // started with this owner; `first` is the highest clock such a request may have at the start.
+  void checkRunningJob(WorkerId worker, Clock clock, Clock first);
 
   node::Node& node_;
   KeyStore store_;
@@ -128,6 +137,7 @@ class KvServer {
   WorkerClocks clocks_;
   Clock num_workers_;
   bool holding_ = false;  // hold_until_restored, until restore()
+  bool running_job_reported_ = false;
   std::vector<std::function<void()>> held_requests_;
   std::map<WorkerId, std::chrono::steady_clock::time_point> down_since_;
   std::set<WorkerId> finished_;

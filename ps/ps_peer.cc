@@ -105,6 +105,19 @@ PsPeer::PsPeer(node::Node& node, run::NodeJob job, std::vector<NodeId> members, 
   server_options.bsp = !staleness_.infinite() && staleness_.bound == 0;
   server_options.lr_by_progress = cluster_budget_;
   server_options.hold_until_restored = options_.rejoin;
+  server_options.on_running_job = [this](WorkerId worker, Clock clock) {
+    const std::string error = fmt::format(
+        "node {} started into a running PS job: worker node {} is already at clock {}, and this "
+        "node's keys hold the initial model; start this node with --rejoin (or restart every "
+        "node)",
+        node_.id(), worker, clock);
+    node_.logger().error("{}", error);
+    {
+      std::lock_guard lock(mu_);
+      running_job_error_ = error;
+    }
+    stop();
+  };
   server_options.on_waiting = options_.on_owner_waiting;
   server_ = std::make_unique<KvServer>(
       node_, KeyStore(layout_, map_, node_.id(), job_.model->params(), optimizer_), members_,
@@ -336,6 +349,10 @@ PsReport PsPeer::run() {
     if (options_.on_clock_end) options_.on_clock_end(c, params);
   }
   settlePush();
+  {
+    std::lock_guard lock(mu_);
+    if (!running_job_error_.empty()) throw std::runtime_error(running_job_error_);
+  }
 
   report.seconds = seconds(SteadyClock::now() - start);
   ml::MetricsEvent last("final");

@@ -157,6 +157,8 @@ class PsPeer {
     std::vector<float> values;
     std::vector<WorkerView> views;
   };
+  // Set when this node turns out to have started into a running job without --rejoin.
+  std::string running_job_error_;
   std::optional<NodeId> catchup_asked_;
   std::optional<Catchup> catchup_;
 };

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cmath>
 #include <condition_variable>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include <mutex>
 #include <thread>
 
+#include "chorus/chorus_generated.h"
 #include "ml/dataset.h"
 #include "node/node.h"
 #include "run/training_run.h"
@@ -467,6 +469,49 @@ TEST(PsPeer, ARejoinThatNobodyAnswersFailsWithAClearError) {
   }
   for (auto& n : nodes)
     n->shutdown(0ms);
+}
+
+// A node that restarts into a running job without --rejoin would serve the initial model for
+// its keys: the first clock it hears from a worker gives it away, and it stops with what to do.
+TEST(PsPeer, StartingIntoARunningJobWithoutRejoinIsAClearError) {
+  auto data = std::make_shared<const ml::DataSplit>(ml::makeSynthetic(300, 30, 7));
+  std::vector<NodeId> members{0, 1};
+  std::vector<std::unique_ptr<node::Node>> nodes;
+  for (NodeId i = 0; i < 2; ++i) {
+    node::NodeOptions o;
+    o.cluster = "ps-running-job";
+    o.self = i;
+    o.members = members;
+    o.log_level = spdlog::level::warn;
+    nodes.push_back(std::make_unique<node::Node>(o));
+    EXPECT_TRUE(nodes.back()->listen().ok());
+  }
+  connectAll(nodes);
+  run::RunOptions options = trainingOptions();
+  options.rounds = 10;
+  PsPeer peer(*nodes[0], run::prepareNodeJob(options, data, 0, 2, ""), members, PsOptions{});
+  auto run = std::async(std::launch::async, [&peer] { return peer.run(); });
+  // Node 1 is a bare runtime node playing a worker that has been training for a while: its
+  // first request is a pull at clock 57. The pull must not be answered with initial values.
+  std::atomic<int> replies{0};
+  nodes[1]->setHandler(wire::Body::PsReply,
+                       [&replies](NodeId, const wire::Envelope&) { ++replies; });
+  const std::vector<uint64_t> keys{0};
+  nodes[1]->send(0, nodes[1]->encode(wire::Body::PsPull, [&](flatbuffers::FlatBufferBuilder& b) {
+    return wire::CreatePsPull(b, 1, 57, 0, b.CreateVector(keys)).Union();
+  }));
+  ASSERT_EQ(run.wait_for(60s), std::future_status::ready);
+  try {
+    run.get();
+    ADD_FAILURE() << "the node trained on with the initial model for its keys";
+  } catch (const std::runtime_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("worker node 1 is already at clock 57"), std::string::npos) << what;
+    EXPECT_NE(what.find("--rejoin"), std::string::npos) << what;
+  }
+  for (auto& n : nodes)
+    n->shutdown(0ms);
+  EXPECT_EQ(replies.load(), 0);
 }
 
 TEST(PsOptions, BadValuesNameTheFlag) {
