@@ -142,6 +142,11 @@ KvWorker::Handle KvWorker::pullImpl(std::optional<Clock> min_clock, std::span<co
     const uint64_t id = send.id;
     const NodeId owner = send.owner;
     std::vector<Key>& request_keys = send.keys;
+    // A request registered after cancelAll() took its list fails here.
+    if (std::optional<node::Status> cancelled = cancelledStatus()) {
+      finishSub(id, *cancelled, 0, {}, {});
+      continue;
+    }
     if (std::find(failed.begin(), failed.end(), id) != failed.end()) {
       finishSub(id, {node::ErrorCode::kNotConnected, fmt::format("owner node {} is down", owner)},
                 0, {}, {});
@@ -242,9 +247,16 @@ KvWorker::Handle KvWorker::push(std::span<const Key> keys, std::span<const float
     const NodeId owner = send.owner;
     Group* group = send.group;
     bool owner_down = false;
+    std::optional<node::Status> cancelled;
     {
       std::lock_guard lock(mu_);
       owner_down = down_owners_.count(owner) > 0;
+      cancelled = cancelled_;
+    }
+    // A request registered after cancelAll() took its list fails here.
+    if (cancelled) {
+      finishSub(id, *cancelled, 0, {}, {});
+      continue;
     }
     if (owner_down) {
       finishSub(id, {node::ErrorCode::kNotConnected, fmt::format("owner node {} is down", owner)},
@@ -438,10 +450,16 @@ void KvWorker::onPeerEvent(const node::PeerEvent& event) {
   }
 }
 
+std::optional<node::Status> KvWorker::cancelledStatus() const {
+  std::lock_guard lock(mu_);
+  return cancelled_;
+}
+
 void KvWorker::cancelAll(const node::Status& status) {
   std::vector<uint64_t> pending;
   {
     std::lock_guard lock(mu_);
+    cancelled_ = status;
     for (const auto& [id, sub] : requests_)
       pending.push_back(id);
   }

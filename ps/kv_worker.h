@@ -94,7 +94,7 @@ class KvWorker {
   std::optional<std::string> lastRead(std::span<const Key> keys, std::vector<float>& out) const;
 
   // Any thread: fails every pending operation with `status` (the run stops or the node shuts
-  // down, and no reply will come).
+  // down, and no reply will come), and every later one at once.
   void cancelAll(const node::Status& status);
   // Loop thread: an owner's reply.
   void onReply(NodeId from, const wire::PsReply& reply);
@@ -128,6 +128,8 @@ class KvWorker {
                   const Callback& done);
   // Registers an operation of `parts` sub-requests (completes at once when 0).
   Handle begin(size_t parts, const Callback& done, std::unique_lock<std::mutex>& lock);
+  // The status cancelAll() gave, once it ran.
+  std::optional<node::Status> cancelledStatus() const;
   // Tells every owner (and this node's) that this worker reached `clock`.
   void announceClock(Clock clock);
   // Completes one sub-request; for a pull, copies the values and refreshes the cache.
@@ -157,6 +159,7 @@ class KvWorker {
   // keys back from.
   std::vector<std::vector<float>> last_read_;
   std::set<NodeId> down_owners_;
+  std::optional<node::Status> cancelled_;  // set by cancelAll()
   WorkerStats stats_;
 };
 
