@@ -436,6 +436,12 @@ class PsSession : public TrainingSession {
           "node {}: node {} was dropped at clock {}: its updates from clock {} on are lost\n",
           self_, worker, clock, clock);
     }
+    for (const ps::ServerSummary::SkippedClocks& gap : report.server.skipped) {
+      fmt::print(
+          "node {}: node {} went from clock {} to clock {} (it rejoined): its updates of "
+          "clocks {}-{} are lost\n",
+          self_, gap.worker, gap.from, gap.to, gap.from, gap.to - 1);
+    }
     if (report.failed_pulls + report.failed_pushes > 0) {
       fmt::print("node {}: {} read(s) and {} push(es) failed because an owner was down\n", self_,
                  report.failed_pulls, report.failed_pushes);

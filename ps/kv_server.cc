@@ -140,6 +140,17 @@ void KvServer::applyDue() {
 
 std::optional<std::string> KvServer::clock(WorkerId worker, Clock clock) {
   checkRunningJob(worker, clock, 1);  // every worker announces clock 1 first
+  // Every clock is announced in order on a FIFO connection, so a jump means clocks the worker
+  // never ran (a rejoin) or whose announcements were lost with a connection.
+  const Clock before = clocks_.known(worker) ? clocks_.clockOf(worker) : clock;
+  if (clock > before + 1 && before > 0) {
+    node_.logger().warn(
+        "worker node {} went from clock {} to clock {}: its updates of clocks {}-{} "
+        "are lost",
+        worker, before, clock, before, clock - 1);
+    std::lock_guard lock(mu_);
+    summary_.skipped.push_back({worker, before, clock});
+  }
   if (auto error = clocks_.advance(worker, clock)) {
     std::lock_guard lock(mu_);
     ++summary_.errors;

@@ -75,6 +75,14 @@ struct ServerSummary {
   uint64_t errors = 0;                 // requests refused with an error reply
   uint64_t parked = 0;                 // pulls that had to wait
   std::map<WorkerId, Clock> excluded;  // workers dropped after the down time-out, at this clock
+  // A worker that announced clock `to` right after clock `from` (it rejoined after a restart):
+  // its updates of clocks from .. to - 1 never came.
+  struct SkippedClocks {
+    WorkerId worker = 0;
+    Clock from = 0;
+    Clock to = 0;
+  };
+  std::vector<SkippedClocks> skipped;
 };
 
 class KvServer {

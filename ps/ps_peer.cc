@@ -383,6 +383,10 @@ PsReport PsPeer::run() {
   std::vector<std::string> lost;
   for (const auto& [worker, at] : report.server.excluded)
     lost.push_back(fmt::format("{{\"node\":{},\"from_clock\":{}}}", worker, at));
+  for (const ServerSummary::SkippedClocks& gap : report.server.skipped) {
+    lost.push_back(fmt::format("{{\"node\":{},\"from_clock\":{},\"to_clock\":{}}}", gap.worker,
+                               gap.from, gap.to));
+  }
   last.addRaw("lost_updates", fmt::format("[{}]", fmt::join(lost, ",")));
   if (report.owner_accuracy) last.add("owner_accuracy", *report.owner_accuracy);
   metrics.write(last);

@@ -426,6 +426,11 @@ TEST(PsPeer, ARestartedNodeRejoinsWithItsKeysFromALiveNodesLastRead) {
     const PsReport other = futures[i].get();
     EXPECT_EQ(other.clocks_done, kClocks) << "node " << i;
     EXPECT_EQ(other.server.errors, 0u) << "node " << i;
+    // The clocks node 2 skipped are named as lost.
+    ASSERT_EQ(other.server.skipped.size(), 1u) << "node " << i;
+    EXPECT_EQ(other.server.skipped[0].worker, 2u);
+    EXPECT_GE(other.server.skipped[0].from, 31);
+    EXPECT_EQ(other.server.skipped[0].to, r.first_clock);
     if (i == 0) {
       ASSERT_TRUE(other.owner_accuracy.has_value());
       EXPECT_GE(*other.owner_accuracy, 0.9);
