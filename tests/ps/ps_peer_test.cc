@@ -40,6 +40,21 @@ run::RunOptions trainingOptions() {
   return options;
 }
 
+// A test node of `cluster`: quick heartbeats and redials, warnings only.
+node::NodeOptions testNode(const std::string& cluster, NodeId self, std::vector<NodeId> members,
+                           uint16_t port = 0) {
+  node::NodeOptions o;
+  o.cluster = cluster;
+  o.self = self;
+  o.members = std::move(members);
+  o.listen_port = port;
+  o.heartbeat_interval = 100ms;
+  o.dial_backoff_max = 100ms;
+  o.peer_timeout = 5000ms;
+  o.log_level = spdlog::level::warn;
+  return o;
+}
+
 // Connects listening nodes as a full mesh on loopback and waits until all are connected.
 void connectAll(const std::vector<std::unique_ptr<node::Node>>& nodes) {
   for (size_t i = 0; i < nodes.size(); ++i) {
@@ -71,15 +86,7 @@ RunResult trainFourNodes(const std::string& staleness,
   std::vector<std::unique_ptr<PsPeer>> peers;
   std::vector<NodeId> members{0, 1, 2, 3};
   for (NodeId i = 0; i < kNodes; ++i) {
-    node::NodeOptions o;
-    o.cluster = "ps-peer-test";
-    o.self = i;
-    o.members = members;
-    o.heartbeat_interval = 100ms;
-    o.dial_backoff_max = 100ms;
-    o.peer_timeout = 5000ms;
-    o.log_level = spdlog::level::warn;
-    nodes.push_back(std::make_unique<node::Node>(o));
+    nodes.push_back(std::make_unique<node::Node>(testNode("ps-peer-test", i, members)));
     run::RunOptions options = trainingOptions();
     options.out_dir = out.string();
     PsOptions po;
@@ -225,14 +232,8 @@ TEST(PsPeer, ANodeThatVanishesMidRunLeavesTheOthersFinishingAndItsLostUpdatesNam
   std::vector<std::unique_ptr<node::Node>> nodes;
   std::vector<std::unique_ptr<PsPeer>> peers;
   for (NodeId i = 0; i < kNodes; ++i) {
-    node::NodeOptions o;
-    o.cluster = "ps-vanish-test";
-    o.self = i;
-    o.members = members;
-    o.heartbeat_interval = 100ms;
-    o.dial_backoff_max = 100ms;
+    node::NodeOptions o = testNode("ps-vanish-test", i, members);
     o.peer_timeout = 2000ms;
-    o.log_level = spdlog::level::warn;
     nodes.push_back(std::make_unique<node::Node>(o));
   }
   for (NodeId i = 0; i < kNodes; ++i) {
@@ -289,16 +290,7 @@ TEST(PsPeer, ARestartedNodeRejoinsWithItsKeysFromALiveNodesLastRead) {
   auto data = std::make_shared<const ml::DataSplit>(ml::makeSynthetic(3000, 300, 7));
   std::vector<NodeId> members{0, 1, 2};
   auto nodeOptions = [&](NodeId i, uint16_t port) {
-    node::NodeOptions o;
-    o.cluster = "ps-rejoin-test";
-    o.self = i;
-    o.members = members;
-    o.listen_port = port;
-    o.heartbeat_interval = 100ms;
-    o.dial_backoff_max = 100ms;
-    o.peer_timeout = 5000ms;
-    o.log_level = spdlog::level::warn;
-    return o;
+    return testNode("ps-rejoin-test", i, members, port);
   };
   auto runOptions = [&](NodeId i) {
     run::RunOptions options = trainingOptions();
@@ -441,28 +433,34 @@ TEST(PsPeer, ARestartedNodeRejoinsWithItsKeysFromALiveNodesLastRead) {
     n->shutdown(0ms);
 }
 
-// --rejoin with no node that answers: a clear error, not a run from the initial model.
-TEST(PsPeer, ARejoinThatNobodyAnswersFailsWithAClearError) {
-  auto data = std::make_shared<const ml::DataSplit>(ml::makeSynthetic(300, 30, 7));
-  std::vector<NodeId> members{0, 1};
+// Nodes 0 and 1 of cluster `name`, connected on loopback; node 1 stays a bare runtime node.
+std::vector<std::unique_ptr<node::Node>> connectedPair(const std::string& name) {
   std::vector<std::unique_ptr<node::Node>> nodes;
   for (NodeId i = 0; i < 2; ++i) {
-    node::NodeOptions o;
-    o.cluster = "ps-rejoin-alone";
-    o.self = i;
-    o.members = members;
-    o.log_level = spdlog::level::warn;
-    nodes.push_back(std::make_unique<node::Node>(o));
+    nodes.push_back(std::make_unique<node::Node>(testNode(name, i, {0, 1})));
     EXPECT_TRUE(nodes.back()->listen().ok());
   }
   connectAll(nodes);
-  // Node 1 is a bare runtime node: it has no PS handlers and never answers.
+  return nodes;
+}
+
+// Node 0's job of a two-node run of 10 clocks on a little synthetic data.
+run::NodeJob tinyJob() {
+  auto data = std::make_shared<const ml::DataSplit>(ml::makeSynthetic(300, 30, 7));
   run::RunOptions options = trainingOptions();
   options.rounds = 10;
+  return run::prepareNodeJob(options, data, 0, 2, "");
+}
+
+// --rejoin with no node that answers: a clear error, not a run from the initial model.
+TEST(PsPeer, ARejoinThatNobodyAnswersFailsWithAClearError) {
+  const std::vector<NodeId> members{0, 1};
+  const auto nodes = connectedPair("ps-rejoin-alone");
+  // Node 1 is a bare runtime node: it has no PS handlers and never answers.
   PsOptions po;
   po.rejoin = true;
   po.rejoin_timeout = 300ms;
-  PsPeer peer(*nodes[0], run::prepareNodeJob(options, data, 0, 2, ""), members, po);
+  PsPeer peer(*nodes[0], tinyJob(), members, po);
   try {
     peer.run();
     ADD_FAILURE() << "the rejoin went on without anyone's keys";
@@ -479,22 +477,9 @@ TEST(PsPeer, ARejoinThatNobodyAnswersFailsWithAClearError) {
 // A node that restarts into a running job without --rejoin would serve the initial model for
 // its keys: the first clock it hears from a worker gives it away, and it stops with what to do.
 TEST(PsPeer, StartingIntoARunningJobWithoutRejoinIsAClearError) {
-  auto data = std::make_shared<const ml::DataSplit>(ml::makeSynthetic(300, 30, 7));
-  std::vector<NodeId> members{0, 1};
-  std::vector<std::unique_ptr<node::Node>> nodes;
-  for (NodeId i = 0; i < 2; ++i) {
-    node::NodeOptions o;
-    o.cluster = "ps-running-job";
-    o.self = i;
-    o.members = members;
-    o.log_level = spdlog::level::warn;
-    nodes.push_back(std::make_unique<node::Node>(o));
-    EXPECT_TRUE(nodes.back()->listen().ok());
-  }
-  connectAll(nodes);
-  run::RunOptions options = trainingOptions();
-  options.rounds = 10;
-  PsPeer peer(*nodes[0], run::prepareNodeJob(options, data, 0, 2, ""), members, PsOptions{});
+  const std::vector<NodeId> members{0, 1};
+  const auto nodes = connectedPair("ps-running-job");
+  PsPeer peer(*nodes[0], tinyJob(), members, PsOptions{});
   auto run = std::async(std::launch::async, [&peer] { return peer.run(); });
   // Node 1 is a bare runtime node playing a worker that has been training for a while: its
   // first request is a pull at clock 57. The pull must not be answered with initial values.
