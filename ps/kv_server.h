@@ -146,6 +146,7 @@ class KvServer {
   Clock num_workers_;
   bool holding_ = false;  // hold_until_restored, until restore()
   bool running_job_reported_ = false;
+  std::set<WorkerId> unanchored_;  // restored clocks not yet confirmed by the worker itself
   std::vector<std::function<void()>> held_requests_;
   std::map<WorkerId, std::chrono::steady_clock::time_point> down_since_;
   std::set<WorkerId> finished_;

@@ -433,11 +433,13 @@ Clock PsPeer::catchUp(PsReport& report) {
       log.warn("rejoining: node {} could not help: {}; trying the next node", helper, reply->error);
       continue;
     }
-    // The store belongs to the loop thread.
-    std::promise<std::optional<std::string>> restored;
-    auto result = restored.get_future();
-    const bool posted = node_.post(
-        [&] { restored.set_value(server_->restore(reply->keys, reply->values, reply->views)); });
+    // The store belongs to the loop thread. The task owns the promise: should the loop drop
+    // it unrun (shutdown), get() throws instead of waiting forever.
+    auto restored = std::make_shared<std::promise<std::optional<std::string>>>();
+    auto result = restored->get_future();
+    const bool posted = node_.post([this, restored, &reply] {
+      restored->set_value(server_->restore(reply->keys, reply->values, reply->views));
+    });
     if (!posted) break;  // shutting down
     if (const std::optional<std::string> error = result.get()) {
       log.warn(
