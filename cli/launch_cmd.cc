@@ -55,6 +55,16 @@ void runLaunchCommand(CLI::App& cmd, const LaunchArgs& args) {
     }
     options.ids = args.ids;
   }
+  // --rejoin restarts nodes into a running job; started on every node there is no job left.
+  const bool rejoin = std::find(options.node_args.begin(), options.node_args.end(), "--rejoin") !=
+                      options.node_args.end();
+  if (rejoin && options.ids.size() == topo.nodes.size()) {
+    throw CommandFailure(
+        2, fmt::format("--rejoin on every node of {} leaves no running job to join: pass --ids "
+                       "with the node(s) to restart (e.g. --ids 2 --rejoin), or leave out "
+                       "--rejoin to start a new job",
+                       args.topology));
+  }
   fmt::print("[launch] cluster '{}' ({} mode) from {}: starting {} node(s){}\n", topo.name,
              topology::modeName(topo.mode), args.topology, options.ids.size(),
              options.node_args.empty()

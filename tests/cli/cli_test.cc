@@ -53,6 +53,21 @@ TEST(ChorusCli, LaunchRefusesAMissingTopologyFile) {
   EXPECT_TRUE(contains(r.err, "/nonexistent/cluster.toml")) << r.err;
 }
 
+TEST(ChorusLaunch, RejoinOnEveryNodeIsRefusedWithWhatToDo) {
+  const auto topo =
+      std::filesystem::temp_directory_path() / ("rejoin-all-" + std::to_string(getpid()) + ".toml");
+  ASSERT_EQ(runCommand({chorusBinary(), "topo", "gen", "complete", "--nodes", "3", "-o",
+                        topo.string(), "--force"})
+                .exit_code,
+            0);
+  CommandResult r = runCommand(
+      {chorusBinary(), "launch", topo.string(), "--mode", "ps", "--data", "synthetic", "--rejoin"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err, "--rejoin on every node of " + topo.string())) << r.err;
+  EXPECT_TRUE(contains(r.err, "--ids 2 --rejoin")) << r.err;
+  std::filesystem::remove(topo);
+}
+
 // A loopback TCP socket bound to a port the kernel picked. Kept open it occupies the port;
 // closed, the port is (almost certainly) free for a node to take.
 class PortReservation {
