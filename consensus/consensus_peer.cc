@@ -566,6 +566,7 @@ ConsensusReport ConsensusPeer::run() {
       100 * eval.accuracy, eval.loss, report.rounds_done, report.seconds, report.wait_seconds);
   if (!report.stopped) finish(report);
   last.add("rounds", report.rounds_done)
+      .add("first_round", report.first_round)
       .add("seconds", report.seconds)
       .add("wait_s", report.wait_seconds)
       .add("skips", report.skips)

@@ -368,6 +368,7 @@ PsReport PsPeer::run() {
   report.server = server_->summary();
   const uint64_t reads = report.worker.cache_hits + report.worker.cache_misses;
   last.add("clocks", report.clocks_done)
+      .add("first_clock", report.first_clock)
       .add("seconds", report.seconds)
       .add("wait_s", report.wait_seconds)
       .add("time_to_target", report.time_to_target ? *report.time_to_target : -1.0)

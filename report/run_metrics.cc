@@ -111,7 +111,11 @@ NodeMetrics readNodeFile(const fs::path& path, uint32_t id, RunMetrics& run, siz
     } else if (*event == "final") {
       node.has_final = true;
       node.final_accuracy = object.number("test_accuracy").value_or(0);
-      node.final_steps = object.number("rounds").value_or(object.number("clocks").value_or(0));
+      // The round or clock reached, less where a rejoining node took up the run: what this
+      // process ran.
+      node.final_steps =
+          object.number("rounds").value_or(object.number("clocks").value_or(0)) -
+          object.number("first_round").value_or(object.number("first_clock").value_or(0));
       node.final_seconds = object.number("seconds").value_or(0);
       node.final_wait_s = object.number("wait_s").value_or(0);
       node.time_to_target = object.number("time_to_target").value_or(-1);

@@ -150,6 +150,26 @@ TEST_F(ReportTest, SummarizesARunFromItsNodeFiles) {
   EXPECT_EQ(ps.staleness_bound, "2");
 }
 
+// A node that rejoined ran only the clocks (or rounds) after the one it took up: its rate
+// counts those, not the clock it reached.
+TEST_F(ReportTest, ARejoinedNodesRateCountsOnlyWhatItRan) {
+  write("ps/node-0.jsonl", psNode(0.5, ""));
+  write("ps/node-1.jsonl",
+        R"({"event":"final","test_accuracy":0.8,"clocks":5,"first_clock":3,"seconds":1,)"
+        R"("wait_s":0})"
+        "\n");
+  EXPECT_DOUBLE_EQ(summarizeRun(readRunFolder(dir_ / "ps")).steps_per_s, (5.0 / 5 + 2.0 / 1) / 2);
+  write("consensus/node-0.jsonl",
+        consensusNode({0, 0, 0, 0}, {0, 0, 0, 0}, 0.1, 500,
+                      R"("test_accuracy":0.9,"rounds":4,"seconds":4,"wait_s":0.4)"));
+  write("consensus/node-1.jsonl",
+        R"({"event":"final","test_accuracy":0.9,"rounds":4,"first_round":3,"seconds":1,)"
+        R"("wait_s":0})"
+        "\n");
+  EXPECT_DOUBLE_EQ(summarizeRun(readRunFolder(dir_ / "consensus")).steps_per_s,
+                   (4.0 / 4 + 1.0 / 1) / 2);
+}
+
 TEST_F(ReportTest, CompareFolderGivesTheExpectedCsvTableAndPlots) {
   writeCompareFolder();
   ReportInput input = loadReportInput(dir_);
