@@ -300,7 +300,8 @@ ConsensusReport ConsensusPeer::run() {
   spdlog::logger& log = node_.logger();
   ml::Model& model = *job_.model;
   const ml::DataSplit& data = *job_.data;
-  ml::MetricsWriter metrics(job_.metrics_path);
+  // A rejoining node keeps its earlier life's lines.
+  ml::MetricsWriter metrics(job_.metrics_path, options_.rejoin);
   run::ShardBatcher batcher(data.train, job_.shard, job_.batch,
                             ml::mixSeed(job_.seed, 0xC0 + job_.node_id), job_.augmentation);
   // Learning rate 0 is pure averaging (no optimizer: it requires a positive rate). The

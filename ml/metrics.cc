@@ -88,10 +88,10 @@ MetricsEvent& MetricsEvent::addRaw(std::string_view name, std::string_view json)
   return *this;
 }
 
-MetricsWriter::MetricsWriter(const std::string& path)
+MetricsWriter::MetricsWriter(const std::string& path, bool append)
     : path_(path), start_(std::chrono::steady_clock::now()) {
   if (path.empty()) return;
-  file_ = std::fopen(path.c_str(), "w");
+  file_ = std::fopen(path.c_str(), append ? "a" : "w");
   if (file_ == nullptr) {
     throw std::runtime_error(fmt::format("cannot write metrics to {}: {}", path,
                                          std::generic_category().message(errno)));

@@ -49,9 +49,10 @@ std::string jsonString(std::string_view text);
 // A writer with no path drops events. Not thread-safe; each node/trainer owns one.
 class MetricsWriter {
  public:
-  // Opens (truncates) `path`; an empty path makes a writer that writes nothing. Throws
+  // Opens `path`, truncated, or appended to with `append` (a node that rejoins keeps the lines
+  // of its earlier life); an empty path makes a writer that writes nothing. Throws
   // std::runtime_error naming the path when it cannot be opened.
-  explicit MetricsWriter(const std::string& path);
+  explicit MetricsWriter(const std::string& path, bool append = false);
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;

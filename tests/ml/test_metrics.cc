@@ -38,6 +38,26 @@ TEST(Metrics, OneJsonObjectPerLineWithEscaping) {
       << second;
 }
 
+// A rejoining node appends to its earlier life's file; a new run starts the file afresh.
+TEST(Metrics, AppendKeepsEarlierLinesAndTruncateDropsThem) {
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("chorus-metrics-append-" + std::to_string(::getpid())))
+                               .string();
+  auto lines = [&] {
+    std::ifstream in(path);
+    size_t n = 0;
+    for (std::string line; std::getline(in, line);)
+      ++n;
+    return n;
+  };
+  { MetricsWriter(path).write(MetricsEvent("first")); }
+  { MetricsWriter(path, true).write(MetricsEvent("second")); }
+  EXPECT_EQ(lines(), 2u);
+  { MetricsWriter(path).write(MetricsEvent("new run")); }
+  EXPECT_EQ(lines(), 1u);
+  std::filesystem::remove(path);
+}
+
 TEST(Metrics, UnwritablePathIsAnError) {
   EXPECT_THROW(MetricsWriter("/nonexistent/chorus/metrics.jsonl"), std::runtime_error);
   MetricsWriter disabled("");

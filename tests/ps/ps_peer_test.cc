@@ -295,10 +295,13 @@ TEST_P(PsRejoin, ARestartedNodeRejoinsWithItsKeysFromALiveNodesLastRead) {
   auto nodeOptions = [&](NodeId i, uint16_t port) {
     return testNode("ps-rejoin-test", i, members, port);
   };
+  const auto out = std::filesystem::temp_directory_path() /
+                   ("ps-rejoin-" + GetParam() + "-" + std::to_string(getpid()));
   auto runOptions = [&](NodeId i) {
     run::RunOptions options = trainingOptions();
     options.rounds = kClocks;
     options.eval_every = 0;
+    options.out_dir = out.string();
     if (i != 2) options.stragglers = "fixed:3";  // keep them busy while node 2 restarts
     return options;
   };
@@ -444,6 +447,18 @@ TEST_P(PsRejoin, ARestartedNodeRejoinsWithItsKeysFromALiveNodesLastRead) {
   node2->shutdown(0ms);
   for (auto& n : nodes)
     n->shutdown(0ms);
+  // Node 2's metrics keep both lives: two start lines, a rejoin line, two final lines.
+  std::ifstream metrics(out / "node-2.jsonl");
+  size_t starts = 0, rejoins = 0, finals = 0;
+  for (std::string line; std::getline(metrics, line);) {
+    starts += line.find("\"event\":\"start\"") != std::string::npos;
+    rejoins += line.find("\"event\":\"rejoin\"") != std::string::npos;
+    finals += line.find("\"event\":\"final\"") != std::string::npos;
+  }
+  EXPECT_EQ(starts, 2u);
+  EXPECT_EQ(rejoins, 1u);
+  EXPECT_EQ(finals, 2u);
+  std::filesystem::remove_all(out);
 }
 
 // Nodes 0 and 1 of cluster `name`, connected on loopback; node 1 stays a bare runtime node.
