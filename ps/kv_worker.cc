@@ -31,7 +31,6 @@ KvWorker::KvWorker(node::Node& node, KvServer& local, const ShardMap& map,
   homes_.resize(layout_.numKeys());
   for (Key key = 0; key < homes_.size(); ++key)
     homes_[key] = map_.home(key);
-  last_read_.resize(layout_.numKeys());
 }
 
 void KvWorker::checkRequest(std::span<const Key> keys, size_t floats_given,
@@ -316,14 +315,21 @@ void KvWorker::resumeAt(Clock clock) {
   announceClock(clock);
 }
 
+void KvWorker::setModelView(std::span<const float> model) {
+  std::lock_guard lock(mu_);
+  model_view_ = model;
+}
+
 std::optional<std::string> KvWorker::lastRead(std::span<const Key> keys,
                                               std::vector<float>& out) const {
   std::lock_guard lock(mu_);
+  if (model_view_.size() != layout_.total()) {
+    return fmt::format("node {} keeps no model view to answer from", self_);
+  }
   for (Key key : keys) {
-    if (key >= last_read_.size() || last_read_[key].empty()) {
-      return fmt::format("node {} has not read key {} yet", self_, key);
-    }
-    out.insert(out.end(), last_read_[key].begin(), last_read_[key].end());
+    if (key >= layout_.numKeys()) return fmt::format("unknown key {}", key);
+    const auto row = model_view_.subspan(layout_.offset(key), layout_.length(key));
+    out.insert(out.end(), row.begin(), row.end());
   }
   return std::nullopt;
 }
@@ -369,7 +375,6 @@ void KvWorker::finishSub(uint64_t request, const node::Status& status, Clock min
           const size_t len = layout_.length(sub.keys[i]);
           const auto row = values.subspan(offset, len);
           std::copy(row.begin(), row.end(), sub.dest[i]);
-          last_read_[sub.keys[i]].assign(row.begin(), row.end());
           if (options_.cache) {
             CachedRow& cached = cache_[sub.keys[i]];
             cached.stamp = min_clock;

@@ -89,8 +89,13 @@ class KvWorker {
   // A restarted worker (--rejoin): moves its clock forward to `clock` and tells every owner, as
   // clock() does, before its first read.
   void resumeAt(Clock clock);
-  // Any thread: appends the values this worker last read for `keys` (sorted, in the layout) to
-  // `out`; an error names a key it never read.
+  // Before the first operation: the buffer this worker's pulls of every key land in (the
+  // model's flat parameters), for lastRead(). It must outlive the worker.
+  void setModelView(std::span<const float> model);
+  // Loop thread: appends the values this worker last read for `keys` (sorted, in the layout)
+  // to `out`, from the model view; an error when there is none. Safe against the pulls that
+  // write the view: those are completed on the loop thread, or served from the cache under
+  // this worker's lock, which this holds.
   std::optional<std::string> lastRead(std::span<const Key> keys, std::vector<float>& out) const;
 
   // Any thread: fails every pending operation with `status` (the run stops or the node shuts
@@ -155,9 +160,9 @@ class KvWorker {
   std::map<Handle, Operation> operations_;
   std::unordered_map<uint64_t, SubRequest> requests_;
   std::unordered_map<Key, CachedRow> cache_;
-  // Every key as last read from its owner (empty until read): what a restarted owner gets its
-  // keys back from.
-  std::vector<std::vector<float>> last_read_;
+  // Where pulls of every key land (setModelView): what a restarted owner gets its keys back
+  // from. Read, never copied per pull.
+  std::span<const float> model_view_;
   std::set<NodeId> down_owners_;
   std::optional<node::Status> cancelled_;  // set by cancelAll()
   WorkerStats stats_;

@@ -128,6 +128,9 @@ PsPeer::PsPeer(node::Node& node, run::NodeJob job, std::vector<NodeId> members, 
   worker_options.report_every = options_.report_every;
   worker_options.on_waiting = options_.on_worker_waiting;
   worker_ = std::make_unique<KvWorker>(node_, *server_, map_, layout_, optimizer_, worker_options);
+  // Every clock's pull lands in the model's parameters: a rejoining owner gets its keys from
+  // there.
+  worker_->setModelView(job_.model->params());
 
   node_.setHandler(wire::Body::PsReply, [this](NodeId from, const wire::Envelope& envelope) {
     worker_->onReply(from, *envelope.body_as_PsReply());
