@@ -276,9 +276,8 @@ std::optional<std::string> KvServer::restore(std::span<const uint64_t> keys,
                                              std::span<const float> values,
                                              const std::vector<WorkerView>& views) {
   if (auto error = store_.check(keys, values.size())) return error;
-  if (keys.size() != store_.ownedKeys().size()) {
-    return fmt::format("{} key(s) to restore, but {} are owned here", keys.size(),
-                       store_.ownedKeys().size());
+  if (const size_t owned = store_.ownedKeys().size(); keys.size() != owned) {
+    return fmt::format("{} key(s) to restore, but {} are owned here", keys.size(), owned);
   }
   store_.restore(keys, values);
   for (const WorkerView& view : views) {

@@ -102,8 +102,12 @@ KvWorker::Handle KvWorker::pullImpl(std::optional<Clock> min_clock, std::span<co
   Clock reader = 0, required = 0;
   Handle handle = 0;
   std::vector<uint64_t> failed;  // sub-requests to owners known to be down
+  // Set when cancelAll() ran before these requests were registered (its list then lacks them;
+  // a later cancelAll() finds them in requests_).
+  std::optional<node::Status> cancelled;
   {
     std::unique_lock lock(mu_);
+    cancelled = cancelled_;
     reader = clock_;
     required = min_clock ? *min_clock : options_.staleness.requiredMinClock(reader);
     const bool use_cache = !min_clock && options_.cache;
@@ -141,8 +145,7 @@ KvWorker::Handle KvWorker::pullImpl(std::optional<Clock> min_clock, std::span<co
     const uint64_t id = send.id;
     const NodeId owner = send.owner;
     std::vector<Key>& request_keys = send.keys;
-    // A request registered after cancelAll() took its list fails here.
-    if (std::optional<node::Status> cancelled = cancelledStatus()) {
+    if (cancelled) {
       finishSub(id, *cancelled, 0, {}, {});
       continue;
     }
@@ -204,8 +207,10 @@ KvWorker::Handle KvWorker::push(std::span<const Key> keys, std::span<const float
   std::vector<Send> sends;
   Clock clock = 0;
   Handle handle = 0;
+  std::optional<node::Status> cancelled;  // as in pullImpl
   {
     std::unique_lock lock(mu_);
+    cancelled = cancelled_;
     clock = clock_;
     size_t offset = 0;
     for (Key key : keys) {
@@ -246,13 +251,10 @@ KvWorker::Handle KvWorker::push(std::span<const Key> keys, std::span<const float
     const NodeId owner = send.owner;
     Group* group = send.group;
     bool owner_down = false;
-    std::optional<node::Status> cancelled;
     {
       std::lock_guard lock(mu_);
       owner_down = down_owners_.count(owner) > 0;
-      cancelled = cancelled_;
     }
-    // A request registered after cancelAll() took its list fails here.
     if (cancelled) {
       finishSub(id, *cancelled, 0, {}, {});
       continue;
@@ -453,11 +455,6 @@ void KvWorker::onPeerEvent(const node::PeerEvent& event) {
                fmt::format("owner node {} went down before answering", event.peer)},
               0, {}, {});
   }
-}
-
-std::optional<node::Status> KvWorker::cancelledStatus() const {
-  std::lock_guard lock(mu_);
-  return cancelled_;
 }
 
 void KvWorker::cancelAll(const node::Status& status) {

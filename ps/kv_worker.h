@@ -133,8 +133,6 @@ class KvWorker {
                   const Callback& done);
   // Registers an operation of `parts` sub-requests (completes at once when 0).
   Handle begin(size_t parts, const Callback& done, std::unique_lock<std::mutex>& lock);
-  // The status cancelAll() gave, once it ran.
-  std::optional<node::Status> cancelledStatus() const;
   // Tells every owner (and this node's) that this worker reached `clock`.
   void announceClock(Clock clock);
   // Completes one sub-request; for a pull, copies the values and refreshes the cache.
