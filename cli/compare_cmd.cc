@@ -26,6 +26,7 @@
 #include "ps/ps_peer.h"
 #include "report/report.h"
 #include "report/variant.h"
+#include "run/cli_checks.h"
 #include "run/training_run.h"
 #include "topology/topology.h"
 
@@ -423,7 +424,7 @@ void addCompareCommand(CLI::App& app) {
   cmd->add_flag("--force", args->force, "Replace an existing compare folder at --out");
   cmd->add_option("--run-timeout", args->run_timeout_s,
                   "Stop a run (and count it as failed) after this many seconds (0: no limit)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(run::nonNegative())
       ->capture_default_str();
   cmd->add_option("--progress-every", args->progress_s, "Seconds between progress lines")
       ->check(CLI::Range(0.1, 3600.0))

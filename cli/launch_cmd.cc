@@ -11,6 +11,7 @@
 
 #include "cli/commands.h"
 #include "cli/launcher.h"
+#include "run/cli_checks.h"
 #include "topology/topology.h"
 
 namespace chorus::cli {
@@ -107,7 +108,7 @@ void addLaunchCommand(CLI::App& app) {
       ->delimiter(',');
   cmd->add_option("--timeout", args->timeout_s,
                   "Stop every node after this many seconds (0: no limit)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(run::nonNegative());
   cmd->add_flag("--fail-fast", args->fail_fast, "Stop the other nodes as soon as one node fails");
   cmd->allow_extras();
   cmd->callback([cmd, args] { runLaunchCommand(*cmd, *args); });

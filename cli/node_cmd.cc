@@ -25,6 +25,7 @@
 #include "node/node.h"
 #include "node/ping_exchange.h"
 #include "ps/ps_peer.h"
+#include "run/cli_checks.h"
 #include "run/training_run.h"
 #include "topology/topology.h"
 
@@ -525,7 +526,7 @@ void addNodeCommands(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--ready-timeout", args->ready_timeout_s,
                   "Seconds to wait until every peer is connected")
-      ->check(CLI::PositiveNumber)
+      ->check(run::positive())
       ->capture_default_str();
   cmd->add_option("--pings", args->pings,
                   "--mode ping: Ping/Pong round trips per peer (same on every node)")
@@ -535,11 +536,11 @@ void addNodeCommands(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--ping-timeout", args->ping_timeout_s,
                   "--mode ping: seconds allowed for the whole ping exchange")
-      ->check(CLI::PositiveNumber)
+      ->check(run::positive())
       ->capture_default_str();
   cmd->add_option("--linger", args->linger_s,
                   "Seconds to wait for the peers' Leave when shutting down")
-      ->check(CLI::NonNegativeNumber)
+      ->check(run::nonNegative())
       ->capture_default_str();
   cmd->add_option("--heartbeat-ms", args->heartbeat_ms,
                   "Heartbeat interval when nothing else is sent")

@@ -16,6 +16,7 @@
 #include "ml/rng.h"
 #include "ml/train.h"
 #include "node/node.h"
+#include "run/cli_checks.h"
 #include "run/peer_settlement.h"
 
 namespace chorus::ps {
@@ -35,7 +36,7 @@ void addPsOptions(CLI::App& cmd, PsOptions& o) {
   cmd.add_option("--down-timeout", o.down_timeout_s,
                  "PS mode: seconds after which a worker reported down stops blocking the "
                  "others' reads (its later updates are lost); 0 = never (wait, and say whom)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(run::nonNegative())
       ->capture_default_str();
   cmd.add_flag_callback(
       "--no-cache", [&o] { o.cache = false; },

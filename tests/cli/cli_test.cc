@@ -43,6 +43,19 @@ TEST(ChorusCli, BadFlagsExitTwoAndNameTheFlag) {
   CommandResult unknown = runCommand({chorusBinary(), "train", "--no-such-flag"});
   EXPECT_EQ(unknown.exit_code, 2) << unknown.err;
   EXPECT_TRUE(contains(unknown.err, "--no-such-flag")) << unknown.err;
+  // Numbers that must be >= 0 or > 0 say so in a few words (CLI11's own check printed the
+  // whole range of a double).
+  CommandResult negative = runCommand({chorusBinary(), "node", "--down-timeout", "-3"});
+  EXPECT_EQ(negative.exit_code, 2) << negative.err;
+  EXPECT_TRUE(contains(negative.err, "--down-timeout: must be >= 0, not -3")) << negative.err;
+  CommandResult zero = runCommand({chorusBinary(), "node", "--ready-timeout", "0"});
+  EXPECT_EQ(zero.exit_code, 2) << zero.err;
+  EXPECT_TRUE(contains(zero.err, "--ready-timeout: must be > 0, not 0")) << zero.err;
+  CommandResult word = runCommand({chorusBinary(), "node", "--linger", "soon"});
+  EXPECT_EQ(word.exit_code, 2) << word.err;
+  EXPECT_TRUE(contains(word.err, "--linger: 'soon' is not a number")) << word.err;
+  for (const CommandResult* r : {&negative, &zero, &word})
+    EXPECT_FALSE(contains(r->err, "179769313")) << r->err;
   EXPECT_EQ(runCommand({chorusBinary(), "train", "--help"}).exit_code, 0);
   EXPECT_EQ(runCommand({chorusBinary(), "--version"}).exit_code, 0);
 }
