@@ -116,6 +116,30 @@ void KeyStore::apply(std::span<const uint64_t> keys, std::span<const float> grad
   ++updates_;
 }
 
+void KeyStore::applyClock(std::span<const uint64_t> keys, std::span<const float> grad_sums,
+                          std::span<const uint64_t> pushes, int64_t clock) {
+  const double lr = optimizer_.schedule.at(clock);
+  const auto scale = static_cast<float>(optimizer_.push_scale);
+  std::vector<float> mean;
+  size_t offset = 0;
+  for (size_t k = 0; k < keys.size(); ++k) {
+    KeyEntry& entry = *entries_[keys[k]];
+    const size_t len = entry.values.size();
+    const auto sum = grad_sums.subspan(offset, len);
+    mean.resize(len);
+    for (size_t i = 0; i < len; ++i)
+      mean[i] = sum[i] * scale;
+    switch (entry.technique) {
+      case KeyTechnique::kHome:
+        ml::sgdUpdate(optimizer_.sgd, lr, entry.values, mean, entry.velocity);
+        break;
+    }
+    entry.updates += pushes[k];
+    offset += len;
+  }
+  ++updates_;
+}
+
 void KeyStore::restore(std::span<const uint64_t> keys, std::span<const float> values) {
   size_t offset = 0;
   for (Key key : keys) {

@@ -54,6 +54,9 @@ struct OwnerOptimizer {
   // True when an update is w -= lr * g (no momentum, no weight decay): a worker can
   // then apply its own push to a cached row exactly as the owner will.
   bool stateless() const { return sgd.momentum == 0.0 && sgd.weightDecay == 0.0; }
+  // True when a clock's momentum is one step per clock (kPerClock with momentum on): BSP owners
+  // then apply a clock's pushes together (KeyStore::applyClock).
+  bool stepsPerClock() const { return spreadsMomentum(); }
 
  private:
   // True when a clock's momentum is spread over its N pushes (kPerClock with momentum on).
@@ -89,6 +92,14 @@ class KeyStore {
   // Applies the gradients `grads` (key order, checked), pushed at `clock`, with the owner
   // optimizer.
   void apply(std::span<const uint64_t> keys, std::span<const float> grads, int64_t clock);
+  // BSP with momentum per clock: applies the sum of one clock's pushes, `grad_sums` (key order,
+  // checked), as one step of the owner optimizer on the workers' mean gradient (the sum times
+  // 1/N) with the full momentum: synchronous SGD with momentum, exactly. `pushes[i]` is how
+  // many pushes the sum of keys[i] holds.
+  void applyClock(std::span<const uint64_t> keys, std::span<const float> grad_sums,
+                  std::span<const uint64_t> pushes, int64_t clock);
+  // True when BSP owners use applyClock() instead of one apply() per push.
+  bool stepsPerClock() const { return optimizer_.stepsPerClock(); }
   // A restarted owner (--rejoin): sets checked `keys` to `values` (key order) and clears their
   // optimizer state, which died with the previous process.
   void restore(std::span<const uint64_t> keys, std::span<const float> values);

@@ -30,8 +30,9 @@ namespace chorus::ps {
 
 struct ServerOptions {
   // BSP (staleness 0): a push of clock c is held until every live worker finished clock c, then
-  // applied in worker order, so that every read at clock c + 1 sees exactly the model after
-  // clock c, as the sequential computation does. Without it (SSP, async) pushes apply on
+  // applied in worker order (with momentum per clock: all of the clock's pushes as one step on
+  // their mean, KeyStore::applyClock), so that every read at clock c + 1 sees exactly the model
+  // after clock c, as the sequential computation does. Without it (SSP, async) pushes apply on
   // arrival and a read may also see some updates of its own clock, which SSP allows.
   bool bsp = false;
   // A worker reported down stops blocking pulls after this long; zero: never (the owner keeps
