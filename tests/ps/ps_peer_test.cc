@@ -370,7 +370,10 @@ TEST_P(PsRejoin, ARestartedNodeRejoinsWithItsKeysFromALiveNodesLastRead) {
   ASSERT_EQ(first_run.wait_for(60s), std::future_status::ready);
   const PsReport first_life = first_run.get();
   EXPECT_TRUE(first_life.stopped);
-  const Clock died_at = first_life.clocks_done;  // the last clock it announced
+  // The last clock it announced. That announcement may still have been in its node's queue
+  // when the node shut down at once (as a killed process loses what it had not sent): the
+  // others then last heard of clock died_at - 1.
+  const Clock died_at = first_life.clocks_done;
   node2->shutdown(0ms);
   peer2.reset();
   node2.reset();
@@ -429,15 +432,17 @@ TEST_P(PsRejoin, ARestartedNodeRejoinsWithItsKeysFromALiveNodesLastRead) {
     EXPECT_EQ(other.clocks_done, kClocks) << "node " << i;
     EXPECT_EQ(other.server.errors, 0u) << "node " << i;
     // The clocks node 2 skipped are named as lost. It skips none when the others were still
-    // waiting for it (it then joins at the clock after the one it died in).
-    if (r.first_clock > died_at + 1) {
+    // waiting for it: it then joins at the clock after the last one they heard of.
+    if (!other.server.skipped.empty()) {
       ASSERT_EQ(other.server.skipped.size(), 1u) << "node " << i;
       EXPECT_EQ(other.server.skipped[0].worker, 2u);
-      EXPECT_EQ(other.server.skipped[0].from, died_at);
+      EXPECT_GE(other.server.skipped[0].from, died_at - 1);
+      EXPECT_LE(other.server.skipped[0].from, died_at);
       EXPECT_EQ(other.server.skipped[0].to, r.first_clock);
+      EXPECT_GT(r.first_clock, other.server.skipped[0].from + 1);
     } else {
-      EXPECT_EQ(r.first_clock, died_at + 1);
-      EXPECT_TRUE(other.server.skipped.empty()) << "node " << i;
+      EXPECT_GE(r.first_clock, died_at);
+      EXPECT_LE(r.first_clock, died_at + 1);
     }
     if (i == 0) {
       ASSERT_TRUE(other.owner_accuracy.has_value());
