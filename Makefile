@@ -26,8 +26,13 @@ test: build
 demo: build
 	@bash scripts/demo.sh $(CHORUS)
 
-bench: build
-	@bash scripts/bench.sh $(BUILD)
+# Benchmarks run from a Release tree of their own: bench/README.md's figures are Release
+# figures, and the default build keeps debug info (RelWithDebInfo), which is slower.
+BENCH_BUILD ?= build-release
+bench:
+	@$(MAKE) --no-print-directory build BUILD=$(BENCH_BUILD) \
+		CMAKE_FLAGS="$(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=Release -DCHORUS_BUILD_BENCH=ON -DCHORUS_BUILD_TESTS=OFF"
+	@bash scripts/bench.sh $(BENCH_BUILD)
 
 # Tests under AddressSanitizer + UndefinedBehaviorSanitizer in a separate build tree.
 asan:
