@@ -20,6 +20,7 @@
 
 #include "ml/dataset.h"
 #include "node/node.h"
+#include "ps/ps_peer.h"
 #include "run/training_run.h"
 
 namespace chorus::consensus {
@@ -311,6 +312,80 @@ TEST(ConsensusPeer, FourNodesTrainSyntheticDataToNinetyFivePercent) {
     EXPECT_TRUE(final_seen);
   }
   std::filesystem::remove_all(out);
+}
+
+// At their synchronous ends the two modes compute the same model. Consensus with wait-all and
+// tau = 0 on a complete graph averages every round, so each node steps from the same model
+// and the mean of the nodes' velocities follows synchronous SGD with momentum. PS with
+// staleness 0 takes that step at the owners on the workers' mean gradient. The batches are the
+// same (same shards, same batcher seeds), so the final models agree up to float rounding.
+TEST(ConsensusPeer, WaitAllOnACompleteGraphComputesWhatPsBspComputes) {
+  constexpr size_t kNodes = 4;
+  constexpr int64_t kRounds = 40;
+  auto data = syntheticData(2000, 200);
+  run::RunOptions options = trainingOptions();
+  options.model.hidden = {32};
+  options.momentum = 0.9;
+  options.weight_decay = 1e-3;
+  options.rounds = kRounds;
+  options.eval_every = 0;
+  const Graph g = complete(kNodes);
+
+  std::vector<float> initial, consensus_model;
+  {
+    Cluster cluster(kNodes);
+    for (NodeId i = 0; i < kNodes; ++i) {
+      ConsensusOptions co;
+      co.backup = "wait-all";
+      co.staleness_bound = 0;
+      run::NodeJob job = makeJob(options, data, i, kNodes);
+      if (i == 0) initial.assign(job.model->params().begin(), job.model->params().end());
+      cluster.attach(i, std::move(job), layoutOf(g, i), co);
+    }
+    cluster.connect();
+    auto futures = cluster.start();
+    for (NodeId i = 0; i < kNodes; ++i) {
+      ConsensusReport r = getReport(futures[i]);
+      EXPECT_EQ(r.rounds_done, kRounds);
+      if (i == 0) consensus_model = r.final_model;
+    }
+  }
+
+  std::vector<float> ps_model;
+  {
+    std::vector<std::unique_ptr<ps::PsPeer>> peers;  // outlives the cluster's nodes
+    Cluster cluster(kNodes);
+    std::vector<NodeId> members;
+    for (NodeId i = 0; i < kNodes; ++i)
+      members.push_back(i);
+    for (NodeId i = 0; i < kNodes; ++i) {
+      ps::PsOptions po;
+      po.staleness = "0";
+      po.key_floats = 500;  // several keys per owner
+      peers.push_back(std::make_unique<ps::PsPeer>(cluster.node(i),
+                                                   makeJob(options, data, i, kNodes), members, po));
+    }
+    cluster.connect();
+    std::vector<std::future<ps::PsReport>> futures;
+    for (auto& peer : peers)
+      futures.push_back(std::async(std::launch::async, [p = peer.get()] { return p->run(); }));
+    for (auto& f : futures) {
+      ASSERT_EQ(f.wait_for(120s), std::future_status::ready);
+      ps::PsReport r = f.get();
+      EXPECT_EQ(r.clocks_done, kRounds);
+      if (!r.owner_model.empty()) ps_model = r.owner_model;  // node 0 reads it
+    }
+  }
+
+  ASSERT_EQ(consensus_model.size(), initial.size());
+  ASSERT_EQ(ps_model.size(), initial.size());
+  double moved = 0, apart = 0;
+  for (size_t p = 0; p < initial.size(); ++p) {
+    moved = std::max(moved, static_cast<double>(std::abs(consensus_model[p] - initial[p])));
+    apart = std::max(apart, static_cast<double>(std::abs(consensus_model[p] - ps_model[p])));
+  }
+  EXPECT_GT(moved, 0.05);  // training moved the model: the comparison is not trivial
+  EXPECT_LT(apart, 1e-3 * moved) << "largest difference " << apart << ", largest move " << moved;
 }
 
 // Random straggler delays with one backup worker: every model mixed in is within tau rounds.
