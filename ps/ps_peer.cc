@@ -54,7 +54,8 @@ void addPsOptions(CLI::App& cmd, PsOptions& o) {
                  "rate follows the cluster's progress); worker = every worker runs --rounds "
                  "clocks. Bounded staleness always runs --rounds clocks per worker")
       ->check(CLI::IsMember({"cluster", "worker"}))
-      ->capture_default_str();
+      ->capture_default_str()
+      ->each([&o](const std::string&) { o.async_rounds_given = true; });
 }
 
 AsyncRounds parseAsyncRounds(std::string_view text) {
@@ -97,6 +98,12 @@ PsPeer::PsPeer(node::Node& node, run::NodeJob job, std::vector<NodeId> members, 
       staleness_.infinite() && parseAsyncRounds(options_.async_rounds) == AsyncRounds::kCluster;
   optimizer_.sgd = job_.sgd;
   optimizer_.schedule = job_.schedule;
+  if (options_.async_rounds_given && !staleness_.infinite()) {
+    node_.logger().warn(
+        "--async-rounds {} is ignored with --staleness {}: it applies only to fully asynchronous "
+        "runs (--staleness inf); bounded staleness runs --rounds clocks on every worker",
+        options_.async_rounds, staleness_.toString());
+  }
   optimizer_.push_scale = 1.0 / static_cast<double>(members_.size());
   optimizer_.momentum_mode = OwnerOptimizer::parseMomentum(options_.owner_momentum);
   ServerOptions server_options;

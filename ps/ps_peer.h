@@ -42,6 +42,7 @@ struct PsOptions {
   bool cache = true;            // the worker's SSP row cache
   std::string owner_momentum = "clock";  // clock | push (OwnerOptimizer::Momentum)
   std::string async_rounds = "cluster";  // cluster | worker (AsyncRounds)
+  bool async_rounds_given = false;       // --async-rounds was on the command line
   // This node restarts after a failure: restore its keys from a live node's last read and join
   // at the cluster's clock (docs/ps.md). Set from --rejoin (registered with consensus mode's
   // options: one flag for both modes).

@@ -3,8 +3,11 @@
 #include "ps/ps_peer.h"
 
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <condition_variable>
@@ -13,6 +16,7 @@
 #include <functional>
 #include <future>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 #include "chorus/chorus_generated.h"
@@ -538,6 +542,33 @@ TEST(PsPeer, StartingIntoARunningJobWithoutRejoinIsAClearError) {
   for (auto& n : nodes)
     n->shutdown(0ms);
   EXPECT_EQ(replies.load(), 0);
+}
+
+// --async-rounds shapes only fully asynchronous runs. Given with a bound, it is ignored, and the
+// node says so; its default value alone says nothing.
+TEST(PsOptions, AsyncRoundsWithABoundIsIgnoredWithAWarning) {
+  for (const bool given : {false, true}) {
+    CLI::App app;
+    PsOptions po;
+    addPsOptions(app, po);
+    std::vector<std::string> args{"--staleness", "2"};
+    if (given) args.insert(args.end(), {"--async-rounds", "worker"});
+    std::reverse(args.begin(), args.end());  // CLI11 takes the arguments last first
+    app.parse(args);
+    EXPECT_EQ(po.async_rounds_given, given);
+
+    std::ostringstream log;
+    node::NodeOptions options = testNode("ps-async-rounds", 0, {0, 1});
+    options.log_sinks = {std::make_shared<spdlog::sinks::ostream_sink_mt>(log)};
+    node::Node node(options);
+    {
+      PsPeer peer(node, tinyJob(), {0, 1}, po);
+      node.shutdown(0ms);
+    }
+    const bool warned =
+        log.str().find("--async-rounds worker is ignored with --staleness 2") != std::string::npos;
+    EXPECT_EQ(warned, given) << log.str();
+  }
 }
 
 TEST(PsOptions, BadValuesNameTheFlag) {
