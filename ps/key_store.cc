@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <stdexcept>
 
 namespace chorus::ps {
@@ -116,26 +117,33 @@ void KeyStore::apply(std::span<const uint64_t> keys, std::span<const float> grad
   ++updates_;
 }
 
-void KeyStore::applyClock(std::span<const uint64_t> keys, std::span<const float> grad_sums,
-                          std::span<const uint64_t> pushes, int64_t clock) {
+void KeyStore::applyClock(std::span<const Push> pushes, int64_t clock) {
+  // Per key: the sum of the clock's gradients, then their mean.
+  std::map<Key, std::vector<float>> means;
+  for (const Push& push : pushes) {
+    size_t offset = 0;
+    for (Key key : push.keys) {
+      KeyEntry& entry = *entries_[key];
+      const size_t len = entry.values.size();
+      std::vector<float>& sum = means[key];
+      if (sum.empty()) sum.assign(len, 0.0f);
+      for (size_t i = 0; i < len; ++i)
+        sum[i] += push.grads[offset + i];
+      ++entry.updates;
+      offset += len;
+    }
+  }
   const double lr = optimizer_.schedule.at(clock);
   const auto scale = static_cast<float>(optimizer_.push_scale);
-  std::vector<float> mean;
-  size_t offset = 0;
-  for (size_t k = 0; k < keys.size(); ++k) {
-    KeyEntry& entry = *entries_[keys[k]];
-    const size_t len = entry.values.size();
-    const auto sum = grad_sums.subspan(offset, len);
-    mean.resize(len);
-    for (size_t i = 0; i < len; ++i)
-      mean[i] = sum[i] * scale;
+  for (auto& [key, mean] : means) {
+    for (float& g : mean)
+      g *= scale;
+    KeyEntry& entry = *entries_[key];
     switch (entry.technique) {
       case KeyTechnique::kHome:
         ml::sgdUpdate(optimizer_.sgd, lr, entry.values, mean, entry.velocity);
         break;
     }
-    entry.updates += pushes[k];
-    offset += len;
   }
   ++updates_;
 }

@@ -54,12 +54,8 @@ struct OwnerOptimizer {
   // True when an update is w -= lr * g (no momentum, no weight decay): a worker can
   // then apply its own push to a cached row exactly as the owner will.
   bool stateless() const { return sgd.momentum == 0.0 && sgd.weightDecay == 0.0; }
-  // True when a clock's momentum is one step per clock (kPerClock with momentum on): BSP owners
-  // then apply a clock's pushes together (KeyStore::applyClock).
-  bool stepsPerClock() const { return spreadsMomentum(); }
-
- private:
-  // True when a clock's momentum is spread over its N pushes (kPerClock with momentum on).
+  // True when a clock's momentum is spread over its N pushes (kPerClock with momentum on). BSP
+  // owners then apply a clock's pushes together instead (KeyStore::applyClock).
   bool spreadsMomentum() const {
     return sgd.momentum > 0.0 && momentum_mode == Momentum::kPerClock;
   }
@@ -92,14 +88,17 @@ class KeyStore {
   // Applies the gradients `grads` (key order, checked), pushed at `clock`, with the owner
   // optimizer.
   void apply(std::span<const uint64_t> keys, std::span<const float> grads, int64_t clock);
-  // BSP with momentum per clock: applies the sum of one clock's pushes, `grad_sums` (key order,
-  // checked), as one step of the owner optimizer on the workers' mean gradient (the sum times
-  // 1/N) with the full momentum: synchronous SGD with momentum, exactly. `pushes[i]` is how
-  // many pushes the sum of keys[i] holds.
-  void applyClock(std::span<const uint64_t> keys, std::span<const float> grad_sums,
-                  std::span<const uint64_t> pushes, int64_t clock);
+  // One checked push: its keys (key order) and their gradients.
+  struct Push {
+    std::span<const uint64_t> keys;
+    std::span<const float> grads;
+  };
+  // BSP with momentum per clock: applies all pushes of `clock` as one step of the owner
+  // optimizer on the workers' mean gradient per key (the sum times 1/N) with the full momentum:
+  // synchronous SGD with momentum, exactly.
+  void applyClock(std::span<const Push> pushes, int64_t clock);
   // True when BSP owners use applyClock() instead of one apply() per push.
-  bool stepsPerClock() const { return optimizer_.stepsPerClock(); }
+  bool stepsPerClock() const { return optimizer_.spreadsMomentum(); }
   // A restarted owner (--rejoin): sets checked `keys` to `values` (key order) and clears their
   // optimizer state, which died with the previous process.
   void restore(std::span<const uint64_t> keys, std::span<const float> values);

@@ -136,36 +136,17 @@ void KvServer::applyDue() {
       it = held_.erase(it);
       continue;
     }
-    // Momentum per clock: the clock's pushes are summed per key and applied as one step, which
-    // is synchronous SGD with momentum exactly (one step per push could only approximate it).
-    struct Sum {
-      std::vector<float> grads;
-      uint64_t pushes = 0;
-    };
-    std::map<uint64_t, Sum> sums;
-    for (; it != held_.end() && it->first.first == clock; it = held_.erase(it)) {
-      for (const HeldPush& push : it->second) {
-        size_t offset = 0;
-        for (uint64_t key : push.keys) {
-          const size_t len = store_.floatsOf({&key, 1});
-          Sum& sum = sums[key];
-          if (sum.grads.empty()) sum.grads.assign(len, 0.0f);
-          for (size_t i = 0; i < len; ++i)
-            sum.grads[i] += push.grads[offset + i];
-          ++sum.pushes;
-          offset += len;
-        }
-        ++applied;
-      }
+    // Momentum per clock: the clock's pushes as one step on their mean, which is synchronous
+    // SGD with momentum exactly (one step per push could only approximate it).
+    std::vector<KeyStore::Push> pushes;
+    auto end = it;
+    for (; end != held_.end() && end->first.first == clock; ++end) {
+      for (const HeldPush& push : end->second)
+        pushes.push_back({push.keys, push.grads});
     }
-    std::vector<uint64_t> keys, pushes;
-    std::vector<float> grads;
-    for (const auto& [key, sum] : sums) {
-      keys.push_back(key);
-      pushes.push_back(sum.pushes);
-      grads.insert(grads.end(), sum.grads.begin(), sum.grads.end());
-    }
-    store_.applyClock(keys, grads, pushes, clock);
+    store_.applyClock(pushes, clock);
+    applied += pushes.size();
+    it = held_.erase(it, end);
   }
   if (applied > 0) {
     std::lock_guard lock(mu_);

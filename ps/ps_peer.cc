@@ -96,14 +96,14 @@ PsPeer::PsPeer(node::Node& node, run::NodeJob job, std::vector<NodeId> members, 
   std::sort(members_.begin(), members_.end());
   cluster_budget_ =
       staleness_.infinite() && parseAsyncRounds(options_.async_rounds) == AsyncRounds::kCluster;
-  optimizer_.sgd = job_.sgd;
-  optimizer_.schedule = job_.schedule;
   if (options_.async_rounds_given && !staleness_.infinite()) {
     node_.logger().warn(
         "--async-rounds {} is ignored with --staleness {}: it applies only to fully asynchronous "
         "runs (--staleness inf); bounded staleness runs --rounds clocks on every worker",
         options_.async_rounds, staleness_.toString());
   }
+  optimizer_.sgd = job_.sgd;
+  optimizer_.schedule = job_.schedule;
   optimizer_.push_scale = 1.0 / static_cast<double>(members_.size());
   optimizer_.momentum_mode = OwnerOptimizer::parseMomentum(options_.owner_momentum);
   ServerOptions server_options;
