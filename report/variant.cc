@@ -128,7 +128,9 @@ std::vector<std::string> nodeArgs(const Variant& variant,
                              "--backup", "--rejoin"})) {
       throw std::logic_error("nodeArgs: " + option.flag + " is set per run, not forwarded");
     }
-    if ((option.scope == OptionScope::kPs && variant.kind != Variant::Kind::kPs) ||
+    const bool ps = variant.kind == Variant::Kind::kPs;
+    if ((option.scope == OptionScope::kPs && !ps) ||
+        (option.scope == OptionScope::kPsAsync && !(ps && variant.staleness == "inf")) ||
         (option.scope == OptionScope::kConsensus && variant.kind != Variant::Kind::kConsensus)) {
       continue;
     }

@@ -39,6 +39,7 @@ std::vector<Variant> parseVariantList(std::string_view text);
 enum class OptionScope {
   kEvery,      // training options: every variant, single included
   kPs,         // PS-mode options: the ps:* variants only
+  kPsAsync,    // options of fully asynchronous PS (--async-rounds): ps:async only
   kConsensus,  // consensus-mode options: the consensus:* variants only
 };
 

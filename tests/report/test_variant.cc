@@ -1,6 +1,7 @@
 // Variant names, their mapping to node options, and the one-line metrics parser.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -110,6 +111,21 @@ TEST(Variant, ModeOptionsReachOnlyTheirModesVariants) {
   EXPECT_EQ(
       nodeArgs(Variant::parse("single"), forwarded, budget, 1, "o"),
       (Args{"--lr", "0.1", "--rounds", "20", "--eval-every", "10", "--seed", "1", "--out", "o"}));
+}
+
+// --async-rounds means something to fully asynchronous PS only: a bounded PS node would log
+// that it ignores it, and a consensus node would refuse it.
+TEST(Variant, AsyncRoundsReachOnlyTheAsyncPsVariant) {
+  const std::vector<ForwardedOption> forwarded = {
+      {"--async-rounds", {"worker"}, OptionScope::kPsAsync}};
+  const RunBudget budget{10, 5, 2};
+  const auto has = [](const Args& args) {
+    return std::find(args.begin(), args.end(), "--async-rounds") != args.end();
+  };
+  EXPECT_TRUE(has(nodeArgs(Variant::parse("ps:async"), forwarded, budget, 1, "o")));
+  for (const char* name : {"ps:bsp", "ps:ssp:3", "consensus:wait-all", "single"}) {
+    EXPECT_FALSE(has(nodeArgs(Variant::parse(name), forwarded, budget, 1, "o"))) << name;
+  }
 }
 
 TEST(Variant, SingleTopologyIsAValidOneNodeCluster) {
