@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every Google Benchmark program of a build tree (bench_ml, bench_node, bench_ps). Each
 # program measures its own baseline in the same run (memcpy, raw sockets, Eigen GEMM; bench_ps
-# a raw TCP socket pair moving the same bytes as the PS push/pull) and reports the ratio.
+# a raw TCP socket pair and a bare epoll request/reply pair moving the same bytes as the PS
+# push/pull) and reports the ratios.
 # Figures and the commands behind them: bench/README.md.
 # Usage: scripts/bench.sh [BUILD_DIR] [extra benchmark flags...]
 set -euo pipefail

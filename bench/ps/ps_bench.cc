@@ -1,12 +1,14 @@
-// PS push/pull throughput between 2 and 4 nodes on loopback (issue 5, "Benchmarks"), next to a
-// raw TCP socket pair (bench/ps/raw_stream.h) moving the same payload bytes in as many
-// messages. Both are measured in every iteration, one after the other, so that the load of the
-// shared machine hits them alike; the ratio is a counter.
+// PS push/pull throughput between 2 and 4 nodes on loopback (issue 5, "Benchmarks"), next to
+// two baselines moving the same payload bytes in as many messages: a raw TCP socket pair
+// (bench/ps/raw_stream.h), and a bare epoll request/reply pair doing the PS's work and nothing
+// else (bench/ps/event_floor.h). All three are measured in every iteration, one after the
+// other, so that the load of the shared machine hits them alike; the ratios are counters.
 //
-// Every node runs a KvServer and a KvWorker, wired as in PS mode. Each worker has its own
-// thread and moves every key it does not own (keys it owns never touch the network), one
-// owner's keys per message, keeping `window` operations in flight. Staleness inf and no cache:
-// every read travels and no owner waits for a clock. Counters (bench/README.md "## ps"):
+// Every node runs a KvServer and a KvWorker, wired as in PS mode. Each worker moves every key it
+// does not own (keys it owns never touch the network), one owner's keys per message, keeping
+// `window` operations in flight, from its own thread (as PS training does) or from the loop
+// thread through completion callbacks (`driver` 1: no thread hand-offs). Staleness inf and no
+// cache: every read travels and no owner waits for a clock. Counters (bench/README.md "## ps"):
 //   keys_per_s, MB_per_s      payload (values) pushed + pulled per second, all workers together
 //   raw_MB_per_s              the socket pair moving the same payload bytes, same message count
 //   ratio                     MB_per_s / raw_MB_per_s
@@ -16,6 +18,10 @@
 //                             shared cores, throughput is bounded by this, not by latency
 //   cpu_ratio                 raw_cpu_ns_per_B / cpu_ns_per_B: the ratio the PS would reach if
 //                             both got the same CPU, steadier than `ratio` under outside load
+//   floor_MB_per_s            the bare epoll pair (2 nodes) moving the same payload bytes
+//   floor_ratio, floor_cpu_ratio   the floor against the raw pair: what request/reply traffic
+//                             through an event loop leaves of the raw bandwidth on this machine
+//   of_floor                  MB_per_s / floor_MB_per_s: the share of the floor ps/ keeps
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 #include <time.h>
@@ -31,6 +37,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/ps/event_floor.h"
 #include "bench/ps/raw_stream.h"
 #include "chorus/chorus_generated.h"
 #include "node/node.h"
@@ -43,6 +50,7 @@ namespace {
 using namespace std::chrono_literals;
 
 enum class Traffic { kPushPull = 0, kPush = 1, kPull = 2 };
+enum class Driver { kThread = 0, kLoop = 1 };
 
 const char* trafficName(Traffic traffic) {
   switch (traffic) {
@@ -62,6 +70,9 @@ struct BenchConfig {
   Traffic traffic = Traffic::kPushPull;
   size_t message_bytes = 128 * 1024;  // value bytes per message (whole keys, at least one)
   size_t window = 8;                  // operations in flight per worker
+  // Who issues the worker's operations: its own thread, waiting on handles (as PS training
+  // does), or the node's loop thread, issuing the next one from each completion callback.
+  Driver driver = Driver::kThread;
 };
 
 constexpr double kLr = 0.01;    // owners' learning rate
@@ -137,8 +148,11 @@ class PsBenchCluster {
     }
     for (NodeId id : members)
       plans_.push_back(planFor(id));
-    for (size_t i = 0; i < nodes_.size(); ++i)
-      threads_.emplace_back([this, i] { workerLoop(i); });
+    loop_rounds_.resize(nodes_.size());
+    if (config_.driver == Driver::kThread) {
+      for (size_t i = 0; i < nodes_.size(); ++i)
+        threads_.emplace_back([this, i] { workerLoop(i); });
+    }
   }
 
   ~PsBenchCluster() {
@@ -162,6 +176,11 @@ class PsBenchCluster {
     ++round_;
     finished_ = 0;
     error_.clear();
+    if (config_.driver == Driver::kLoop) {
+      for (size_t i = 0; i < nodes_.size(); ++i) {
+        if (!nodes_[i]->post([this, i] { startLoopRound(i); })) return "a node stopped";
+      }
+    }
     changed_.notify_all();
     changed_.wait(lock, [&] { return finished_ == nodes_.size(); });
     return error_;
@@ -337,6 +356,64 @@ class PsBenchCluster {
     return first;
   }
 
+  // A worker's round driven from its loop thread: the next operation to issue, how many are in
+  // flight, and the first error. Touched only on that node's loop thread.
+  struct LoopRound {
+    size_t next = 0;  // operation index: message m's push is 2m, its pull 2m + 1 (push+pull)
+    size_t in_flight = 0;
+    node::Status first;
+  };
+
+  size_t operationsOf(size_t index) const {
+    return plans_[index].messages.size() * operationsPerMessage();
+  }
+
+  void startLoopRound(size_t index) {
+    loop_rounds_[index] = LoopRound{};
+    issueOnLoop(index);
+  }
+
+  // Loop thread: keeps `window` operations in flight; each completion issues the next. The
+  // callback of an operation that completes at once runs inside push()/pull(), so `in_flight`
+  // is counted before the call.
+  void issueOnLoop(size_t index) {
+    LoopRound& r = loop_rounds_[index];
+    KvWorker& worker = *workers_[index];
+    Plan& plan = plans_[index];
+    const size_t total = operationsOf(index);
+    while (r.in_flight < config_.window && r.next < total) {
+      const size_t op = r.next++;
+      const size_t m = op / operationsPerMessage();
+      const bool push = config_.traffic == Traffic::kPush ||
+                        (config_.traffic == Traffic::kPushPull && op % 2 == 0);
+      ++r.in_flight;
+      auto done = [this, index](const node::Status& status) {
+        LoopRound& round = loop_rounds_[index];
+        --round.in_flight;
+        if (round.first.ok() && !status.ok()) round.first = status;
+        issueOnLoop(index);
+      };
+      const std::span<const Key> keys = plan.messages[m];
+      if (push) {
+        worker.push(keys,
+                    std::span<const float>(plan.grads).subspan(plan.offsets[m], plan.lengths[m]),
+                    done);
+      } else {
+        worker.pull(keys, std::span<float>(plan.pulled).subspan(plan.offsets[m], plan.lengths[m]),
+                    done);
+      }
+    }
+    if (r.in_flight == 0 && r.next == total) {
+      r.next = total + 1;  // report once
+      std::lock_guard lock(mu_);
+      if (!r.first.ok() && error_.empty()) {
+        error_ = fmt::format("worker {}: {}", index, r.first.toString());
+      }
+      ++finished_;
+      changed_.notify_all();
+    }
+  }
+
   BenchConfig config_;
   ChunkLayout layout_;
   ShardMap map_;
@@ -345,6 +422,7 @@ class PsBenchCluster {
   std::vector<std::unique_ptr<KvWorker>> workers_;
   std::vector<Plan> plans_;
   std::vector<std::thread> threads_;
+  std::vector<LoopRound> loop_rounds_;
   std::mutex mu_;
   std::condition_variable changed_;
   uint64_t round_ = 0;
@@ -360,11 +438,20 @@ void BM_PsThroughput(benchmark::State& state) {
   config.traffic = static_cast<Traffic>(state.range(2));
   config.message_bytes = static_cast<size_t>(state.range(3)) * 1024;
   config.window = static_cast<size_t>(state.range(4));
+  config.driver = static_cast<Driver>(state.range(5));
   PsBenchCluster cluster(config);
   bench::RawStream raw;
+  bench::EventFloor floor;
   const size_t messages = cluster.messagesPerRound();
   const size_t payload = cluster.payloadPerRound();
   const size_t raw_message = (payload + messages / 2) / messages;
+  // The floor's two nodes share the messages; each works on half the model, as 2 PS nodes do.
+  const size_t floor_value = raw_message / sizeof(float) * sizeof(float);
+  const size_t floor_operations = messages / 2;  // per node
+  const size_t floor_payload = floor_value * floor_operations * 2;
+  auto floorTransfer = [&] {
+    return floor.transfer(floor_value, floor_operations, config.window, kModelBytes / 2);
+  };
 
   // One round and one raw transfer unmeasured: connections warm, buffers allocated.
   if (std::string error = cluster.round(); !error.empty()) {
@@ -372,8 +459,9 @@ void BM_PsThroughput(benchmark::State& state) {
     return;
   }
   raw.transfer(raw_message, messages);
+  floorTransfer();
 
-  double ps_seconds = 0, raw_seconds = 0, ps_cpu = 0, raw_cpu = 0;
+  double ps_seconds = 0, raw_seconds = 0, floor_seconds = 0, ps_cpu = 0, raw_cpu = 0, floor_cpu = 0;
   const uint64_t wire_before = cluster.wireBytesOut();
   for (auto _ : state) {
     double cpu = processCpuSeconds();
@@ -391,6 +479,9 @@ void BM_PsThroughput(benchmark::State& state) {
     cpu = processCpuSeconds();
     raw_seconds += raw.transfer(raw_message, messages);
     raw_cpu += processCpuSeconds() - cpu;
+    cpu = processCpuSeconds();
+    floor_seconds += floorTransfer();
+    floor_cpu += processCpuSeconds() - cpu;
   }
   if (state.error_occurred()) return;
   if (std::string problem = cluster.check(state.iterations() + 1); !problem.empty()) {
@@ -408,31 +499,42 @@ void BM_PsThroughput(benchmark::State& state) {
   state.counters["cpu_ns_per_B"] = ps_cpu / bytes * 1e9;
   state.counters["raw_cpu_ns_per_B"] = raw_cpu / bytes * 1e9;
   state.counters["cpu_ratio"] = raw_cpu / ps_cpu;
-  state.SetLabel(fmt::format("{} nodes, {} floats/key, {}, {} KiB/msg, window {}", config.nodes,
+  const double floor_bytes = rounds * static_cast<double>(floor_payload);
+  state.counters["floor_MB_per_s"] = floor_bytes / floor_seconds / 1e6;
+  state.counters["floor_ratio"] = (floor_bytes / floor_seconds) / (bytes / raw_seconds);
+  state.counters["floor_cpu_ratio"] = (raw_cpu / bytes) / (floor_cpu / floor_bytes);
+  state.counters["of_floor"] = (bytes / ps_seconds) / (floor_bytes / floor_seconds);
+  state.SetLabel(fmt::format("{} nodes, {} floats/key, {}, {} KiB/msg, window {}, {}", config.nodes,
                              config.key_floats, trafficName(config.traffic), raw_message / 1024,
-                             config.window));
+                             config.window,
+                             config.driver == Driver::kLoop ? "loop-driven" : "worker thread"));
 }
 
-// Args: nodes, floats per key, traffic (0 push+pull, 1 push, 2 pull), KiB per message, window.
+// Args: nodes, floats per key, traffic (0 push+pull, 1 push, 2 pull), KiB per message, window,
+// driver (0 a worker thread per node, 1 the loop thread through completion callbacks).
 void throughputArgs(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"nodes", "floats", "traffic", "msg_KiB", "window"});
-  // The issue's figures: push + pull, 2 and 4 nodes, small and large values.
-  for (int64_t nodes : {2, 4}) {
-    for (int64_t floats : {64, 4096})
-      b->Args({nodes, floats, 0, 128, 8});
+  b->ArgNames({"nodes", "floats", "traffic", "msg_KiB", "window", "driver"});
+  // The issue's figures: push + pull, 2 and 4 nodes, small and large values, both drivers.
+  for (int64_t driver : {0, 1}) {
+    for (int64_t nodes : {2, 4}) {
+      for (int64_t floats : {64, 4096})
+        b->Args({nodes, floats, 0, 128, 8, driver});
+    }
   }
   // Push and pull alone, to see which side costs what.
   for (int64_t nodes : {2, 4}) {
     for (int64_t floats : {64, 4096}) {
-      b->Args({nodes, floats, 1, 128, 8});
-      b->Args({nodes, floats, 2, 128, 8});
+      b->Args({nodes, floats, 1, 128, 8, 0});
+      b->Args({nodes, floats, 2, 128, 8, 0});
     }
   }
   // Message size and window, 2 nodes, large values.
   for (int64_t kib : {16, 1024})
-    b->Args({2, 4096, 0, kib, 8});
-  for (int64_t window : {1, 32})
-    b->Args({2, 4096, 0, 128, window});
+    b->Args({2, 4096, 0, kib, 8, 0});
+  for (int64_t window : {1, 2, 32}) {
+    for (int64_t driver : {0, 1})
+      b->Args({2, 4096, 0, 128, window, driver});
+  }
 }
 
 BENCHMARK(BM_PsThroughput)->Apply(throughputArgs)->UseManualTime()->Unit(benchmark::kMillisecond);

@@ -5,9 +5,6 @@
 // share of the machine it keeps.
 #pragma once
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -19,7 +16,10 @@
 #include <cstring>
 #include <mutex>
 #include <thread>
+#include <tuple>
 #include <vector>
+
+#include "bench/ps/loopback.h"
 
 namespace chorus::bench {
 
@@ -29,26 +29,7 @@ class RawStream {
   // condition variable between transfers (it must not steal CPU from what is measured
   // in between).
   RawStream() {
-    const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t length = sizeof(address);
-    if (listener < 0 ||
-        ::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
-        ::listen(listener, 1) != 0 ||
-        ::getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-      std::abort();
-    }
-    writer_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (::connect(writer_fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
-      std::abort();
-    }
-    reader_fd_ = ::accept(listener, nullptr, nullptr);
-    ::close(listener);
-    if (reader_fd_ < 0) std::abort();
-    int one = 1;
-    ::setsockopt(writer_fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    std::tie(writer_fd_, reader_fd_) = loopbackPair();
     writer_ = std::thread([this] { writeLoop(); });
   }
   RawStream(const RawStream&) = delete;
