@@ -122,9 +122,7 @@ std::vector<report::ForwardedOption> forwardedOptions(CLI::App& cmd, const Compa
     }
     // A flag (--augment, --no-flip) is forwarded bare: its recorded result is not an argument.
     const bool bare = results.empty() || option->get_items_expected_max() == 0;
-    // --async-rounds shapes fully asynchronous runs only; a bounded node would warn that it
-    // ignores it.
-    const report::OptionScope scope = flag == "--async-rounds" ? report::OptionScope::kPsAsync
+    const report::OptionScope scope = flag == ps::kAsyncRoundsFlag ? report::OptionScope::kPsAsync
                                       : args.ps_flags.count(flag) > 0 ? report::OptionScope::kPs
                                       : args.consensus_flags.count(flag) > 0
                                           ? report::OptionScope::kConsensus

@@ -48,7 +48,7 @@ void addPsOptions(CLI::App& cmd, PsOptions& o) {
                  "by --momentum per push")
       ->check(CLI::IsMember({"clock", "push"}))
       ->capture_default_str();
-  cmd.add_option("--async-rounds", o.async_rounds,
+  cmd.add_option(kAsyncRoundsFlag, o.async_rounds,
                  "PS mode with --staleness inf: cluster = train until the workers' clocks add "
                  "up to N x --rounds (fast workers run more clocks, slow ones fewer; the learning "
                  "rate follows the cluster's progress); worker = every worker runs --rounds "

@@ -68,6 +68,10 @@ enum class AsyncRounds { kCluster, kWorker };
 // Parses --async-rounds ("cluster" or "worker"); throws std::invalid_argument naming the flag.
 AsyncRounds parseAsyncRounds(std::string_view text);
 
+// The flag of AsyncRounds. It shapes fully asynchronous runs only: bounded nodes ignore it
+// with a warning, and `chorus compare` forwards it to ps:async alone.
+inline constexpr const char* kAsyncRoundsFlag = "--async-rounds";
+
 // Registers --staleness, --key-floats, --down-timeout, --no-cache, --owner-momentum and
 // --async-rounds on `cmd`.
 void addPsOptions(CLI::App& cmd, PsOptions& options);

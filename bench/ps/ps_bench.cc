@@ -311,23 +311,47 @@ class PsBenchCluster {
         if (stopping_) return;
         done = round_;
       }
-      const node::Status status = runRound(index);
-      {
-        std::lock_guard lock(mu_);
-        if (!status.ok() && error_.empty()) {
-          error_ = fmt::format("worker {}: {}", index, status.toString());
-        }
-        ++finished_;
-      }
-      changed_.notify_all();
+      finishRound(index, runRound(index));
     }
+  }
+
+  // A worker's round is over: keeps the first error and wakes round().
+  void finishRound(size_t index, const node::Status& status) {
+    {
+      std::lock_guard lock(mu_);
+      if (!status.ok() && error_.empty()) {
+        error_ = fmt::format("worker {}: {}", index, status.toString());
+      }
+      ++finished_;
+    }
+    changed_.notify_all();
+  }
+
+  size_t operationsOf(size_t index) const {
+    return plans_[index].messages.size() * operationsPerMessage();
+  }
+
+  // Issues operation `op` of worker `index`'s round: with push + pull, message m's push is
+  // 2m and its pull 2m + 1.
+  KvWorker::Handle issue(size_t index, size_t op, const KvWorker::Callback& done = {}) {
+    KvWorker& worker = *workers_[index];
+    Plan& plan = plans_[index];
+    const size_t m = op / operationsPerMessage();
+    const bool push =
+        config_.traffic == Traffic::kPush || (config_.traffic == Traffic::kPushPull && op % 2 == 0);
+    const std::span<const Key> keys = plan.messages[m];
+    if (push) {
+      return worker.push(
+          keys, std::span<const float>(plan.grads).subspan(plan.offsets[m], plan.lengths[m]), done);
+    }
+    return worker.pull(
+        keys, std::span<float>(plan.pulled).subspan(plan.offsets[m], plan.lengths[m]), done);
   }
 
   // Issues the worker's pushes and pulls with at most `window` in flight, waiting for the
   // oldest first (the order they complete in when every owner is equally fast).
   node::Status runRound(size_t index) {
     KvWorker& worker = *workers_[index];
-    Plan& plan = plans_[index];
     std::deque<KvWorker::Handle> in_flight;
     node::Status first;
     auto settle = [&](size_t keep) {
@@ -337,20 +361,9 @@ class PsBenchCluster {
         if (first.ok() && !status.ok()) first = status;
       }
     };
-    const bool push = config_.traffic != Traffic::kPull;
-    const bool pull = config_.traffic != Traffic::kPush;
-    for (size_t m = 0; m < plan.messages.size(); ++m) {
-      const std::span<const Key> keys = plan.messages[m];
-      if (push) {
-        in_flight.push_back(worker.push(
-            keys, std::span<const float>(plan.grads).subspan(plan.offsets[m], plan.lengths[m])));
-        settle(config_.window);
-      }
-      if (pull) {
-        in_flight.push_back(worker.pull(
-            keys, std::span<float>(plan.pulled).subspan(plan.offsets[m], plan.lengths[m])));
-        settle(config_.window);
-      }
+    for (size_t op = 0; op < operationsOf(index); ++op) {
+      in_flight.push_back(issue(index, op));
+      settle(config_.window);
     }
     settle(0);
     return first;
@@ -359,14 +372,11 @@ class PsBenchCluster {
   // A worker's round driven from its loop thread: the next operation to issue, how many are in
   // flight, and the first error. Touched only on that node's loop thread.
   struct LoopRound {
-    size_t next = 0;  // operation index: message m's push is 2m, its pull 2m + 1 (push+pull)
+    size_t next = 0;
     size_t in_flight = 0;
     node::Status first;
+    bool finished = false;
   };
-
-  size_t operationsOf(size_t index) const {
-    return plans_[index].messages.size() * operationsPerMessage();
-  }
 
   void startLoopRound(size_t index) {
     loop_rounds_[index] = LoopRound{};
@@ -374,43 +384,23 @@ class PsBenchCluster {
   }
 
   // Loop thread: keeps `window` operations in flight; each completion issues the next. The
-  // callback of an operation that completes at once runs inside push()/pull(), so `in_flight`
-  // is counted before the call.
+  // callback of an operation that completes at once runs inside push()/pull() (and may finish
+  // the round there), so `in_flight` is counted before the call.
   void issueOnLoop(size_t index) {
     LoopRound& r = loop_rounds_[index];
-    KvWorker& worker = *workers_[index];
-    Plan& plan = plans_[index];
     const size_t total = operationsOf(index);
     while (r.in_flight < config_.window && r.next < total) {
-      const size_t op = r.next++;
-      const size_t m = op / operationsPerMessage();
-      const bool push = config_.traffic == Traffic::kPush ||
-                        (config_.traffic == Traffic::kPushPull && op % 2 == 0);
       ++r.in_flight;
-      auto done = [this, index](const node::Status& status) {
+      issue(index, r.next++, [this, index](const node::Status& status) {
         LoopRound& round = loop_rounds_[index];
         --round.in_flight;
         if (round.first.ok() && !status.ok()) round.first = status;
         issueOnLoop(index);
-      };
-      const std::span<const Key> keys = plan.messages[m];
-      if (push) {
-        worker.push(keys,
-                    std::span<const float>(plan.grads).subspan(plan.offsets[m], plan.lengths[m]),
-                    done);
-      } else {
-        worker.pull(keys, std::span<float>(plan.pulled).subspan(plan.offsets[m], plan.lengths[m]),
-                    done);
-      }
+      });
     }
-    if (r.in_flight == 0 && r.next == total) {
-      r.next = total + 1;  // report once
-      std::lock_guard lock(mu_);
-      if (!r.first.ok() && error_.empty()) {
-        error_ = fmt::format("worker {}: {}", index, r.first.toString());
-      }
-      ++finished_;
-      changed_.notify_all();
+    if (r.in_flight == 0 && r.next == total && !r.finished) {
+      r.finished = true;
+      finishRound(index, r.first);
     }
   }
 
