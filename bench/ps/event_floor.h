@@ -3,9 +3,17 @@
 // loopback connection between them and a bare epoll loop (no libuv, no frames to verify, no
 // callbacks, no locks). Each node is a worker and an owner at once, as in PS mode: it pushes
 // gradients (the owner subtracts them from its rows and answers with an 8-byte ack) and pulls
-// rows (the owner copies them into the reply), alternating, with `window` requests in flight.
-// Values come from and go to working sets as large as the PS benchmark's, so that the copies
-// are as cache-cold.
+// rows, alternating, with `window` requests in flight. Values come from and go to working sets
+// as large as the PS benchmark's, so that the kernel's copies are as cache-cold.
+//
+// Values are never copied in user space where a correct PS need not copy them: a push is sent
+// from the caller's gradients and a pull reply from the owner's rows (header and values as one
+// sendmsg), and a reply's values are received straight into the caller's destination. The
+// owner receives a push into one reused buffer and applies SGD from it. The one copy kept is
+// the one a PS needs for consistency: when a pull reply cannot be sent at once, its unsent
+// values are copied, because a later push would otherwise change rows already promised to the
+// reader. A floor that copied every value into a send buffer and out of a receive buffer (as
+// it did until 2026-11-23) measured those copies, not the event loop.
 //
 // PS mode runs its node on a libuv loop by design; this is the floor any such design sits on.
 // MB/s of PS divided by MB/s of this is the share of the floor ps/ and node/ keep; this divided
@@ -15,6 +23,7 @@
 #include <fcntl.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,7 +31,6 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <deque>
 #include <thread>
 #include <vector>
@@ -56,16 +64,23 @@ class EventFloor {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 
+  // Bytes of pull replies copied so far because the socket could not take them at once.
+  uint64_t heldBytes() const { return nodes_[0].heldBytes() + nodes_[1].heldBytes(); }
+
  private:
   enum Op : uint32_t { kPush = 1, kPull = 2, kAck = 3, kRows = 4 };
   struct Header {
     uint32_t op = 0;
     uint32_t bytes = 0;  // values after the header
   };
-  // A message being written, from a buffer reused once it is gone.
+  // A message being written: its header, then its values from wherever they live (the
+  // caller's gradients, the owner's rows, or `held` once they had to be copied).
   struct Outgoing {
-    std::vector<uint8_t> bytes;
-    size_t written = 0;
+    Header header;
+    const uint8_t* values = nullptr;
+    size_t written = 0;      // header and values
+    size_t values_base = 0;  // values sent before `values` pointed into `held`
+    std::vector<uint8_t> held;
   };
 
   // One node: its end of the connection, its epoll set and its buffers, kept between transfers.
@@ -103,6 +118,8 @@ class EventFloor {
       body_.resize(value_bytes);
     }
 
+    uint64_t heldBytes() const { return held_bytes_; }
+
     void run(size_t operations, size_t window) {
       size_t issued = 0;
       completed_ = 0;
@@ -139,34 +156,56 @@ class EventFloor {
     }
 
     void queue(Op op, const float* values, size_t n_floats) {
-      std::vector<uint8_t> bytes;
-      if (!spare_.empty()) {
-        bytes = std::move(spare_.back());
-        spare_.pop_back();
-      }
-      const Header header{op, static_cast<uint32_t>(n_floats * sizeof(float))};
-      bytes.resize(sizeof(header) + header.bytes);
-      std::memcpy(bytes.data(), &header, sizeof(header));
-      if (n_floats > 0) std::memcpy(bytes.data() + sizeof(header), values, header.bytes);
-      out_.push_back({std::move(bytes), 0});
+      Outgoing o;
+      o.header = Header{op, static_cast<uint32_t>(n_floats * sizeof(float))};
+      o.values = reinterpret_cast<const uint8_t*>(values);
+      out_.push_back(o);
     }
 
     void flush() {
       while (!out_.empty()) {
         Outgoing& o = out_.front();
-        const ssize_t w =
-            ::send(fd_, o.bytes.data() + o.written, o.bytes.size() - o.written, MSG_NOSIGNAL);
+        iovec parts[2];
+        int count = 0;
+        const size_t total = sizeof(Header) + o.header.bytes;
+        if (o.written < sizeof(Header)) {
+          parts[count++] = {reinterpret_cast<uint8_t*>(&o.header) + o.written,
+                            sizeof(Header) - o.written};
+          if (o.header.bytes > 0) parts[count++] = {const_cast<uint8_t*>(o.values), o.header.bytes};
+        } else {
+          const size_t done = o.written - sizeof(Header);
+          parts[count++] = {const_cast<uint8_t*>(o.values) + (done - o.values_base),
+                            o.header.bytes - done};
+        }
+        msghdr message{};
+        message.msg_iov = parts;
+        message.msg_iovlen = static_cast<size_t>(count);
+        const ssize_t w = ::sendmsg(fd_, &message, MSG_NOSIGNAL);
         if (w < 0 && errno == EAGAIN) break;
         if (w <= 0) std::abort();
         o.written += static_cast<size_t>(w);
-        if (o.written < o.bytes.size()) break;
-        spare_.push_back(std::move(o.bytes));
+        if (o.written < total) break;
         out_.pop_front();
       }
+      holdUnsentRows();
       if (out_.empty() == !watching_out_) return;
       watching_out_ = !out_.empty();
       interest_.events = EPOLLIN | (watching_out_ ? EPOLLOUT : 0u);
       if (::epoll_ctl(poll_, EPOLL_CTL_MOD, fd_, &interest_) != 0) std::abort();
+    }
+
+    // Rows not yet sent are copied, so that the next push this node applies cannot change a
+    // reply already made; values from the caller's gradients stay where they are until the
+    // push completes, as the API asks of the caller.
+    void holdUnsentRows() {
+      for (Outgoing& o : out_) {
+        if (o.header.op != kRows || !o.held.empty()) continue;
+        const size_t sent = o.written > sizeof(Header) ? o.written - sizeof(Header) : 0;
+        o.held.assign(o.values + sent, o.values + o.header.bytes);
+        held_bytes_ += o.header.bytes - sent;
+        o.values = o.held.data();
+        o.values_base = sent;
+      }
     }
 
     void complete() {
@@ -182,11 +221,12 @@ class EventFloor {
           break;
         }
         case kPull:
+          // Sent at once, as libuv's uv_write tries to; whatever does not fit is held.
           queue(kRows, slot(rows_, next_row_pull_), floats_);
+          flush();
           ++served_;
           break;
         case kRows:
-          std::memcpy(slot(pulled_, next_land_), body_.data(), header_.bytes);
           ++completed_;
           break;
         case kAck:
@@ -199,7 +239,7 @@ class EventFloor {
 
     void readAll() {
       for (;;) {
-        uint8_t* into = in_body_ ? body_.data() + body_filled_
+        uint8_t* into = in_body_ ? landing_ + body_filled_
                                  : reinterpret_cast<uint8_t*>(&header_) + header_filled_;
         const size_t want =
             in_body_ ? header_.bytes - body_filled_ : sizeof(header_) - header_filled_;
@@ -217,6 +257,8 @@ class EventFloor {
           if (header_.bytes > body_.size()) std::abort();
           if (header_.bytes > 0) {
             in_body_ = true;
+            landing_ = header_.op == kRows ? reinterpret_cast<uint8_t*>(slot(pulled_, next_land_))
+                                           : body_.data();
             body_filled_ = 0;
             continue;
           }
@@ -234,15 +276,16 @@ class EventFloor {
     std::vector<float> rows_, grads_, pulled_;
     size_t next_push_ = 0, next_row_push_ = 0, next_row_pull_ = 0, next_land_ = 0;
     std::deque<Outgoing> out_;
-    std::vector<std::vector<uint8_t>> spare_;
     // The message being read.
     Header header_;
     size_t header_filled_ = 0;
     std::vector<uint8_t> body_;
+    uint8_t* landing_ = nullptr;
     size_t body_filled_ = 0;
     bool in_body_ = false;
-    size_t completed_ = 0;  // this node's requests answered
-    size_t served_ = 0;     // the other node's requests answered
+    uint64_t held_bytes_ = 0;  // values of pull replies copied because they had to wait
+    size_t completed_ = 0;     // this node's requests answered
+    size_t served_ = 0;        // the other node's requests answered
   };
 
   Node nodes_[2];
