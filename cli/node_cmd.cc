@@ -416,8 +416,10 @@ class PsSession : public TrainingSession {
     const ps::PsReport report = peer_.run();
     const uint64_t reads = report.worker.cache_hits + report.worker.cache_misses;
     if (report.rejoined_from) {
-      fmt::print("node {}: rejoined at clock {} with its keys from node {}'s last read\n", self_,
-                 report.first_clock, *report.rejoined_from);
+      fmt::print(
+          "node {}: rejoined at clock {} with its keys from node {}'s last read (the freshest "
+          "answer: every update from clocks below {} in it)\n",
+          self_, report.first_clock, *report.rejoined_from, report.rejoin_read_clock);
     }
     fmt::print(
         "node {}: final test accuracy {:.2f}% (loss {:.4f}) after {} clocks in {:.1f} s "

@@ -31,6 +31,7 @@ KvWorker::KvWorker(node::Node& node, KvServer& local, const ShardMap& map,
   homes_.resize(layout_.numKeys());
   for (Key key = 0; key < homes_.size(); ++key)
     homes_[key] = map_.home(key);
+  read_stamps_.assign(layout_.numKeys(), -1);
 }
 
 void KvWorker::checkRequest(std::span<const Key> keys, size_t floats_given,
@@ -118,6 +119,7 @@ KvWorker::Handle KvWorker::pullImpl(std::optional<Clock> min_clock, std::span<co
         auto it = cache_.find(key);
         if (it != cache_.end() && fresh_.fresh(it->second.stamp, reader)) {
           std::copy(it->second.values.begin(), it->second.values.end(), p);
+          if (inModelView(p)) read_stamps_[key] = it->second.stamp;
           ++stats_.cache_hits;
           p += len;
           continue;
@@ -322,17 +324,20 @@ void KvWorker::setModelView(std::span<const float> model) {
   model_view_ = model;
 }
 
-std::optional<std::string> KvWorker::lastRead(std::span<const Key> keys,
-                                              std::vector<float>& out) const {
+std::optional<std::string> KvWorker::lastRead(std::span<const Key> keys, std::vector<float>& out,
+                                              Clock& read_clock) const {
   std::lock_guard lock(mu_);
   if (model_view_.size() != layout_.total()) {
     return fmt::format("node {} keeps no model view to answer from", self_);
   }
+  std::optional<Clock> oldest;
   for (Key key : keys) {
     if (key >= layout_.numKeys()) return fmt::format("unknown key {}", key);
     const auto row = model_view_.subspan(layout_.offset(key), layout_.length(key));
     out.insert(out.end(), row.begin(), row.end());
+    oldest = std::min(oldest.value_or(read_stamps_[key]), read_stamps_[key]);
   }
+  read_clock = oldest.value_or(-1);
   return std::nullopt;
 }
 
@@ -377,6 +382,7 @@ void KvWorker::finishSub(uint64_t request, const node::Status& status, Clock min
           const size_t len = layout_.length(sub.keys[i]);
           const auto row = values.subspan(offset, len);
           std::copy(row.begin(), row.end(), sub.dest[i]);
+          if (inModelView(sub.dest[i])) read_stamps_[sub.keys[i]] = min_clock;
           if (options_.cache) {
             CachedRow& cached = cache_[sub.keys[i]];
             cached.stamp = min_clock;

@@ -95,8 +95,11 @@ class KvWorker {
   // Loop thread: appends the values this worker last read for `keys` (sorted, in the layout)
   // to `out`, from the model view; an error when there is none. Safe against the pulls that
   // write the view: those are completed on the loop thread, or served from the cache under
-  // this worker's lock, which this holds.
-  std::optional<std::string> lastRead(std::span<const Key> keys, std::vector<float>& out) const;
+  // this worker's lock, which this holds. `read_clock` is set to how fresh those values are:
+  // every update from clocks below it is in each of them (the oldest stamp among the keys'
+  // last reads; -1 when some key was never read).
+  std::optional<std::string> lastRead(std::span<const Key> keys, std::vector<float>& out,
+                                      Clock& read_clock) const;
 
   // Any thread: fails every pending operation with `status` (the run stops or the node shuts
   // down, and no reply will come), and every later one at once.
@@ -161,6 +164,13 @@ class KvWorker {
   // Where pulls of every key land (setModelView): what a restarted owner gets its keys back
   // from. Read, never copied per pull.
   std::span<const float> model_view_;
+  // Per key, the stamp of its last successful read into the model view (min_clock of the
+  // answer; -1: never read there).
+  std::vector<Clock> read_stamps_;
+  bool inModelView(const float* p) const {
+    return !model_view_.empty() && p >= model_view_.data() &&
+           p < model_view_.data() + model_view_.size();
+  }
   std::set<NodeId> down_owners_;
   std::optional<node::Status> cancelled_;  // set by cancelAll()
   WorkerStats stats_;

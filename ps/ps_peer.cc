@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
 #include <future>
 #include <numeric>
@@ -258,7 +259,8 @@ PsReport PsPeer::run() {
   if (report.rejoined_from) {
     metrics.write(ml::MetricsEvent("rejoin")
                       .add("from", static_cast<uint64_t>(*report.rejoined_from))
-                      .add("clock", first_clock));
+                      .add("clock", first_clock)
+                      .add("read_clock", report.rejoin_read_clock));
   }
   const SteadyClock::time_point start = SteadyClock::now();
   ml::Matrix batch;
@@ -406,58 +408,86 @@ PsReport PsPeer::run() {
   return report;
 }
 
+std::vector<NodeId> freshestFirst(std::vector<std::pair<NodeId, Clock>> reads) {
+  std::sort(reads.begin(), reads.end(), [](const auto& a, const auto& b) {
+    return a.second != b.second ? a.second > b.second : a.first < b.first;
+  });
+  std::vector<NodeId> order;
+  order.reserve(reads.size());
+  for (const auto& [node, clock] : reads)
+    order.push_back(node);
+  return order;
+}
+
 Clock PsPeer::catchUp(PsReport& report) {
   spdlog::logger& log = node_.logger();
   const NodeId self = node_.id();
+  // Every live node is asked at once: their last reads of this node's keys differ in age (a
+  // straggler's can be many clocks older), and only their answers tell which is freshest.
   std::vector<NodeId> asked;
-  for (NodeId helper : members_) {
-    if (helper == self) continue;
-    {
-      std::lock_guard lock(mu_);
-      if (stopped_) break;
-      if (down_.count(helper) > 0) continue;
-      catchup_asked_ = helper;
-      catchup_.reset();
+  {
+    std::lock_guard lock(mu_);
+    for (NodeId helper : members_) {
+      if (helper != self && down_.count(helper) == 0) asked.push_back(helper);
     }
-    asked.push_back(helper);
-    log.info("rejoining: asking node {} for this node's keys and the workers' clocks", helper);
-    node_.send(helper,
-               node_.encode(wire::Body::PsCatchupRequest, [](flatbuffers::FlatBufferBuilder& b) {
-                 return wire::CreatePsCatchupRequest(b).Union();
-               }));
+    catchup_asked_ = std::set<NodeId>(asked.begin(), asked.end());
+    catchup_answers_.clear();
+  }
+  if (!asked.empty()) {
+    log.info("rejoining: asking node(s) {} for this node's keys and the workers' clocks",
+             fmt::join(asked, ", "));
+    node_.broadcast(
+        asked, node_.encode(wire::Body::PsCatchupRequest, [](flatbuffers::FlatBufferBuilder& b) {
+          return wire::CreatePsCatchupRequest(b).Union();
+        }));
+  }
+  std::map<NodeId, Catchup> answers;
+  std::set<NodeId> gone;
+  bool answered_all = true;
+  {
     std::unique_lock lock(mu_);
-    const bool answered = changed_.wait_for(lock, options_.rejoin_timeout, [&] {
-      return catchup_.has_value() || down_.count(helper) > 0 || stopped_;
+    answered_all = changed_.wait_for(lock, options_.rejoin_timeout, [&] {
+      if (stopped_) return true;
+      for (NodeId helper : asked) {
+        if (catchup_answers_.count(helper) == 0 && down_.count(helper) == 0) return false;
+      }
+      return true;
     });
-    std::optional<Catchup> reply = std::move(catchup_);
-    catchup_.reset();
-    catchup_asked_.reset();
-    const bool gone = down_.count(helper) > 0;
-    lock.unlock();
-    if (!reply) {
-      log.warn("rejoining: node {} {}; trying the next node", helper,
-               !answered ? fmt::format("did not answer within {} s",
-                                       options_.rejoin_timeout.count() / 1000.0)
-               : gone    ? std::string("went down")
-                         : std::string("no answer (stopped)"));
-      continue;
+    answers = std::move(catchup_answers_);
+    catchup_answers_.clear();
+    catchup_asked_.clear();
+    gone = down_;
+  }
+  std::vector<std::pair<NodeId, Clock>> reads;
+  for (NodeId helper : asked) {
+    auto it = answers.find(helper);
+    if (it == answers.end()) {
+      log.warn("rejoining: node {} {}", helper,
+               gone.count(helper) > 0 ? std::string("went down")
+               : !answered_all        ? fmt::format("did not answer within {} s",
+                                                    options_.rejoin_timeout.count() / 1000.0)
+                                      : std::string("did not answer (stopped)"));
+    } else if (!it->second.error.empty()) {
+      log.warn("rejoining: node {} could not help: {}", helper, it->second.error);
+    } else {
+      reads.emplace_back(helper, it->second.read_clock);
     }
-    if (!reply->error.empty()) {
-      log.warn("rejoining: node {} could not help: {}; trying the next node", helper, reply->error);
-      continue;
-    }
+  }
+  report.rejoin_answers = reads;
+  for (NodeId helper : freshestFirst(reads)) {
+    Catchup& reply = answers.at(helper);
     // The store belongs to the loop thread. The task owns the promise: should the loop drop
     // it unrun (shutdown), get() throws instead of waiting forever.
     auto restored = std::make_shared<std::promise<std::optional<std::string>>>();
     auto result = restored->get_future();
     const bool posted = node_.post([this, restored, &reply] {
-      restored->set_value(server_->restore(reply->keys, reply->values, reply->views));
+      restored->set_value(server_->restore(reply.keys, reply.values, reply.views));
     });
     if (!posted) break;  // shutting down
     if (const std::optional<std::string> error = result.get()) {
       log.warn(
           "rejoining: node {}'s answer does not fit this node's keys: {}; trying the next "
-          "node",
+          "answer",
           helper, *error);
       continue;
     }
@@ -467,7 +497,7 @@ Clock PsPeer::catchUp(PsReport& report) {
     // still counts, so that the others do not wait while this node redoes clocks whose updates
     // are lost anyway.
     Clock own = 0, slowest = Staleness::kInfinite;
-    for (const WorkerView& view : reply->views) {
+    for (const WorkerView& view : reply.views) {
       if (view.worker == self) {
         own = view.clock;
       } else if (view.counted) {
@@ -479,10 +509,12 @@ Clock PsPeer::catchUp(PsReport& report) {
                              : std::max(own + 1, slowest);
     worker_->resumeAt(resume);
     report.rejoined_from = helper;
+    report.rejoin_read_clock = reply.read_clock;
     log.info(
-        "rejoined: {} key(s) restored from node {}'s last read (their momentum starts again "
-        "from zero); this worker was at clock {}, joining at clock {}",
-        reply->keys.size(), helper, own, resume);
+        "rejoined: {} key(s) restored from node {}'s last read, the freshest of {} answer(s) "
+        "(every update from clocks below {} in them; their momentum starts again from zero); "
+        "this worker was at clock {}, joining at clock {}",
+        reply.keys.size(), helper, reads.size(), reply.read_clock, own, resume);
     return resume;
   }
   throw std::runtime_error(fmt::format(
@@ -498,7 +530,8 @@ void PsPeer::answerCatchup(NodeId to) {
     if (map_.home(key) == to) keys.push_back(key);
   }
   std::vector<float> values;
-  std::optional<std::string> error = worker_->lastRead(keys, values);
+  Clock read_clock = -1;
+  std::optional<std::string> error = worker_->lastRead(keys, values, read_clock);
   const std::vector<WorkerView> views = server_->workerViews();
   node_.logger().info("node {} is rejoining: sending it {} key(s) as last read here{}", to,
                       keys.size(), error ? fmt::format(" (cannot: {})", *error) : "");
@@ -521,7 +554,7 @@ void PsPeer::answerCatchup(NodeId to) {
                        auto n = b.CreateVector(counted);
                        auto k = b.CreateVector(keys);
                        auto v = b.CreateVector(values);
-                       return wire::CreatePsCatchupReply(b, 0, w, c, n, k, v).Union();
+                       return wire::CreatePsCatchupReply(b, 0, w, c, n, k, v, read_clock).Union();
                      },
                      values.size() * sizeof(float) + keys.size() * sizeof(uint64_t) + 1024));
 }
@@ -538,6 +571,7 @@ void PsPeer::onCatchupReply(NodeId from, const wire::PsCatchupReply& reply) {
   } else {
     catchup.keys.assign(reply.keys()->begin(), reply.keys()->end());
     catchup.values.assign(reply.values()->begin(), reply.values()->end());
+    catchup.read_clock = reply.read_clock();
     for (size_t i = 0; i < reply.workers()->size(); ++i) {
       catchup.views.push_back(
           {reply.workers()->Get(i), reply.clocks()->Get(i), reply.counted()->Get(i) != 0});
@@ -545,11 +579,14 @@ void PsPeer::onCatchupReply(NodeId from, const wire::PsCatchupReply& reply) {
   }
   {
     std::lock_guard lock(mu_);
-    if (catchup_asked_ != from) {
-      node_.logger().warn("dropped a PsCatchupReply from node {}, which was not asked", from);
+    if (catchup_asked_.count(from) == 0 || catchup_answers_.count(from) > 0) {
+      node_.logger().warn(
+          "dropped a PsCatchupReply from node {}, which was not asked (or answered after the "
+          "rejoin's time-out, or twice)",
+          from);
       return;
     }
-    catchup_ = std::move(catchup);
+    catchup_answers_[from] = std::move(catchup);
   }
   changed_.notify_all();
 }

@@ -47,7 +47,7 @@ struct PsOptions {
   // at the cluster's clock (docs/ps.md). Set from --rejoin (registered with consensus mode's
   // options: one flag for both modes).
   bool rejoin = false;
-  // How long to wait for one node's catch-up reply before asking the next.
+  // How long a rejoining node waits for the live nodes' catch-up replies (all asked at once).
   std::chrono::milliseconds rejoin_timeout{30000};
   std::chrono::milliseconds report_every{5000};
   std::chrono::milliseconds tick_every{100};  // down time-outs and waiting reports
@@ -99,7 +99,15 @@ struct PsReport {
   std::vector<NodeId> departed_peers;
   Clock first_clock = 0;                // the clock this run started at (> 0 after a rejoin)
   std::optional<NodeId> rejoined_from;  // the node whose last read restored this node's keys
+  // How fresh those keys were: every update from clocks below this was in them (-1: unknown).
+  Clock rejoin_read_clock = -1;
+  // Every usable catch-up answer as (node, read clock), in the order the nodes were asked.
+  std::vector<std::pair<NodeId, Clock>> rejoin_answers;
 };
+
+// A rejoining node's order of trust in the catch-up answers it got, as (node, read clock)
+// pairs: the freshest read first, ties to the lower id.
+std::vector<NodeId> freshestFirst(std::vector<std::pair<NodeId, Clock>> reads);
 
 class PsPeer {
  public:
@@ -121,8 +129,9 @@ class PsPeer {
 
  private:
   void finish(PsReport& report);
-  // --rejoin: restores this node's keys and clocks from the first live node that answers and
-  // returns the clock to start at; throws std::runtime_error when no node does.
+  // --rejoin: asks every live node at once for this node's keys and the workers' clocks,
+  // restores them from the freshest answer (freshestFirst) and returns the clock to start at;
+  // throws std::runtime_error when no node answers usably.
   Clock catchUp(PsReport& report);
   // Loop thread: answers a rejoining node's PsCatchupRequest.
   void answerCatchup(NodeId to);
@@ -155,17 +164,18 @@ class PsPeer {
   bool closing_ = false;  // the ticker ends
   std::set<NodeId> done_;
   std::set<NodeId> down_;
-  // catchUp(): the node asked, and its checked answer once it came.
+  // catchUp(): the nodes asked, and their checked answers as they come.
   struct Catchup {
     std::string error;
     std::vector<Key> keys;
     std::vector<float> values;
     std::vector<WorkerView> views;
+    Clock read_clock = -1;
   };
   // Set when this node turns out to have started into a running job without --rejoin.
   std::string running_job_error_;
-  std::optional<NodeId> catchup_asked_;
-  std::optional<Catchup> catchup_;
+  std::set<NodeId> catchup_asked_;
+  std::map<NodeId, Catchup> catchup_answers_;
 };
 
 }  // namespace chorus::ps

@@ -222,6 +222,72 @@ TEST(KvWorker, KeysOwnedLocallyNeverTouchTheNetwork) {
   EXPECT_EQ(cluster.node(0).stats(1).frames_out, frames_before + 1);
 }
 
+// What a rejoining owner is given back is a helper's last read of its keys, with how fresh it
+// is: every update from clocks below the read clock is in it (-1 until every key was read).
+TEST(KvWorker, LastReadSaysHowFreshItsValuesAre) {
+  KvCluster::Config config;
+  config.members = 2;
+  config.served = 2;
+  config.layout = ChunkLayout(64, 4);
+  config.staleness = Staleness::parse("2");
+  config.worker.cache = false;
+  KvCluster cluster(config);
+  KvWorker& worker = cluster.worker(0);
+  std::vector<float> model(cluster.layout().total(), -1.0f);
+  worker.setModelView(model);
+  const std::vector<Key> all = cluster.keysOwnedBy({0, 1});
+  const std::vector<Key> remote = cluster.keysOwnedBy({1});
+  ASSERT_FALSE(remote.empty());
+
+  std::vector<float> values;
+  Clock read_clock = 0;
+  ASSERT_FALSE(worker.lastRead(remote, values, read_clock).has_value());
+  EXPECT_EQ(read_clock, -1);  // never read: these are no one's values yet
+  EXPECT_EQ(values.size(), cluster.floats(remote));
+
+  for (int c = 0; c < 3; ++c) {
+    cluster.worker(0).clock();
+    cluster.worker(1).clock();
+  }
+  // Answered once both workers reached clock 3, so every update below clock 3 is in it.
+  ASSERT_TRUE(worker.wait(worker.pullAt(3, all, model)).ok());
+  values.clear();
+  ASSERT_FALSE(worker.lastRead(remote, values, read_clock).has_value());
+  EXPECT_GE(read_clock, 3);
+  EXPECT_EQ(values, std::vector<float>(cluster.floats(remote), 0.0f));  // the owner's initial rows
+
+  // The oldest key sets the clock: a key last read earlier makes the whole answer that old.
+  std::vector<Key> one_remote{remote.front()};
+  const std::span<float> row = std::span<float>(model).subspan(
+      cluster.layout().offset(remote.front()), cluster.layout().length(remote.front()));
+  for (int c = 0; c < 3; ++c) {
+    cluster.worker(0).clock();
+    cluster.worker(1).clock();
+  }
+  ASSERT_TRUE(worker.wait(worker.pullAt(6, one_remote, row)).ok());
+  Clock one_clock = 0;
+  values.clear();
+  ASSERT_FALSE(worker.lastRead(one_remote, values, one_clock).has_value());
+  EXPECT_GE(one_clock, 6);
+  // A read that lands elsewhere than the model view leaves the view's clock alone.
+  std::vector<float> elsewhere(row.size());
+  for (int c = 0; c < 3; ++c) {
+    cluster.worker(0).clock();
+    cluster.worker(1).clock();
+  }
+  ASSERT_TRUE(worker.wait(worker.pullAt(9, one_remote, elsewhere)).ok());
+  values.clear();
+  ASSERT_FALSE(worker.lastRead(one_remote, values, one_clock).has_value());
+  EXPECT_GE(one_clock, 6);
+  EXPECT_LT(one_clock, 9);
+  if (remote.size() > 1) {
+    values.clear();
+    ASSERT_FALSE(worker.lastRead(remote, values, read_clock).has_value());
+    EXPECT_LT(read_clock, 6);
+    EXPECT_GE(read_clock, 3);
+  }
+}
+
 // A raw peer sends hand-made PS requests to node 0 and collects the replies.
 class ReplyCollector {
  public:

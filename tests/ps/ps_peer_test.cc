@@ -2,6 +2,7 @@
 // port 0, fixed seeds; every node owns a shard of the keys and trains.
 #include "ps/ps_peer.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <spdlog/sinks/ostream_sink.h>
 #include <unistd.h>
@@ -420,6 +421,14 @@ TEST_P(PsRejoin, ARestartedNodeRejoinsWithItsKeysFromALiveNodesLastRead) {
   ASSERT_EQ(second_run.wait_for(300s), std::future_status::ready);
   const PsReport r = second_run.get();
   ASSERT_TRUE(r.rejoined_from.has_value());
+  // Both live nodes answered; the keys came from the freshest last read, which holds every
+  // update from before node 2's death but not from its own clocks after it.
+  ASSERT_EQ(r.rejoin_answers.size(), 2u);
+  EXPECT_EQ(*r.rejoined_from, freshestFirst(r.rejoin_answers).front());
+  for (const auto& [helper, read_clock] : r.rejoin_answers)
+    EXPECT_LE(read_clock, r.rejoin_read_clock) << "node " << helper;
+  EXPECT_GE(r.rejoin_read_clock, 1);
+  EXPECT_LE(r.rejoin_read_clock, died_at + 1);
   EXPECT_GT(r.first_clock, 30);
   EXPECT_EQ(r.clocks_done, kClocks);
   EXPECT_EQ(r.server.errors, 0u);
@@ -461,7 +470,11 @@ TEST_P(PsRejoin, ARestartedNodeRejoinsWithItsKeysFromALiveNodesLastRead) {
   size_t starts = 0, rejoins = 0, finals = 0;
   for (std::string line; std::getline(metrics, line);) {
     starts += line.find("\"event\":\"start\"") != std::string::npos;
-    rejoins += line.find("\"event\":\"rejoin\"") != std::string::npos;
+    if (line.find("\"event\":\"rejoin\"") != std::string::npos) {
+      ++rejoins;
+      EXPECT_NE(line.find(fmt::format("\"read_clock\":{}", r.rejoin_read_clock)), std::string::npos)
+          << line;
+    }
     finals += line.find("\"event\":\"final\"") != std::string::npos;
   }
   EXPECT_EQ(starts, 2u);
@@ -491,6 +504,13 @@ run::NodeJob tinyJob() {
 
 INSTANTIATE_TEST_SUITE_P(Staleness, PsRejoin, ::testing::Values("2", "0"),
                          [](const auto& info) { return "S" + info.param; });
+
+// A rejoining node trusts the freshest catch-up answer first; equally fresh ones by node id.
+TEST(PsPeer, RejoinTrustsTheFreshestAnswerFirst) {
+  EXPECT_EQ(freshestFirst({{0, 12}, {1, 15}, {3, -1}, {2, 15}}), (std::vector<NodeId>{1, 2, 0, 3}));
+  EXPECT_EQ(freshestFirst({{4, -1}}), (std::vector<NodeId>{4}));
+  EXPECT_TRUE(freshestFirst({}).empty());
+}
 
 // --rejoin with no node that answers: a clear error, not a run from the initial model.
 TEST(PsPeer, ARejoinThatNobodyAnswersFailsWithAClearError) {
