@@ -54,6 +54,13 @@ std::optional<std::string> KvServer::checkClock(WorkerId worker, Clock clock,
 void KvServer::checkRunningJob(WorkerId worker, Clock clock, Clock first) {
   if (!options_.on_running_job || options_.hold_until_restored || running_job_reported_) return;
   if (!clocks_.known(worker) || clocks_.clockOf(worker) != 0 || clock <= first) return;
+  if (dropped_.count(worker) > 0) {
+    node_.logger().warn(
+        "worker node {} is at clock {} in the first of its messages heard here; its earlier "
+        "announcements were lost when its connection dropped",
+        worker, clock);
+    return;
+  }
   running_job_reported_ = true;
   holding_ = true;
   options_.on_running_job(worker, clock);
@@ -327,6 +334,7 @@ void KvServer::onPeerEvent(const node::PeerEvent& event) {
   switch (event.kind) {
     case node::PeerEventKind::kDown:
     case node::PeerEventKind::kLeft:
+      if (event.kind == node::PeerEventKind::kDown) dropped_.insert(event.peer);
       if (!clocks_.live(event.peer) || finished_.count(event.peer)) return;
       down_since_.emplace(event.peer, SteadyClock::now());
       if (options_.down_timeout.count() > 0) {

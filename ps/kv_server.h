@@ -51,7 +51,9 @@ struct ServerOptions {
   // from a clock it cannot have reached yet at the start of the job (FIFO connections: a worker
   // announces each clock before using it). This owner then started after the job did, i.e. its
   // node restarted without --rejoin and its keys hold the initial model; from then on it holds
-  // every request unanswered, so that no worker takes those values (the node is to stop).
+  // every request unanswered, so that no worker takes those values (the node is to stop). Not
+  // concluded from a worker whose connection dropped before its first clock arrived: its
+  // announcements may have been lost with the connection.
   std::function<void(WorkerId, Clock)> on_running_job;
   // Tests: called on the loop thread with each waiting report (workers behind, clock needed).
   std::function<void(const std::vector<WorkerId>&, Clock)> on_waiting;
@@ -148,6 +150,9 @@ class KvServer {
   bool holding_ = false;  // hold_until_restored, until restore()
   bool running_job_reported_ = false;
   std::set<WorkerId> unanchored_;  // restored clocks not yet confirmed by the worker itself
+  // Workers whose connection to this node dropped at least once: announcements may have been
+  // lost with it, so their first clock heard here says nothing about when this owner started.
+  std::set<WorkerId> dropped_;
   std::vector<std::function<void()>> held_requests_;
   std::map<WorkerId, std::chrono::steady_clock::time_point> down_since_;
   std::set<WorkerId> finished_;

@@ -288,6 +288,46 @@ TEST(KvWorker, LastReadSaysHowFreshItsValuesAre) {
   }
 }
 
+// A worker's first clock heard above 1 means this owner started into a running job, unless the
+// worker's connection dropped first: then the announcements before it were lost with it, and
+// concluding a restart would stop a healthy node.
+TEST(KvServer, AFirstClockAfterADroppedConnectionIsNoRunningJob) {
+  KvCluster::Config config;
+  config.members = 3;
+  config.served = 1;
+  std::mutex mu;
+  std::vector<std::pair<WorkerId, Clock>> reported;
+  config.server.on_running_job = [&](WorkerId worker, Clock clock) {
+    std::lock_guard lock(mu);
+    reported.emplace_back(worker, clock);
+  };
+  KvCluster cluster(config);
+  auto onLoop = [&](std::function<void()> fn) {
+    std::promise<void> done;
+    ASSERT_TRUE(cluster.node(0).post([&] {
+      fn();
+      done.set_value();
+    }));
+    done.get_future().wait();
+  };
+  KvServer& server = cluster.server(0);
+  // Worker 1's connection dropped (and came back) before its first clock arrived.
+  onLoop([&] {
+    server.onPeerEvent({node::PeerEventKind::kDown, 1, "test: connection reset"});
+    server.onPeerEvent({node::PeerEventKind::kUp, 1, ""});
+    EXPECT_FALSE(server.clock(1, 3).has_value());
+  });
+  {
+    std::lock_guard lock(mu);
+    EXPECT_TRUE(reported.empty());
+  }
+  // Worker 2's did not: its clock 3 as the first heard is a job that ran without this owner.
+  onLoop([&] { (void)server.clock(2, 3); });
+  std::lock_guard lock(mu);
+  ASSERT_EQ(reported.size(), 1u);
+  EXPECT_EQ(reported[0], (std::pair<WorkerId, Clock>{2, 3}));
+}
+
 // A raw peer sends hand-made PS requests to node 0 and collects the replies.
 class ReplyCollector {
  public:
