@@ -6,6 +6,8 @@
 #include <charconv>
 #include <cmath>
 #include <filesystem>
+#include <numeric>
+#include <span>
 #include <stdexcept>
 
 #include "ml/rng.h"
@@ -229,6 +231,30 @@ std::string nodeMetricsPath(const std::string& dir, uint32_t node_id) {
         fmt::format("--out {}: cannot create the metrics folder: {}", dir, ec.message()));
   }
   return (std::filesystem::path(dir) / fmt::format("node-{}.jsonl", node_id)).string();
+}
+
+size_t compactToShard(NodeJob& job) {
+  const ml::Dataset& train = job.data->train;
+  if (job.shard.size() == train.size()) return 0;
+  auto compact = std::make_shared<ml::DataSplit>();
+  compact->source = job.data->source;
+  compact->test = job.data->test;
+  ml::Dataset& kept = compact->train;
+  kept.name = train.name;
+  kept.shape = train.shape;
+  kept.classes = train.classes;
+  kept.features.reserve(job.shard.size() * train.dim());
+  kept.labels.reserve(job.shard.size());
+  for (size_t index : job.shard) {
+    const std::span<const float> sample = train.sample(index);
+    kept.features.insert(kept.features.end(), sample.begin(), sample.end());
+    kept.labels.push_back(train.labels[index]);
+  }
+  const size_t dropped = train.size() - job.shard.size();
+  // The sampler shuffles positions, not values: position p now holds what shard[p] held.
+  std::iota(job.shard.begin(), job.shard.end(), size_t{0});
+  job.data = std::move(compact);
+  return dropped;
 }
 
 ShardBatcher::ShardBatcher(const ml::Dataset& train, std::vector<size_t> shard, size_t batch,

@@ -99,6 +99,13 @@ std::shared_ptr<const ml::DataSplit> loadRunData(const RunOptions& options);
 NodeJob prepareNodeJob(const RunOptions& options, std::shared_ptr<const ml::DataSplit> data,
                        uint32_t node_id, int nodes, std::string_view node_stragglers);
 
+// For a process that runs one node: replaces job.data with a copy that holds only the job's
+// shard of the training set (in shard order) and the whole test set, and renumbers job.shard
+// 0..k-1. The node draws exactly the batches it drew before, and the rest of the training set
+// is freed once nothing else holds it (CIFAR-10 over 8 nodes: about 200 MB of samples per
+// process instead of 740). Returns the training samples dropped.
+size_t compactToShard(NodeJob& job);
+
 // DIR/node-<id>.jsonl (creating DIR); "" when dir is empty. Throws std::runtime_error naming DIR
 // when it cannot be created.
 std::string nodeMetricsPath(const std::string& dir, uint32_t node_id);

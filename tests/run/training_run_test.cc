@@ -197,6 +197,33 @@ TEST(NodeJob, EveryNodeStartsFromTheSameModelOnItsOwnDisjointShard) {
   EXPECT_EQ(seen.size(), data()->train.size());
 }
 
+// A node process keeps only its shard in memory, and draws exactly the batches it drew from
+// the whole training set.
+TEST(NodeJob, CompactingToTheShardKeepsEveryBatch) {
+  NodeJob full = prepareNodeJob(options(), data(), 1, 3, "");
+  NodeJob compact = prepareNodeJob(options(), data(), 1, 3, "");
+  const size_t shard = compact.shard.size();
+  EXPECT_EQ(compactToShard(compact), data()->train.size() - shard);
+  EXPECT_EQ(compact.data->train.size(), shard);
+  EXPECT_EQ(compact.data->train.dim(), data()->train.dim());
+  EXPECT_EQ(compact.data->test.features, data()->test.features);
+  EXPECT_EQ(compact.data->test.labels, data()->test.labels);
+  ShardBatcher before(full.data->train, full.shard, 16, 5);
+  ShardBatcher after(compact.data->train, compact.shard, 16, 5);
+  ml::Matrix a, b;
+  std::vector<int32_t> la, lb;
+  // Three epochs and then some: the shuffle of every epoch must agree too.
+  for (size_t i = 0; i < 3 * before.batchesPerEpoch() + 2; ++i) {
+    before.next(a, la);
+    after.next(b, lb);
+    ASSERT_EQ(la, lb) << "batch " << i;
+    ASSERT_TRUE(a == b) << "batch " << i;
+  }
+  // A job that already holds only its shard is left alone.
+  EXPECT_EQ(compactToShard(compact), 0u);
+  EXPECT_EQ(compact.data->train.size(), shard);
+}
+
 TEST(NodeJob, RoundsFromEpochsOfAnAverageShardAndCombinedStragglers) {
   RunOptions o = options();
   o.rounds = 0;
