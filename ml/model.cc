@@ -148,6 +148,13 @@ double Model::forwardFlopsPerSample() const {
   return flops;
 }
 
+size_t Model::activationFloatsPerSample() const {
+  size_t floats = spec_.input.size();
+  for (const auto& layer : layers_)
+    floats += layer->outputShape().size();
+  return floats;
+}
+
 const Matrix& Model::run(const Matrix& batch, bool training) {
   assert(static_cast<size_t>(batch.rows()) == spec_.input.size());
   for (size_t i = 0; i < layers_.size(); ++i) {

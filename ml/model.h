@@ -56,6 +56,9 @@ class Model {
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
   // Forward FLOPs of one sample (sum over layers); backward costs about twice as much.
   double forwardFlopsPerSample() const;
+  // Floats of layer outputs one sample produces in a forward pass (the input included): what
+  // a batch's activations cost in memory, per sample.
+  size_t activationFloatsPerSample() const;
 
   // Runs forward and backward on a batch (one sample per column) in training mode, writes
   // d(mean loss)/d(params) into grads() and returns the mean cross-entropy loss.

@@ -25,8 +25,15 @@ struct Evaluation {
 
 // Evaluates `model` on every sample of `data` in batches (evaluation mode: no dropout). Fills
 // the confusion matrix when `withConfusion`. `data` must match the model's input and classes.
+// batchSize 0 picks evaluationBatch(model).
 Evaluation evaluate(Model& model, const Dataset& data, bool withConfusion = false,
-                    size_t batchSize = 1000);
+                    size_t batchSize = 0);
+
+// The evaluation batch for `model`: as large as keeps its activations near 16 MiB, between 64
+// and 1000 samples. Many nodes evaluate at once on one machine, and the buffers a batch needs
+// grow with it: cifar-cnn with batches of 1000 took 577 MB more at peak than with 64, and was
+// no faster (measurements in ml/train.cc).
+size_t evaluationBatch(const Model& model);
 
 // The confusion matrix as an aligned text table.
 std::string formatConfusion(const Evaluation& evaluation);

@@ -200,5 +200,34 @@ TEST(Evaluate, ConfusionMatrixCountsTruthAgainstPrediction) {
   EXPECT_NE(formatConfusion(e).find("rows: true label"), std::string::npos);
 }
 
+// Many nodes evaluate at once on one machine: the evaluation batch shrinks with the model's
+// activations (cifar-cnn evaluates 64 samples at a time, not 1000), and the result does not
+// depend on it.
+TEST(Evaluate, TheBatchFollowsTheActivationsAndNotTheResult) {
+  auto mlp = Model::create({.name = "mlp", .hidden = {}, .input = {1, 28, 28}, .classes = 10}, 1);
+  auto cnn =
+      Model::create({.name = "cifar-cnn", .hidden = {}, .input = {3, 32, 32}, .classes = 10}, 1);
+  EXPECT_EQ(evaluationBatch(*mlp), 1000u);
+  // Within the budget, or at the smallest batch when even that does not fit.
+  const size_t cnn_batch = evaluationBatch(*cnn);
+  EXPECT_GE(cnn_batch, 64u);
+  EXPECT_LT(cnn_batch, 1000u);
+  EXPECT_TRUE(cnn_batch == 64u ||
+              cnn_batch * cnn->activationFloatsPerSample() * sizeof(float) <= size_t{16} << 20)
+      << cnn_batch;
+  EXPECT_GT(cnn->activationFloatsPerSample(), 32u * 32u * 32u);  // its first conv's output alone
+
+  const DataSplit data = makeSynthetic(300, 700, 5);
+  auto model = Model::create(
+      {.name = "mlp", .hidden = {16}, .input = data.train.shape, .classes = data.train.classes}, 3);
+  const Evaluation whole = evaluate(*model, data.test, true, 1000);
+  const Evaluation small = evaluate(*model, data.test, true, 64);
+  const Evaluation picked = evaluate(*model, data.test, true);
+  EXPECT_EQ(small.confusion, whole.confusion);
+  EXPECT_EQ(picked.confusion, whole.confusion);
+  EXPECT_NEAR(small.loss, whole.loss, 1e-5);
+  EXPECT_NEAR(picked.loss, whole.loss, 1e-5);
+}
+
 }  // namespace
 }  // namespace chorus::ml
