@@ -24,6 +24,10 @@
 //   of_floor                  MB_per_s / floor_MB_per_s: the share of the floor ps/ keeps
 //   floor_held                share of the floor's pulled bytes it had to copy (replies the
 //                             socket could not take at once); the floor copies no other value
+//   retrans_per_GB, ofo_per_GB, floor_retrans_per_GB, floor_ofo_per_GB   TCP segments sent
+//                             again and received out of order per GB of payload, during the
+//                             PS rounds and the floor (machine-wide counters, tcp_counters.h):
+//                             on loopback both mean the connection's pattern went wrong
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 #include <time.h>
@@ -41,6 +45,7 @@
 
 #include "bench/ps/event_floor.h"
 #include "bench/ps/raw_stream.h"
+#include "bench/ps/tcp_counters.h"
 #include "chorus/chorus_generated.h"
 #include "node/node.h"
 #include "ps/kv_server.h"
@@ -460,13 +465,22 @@ void BM_PsThroughput(benchmark::State& state) {
   double ps_seconds = 0, raw_seconds = 0, floor_seconds = 0, ps_cpu = 0, raw_cpu = 0, floor_cpu = 0;
   const uint64_t wire_before = cluster.wireBytesOut();
   const uint64_t held_before = floor.heldBytes();
+  // Read outside the timed and CPU-measured spans.
+  bench::TcpCounters ps_tcp, floor_tcp;
+  auto addTcp = [](bench::TcpCounters& sum, const bench::TcpCounters& before) {
+    const bench::TcpCounters after = bench::TcpCounters::now();
+    sum.retransmitted += after.retransmitted - before.retransmitted;
+    sum.out_of_order += after.out_of_order - before.out_of_order;
+  };
   for (auto _ : state) {  // NOLINT(clang-analyzer-deadcode.DeadStores): the benchmark idiom
+    bench::TcpCounters tcp_before = bench::TcpCounters::now();
     double cpu = processCpuSeconds();
     const auto start = std::chrono::steady_clock::now();
     const std::string error = cluster.round();
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ps_cpu += processCpuSeconds() - cpu;
+    addTcp(ps_tcp, tcp_before);
     if (!error.empty()) {
       state.SkipWithError(error.c_str());
       break;  // the loop must end through the iterator once an error is set
@@ -476,9 +490,11 @@ void BM_PsThroughput(benchmark::State& state) {
     cpu = processCpuSeconds();
     raw_seconds += raw.transfer(raw_message, messages);
     raw_cpu += processCpuSeconds() - cpu;
+    tcp_before = bench::TcpCounters::now();
     cpu = processCpuSeconds();
     floor_seconds += floorTransfer();
     floor_cpu += processCpuSeconds() - cpu;
+    addTcp(floor_tcp, tcp_before);
   }
   if (state.error_occurred()) return;
   if (std::string problem = cluster.check(state.iterations() + 1); !problem.empty()) {
@@ -501,6 +517,12 @@ void BM_PsThroughput(benchmark::State& state) {
   state.counters["floor_ratio"] = (floor_bytes / floor_seconds) / (bytes / raw_seconds);
   state.counters["floor_cpu_ratio"] = (raw_cpu / bytes) / (floor_cpu / floor_bytes);
   state.counters["of_floor"] = (bytes / ps_seconds) / (floor_bytes / floor_seconds);
+  state.counters["retrans_per_GB"] = static_cast<double>(ps_tcp.retransmitted) / bytes * 1e9;
+  state.counters["ofo_per_GB"] = static_cast<double>(ps_tcp.out_of_order) / bytes * 1e9;
+  state.counters["floor_retrans_per_GB"] =
+      static_cast<double>(floor_tcp.retransmitted) / floor_bytes * 1e9;
+  state.counters["floor_ofo_per_GB"] =
+      static_cast<double>(floor_tcp.out_of_order) / floor_bytes * 1e9;
   state.counters["floor_held"] =
       static_cast<double>(floor.heldBytes() - held_before) / (floor_bytes / 2);
   state.SetLabel(fmt::format("{} nodes, {} floats/key, {}, {} KiB/msg, window {}, {}", config.nodes,
