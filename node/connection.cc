@@ -21,6 +21,7 @@ void Connection::startFromLoop() {
   if (!open()) return;
   description_ = description_.empty() ? tcp_->peerNameFromLoop() : description_;
   Status status = tcp_->setNoDelayFromLoop();
+  tcp_->sliceWritesByMssFromLoop();
   if (status.ok()) {
     status = tcp_->readStartFromLoop([this] { return decoder_.readBuffer(); },
                                      [this](ssize_t nread) { onReadFromLoop(nread); });

@@ -39,11 +39,12 @@ class Connection {
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
-  // Starts reading and TCP_NODELAY. The socket must be connected.
+  // Starts reading, TCP_NODELAY and the write slice. The socket must be connected.
   void startFromLoop();
   // Queues a frame; `done` fires exactly once (at once with the sticky error when closed).
   // With no write in flight the frame goes to libuv at once; otherwise it waits and every
-  // frame queued meanwhile leaves in one writev when the write in flight completes.
+  // frame queued meanwhile leaves when the write in flight completes, in writes of at most
+  // uv::writeSliceFor(MSS) bytes each.
   void writeFromLoop(SharedFrame frame, std::function<void(const Status&)> done);
   // Closes now; pending writes complete with an error. First error wins; later calls no-op.
   void closeFromLoop(const Status& reason);

@@ -1,17 +1,24 @@
 #include "node/uv_handles.h"
 
 #include <fmt/format.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 
+#include <algorithm>
 #include <cassert>
 
 namespace chorus::node::uv {
 namespace {
 
-// One heap object per write: owns the frame until libuv is done with its bytes.
-struct WriteRequest {
-  uv_write_t request{};
+// One writeFromLoop call: its slices are separate libuv requests, and the last to complete
+// reports for all and frees the batch.
+struct WriteBatch {
   std::vector<SharedFrame> frames;
   Tcp::DoneFn done;
+  std::unique_ptr<uv_write_t[]> requests;
+  size_t outstanding = 0;
+  int first_error = 0;
 };
 
 struct ConnectRequest {
@@ -167,28 +174,84 @@ void Tcp::readStopFromLoop() {
 }
 
 Status Tcp::writeFromLoop(std::vector<SharedFrame> frames, DoneFn done) {
-  auto request = std::make_unique<WriteRequest>();
-  request->frames = std::move(frames);
-  request->done = std::move(done);
-  request->request.data = request.get();
-  // libuv copies this array (not the bytes) into the request; the bytes stay owned by
-  // request->frames. uv_buf_t has no const variant, but libuv never writes through it.
-  std::vector<uv_buf_t> buffers;
-  buffers.reserve(request->frames.size());
-  for (const auto& frame : request->frames) {
-    buffers.push_back(
-        uv_buf_init(const_cast<char*>(reinterpret_cast<const char*>(frame->data())),  // NOLINT
-                    static_cast<unsigned>(frame->size())));
+  size_t slice = write_slice_;
+  if (slice_by_mss_) {
+    size_t total = 0;
+    for (const auto& frame : frames)
+      total += frame->size();
+    // No slice is smaller than one packet, so a smaller write needs no getsockopt.
+    slice = total > kLargestPacketPayload ? writeSliceFor(maxSegmentFromLoop()) : 0;
   }
-  const int rc =
-      uv_write(&request->request, reinterpret_cast<uv_stream_t*>(&handle_), buffers.data(),
-               static_cast<unsigned>(buffers.size()), [](uv_write_t* r, int st) {
-                 std::unique_ptr<WriteRequest> owned(static_cast<WriteRequest*>(r->data));
-                 owned->done(requestStatus(st, "write"));
-               });
-  if (rc != 0) return uvError(rc, "write");
-  (void)request.release();  // owned by libuv until the callback
-  return {};
+  std::vector<std::vector<uv_buf_t>> slices = sliceForWrites(frames, slice);
+  if (slices.empty()) return {ErrorCode::kInvalidArgument, "write of no bytes"};
+  auto batch = std::make_unique<WriteBatch>(WriteBatch{
+      std::move(frames), std::move(done), std::make_unique<uv_write_t[]>(slices.size()), 0, 0});
+  auto complete = [](uv_write_t* r, int st) {
+    auto* owner = static_cast<WriteBatch*>(r->data);
+    if (st != 0 && owner->first_error == 0) owner->first_error = st;
+    if (--owner->outstanding > 0) return;
+    std::unique_ptr<WriteBatch> owned(owner);
+    owned->done(requestStatus(owned->first_error, "write"));
+  };
+  for (size_t i = 0; i < slices.size(); ++i) {
+    uv_write_t* request = &batch->requests[i];
+    request->data = batch.get();
+    // libuv copies the uv_buf_t array (not the bytes) into the request; the bytes stay owned
+    // by batch->frames.
+    const int rc = uv_write(request, reinterpret_cast<uv_stream_t*>(&handle_), slices[i].data(),
+                            static_cast<unsigned>(slices[i].size()), complete);
+    if (rc == 0) {
+      ++batch->outstanding;
+      continue;
+    }
+    if (batch->outstanding == 0) return uvError(rc, "write");  // nothing points to the batch
+    // Slices already queued will complete (failed or cancelled, since the stream is broken)
+    // and the last of them reports this error.
+    if (batch->first_error == 0) batch->first_error = rc;
+    break;
+  }
+  // Owned by libuv until the last slice's callback. The analyzer sees the batch reachable
+  // only from its own requests and calls that a leak.
+  (void)batch.release();
+  return {};  // NOLINT(clang-analyzer-cplusplus.NewDeleteLeaks)
+}
+
+size_t Tcp::maxSegmentFromLoop() {
+  uv_os_fd_t fd{};
+  if (uv_fileno(reinterpret_cast<const uv_handle_t*>(&handle_), &fd) != 0) return 0;
+  int mss = 0;
+  socklen_t length = sizeof(mss);
+  if (::getsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &mss, &length) != 0 || mss <= 0) return 0;
+  return static_cast<size_t>(mss);
+}
+
+std::vector<std::vector<uv_buf_t>> sliceForWrites(const std::vector<SharedFrame>& frames,
+                                                  size_t slice) {
+  std::vector<std::vector<uv_buf_t>> writes;
+  size_t room = 0;  // bytes the last write may still take
+  for (const auto& frame : frames) {
+    // uv_buf_t has no const variant, but libuv never writes through it.
+    auto* bytes = const_cast<char*>(reinterpret_cast<const char*>(frame->data()));  // NOLINT
+    size_t left = frame->size();
+    while (left > 0) {
+      if (writes.empty() || (slice > 0 && room == 0)) {
+        writes.emplace_back();
+        room = slice;
+      }
+      const size_t take = slice > 0 ? std::min(left, room) : left;
+      writes.back().push_back(uv_buf_init(bytes, static_cast<unsigned>(take)));
+      bytes += take;
+      left -= take;
+      if (slice > 0) room -= take;
+    }
+  }
+  return writes;
+}
+
+size_t writeSliceFor(size_t mss) {
+  if (mss == 0) return 0;
+  const size_t segments_per_packet = std::max<size_t>(1, kLargestPacketPayload / mss);
+  return 2 * segments_per_packet * mss;
 }
 
 Status Tcp::shutdownFromLoop(DoneFn done) {

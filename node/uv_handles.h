@@ -130,10 +130,22 @@ class Tcp : public Handle<Tcp, uv_tcp_t> {
   Status connectFromLoop(const sockaddr* address, DoneFn done);
   Status readStartFromLoop(AllocFn alloc, ReadFn read);
   void readStopFromLoop();
-  // Writes the frames back to back with one request (one writev); the request keeps the
-  // frames alive until `done`. On success `done` fires exactly once later; on a returned
-  // error it never fires.
+  // Writes the frames back to back, in writes of at most the write slice each (one writev
+  // each; a frame may span two); the frames stay alive until `done`. On success `done` fires
+  // exactly once later, with the first error of any slice; on a returned error it never fires.
   Status writeFromLoop(std::vector<SharedFrame> frames, DoneFn done);
+  // Caps the bytes of each write at writeSliceFor() the connection's MSS, read again for
+  // every write that may need cutting: the kernel's MSS starts at half the peer's first window
+  // (32 KiB on loopback) and grows during the first exchanges.
+  void sliceWritesByMssFromLoop() { slice_by_mss_ = true; }
+  // Caps the bytes of each write at `bytes` instead (0: one write per writeFromLoop call).
+  void setWriteSliceFromLoop(size_t bytes) {
+    slice_by_mss_ = false;
+    write_slice_ = bytes;
+  }
+  // The connection's current maximum segment size (TCP_MAXSEG), or 0 when the kernel does not
+  // say.
+  size_t maxSegmentFromLoop();
   // Sends FIN after queued writes; same callback contract as writeFromLoop.
   Status shutdownFromLoop(DoneFn done);
   Status setNoDelayFromLoop();
@@ -151,7 +163,29 @@ class Tcp : public Handle<Tcp, uv_tcp_t> {
   std::function<void(const Status&)> on_connection_;
   AllocFn alloc_;
   ReadFn read_;
+  size_t write_slice_ = 0;
+  bool slice_by_mss_ = false;
 };
+
+// The most payload bytes the kernel puts into one packet it hands to the device: a 64 KiB GSO
+// packet less one byte and the room it keeps for headers (Linux's tcp_tso_autosize()).
+inline constexpr size_t kLargestPacketPayload = 64 * 1024 - 1 - 320;
+
+// The buffers of consecutive writes that carry `frames` in order, each write at most `slice`
+// bytes (0: one write). A frame larger than what is left of a write continues in the next.
+std::vector<std::vector<uv_buf_t>> sliceForWrites(const std::vector<SharedFrame>& frames,
+                                                  size_t slice);
+
+// Bytes per write for a connection with this MSS: two of the largest packets TCP builds
+// (whole segments filling at most kLargestPacketPayload, and at least one), or 0 when the MSS
+// is unknown. With BBR, the Linux default on many distributions, the kernel paces each socket
+// itself when the qdisc does not, and a flow that was idle may send two packets at once
+// before the pacing timer holds the rest. A larger write makes its third packet wait for a
+// timer that fires on whichever CPU, so segments of one connection leave from two CPUs and
+// arrive out of order; the reordering lowers BBR's bandwidth estimate and more packets wait
+// for timers. On loopback (MSS 65,483) request/reply traffic in writes of 131,072 bytes ran at
+// half the speed of writes of 130,966, with 15-20 times the pacing timers (bench/README).
+size_t writeSliceFor(size_t mss);
 
 // Formats a sockaddr as "host:port".
 std::string formatAddress(const sockaddr* address);
