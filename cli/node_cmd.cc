@@ -293,10 +293,9 @@ void runTraining(const NodeArgs& args, const NodeSetup& setup, const std::string
   // peers may send models or requests, and the handlers must be in place by then.
   run::NodeJob job;
   try {
-    job = run::prepareNodeJob(args.run, run::loadRunData(args.run), self,
-                              static_cast<int>(topo.nodes.size()), setup.me->stragglers);
     // This process runs one node: the other nodes' samples need not stay in memory.
-    (void)run::compactToShard(job);
+    job = run::prepareNodeProcessJob(args.run, run::loadRunSplit(args.run), self,
+                                     static_cast<int>(topo.nodes.size()), setup.me->stragglers);
   } catch (const std::invalid_argument& e) {
     throw CommandFailure(2, fmt::format("node {}: {}", self, e.what()));
   } catch (const std::exception& e) {

@@ -155,10 +155,14 @@ void validateRunOptions(const RunOptions& o) {
   faults::StragglerProfile::parse(o.stragglers);
 }
 
-std::shared_ptr<const ml::DataSplit> loadRunData(const RunOptions& options) {
+ml::DataSplit loadRunSplit(const RunOptions& options) {
   ml::DataOptions data = options.data;
   data.syntheticSeed = options.seed;
-  return std::make_shared<const ml::DataSplit>(ml::loadDataset(data));
+  return ml::loadDataset(data);
+}
+
+std::shared_ptr<const ml::DataSplit> loadRunData(const RunOptions& options) {
+  return std::make_shared<const ml::DataSplit>(loadRunSplit(options));
 }
 
 NodeJob prepareNodeJob(const RunOptions& options, std::shared_ptr<const ml::DataSplit> data,
@@ -233,28 +237,33 @@ std::string nodeMetricsPath(const std::string& dir, uint32_t node_id) {
   return (std::filesystem::path(dir) / fmt::format("node-{}.jsonl", node_id)).string();
 }
 
-size_t compactToShard(NodeJob& job) {
-  const ml::Dataset& train = job.data->train;
-  if (job.shard.size() == train.size()) return 0;
-  auto compact = std::make_shared<ml::DataSplit>();
-  compact->source = job.data->source;
-  compact->test = job.data->test;
-  ml::Dataset& kept = compact->train;
-  kept.name = train.name;
-  kept.shape = train.shape;
-  kept.classes = train.classes;
-  kept.features.reserve(job.shard.size() * train.dim());
-  kept.labels.reserve(job.shard.size());
+NodeJob prepareNodeProcessJob(const RunOptions& options, ml::DataSplit data, uint32_t node_id,
+                              int nodes, std::string_view node_stragglers) {
+  // Not const, so that the test set can be moved out once the job no longer shares it.
+  auto full = std::make_shared<ml::DataSplit>(std::move(data));
+  NodeJob job = prepareNodeJob(options, full, node_id, nodes, node_stragglers);
+  const ml::Dataset& train = full->train;
+  if (job.shard.size() == train.size()) return job;  // one node: everything is its shard
+  job.data.reset();
+  auto kept = std::make_shared<ml::DataSplit>();
+  kept->source = full->source;
+  ml::Dataset& shard = kept->train;
+  shard.name = train.name;
+  shard.shape = train.shape;
+  shard.classes = train.classes;
+  shard.features.reserve(job.shard.size() * train.dim());
+  shard.labels.reserve(job.shard.size());
   for (size_t index : job.shard) {
     const std::span<const float> sample = train.sample(index);
-    kept.features.insert(kept.features.end(), sample.begin(), sample.end());
-    kept.labels.push_back(train.labels[index]);
+    shard.features.insert(shard.features.end(), sample.begin(), sample.end());
+    shard.labels.push_back(train.labels[index]);
   }
-  const size_t dropped = train.size() - job.shard.size();
+  kept->test = std::move(full->test);
+  full.reset();  // the other nodes' samples
   // The sampler shuffles positions, not values: position p now holds what shard[p] held.
   std::iota(job.shard.begin(), job.shard.end(), size_t{0});
-  job.data = std::move(compact);
-  return dropped;
+  job.data = std::move(kept);
+  return job;
 }
 
 ShardBatcher::ShardBatcher(const ml::Dataset& train, std::vector<size_t> shard, size_t batch,

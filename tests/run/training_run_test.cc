@@ -199,15 +199,17 @@ TEST(NodeJob, EveryNodeStartsFromTheSameModelOnItsOwnDisjointShard) {
 
 // A node process keeps only its shard in memory, and draws exactly the batches it drew from
 // the whole training set.
-TEST(NodeJob, CompactingToTheShardKeepsEveryBatch) {
+TEST(NodeJob, ANodeProcessKeepsItsShardAndDrawsEveryBatch) {
   NodeJob full = prepareNodeJob(options(), data(), 1, 3, "");
-  NodeJob compact = prepareNodeJob(options(), data(), 1, 3, "");
-  const size_t shard = compact.shard.size();
-  EXPECT_EQ(compactToShard(compact), data()->train.size() - shard);
-  EXPECT_EQ(compact.data->train.size(), shard);
+  NodeJob compact = prepareNodeProcessJob(options(), *data(), 1, 3, "");
+  ASSERT_EQ(compact.shard.size(), full.shard.size());
+  EXPECT_EQ(compact.data->train.size(), full.shard.size());
   EXPECT_EQ(compact.data->train.dim(), data()->train.dim());
   EXPECT_EQ(compact.data->test.features, data()->test.features);
   EXPECT_EQ(compact.data->test.labels, data()->test.labels);
+  EXPECT_EQ(compact.rounds, full.rounds);
+  EXPECT_TRUE(std::equal(full.model->params().begin(), full.model->params().end(),
+                         compact.model->params().begin()));
   ShardBatcher before(full.data->train, full.shard, 16, 5);
   ShardBatcher after(compact.data->train, compact.shard, 16, 5);
   ml::Matrix a, b;
@@ -219,9 +221,13 @@ TEST(NodeJob, CompactingToTheShardKeepsEveryBatch) {
     ASSERT_EQ(la, lb) << "batch " << i;
     ASSERT_TRUE(a == b) << "batch " << i;
   }
-  // A job that already holds only its shard is left alone.
-  EXPECT_EQ(compactToShard(compact), 0u);
-  EXPECT_EQ(compact.data->train.size(), shard);
+}
+
+TEST(NodeJob, ASingleNodeProcessKeepsTheWholeTrainingSet) {
+  NodeJob job = prepareNodeProcessJob(options(), *data(), 0, 1, "");
+  EXPECT_EQ(job.data->train.size(), data()->train.size());
+  EXPECT_EQ(job.data->test.labels, data()->test.labels);
+  EXPECT_EQ(job.shard.size(), data()->train.size());
 }
 
 TEST(NodeJob, RoundsFromEpochsOfAnAverageShardAndCombinedStragglers) {
