@@ -44,6 +44,7 @@ struct NodeArgs {
   double ping_timeout_s = 30;
   double linger_s = 5;
   uint32_t heartbeat_ms = 500;
+  uint32_t write_slice_packets = 2;
   uint32_t peer_timeout_ms = 5000;
   uint32_t max_frame_mib = 256;
   std::string mode;  // ping | consensus | ps; empty: the topology's mode
@@ -165,6 +166,7 @@ NodeSetup setUpNode(const NodeArgs& args, spdlog::level::level_enum level) {
     options.members.push_back(n.id);
   options.max_frame_bytes = args.max_frame_mib << 20;
   options.heartbeat_interval = milliseconds(args.heartbeat_ms);
+  options.write_slice_packets = args.write_slice_packets;
   options.peer_timeout = milliseconds(args.peer_timeout_ms);
   options.log_level = level;
   options.cluster_ready_timeout = secondsToMs(args.ready_timeout_s);
@@ -548,6 +550,11 @@ void addNodeCommands(CLI::App& app) {
   cmd->add_option("--heartbeat-ms", args->heartbeat_ms,
                   "Heartbeat interval when nothing else is sent")
       ->check(CLI::Range(1u, 3'600'000u))
+      ->capture_default_str();
+  cmd->add_option("--write-slice-packets", args->write_slice_packets,
+                  "Each socket write carries at most this many TCP packets (0: no cut). 2 keeps "
+                  "Linux's BBR from pacing large writes on loopback; see bench/README.md")
+      ->check(CLI::Range(0u, static_cast<uint32_t>(node::kMaxWriteSlicePackets)))
       ->capture_default_str();
   cmd->add_option("--peer-timeout-ms", args->peer_timeout_ms,
                   "Silence after which a peer is reported down")

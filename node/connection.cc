@@ -21,7 +21,7 @@ void Connection::startFromLoop() {
   if (!open()) return;
   description_ = description_.empty() ? tcp_->peerNameFromLoop() : description_;
   Status status = tcp_->setNoDelayFromLoop();
-  tcp_->sliceWritesByMssFromLoop();
+  tcp_->sliceWritesByMssFromLoop(write_slice_packets_);
   if (status.ok()) {
     status = tcp_->readStartFromLoop([this] { return decoder_.readBuffer(); },
                                      [this](ssize_t nread) { onReadFromLoop(nread); });

@@ -39,12 +39,14 @@ class Connection {
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
+  // Writes of at most this many TCP packets (uv::writeSliceFor; 0: uncut). Set before start.
+  void setWriteSlicePackets(size_t packets) { write_slice_packets_ = packets; }
   // Starts reading, TCP_NODELAY and the write slice. The socket must be connected.
   void startFromLoop();
   // Queues a frame; `done` fires exactly once (at once with the sticky error when closed).
   // With no write in flight the frame goes to libuv at once; otherwise it waits and every
   // frame queued meanwhile leaves when the write in flight completes, in writes of at most
-  // uv::writeSliceFor(MSS) bytes each.
+  // uv::writeSliceFor(MSS, packets) bytes each.
   void writeFromLoop(SharedFrame frame, std::function<void(const Status&)> done);
   // Closes now; pending writes complete with an error. First error wins; later calls no-op.
   void closeFromLoop(const Status& reason);
@@ -94,6 +96,7 @@ class Connection {
   Hooks hooks_;
   Status error_;
   size_t queued_bytes_ = 0;  // pending + in flight
+  size_t write_slice_packets_ = 2;
   std::vector<PendingWrite> pending_;
   int writes_in_flight_ = 0;
   std::string description_;

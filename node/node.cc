@@ -135,6 +135,10 @@ Status validateOptions(const NodeOptions& o) {
   if (o.dial_backoff_initial > o.dial_backoff_max) {
     return bad("dial_backoff_initial must not exceed dial_backoff_max");
   }
+  if (o.write_slice_packets > kMaxWriteSlicePackets) {
+    return bad(fmt::format("write_slice_packets {} is above {}", o.write_slice_packets,
+                           kMaxWriteSlicePackets));
+  }
   if (o.low_watermark > o.high_watermark || o.high_watermark == 0) {
     return bad("watermarks need 0 <= low_watermark <= high_watermark and high_watermark > 0");
   }
@@ -432,6 +436,7 @@ class Node::Impl {
     auto connection = std::make_unique<Connection>(loop_.uvLoop(), std::move(tcp), role, limits_,
                                                    std::move(hooks));
     Connection* raw = connection.get();
+    raw->setWriteSlicePackets(options_.write_slice_packets);
     connections_.emplace(raw, std::move(connection));
     std::lock_guard lock(mutex_);
     open_connections_ = connections_.size();

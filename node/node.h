@@ -30,6 +30,9 @@ struct PeerAddress {
   uint16_t port = 0;
 };
 
+// The largest NodeOptions::write_slice_packets: 1024 packets are 64 MiB, more than any batch.
+inline constexpr size_t kMaxWriteSlicePackets = 1024;
+
 // Everything a node needs to know; tests shrink the timings to reach edge cases quickly.
 struct NodeOptions {
   std::string cluster;  // cluster name; peers with another name are refused
@@ -49,6 +52,9 @@ struct NodeOptions {
   std::chrono::milliseconds dial_backoff_max{2000};
   size_t high_watermark = 64u << 20;  // queued bytes at which a peer becomes slow
   size_t low_watermark = 16u << 20;   // queued bytes at which a slow peer is drained
+  // Each socket write carries at most this many TCP packets (0: a batch goes in one write).
+  // Two keeps Linux's BBR from pacing large writes on loopback (uv::writeSliceFor).
+  size_t write_slice_packets = 2;
   spdlog::level::level_enum log_level = spdlog::level::info;
   std::vector<spdlog::sink_ptr> log_sinks;  // empty: stderr
 };

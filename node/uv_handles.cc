@@ -175,12 +175,14 @@ void Tcp::readStopFromLoop() {
 
 Status Tcp::writeFromLoop(std::vector<SharedFrame> frames, DoneFn done) {
   size_t slice = write_slice_;
-  if (slice_by_mss_) {
+  if (slice_packets_ > 0) {
     size_t total = 0;
     for (const auto& frame : frames)
       total += frame->size();
-    // No slice is smaller than one packet, so a smaller write needs no getsockopt.
-    slice = total > kLargestPacketPayload ? writeSliceFor(maxSegmentFromLoop()) : 0;
+    // A write no slice can be smaller than needs no getsockopt.
+    slice = total > slice_packets_ * kSmallestPacketPayload
+                ? writeSliceFor(maxSegmentFromLoop(), slice_packets_)
+                : 0;
   }
   std::vector<std::vector<uv_buf_t>> slices = sliceForWrites(frames, slice);
   if (slices.empty()) return {ErrorCode::kInvalidArgument, "write of no bytes"};
@@ -248,10 +250,10 @@ std::vector<std::vector<uv_buf_t>> sliceForWrites(const std::vector<SharedFrame>
   return writes;
 }
 
-size_t writeSliceFor(size_t mss) {
+size_t writeSliceFor(size_t mss, size_t packets) {
   if (mss == 0) return 0;
   const size_t segments_per_packet = std::max<size_t>(1, kLargestPacketPayload / mss);
-  return 2 * segments_per_packet * mss;
+  return packets * segments_per_packet * mss;
 }
 
 Status Tcp::shutdownFromLoop(DoneFn done) {

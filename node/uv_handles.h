@@ -134,13 +134,13 @@ class Tcp : public Handle<Tcp, uv_tcp_t> {
   // each; a frame may span two); the frames stay alive until `done`. On success `done` fires
   // exactly once later, with the first error of any slice; on a returned error it never fires.
   Status writeFromLoop(std::vector<SharedFrame> frames, DoneFn done);
-  // Caps the bytes of each write at writeSliceFor() the connection's MSS, read again for
-  // every write that may need cutting: the kernel's MSS starts at half the peer's first window
-  // (32 KiB on loopback) and grows during the first exchanges.
-  void sliceWritesByMssFromLoop() { slice_by_mss_ = true; }
+  // Caps the bytes of each write at writeSliceFor(MSS, packets), the MSS read again for every
+  // write that may need cutting: the kernel's MSS starts at half the peer's first window
+  // (32 KiB on loopback) and grows during the first exchanges. 0 packets: no cap.
+  void sliceWritesByMssFromLoop(size_t packets) { slice_packets_ = packets; }
   // Caps the bytes of each write at `bytes` instead (0: one write per writeFromLoop call).
   void setWriteSliceFromLoop(size_t bytes) {
-    slice_by_mss_ = false;
+    slice_packets_ = 0;
     write_slice_ = bytes;
   }
   // The connection's current maximum segment size (TCP_MAXSEG), or 0 when the kernel does not
@@ -164,28 +164,31 @@ class Tcp : public Handle<Tcp, uv_tcp_t> {
   AllocFn alloc_;
   ReadFn read_;
   size_t write_slice_ = 0;
-  bool slice_by_mss_ = false;
+  size_t slice_packets_ = 0;  // > 0: the cap follows the MSS
 };
 
 // The most payload bytes the kernel puts into one packet it hands to the device: a 64 KiB GSO
 // packet less one byte and the room it keeps for headers (Linux's tcp_tso_autosize()).
 inline constexpr size_t kLargestPacketPayload = 64 * 1024 - 1 - 320;
+// No packet of whole segments filling at most kLargestPacketPayload carries less than this.
+inline constexpr size_t kSmallestPacketPayload = kLargestPacketPayload / 2;
 
 // The buffers of consecutive writes that carry `frames` in order, each write at most `slice`
 // bytes (0: one write). A frame larger than what is left of a write continues in the next.
 std::vector<std::vector<uv_buf_t>> sliceForWrites(const std::vector<SharedFrame>& frames,
                                                   size_t slice);
 
-// Bytes per write for a connection with this MSS: two of the largest packets TCP builds
-// (whole segments filling at most kLargestPacketPayload, and at least one), or 0 when the MSS
-// is unknown. With BBR, the Linux default on many distributions, the kernel paces each socket
-// itself when the qdisc does not, and a flow that was idle may send two packets at once
-// before the pacing timer holds the rest. A larger write makes its third packet wait for a
-// timer that fires on whichever CPU, so segments of one connection leave from two CPUs and
-// arrive out of order; the reordering lowers BBR's bandwidth estimate and more packets wait
-// for timers. On loopback (MSS 65,483) request/reply traffic in writes of 131,072 bytes ran at
-// half the speed of writes of 130,966, with 15-20 times the pacing timers (bench/README).
-size_t writeSliceFor(size_t mss);
+// Bytes per write for a connection with this MSS: `packets` of the largest packets TCP builds
+// (whole segments filling at most kLargestPacketPayload, and at least one), or 0 (no cap) when
+// the MSS is unknown or `packets` is 0. Two is the default (NodeOptions::write_slice_packets).
+// With BBR, the Linux default on many distributions, the kernel paces each socket itself when
+// the qdisc does not, and a flow that was idle may send two packets at once before the pacing
+// timer holds the rest. A larger write makes its third packet wait for a timer that fires on
+// whichever CPU, so segments of one connection leave from two CPUs and arrive out of order; the
+// reordering lowers BBR's bandwidth estimate and more packets wait for timers. On loopback
+// (MSS 65,483) request/reply traffic in writes of 131,072 bytes ran at half the speed of
+// writes of 130,966, with 15-20 times the pacing timers (bench/README).
+size_t writeSliceFor(size_t mss, size_t packets);
 
 // Formats a sockaddr as "host:port".
 std::string formatAddress(const sockaddr* address);

@@ -46,6 +46,7 @@ TEST(ChorusCli, BadFlagsExitTwoAndNameTheFlag) {
       {{"node", "--down-timeout", "-3"}, "--down-timeout: must be >= 0, not -3"},
       {{"node", "--ready-timeout", "0"}, "--ready-timeout: must be > 0, not 0"},
       {{"node", "--linger", "soon"}, "--linger: 'soon' is not a number"},
+      {{"node", "--write-slice-packets", "5000"}, "--write-slice-packets"},
   };
   for (const auto& [args, message] : cases) {
     std::vector<std::string> argv{chorusBinary()};

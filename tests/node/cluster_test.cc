@@ -207,6 +207,9 @@ TEST(Cluster, OptionsAreValidated) {
   o.low_watermark = o.high_watermark + 1;
   EXPECT_EQ(validateOptions(o).code(), ErrorCode::kInvalidArgument);
   o = fastOptions("x", 0, {0, 1});
+  o.write_slice_packets = kMaxWriteSlicePackets + 1;
+  EXPECT_NE(validateOptions(o).message().find("write_slice_packets"), std::string::npos);
+  o = fastOptions("x", 0, {0, 1});
   ASSERT_TRUE(validateOptions(o).ok());
   Node ok(o);
   ASSERT_TRUE(ok.listen().ok());
@@ -421,6 +424,53 @@ TEST(Cluster, BackpressureRaisesSlowThenDrained) {
   EXPECT_EQ(node.loopCloseResult(), 0);
 }
 
+// Whatever the write slice, frames of several packets arrive whole and in order.
+TEST(Cluster, LargeFramesArriveWholeWithAnyWriteSlice) {
+  for (size_t packets : {size_t{0}, size_t{1}, size_t{2}, size_t{7}}) {
+    SCOPED_TRACE(packets);
+    NodeOptions o = fastOptions("iota", 1, {0, 1});
+    o.peer_timeout = 30s;  // the raw peer sends no heartbeats
+    o.write_slice_packets = packets;
+    o.log_level = spdlog::level::warn;
+    Node node(o);
+    ASSERT_TRUE(node.listen().ok());
+    ASSERT_TRUE(node.connect({{0, "", 0}}).ok());
+    RawPeer raw(node.port());
+    ASSERT_TRUE(raw.handshake("iota", 0));
+    ASSERT_TRUE(node.waitClusterReady(kSoon).ok());
+    constexpr int kFrames = 6;
+    for (int f = 0; f < kFrames; ++f) {
+      // 1 MiB, 40 bytes and 300 KiB in turn: batches mix frames above and below a slice.
+      std::vector<float> values(f % 3 == 0 ? 256 * 1024 : (f % 3 == 1 ? 10 : 75 * 1024));
+      for (size_t i = 0; i < values.size(); ++i)
+        values[i] = static_cast<float>(f * 1000 + static_cast<int>(i % 997));
+      node.send(0, node.encode(wire::Body::Tensor, [&](flatbuffers::FlatBufferBuilder& b) {
+        return wire::CreateTensorDirect(b, static_cast<uint64_t>(f), &values).Union();
+      }));
+    }
+    int seen = 0;
+    while (seen < kFrames) {
+      auto frame = raw.readFrame();
+      ASSERT_TRUE(frame.has_value());
+      ASSERT_TRUE(verifyFrame(frame->data(), frame->size(), FrameLimits{}).ok());
+      const auto* e = &envelopeOf(frame->data());
+      if (e->body_type() != wire::Body::Tensor) continue;
+      const auto* tensor = e->body_as_Tensor();
+      ASSERT_EQ(tensor->tag(), static_cast<uint64_t>(seen));
+      const size_t expected = seen % 3 == 0 ? 256 * 1024 : (seen % 3 == 1 ? 10 : 75 * 1024);
+      ASSERT_EQ(tensor->values()->size(), expected);
+      for (size_t i = 0; i < expected; ++i) {
+        ASSERT_EQ(tensor->values()->Get(static_cast<flatbuffers::uoffset_t>(i)),
+                  static_cast<float>(seen * 1000 + static_cast<int>(i % 997)))
+            << "frame " << seen << " value " << i;
+      }
+      ++seen;
+    }
+    node.shutdown(200ms);
+    EXPECT_EQ(node.loopCloseResult(), 0);
+  }
+}
+
 // Starts test_node itself as node 0 in a child process.
 pid_t spawnChildNode(const std::string& cluster, NodeId self, NodeId members,
                      const std::vector<std::string>& peers) {
@@ -433,6 +483,7 @@ pid_t spawnChildNode(const std::string& cluster, NodeId self, NodeId members,
     prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the test
     if (getppid() != parent) _exit(4);
     std::vector<char*> argv;
+    argv.reserve(args.size() + 1);
     for (auto& a : args)
       argv.push_back(a.data());
     argv.push_back(nullptr);

@@ -63,12 +63,22 @@ TEST(SliceForWrites, NoSliceKeepsOneWriteWithOneBufferPerFrame) {
 }
 
 TEST(WriteSliceFor, TwoOfTheLargestPacketsOfWholeSegments) {
-  EXPECT_EQ(uv::writeSliceFor(65'483), 2U * 65'483);     // loopback: one segment per packet
-  EXPECT_EQ(uv::writeSliceFor(32'768), 2U * 32'768);     // loopback's first MSS: still one
-  EXPECT_EQ(uv::writeSliceFor(1'448), 2U * 45 * 1'448);  // Ethernet: 45 segments per packet
-  EXPECT_EQ(uv::writeSliceFor(8'948), 2U * 7 * 8'948);   // jumbo frames
-  EXPECT_EQ(uv::writeSliceFor(100'000), 200'000U);       // a segment beyond 64 KiB still counts
-  EXPECT_EQ(uv::writeSliceFor(0), 0U);                   // unknown MSS: no cap
+  EXPECT_EQ(uv::writeSliceFor(65'483, 2), 2U * 65'483);     // loopback: one segment per packet
+  EXPECT_EQ(uv::writeSliceFor(32'768, 2), 2U * 32'768);     // loopback's first MSS: still one
+  EXPECT_EQ(uv::writeSliceFor(1'448, 2), 2U * 45 * 1'448);  // Ethernet: 45 segments per packet
+  EXPECT_EQ(uv::writeSliceFor(8'948, 2), 2U * 7 * 8'948);   // jumbo frames
+  EXPECT_EQ(uv::writeSliceFor(100'000, 2), 200'000U);       // a segment beyond 64 KiB still counts
+  EXPECT_EQ(uv::writeSliceFor(0, 2), 0U);                   // unknown MSS: no cap
+}
+
+TEST(WriteSliceFor, OtherPacketCountsAndNone) {
+  EXPECT_EQ(uv::writeSliceFor(65'483, 1), 65'483U);
+  EXPECT_EQ(uv::writeSliceFor(1'448, 4), 4U * 45 * 1'448);
+  EXPECT_EQ(uv::writeSliceFor(1'448, 0), 0U);
+  // The smallest packet bounds every slice from below, which lets a small write skip the MSS.
+  for (size_t mss : {536U, 1'448U, 9'000U, 32'607U, 32'608U, 32'768U, 65'483U, 70'000U}) {
+    EXPECT_GE(uv::writeSliceFor(mss, 1), uv::kSmallestPacketPayload) << "MSS " << mss;
+  }
 }
 
 // A listener, a dialer and the accepted end on one loop run by the test thread.
