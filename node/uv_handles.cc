@@ -179,7 +179,7 @@ Status Tcp::writeFromLoop(std::vector<SharedFrame> frames, DoneFn done) {
     size_t total = 0;
     for (const auto& frame : frames)
       total += frame->size();
-    // A write no slice can be smaller than needs no getsockopt.
+    // A batch smaller than the smallest possible slice is never cut: no getsockopt for it.
     slice = total > slice_packets_ * kSmallestPacketPayload
                 ? writeSliceFor(maxSegmentFromLoop(), slice_packets_)
                 : 0;
