@@ -112,7 +112,8 @@ std::vector<NodeId> freshestFirst(std::vector<std::pair<NodeId, Clock>> reads);
 class PsPeer {
  public:
   // Installs the PS handlers and the event handler on `node`; the node must be shut down
-  // before this object is destroyed. Throws std::invalid_argument for bad options.
+  // before this object is destroyed, and destroyed after it (a ticker thread posts to the node
+  // until the destructor joins it). Throws std::invalid_argument for bad options.
   // `members` are every id of the cluster, self included.
   PsPeer(node::Node& node, run::NodeJob job, std::vector<NodeId> members, PsOptions options);
   ~PsPeer();

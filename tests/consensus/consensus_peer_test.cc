@@ -353,8 +353,11 @@ TEST(ConsensusPeer, WaitAllOnACompleteGraphComputesWhatPsBspComputes) {
 
   std::vector<float> ps_model;
   {
-    std::vector<std::unique_ptr<ps::PsPeer>> peers;  // outlives the cluster's nodes
     Cluster cluster(kNodes);
+    // Each PsPeer's ticker thread posts to its node until the peer is destroyed, and each node
+    // calls into its peer until the node is shut down. So: nodes shut down, then peers
+    // destroyed, then nodes destroyed (the cluster, declared first, goes last).
+    std::vector<std::unique_ptr<ps::PsPeer>> peers;
     std::vector<NodeId> members;
     for (NodeId i = 0; i < kNodes; ++i)
       members.push_back(i);
@@ -375,6 +378,9 @@ TEST(ConsensusPeer, WaitAllOnACompleteGraphComputesWhatPsBspComputes) {
       EXPECT_EQ(r.clocks_done, kRounds);
       if (!r.owner_model.empty()) ps_model = r.owner_model;  // node 0 reads it
     }
+    for (NodeId i = 0; i < kNodes; ++i)
+      cluster.node(i).shutdown(0ms);
+    peers.clear();
   }
 
   ASSERT_EQ(consensus_model.size(), initial.size());
