@@ -439,11 +439,16 @@ TEST(Cluster, LargeFramesArriveWholeWithAnyWriteSlice) {
     ASSERT_TRUE(raw.handshake("iota", 0));
     ASSERT_TRUE(node.waitClusterReady(kSoon).ok());
     constexpr int kFrames = 6;
-    for (int f = 0; f < kFrames; ++f) {
-      // 1 MiB, 40 bytes and 300 KiB in turn: batches mix frames above and below a slice.
+    // Frame f's values: 1 MiB, 40 bytes and 300 KiB in turn, so that batches mix frames above
+    // and below a slice.
+    auto valuesOf = [](int f) {
       std::vector<float> values(f % 3 == 0 ? 256 * 1024 : (f % 3 == 1 ? 10 : 75 * 1024));
       for (size_t i = 0; i < values.size(); ++i)
         values[i] = static_cast<float>(f * 1000 + static_cast<int>(i % 997));
+      return values;
+    };
+    for (int f = 0; f < kFrames; ++f) {
+      const std::vector<float> values = valuesOf(f);
       node.send(0, node.encode(wire::Body::Tensor, [&](flatbuffers::FlatBufferBuilder& b) {
         return wire::CreateTensorDirect(b, static_cast<uint64_t>(f), &values).Union();
       }));
@@ -457,11 +462,10 @@ TEST(Cluster, LargeFramesArriveWholeWithAnyWriteSlice) {
       if (e->body_type() != wire::Body::Tensor) continue;
       const auto* tensor = e->body_as_Tensor();
       ASSERT_EQ(tensor->tag(), static_cast<uint64_t>(seen));
-      const size_t expected = seen % 3 == 0 ? 256 * 1024 : (seen % 3 == 1 ? 10 : 75 * 1024);
-      ASSERT_EQ(tensor->values()->size(), expected);
-      for (size_t i = 0; i < expected; ++i) {
-        ASSERT_EQ(tensor->values()->Get(static_cast<flatbuffers::uoffset_t>(i)),
-                  static_cast<float>(seen * 1000 + static_cast<int>(i % 997)))
+      const std::vector<float> expected = valuesOf(seen);
+      ASSERT_EQ(tensor->values()->size(), expected.size());
+      for (size_t i = 0; i < expected.size(); ++i) {
+        ASSERT_EQ(tensor->values()->Get(static_cast<flatbuffers::uoffset_t>(i)), expected[i])
             << "frame " << seen << " value " << i;
       }
       ++seen;
