@@ -56,11 +56,41 @@ void Connection::writeFromLoop(SharedFrame frame, std::function<void(const Statu
     if (done) done(error_);
     return;
   }
-  queued_bytes_ += frame->size();
-  pending_.push_back({std::move(frame), std::move(done)});
+  queueFromLoop({std::move(frame), std::move(done)});
+}
+
+void Connection::queueFromLoop(PendingWrite write) {
+  queued_bytes_ += write.frame->size();
+  pending_.push_back(std::move(write));
   last_send = Clock::now();
   if (writes_in_flight_ == 0) flushFromLoop();
   if (hooks_.on_queue_changed) hooks_.on_queue_changed(*this);
+}
+
+void Connection::writeTransientFromLoop(const SharedFrame& frame,
+                                        std::function<void(const Status&)> done) {
+  assert(EventLoop::onThreadOf(loop_));
+  if (!open()) {
+    if (done) done(error_);
+    return;
+  }
+  size_t written = 0;
+  // Only with nothing queued or in flight may bytes go straight to the socket.
+  if (pending_.empty() && writes_in_flight_ == 0 && tcp_->writeQueueSize() == 0) {
+    const Status status = tcp_->tryWriteFromLoop(frame, &written);
+    if (!status.ok()) {
+      if (done) done(status);
+      closeFromLoop(status);
+      return;
+    }
+    last_send = Clock::now();
+    if (written == frame->size()) {
+      if (hooks_.on_bytes_out) hooks_.on_bytes_out(*this, written);
+      if (done) done({});
+      return;
+    }
+  }
+  queueFromLoop({frame->tailCopy(written), std::move(done), written});
 }
 
 void Connection::flushFromLoop() {
@@ -77,7 +107,9 @@ void Connection::flushFromLoop() {
     const Status outcome = st.ok() ? st : (error_.ok() ? st : error_);
     for (auto& write : *batch) {
       queued_bytes_ -= write.frame->size();
-      if (st.ok() && hooks_.on_bytes_out) hooks_.on_bytes_out(*this, write.frame->size());
+      if (st.ok() && hooks_.on_bytes_out) {
+        hooks_.on_bytes_out(*this, write.written_before + write.frame->size());
+      }
     }
     // Flow-control events first, so a sender that waits for its callbacks also sees them.
     if (hooks_.on_queue_changed) hooks_.on_queue_changed(*this);

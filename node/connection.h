@@ -41,6 +41,8 @@ class Connection {
 
   // Writes of at most this many TCP packets (uv::writeSliceFor; 0: uncut). Set before start.
   void setWriteSlicePackets(size_t packets) { write_slice_packets_ = packets; }
+  // Where inbound attachments go (FrameDecoder::setPlacer). Set before start.
+  void setPlacer(FrameDecoder::Placer placer) { decoder_.setPlacer(std::move(placer)); }
   // Starts reading, TCP_NODELAY and the write slice. The socket must be connected.
   void startFromLoop();
   // Queues a frame; `done` fires exactly once (at once with the sticky error when closed).
@@ -48,6 +50,9 @@ class Connection {
   // frame queued meanwhile leaves when the write in flight completes, in writes of at most
   // uv::writeSliceFor(MSS, packets) bytes each.
   void writeFromLoop(SharedFrame frame, std::function<void(const Status&)> done);
+  // The same for a frame whose attachment may change once this returns: when nothing is queued
+  // the socket takes what it can at once, and whatever it did not take is copied and queued.
+  void writeTransientFromLoop(const SharedFrame& frame, std::function<void(const Status&)> done);
   // Closes now; pending writes complete with an error. First error wins; later calls no-op.
   void closeFromLoop(const Status& reason);
   // Records `reason`, stops reading, lets queued writes drain, sends FIN, then closes.
@@ -81,9 +86,11 @@ class Connection {
   struct PendingWrite {
     SharedFrame frame;
     std::function<void(const Status&)> done;
+    size_t written_before = 0;  // bytes of the same frame the socket took at once
   };
   // Hands every pending frame to libuv as one request.
   void flushFromLoop();
+  void queueFromLoop(PendingWrite write);
   void failPendingFromLoop();
   void onReadFromLoop(ssize_t nread);
   void releaseFromLoop();

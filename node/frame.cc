@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
+#include <stdexcept>
 
 namespace chorus::node {
 namespace {
@@ -11,6 +13,9 @@ namespace {
 // Reads below this many remaining bytes go through the scratch buffer, so several small frames
 // are taken per read; larger remainders are read straight into the frame's own buffer.
 constexpr size_t kScratchBytes = 64 * 1024;
+// Attachment pieces with at least this much left are read in place, even when that takes a
+// read per piece: each such read saves a copy of the piece out of the scratch buffer.
+constexpr size_t kDirectAttachmentBytes = 4 * 1024;
 
 std::string printableIdentifier(const uint8_t* p) {
   std::string out;
@@ -27,16 +32,70 @@ std::string printableIdentifier(const uint8_t* p) {
 
 }  // namespace
 
+OutboundFrame::OutboundFrame(flatbuffers::DetachedBuffer buffer, uint64_t sequence,
+                             wire::Body body_type, Attachment attachment)
+    : buffer_(std::move(buffer)),
+      sequence_(sequence),
+      body_type_(body_type),
+      attachment_(std::move(attachment)) {
+  std::erase_if(attachment_, [](std::span<const uint8_t> piece) { return piece.empty(); });
+  for (const auto& piece : attachment_)
+    attachment_bytes_ += piece.size();
+}
+
+std::vector<std::span<const uint8_t>> OutboundFrame::pieces() const {
+  std::vector<std::span<const uint8_t>> all;
+  all.reserve(1 + attachment_.size());
+  all.emplace_back(buffer_.data(), buffer_.size());
+  all.insert(all.end(), attachment_.begin(), attachment_.end());
+  return all;
+}
+
+std::shared_ptr<const OutboundFrame> OutboundFrame::tailCopy(size_t from) const {
+  const size_t bytes = size() - std::min(from, size());
+  // A DetachedBuffer without an allocator frees its bytes with delete[].
+  auto* copy = new uint8_t[std::max<size_t>(bytes, 1)];
+  uint8_t* out = copy;
+  size_t skip = from;
+  for (const auto& piece : pieces()) {
+    if (skip >= piece.size()) {
+      skip -= piece.size();
+      continue;
+    }
+    out = std::copy(piece.begin() + static_cast<ptrdiff_t>(skip), piece.end(), out);
+    skip = 0;
+  }
+  return std::make_shared<const OutboundFrame>(
+      flatbuffers::DetachedBuffer(nullptr, false, copy, std::max<size_t>(bytes, 1), copy, bytes),
+      sequence_, body_type_);
+}
+
 SharedFrame encodeFrame(const EnvelopeHeader& header, wire::Body body_type,
-                        const BodyWriter& write_body, size_t size_hint) {
+                        const BodyWriter& write_body, size_t size_hint, Attachment attachment) {
+  size_t attachment_bytes = 0;
+  for (const auto& piece : attachment)
+    attachment_bytes += piece.size();
+  if (attachment_bytes > std::numeric_limits<uint32_t>::max()) {
+    throw std::invalid_argument(
+        fmt::format("an attachment of {} bytes does not fit a frame", attachment_bytes));
+  }
   flatbuffers::FlatBufferBuilder builder(std::max<size_t>(size_hint + 256, 1024));
   const flatbuffers::Offset<void> body = write_body ? write_body(builder) : 0;
   const auto cluster = builder.CreateString(header.cluster.data(), header.cluster.size());
   const auto head =
-      wire::CreateHeader(builder, header.sender, cluster, header.sequence, header.send_time_ns);
+      wire::CreateHeader(builder, header.sender, cluster, header.sequence, header.send_time_ns,
+                         static_cast<uint32_t>(attachment_bytes));
   const auto envelope = wire::CreateEnvelope(builder, head, body_type, body);
   builder.FinishSizePrefixed(envelope, wire::EnvelopeIdentifier());
-  return std::make_shared<const OutboundFrame>(builder.Release(), header.sequence, body_type);
+  return std::make_shared<const OutboundFrame>(builder.Release(), header.sequence, body_type,
+                                               std::move(attachment));
+}
+
+size_t AttachmentLanding::size() const {
+  size_t bytes = 0;
+  for (const auto& piece : pieces_)
+    bytes += piece.size();
+  return bytes;
 }
 
 Status verifyFrame(const uint8_t* frame, size_t frame_size, const FrameLimits& limits) {
@@ -76,7 +135,13 @@ FrameDecoder::FrameDecoder(FrameLimits limits)
     : limits_(limits), scratch_(std::make_unique_for_overwrite<uint8_t[]>(kScratchBytes)) {}
 
 std::span<uint8_t> FrameDecoder::readBuffer() {
-  if (body_ != nullptr && body_size_ - body_filled_ >= kScratchBytes) {
+  if (frame_ != nullptr) {
+    const std::span<uint8_t> piece = nextAttachmentSpan();
+    if (piece.size() >= kDirectAttachmentBytes) {
+      direct_read_ = true;
+      return piece;
+    }
+  } else if (body_ != nullptr && body_size_ - body_filled_ >= kScratchBytes) {
     direct_read_ = true;
     return {body_.get() + kFramePrefixBytes + body_filled_, body_size_ - body_filled_};
   }
@@ -88,16 +153,53 @@ Status FrameDecoder::commitRead(size_t n, const FrameSink& sink) {
   if (!error_.ok()) return error_;
   if (!direct_read_) return consume(scratch_.get(), n, sink);
   direct_read_ = false;
+  bool keep_going = true;
+  if (frame_ != nullptr) {
+    advanceAttachment(n);
+    if (attachment_left_ == 0) deliver(sink, &keep_going);
+    return {};
+  }
   body_filled_ += n;
   if (body_filled_ < body_size_) return {};
-  bool keep_going = true;
-  return completeFrame(sink, &keep_going);
+  return completeEnvelope(sink, &keep_going);
+}
+
+std::span<uint8_t> FrameDecoder::nextAttachmentSpan() {
+  while (piece_ < pieces_.size() && piece_filled_ == pieces_[piece_].size()) {
+    ++piece_;
+    piece_filled_ = 0;
+  }
+  if (piece_ == pieces_.size()) return {};
+  return pieces_[piece_].subspan(piece_filled_);
+}
+
+void FrameDecoder::advanceAttachment(size_t n) {
+  piece_filled_ += n;
+  attachment_left_ -= n;
+}
+
+void FrameDecoder::deliver(const FrameSink& sink, bool* keep_going) {
+  if (frame_->landing_) frame_->landing_->arrived_ = true;
+  InboundFrame frame = std::move(*frame_);
+  frame_.reset();
+  pieces_.clear();
+  *keep_going = sink(std::move(frame));
 }
 
 Status FrameDecoder::consume(const uint8_t* data, size_t n, const FrameSink& sink) {
   if (!error_.ok()) return error_;
   bool keep_going = true;
   while (n > 0 && keep_going) {
+    if (frame_ != nullptr) {
+      const std::span<uint8_t> piece = nextAttachmentSpan();
+      const size_t take = std::min(n, piece.size());
+      std::memcpy(piece.data(), data, take);
+      advanceAttachment(take);
+      data += take;
+      n -= take;
+      if (attachment_left_ == 0) deliver(sink, &keep_going);
+      continue;
+    }
     if (body_ == nullptr) {
       const size_t take = std::min(n, kFramePrefixBytes - prefix_filled_);
       std::memcpy(prefix_ + prefix_filled_, data, take);
@@ -129,29 +231,63 @@ Status FrameDecoder::consume(const uint8_t* data, size_t n, const FrameSink& sin
     data += take;
     n -= take;
     if (body_filled_ == body_size_) {
-      Status status = completeFrame(sink, &keep_going);
+      Status status = completeEnvelope(sink, &keep_going);
       if (!status.ok()) return status;
     }
   }
   return {};
 }
 
-Status FrameDecoder::completeFrame(const FrameSink& sink, bool* keep_going) {
+Status FrameDecoder::completeEnvelope(const FrameSink& sink, bool* keep_going) {
   Status status = verifyFrame(body_.get(), kFramePrefixBytes + body_size_, limits_);
   if (!status.ok()) {
     error_ = status;
     return error_;
   }
-  InboundFrame frame(std::move(body_), body_size_);
+  auto frame = std::make_unique<InboundFrame>(std::move(body_), body_size_);
+  const size_t envelope_size = body_size_;
   body_ = nullptr;
   body_size_ = 0;
   body_filled_ = 0;
-  *keep_going = sink(std::move(frame));
+  const uint32_t bytes = frame->envelope().header()->attachment();
+  if (bytes == 0) {
+    *keep_going = sink(std::move(*frame));
+    return {};
+  }
+  if (bytes > limits_.max_frame_bytes - envelope_size) {
+    error_ = {ErrorCode::kBadFrame,
+              fmt::format("attachment of {} bytes after an Envelope of {} bytes exceeds the "
+                          "maximum frame of {} bytes",
+                          bytes, envelope_size, limits_.max_frame_bytes)};
+    return error_;
+  }
+  std::unique_ptr<AttachmentLanding> landing =
+      placer_ ? placer_(frame->envelope(), bytes) : nullptr;
+  // A landing of the wrong size is the receiver's mistake: read into a buffer instead (the
+  // landing is destroyed without arriving, so its memory is released at once).
+  if (landing != nullptr && landing->size() != bytes) landing.reset();
+  if (landing != nullptr) {
+    pieces_ = landing->pieces();
+    frame->landing_ = std::move(landing);
+  } else {
+    frame->attachment_ = std::make_unique_for_overwrite<uint8_t[]>(bytes);
+    pieces_ = {std::span<uint8_t>(frame->attachment_.get(), bytes)};
+  }
+  frame->attachment_size_ = bytes;
+  piece_ = 0;
+  piece_filled_ = 0;
+  attachment_left_ = bytes;
+  frame_ = std::move(frame);
   return {};
 }
 
 Status FrameDecoder::finish() const {
   if (!error_.ok()) return error_;
+  if (frame_ != nullptr) {
+    return {ErrorCode::kBadFrame,
+            fmt::format("truncated frame: stream ended after {} of {} attachment bytes",
+                        frame_->attachment_size_ - attachment_left_, frame_->attachment_size_)};
+  }
   if (body_ != nullptr) {
     return {ErrorCode::kBadFrame, fmt::format("truncated frame: stream ended after {} of {} bytes",
                                               body_filled_, body_size_)};

@@ -1,4 +1,5 @@
-// Framing: a little-endian uint32 length followed by one size-prefixed FlatBuffer Envelope.
+// Framing: a little-endian uint32 length followed by one size-prefixed FlatBuffer Envelope,
+// then the attachment its header announces (raw bytes, usually none).
 // Pure code (no sockets): encoding, verification and incremental decoding of frames.
 #pragma once
 
@@ -9,6 +10,8 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <vector>
 
 #include "chorus/chorus_generated.h"
 #include "node/status.h"
@@ -27,19 +30,42 @@ struct FrameLimits {
   uint32_t max_tables = 1'000'000;        // FlatBuffers Verifier table count limit
 };
 
-// One encoded outbound frame (prefix + Envelope). Immutable, so one frame can be shared by
-// every connection it is written to (a broadcast serializes once).
+// Bytes that travel after an Envelope, in pieces that are joined on the wire.
+using Attachment = std::vector<std::span<const uint8_t>>;
+
+// The bytes of `values`, as one piece of an Attachment (on the wire in host byte order, which
+// every platform chorus runs on shares with FlatBuffers: little-endian).
+template <class T>
+std::span<const uint8_t> bytesOf(std::span<const T> values) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  return {reinterpret_cast<const uint8_t*>(values.data()), values.size_bytes()};
+}
+
+// One encoded outbound frame (prefix + Envelope, then its attachment). Immutable, so one frame
+// can be shared by every connection it is written to (a broadcast serializes once). The
+// attachment's bytes are not owned unless the frame was made by withOwnAttachment(): whoever
+// encodes a frame with an attachment keeps those bytes unchanged until every send of it
+// completed.
 class OutboundFrame {
  public:
-  OutboundFrame(flatbuffers::DetachedBuffer buffer, uint64_t sequence, wire::Body body_type)
-      : buffer_(std::move(buffer)), sequence_(sequence), body_type_(body_type) {}
+  OutboundFrame(flatbuffers::DetachedBuffer buffer, uint64_t sequence, wire::Body body_type,
+                Attachment attachment = {});
   OutboundFrame(const OutboundFrame&) = delete;
   OutboundFrame& operator=(const OutboundFrame&) = delete;
 
   // First byte of the length prefix.
   const uint8_t* data() const { return buffer_.data(); }
-  // Bytes on the wire, prefix included.
-  size_t size() const { return buffer_.size(); }
+  // Bytes on the wire, prefix and attachment included.
+  size_t size() const { return buffer_.size() + attachment_bytes_; }
+  // Bytes of the prefix and the Envelope.
+  size_t envelopeSize() const { return buffer_.size(); }
+  // Bytes of the attachment.
+  size_t attachmentSize() const { return attachment_bytes_; }
+  // Every piece of the frame in wire order: the prefixed Envelope, then the attachment's.
+  std::vector<std::span<const uint8_t>> pieces() const;
+  // A copy of bytes [from, size()) of this frame that owns them all (what the socket has not
+  // taken of a frame whose attachment is about to change).
+  std::shared_ptr<const OutboundFrame> tailCopy(size_t from) const;
   // The sender's sequence number written in the header.
   uint64_t sequence() const { return sequence_; }
   // The body type written in the Envelope.
@@ -49,6 +75,8 @@ class OutboundFrame {
   flatbuffers::DetachedBuffer buffer_;
   uint64_t sequence_;
   wire::Body body_type_;
+  Attachment attachment_;
+  size_t attachment_bytes_ = 0;
 };
 using SharedFrame = std::shared_ptr<const OutboundFrame>;
 
@@ -64,10 +92,35 @@ struct EnvelopeHeader {
 // (vectors first, then the table) and nothing else.
 using BodyWriter = std::function<flatbuffers::Offset<void>(flatbuffers::FlatBufferBuilder&)>;
 
-// Encodes header + body as one size-prefixed Envelope with the "CHRS" identifier.
-// `size_hint` pre-sizes the builder (pass the payload size for large bodies to avoid regrowth).
+// Encodes header + body as one size-prefixed Envelope with the "CHRS" identifier, announcing
+// `attachment` (referenced, not copied: see OutboundFrame). `size_hint` pre-sizes the builder
+// (pass the payload size for large bodies to avoid regrowth).
 SharedFrame encodeFrame(const EnvelopeHeader& header, wire::Body body_type,
-                        const BodyWriter& write_body, size_t size_hint = 0);
+                        const BodyWriter& write_body, size_t size_hint = 0,
+                        Attachment attachment = {});
+
+// Where one inbound frame's attachment is read to, chosen by the receiver once the Envelope
+// arrived (FrameDecoder::Placer): memory the receiver owns, filled piece after piece by the
+// socket reads themselves. The decoder destroys the landing exactly once: after the frame was
+// handed to the sink (arrived() true), or when the stream ended or failed first (false), so
+// the destructor of a subclass is where the receiver takes its memory back.
+class AttachmentLanding {
+ public:
+  explicit AttachmentLanding(std::vector<std::span<uint8_t>> pieces) : pieces_(std::move(pieces)) {}
+  virtual ~AttachmentLanding() = default;
+  AttachmentLanding(const AttachmentLanding&) = delete;
+  AttachmentLanding& operator=(const AttachmentLanding&) = delete;
+
+  const std::vector<std::span<uint8_t>>& pieces() const { return pieces_; }
+  size_t size() const;
+  // True once every byte is in place.
+  bool arrived() const { return arrived_; }
+
+ private:
+  friend class FrameDecoder;
+  std::vector<std::span<uint8_t>> pieces_;
+  bool arrived_ = false;
+};
 
 // The Envelope of a frame that passed verifyFrame().
 inline const wire::Envelope& envelopeOf(const uint8_t* frame) {
@@ -75,7 +128,8 @@ inline const wire::Envelope& envelopeOf(const uint8_t* frame) {
 }
 
 // A received frame that passed verifyFrame(): owns its bytes (kept at the same alignment
-// as on the sender, prefix included).
+// as on the sender, prefix included) and its attachment, which is either in a buffer of its
+// own (attachment()) or was read to where the receiver's placer asked (landing()).
 class InboundFrame {
  public:
   InboundFrame(std::unique_ptr<uint8_t[]> bytes, size_t envelope_size)
@@ -83,12 +137,24 @@ class InboundFrame {
 
   // The verified Envelope; valid as long as this frame lives.
   const wire::Envelope& envelope() const { return envelopeOf(bytes_.get()); }
-  // Bytes on the wire, prefix included.
-  size_t wireSize() const { return envelope_size_ + kFramePrefixBytes; }
+  // Bytes on the wire, prefix and attachment included.
+  size_t wireSize() const { return envelope_size_ + kFramePrefixBytes + attachment_size_; }
+  // The attachment when it was read into the frame's own buffer (aligned for any scalar);
+  // empty when there is none or it went to a landing.
+  std::span<const uint8_t> attachment() const {
+    return landing_ ? std::span<const uint8_t>()
+                    : std::span<const uint8_t>(attachment_.get(), attachment_size_);
+  }
+  // The landing the attachment was read to, or null.
+  const AttachmentLanding* landing() const { return landing_.get(); }
 
  private:
+  friend class FrameDecoder;
   std::unique_ptr<uint8_t[]> bytes_;
   size_t envelope_size_;
+  std::unique_ptr<uint8_t[]> attachment_;
+  size_t attachment_size_ = 0;
+  std::unique_ptr<AttachmentLanding> landing_;
 };
 
 // Checks one complete frame (`frame` points at its length prefix, `frame_size` counts the
@@ -107,7 +173,14 @@ class FrameDecoder {
   // is being closed).
   using FrameSink = std::function<bool(InboundFrame&&)>;
 
+  // Called with a verified Envelope that announces an attachment of `bytes` (at most the
+  // frame limit): where to read it (every piece's sizes adding up to `bytes`), or null for a
+  // buffer of the frame's own.
+  using Placer =
+      std::function<std::unique_ptr<AttachmentLanding>(const wire::Envelope&, size_t bytes)>;
+
   explicit FrameDecoder(FrameLimits limits);
+  void setPlacer(Placer placer) { placer_ = std::move(placer); }
 
   // Memory the next socket read may fill: the rest of a large frame's own buffer (so bulk
   // payloads are read in place) or a small scratch buffer.
@@ -119,10 +192,17 @@ class FrameDecoder {
   // Status at end of stream: an error when the stream stopped inside a frame.
   Status finish() const;
   // True when some bytes of a frame (or its prefix) are held.
-  bool midFrame() const { return prefix_filled_ > 0 || body_ != nullptr; }
+  bool midFrame() const { return prefix_filled_ > 0 || body_ != nullptr || frame_ != nullptr; }
 
  private:
-  Status completeFrame(const FrameSink& sink, bool* keep_going);
+  // The Envelope is in: verifies it, then delivers the frame or starts its attachment.
+  Status completeEnvelope(const FrameSink& sink, bool* keep_going);
+  // Takes `n` bytes of the attachment that were written where nextAttachmentSpan() pointed.
+  void advanceAttachment(size_t n);
+  // The rest of the attachment piece being filled.
+  std::span<uint8_t> nextAttachmentSpan();
+  // Hands the frame whose attachment is complete to the sink.
+  void deliver(const FrameSink& sink, bool* keep_going);
 
   FrameLimits limits_;
   Status error_;
@@ -131,8 +211,15 @@ class FrameDecoder {
   std::unique_ptr<uint8_t[]> body_;  // prefix + envelope of the frame being read
   size_t body_size_ = 0;             // envelope bytes expected
   size_t body_filled_ = 0;           // envelope bytes received
-  bool direct_read_ = false;         // the last readBuffer() pointed into body_
+  bool direct_read_ = false;         // the last readBuffer() pointed into body_ or a piece
   std::unique_ptr<uint8_t[]> scratch_;
+  Placer placer_;
+  // A verified frame whose attachment is being read: into pieces_[piece_] at piece_filled_.
+  std::unique_ptr<InboundFrame> frame_;
+  std::vector<std::span<uint8_t>> pieces_;
+  size_t piece_ = 0;
+  size_t piece_filled_ = 0;
+  size_t attachment_left_ = 0;
 };
 
 // Reads the little-endian uint32 at `p`.

@@ -243,10 +243,11 @@ class Node::Impl {
                         options_.cluster, timeout.count(), still.size(), expected_.size(), list)};
   }
 
-  SharedFrame encode(wire::Body type, const BodyWriter& write_body, size_t size_hint = 0) {
+  SharedFrame encode(wire::Body type, const BodyWriter& write_body, size_t size_hint = 0,
+                     Attachment attachment = {}) {
     EnvelopeHeader header{options_.self, options_.cluster, next_sequence_.fetch_add(1),
                           steadyNowNs()};
-    return encodeFrame(header, type, write_body, size_hint);
+    return encodeFrame(header, type, write_body, size_hint, std::move(attachment));
   }
 
   void send(NodeId to, const SharedFrame& frame, const SendCallback& done) {
@@ -284,15 +285,38 @@ class Node::Impl {
 
   bool post(std::function<void()> fn) { return running_.load() && loop_.post(std::move(fn)); }
 
-  void setHandler(wire::Body type, MessageHandler handler) {
-    auto apply = [this, type, handler = std::move(handler)]() mutable {
+  void setFrameHandler(wire::Body type, FrameHandler handler) {
+    onLoopOrNow([this, type, handler = std::move(handler)]() mutable {
       handlers_[type] = std::move(handler);
-    };
+    });
+  }
+
+  void setAttachmentPlacer(wire::Body type, AttachmentPlacer placer) {
+    onLoopOrNow(
+        [this, type, placer = std::move(placer)]() mutable { placers_[type] = std::move(placer); });
+  }
+
+  // Before the loop starts, or on it: now; else posted to the loop.
+  void onLoopOrNow(std::function<void()> apply) {
     if (!loop_.started() || loop_.onLoopThread()) {
       apply();
     } else {
       loop_.post(std::move(apply));
     }
+  }
+
+  void sendTransient(NodeId to, const SharedFrame& frame, const SendCallback& done) {
+    assert(frame != nullptr);
+    if (!loop_.onLoopThread()) {
+      // Off the loop the bytes cannot be written before this returns: copy them all.
+      send(to, frame->tailCopy(0), done);
+      return;
+    }
+    Connection* connection = connectionForSendFromLoop(to, done);
+    if (connection == nullptr) return;
+    connection->writeTransientFromLoop(frame, [to, done](const Status& status) {
+      if (done) done(to, status);
+    });
   }
 
   void setEventHandler(EventHandler handler) {
@@ -437,6 +461,15 @@ class Node::Impl {
                                                    std::move(hooks));
     Connection* raw = connection.get();
     raw->setWriteSlicePackets(options_.write_slice_packets);
+    raw->setPlacer([this, raw](const wire::Envelope& envelope,
+                               size_t bytes) -> std::unique_ptr<AttachmentLanding> {
+      // Only an established peer's frames may land in a receiver's memory; anything else is
+      // read into the frame's own buffer and then judged by onFrameFromLoop.
+      if (!raw->established || envelope.header()->sender() != raw->peer) return nullptr;
+      auto placer = placers_.find(envelope.body_type());
+      if (placer == placers_.end() || !placer->second) return nullptr;
+      return placer->second(raw->peer, envelope, bytes);
+    });
     connections_.emplace(raw, std::move(connection));
     std::lock_guard lock(mutex_);
     open_connections_ = connections_.size();
@@ -594,7 +627,7 @@ class Node::Impl {
       logger_->debug("no handler for {} from peer {}; dropped", wire::EnumNameBody(type), sender);
       return true;
     }
-    handler->second(sender, envelope);
+    handler->second(sender, frame);
     return connection.open();
   }
 
@@ -837,10 +870,12 @@ class Node::Impl {
     }
   }
 
-  void sendFromLoop(NodeId to, const SharedFrame& frame, const SendCallback& done) {
+  // The open connection to `to`, or null after failing `done` with why there is none.
+  Connection* connectionForSendFromLoop(NodeId to, const SendCallback& done) {
     checkLoopThread();
-    auto fail = [&](ErrorCode code, std::string message) {
+    auto fail = [&](ErrorCode code, std::string message) -> Connection* {
       if (done) done(to, {code, std::move(message)});
+      return nullptr;
     };
     if (stopped_)
       return fail(ErrorCode::kShutdown, fmt::format("node {} is shutting down", options_.self));
@@ -852,6 +887,12 @@ class Node::Impl {
     if (connection == nullptr || !connection->open()) {
       return fail(ErrorCode::kNotConnected, fmt::format("peer {} is not connected", to));
     }
+    return connection;
+  }
+
+  void sendFromLoop(NodeId to, const SharedFrame& frame, const SendCallback& done) {
+    Connection* connection = connectionForSendFromLoop(to, done);
+    if (connection == nullptr) return;
     connection->writeFromLoop(frame, [to, done](const Status& status) {
       if (done) done(to, status);
     });
@@ -927,7 +968,8 @@ class Node::Impl {
   std::unordered_map<Connection*, std::unique_ptr<Connection>> connections_;
   uv::HandlePtr<uv::Tcp> listener_;
   uv::HandlePtr<uv::Timer> heartbeat_timer_;
-  std::map<wire::Body, MessageHandler> handlers_;
+  std::map<wire::Body, FrameHandler> handlers_;
+  std::map<wire::Body, AttachmentPlacer> placers_;
   EventHandler event_handler_;
   bool leaving_ = false;
   bool stopped_ = false;
@@ -936,7 +978,22 @@ class Node::Impl {
 Node::Node(NodeOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
 Node::~Node() = default;
 void Node::setHandler(wire::Body type, MessageHandler handler) {
-  impl_->setHandler(type, std::move(handler));
+  FrameHandler on_frame;
+  if (handler) {
+    on_frame = [handler = std::move(handler)](NodeId from, const InboundFrame& frame) {
+      handler(from, frame.envelope());
+    };
+  }
+  impl_->setFrameHandler(type, std::move(on_frame));
+}
+void Node::setFrameHandler(wire::Body type, FrameHandler handler) {
+  impl_->setFrameHandler(type, std::move(handler));
+}
+void Node::setAttachmentPlacer(wire::Body type, AttachmentPlacer placer) {
+  impl_->setAttachmentPlacer(type, std::move(placer));
+}
+void Node::sendTransient(NodeId to, const SharedFrame& frame, const SendCallback& done) {
+  impl_->sendTransient(to, frame, done);
 }
 void Node::setEventHandler(EventHandler handler) {
   impl_->setEventHandler(std::move(handler));
@@ -961,8 +1018,9 @@ Status Node::waitClusterReady() {
 Status Node::waitClusterReady(std::chrono::milliseconds timeout) {
   return impl_->waitClusterReady(timeout);
 }
-SharedFrame Node::encode(wire::Body type, const BodyWriter& write_body, size_t size_hint) {
-  return impl_->encode(type, write_body, size_hint);
+SharedFrame Node::encode(wire::Body type, const BodyWriter& write_body, size_t size_hint,
+                         Attachment attachment) {
+  return impl_->encode(type, write_body, size_hint, std::move(attachment));
 }
 void Node::send(NodeId to, const SharedFrame& frame, const SendCallback& done) {
   impl_->send(to, frame, done);

@@ -93,6 +93,12 @@ struct PeerStats {
 
 // Runs on the loop thread with the sender and the verified Envelope (valid during the call).
 using MessageHandler = std::function<void(NodeId from, const wire::Envelope& envelope)>;
+// The same with the whole frame, for bodies that may come with an attachment.
+using FrameHandler = std::function<void(NodeId from, const InboundFrame& frame)>;
+// Runs on the loop thread when a frame from an established peer announced an attachment of
+// `bytes`: where to read it (FrameDecoder::Placer), or null for a buffer of the frame's own.
+using AttachmentPlacer = std::function<std::unique_ptr<AttachmentLanding>(
+    NodeId from, const wire::Envelope& envelope, size_t bytes)>;
 // Runs on the loop thread.
 using EventHandler = std::function<void(const PeerEvent& event)>;
 // Fires exactly once per (frame, peer): ok once the bytes were handed to the kernel, else why
@@ -110,6 +116,9 @@ class Node {
   // Sets the handler for one body type, replacing any earlier one. Before listen() or from
   // any thread after (then it takes effect on the loop thread).
   void setHandler(wire::Body type, MessageHandler handler);
+  void setFrameHandler(wire::Body type, FrameHandler handler);
+  // Sets where attachments of one body type are read to; same threading as setHandler().
+  void setAttachmentPlacer(wire::Body type, AttachmentPlacer placer);
   // Sets the membership/flow-control event handler; same threading as setHandler().
   void setEventHandler(EventHandler handler);
 
@@ -129,9 +138,15 @@ class Node {
 
   // Serializes one frame on the calling thread (header filled by the node, with a fresh
   // sequence number). Share the result between send()/broadcast() calls.
-  SharedFrame encode(wire::Body type, const BodyWriter& write_body, size_t size_hint = 0);
-  // Queues a frame for one peer; any thread. `done` fires exactly once.
+  // `attachment` is referenced, not copied (OutboundFrame).
+  SharedFrame encode(wire::Body type, const BodyWriter& write_body, size_t size_hint = 0,
+                     Attachment attachment = {});
+  // Queues a frame for one peer; any thread. `done` fires exactly once. A frame's attachment
+  // must stay unchanged until then.
   void send(NodeId to, const SharedFrame& frame, const SendCallback& done = {});
+  // Loop thread: sends a frame whose attachment may change as soon as this returns. What the
+  // socket does not take at once is copied (all of it when other frames are queued to `to`).
+  void sendTransient(NodeId to, const SharedFrame& frame, const SendCallback& done = {});
   // Queues the same frame (one buffer) for each peer; `done` fires exactly once per peer.
   void broadcast(const std::vector<NodeId>& to, const SharedFrame& frame,
                  const SendCallback& done = {});

@@ -10,6 +10,7 @@ using NodeId = uint32_t;
 
 // Bumped when the wire format changes in a way the schema evolution rule cannot absorb;
 // peers with another version are refused at Hello (docs/wire-format.md).
-inline constexpr uint32_t kProtocolVersion = 1;
+// 2: frames may carry an attachment after the Envelope (Header.attachment).
+inline constexpr uint32_t kProtocolVersion = 2;
 
 }  // namespace chorus::node

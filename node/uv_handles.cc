@@ -173,18 +173,37 @@ void Tcp::readStopFromLoop() {
   uv_read_stop(reinterpret_cast<uv_stream_t*>(&handle_));
 }
 
-Status Tcp::writeFromLoop(std::vector<SharedFrame> frames, DoneFn done) {
-  size_t slice = write_slice_;
-  if (slice_packets_ > 0) {
-    size_t total = 0;
-    for (const auto& frame : frames)
-      total += frame->size();
-    // A batch smaller than the smallest possible slice is never cut: no getsockopt for it.
-    slice = total > slice_packets_ * kSmallestPacketPayload
-                ? writeSliceFor(maxSegmentFromLoop(), slice_packets_)
-                : 0;
+size_t Tcp::sliceForBatchFromLoop(size_t total) {
+  if (slice_packets_ == 0) return write_slice_;
+  // A batch smaller than the smallest possible slice is never cut: no getsockopt for it.
+  return total > slice_packets_ * kSmallestPacketPayload
+             ? writeSliceFor(maxSegmentFromLoop(), slice_packets_)
+             : 0;
+}
+
+Status Tcp::tryWriteFromLoop(const SharedFrame& frame, size_t* written) {
+  *written = 0;
+  const std::vector<std::vector<uv_buf_t>> slices =
+      sliceForWrites({frame}, sliceForBatchFromLoop(frame->size()));
+  for (const auto& slice : slices) {
+    size_t bytes = 0;
+    for (const uv_buf_t& buf : slice)
+      bytes += buf.len;
+    const int rc = uv_try_write(reinterpret_cast<uv_stream_t*>(&handle_), slice.data(),
+                                static_cast<unsigned>(slice.size()));
+    if (rc == UV_EAGAIN) return {};
+    if (rc < 0) return uvError(rc, "write");
+    *written += static_cast<size_t>(rc);
+    if (static_cast<size_t>(rc) < bytes) return {};  // the socket buffer is full
   }
-  std::vector<std::vector<uv_buf_t>> slices = sliceForWrites(frames, slice);
+  return {};
+}
+
+Status Tcp::writeFromLoop(std::vector<SharedFrame> frames, DoneFn done) {
+  size_t total = 0;
+  for (const auto& frame : frames)
+    total += frame->size();
+  std::vector<std::vector<uv_buf_t>> slices = sliceForWrites(frames, sliceForBatchFromLoop(total));
   if (slices.empty()) return {ErrorCode::kInvalidArgument, "write of no bytes"};
   auto batch = std::make_unique<WriteBatch>(WriteBatch{
       std::move(frames), std::move(done), std::make_unique<uv_write_t[]>(slices.size()), 0, 0});
@@ -232,19 +251,21 @@ std::vector<std::vector<uv_buf_t>> sliceForWrites(const std::vector<SharedFrame>
   std::vector<std::vector<uv_buf_t>> writes;
   size_t room = 0;  // bytes the last write may still take
   for (const auto& frame : frames) {
-    // uv_buf_t has no const variant, but libuv never writes through it.
-    auto* bytes = const_cast<char*>(reinterpret_cast<const char*>(frame->data()));  // NOLINT
-    size_t left = frame->size();
-    while (left > 0) {
-      if (writes.empty() || (slice > 0 && room == 0)) {
-        writes.emplace_back();
-        room = slice;
+    for (const auto& piece : frame->pieces()) {
+      // uv_buf_t has no const variant, but libuv never writes through it.
+      auto* bytes = const_cast<char*>(reinterpret_cast<const char*>(piece.data()));  // NOLINT
+      size_t left = piece.size();
+      while (left > 0) {
+        if (writes.empty() || (slice > 0 && room == 0)) {
+          writes.emplace_back();
+          room = slice;
+        }
+        const size_t take = slice > 0 ? std::min(left, room) : left;
+        writes.back().push_back(uv_buf_init(bytes, static_cast<unsigned>(take)));
+        bytes += take;
+        left -= take;
+        if (slice > 0) room -= take;
       }
-      const size_t take = slice > 0 ? std::min(left, room) : left;
-      writes.back().push_back(uv_buf_init(bytes, static_cast<unsigned>(take)));
-      bytes += take;
-      left -= take;
-      if (slice > 0) room -= take;
     }
   }
   return writes;

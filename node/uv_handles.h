@@ -134,6 +134,10 @@ class Tcp : public Handle<Tcp, uv_tcp_t> {
   // each; a frame may span two); the frames stay alive until `done`. On success `done` fires
   // exactly once later, with the first error of any slice; on a returned error it never fires.
   Status writeFromLoop(std::vector<SharedFrame> frames, DoneFn done);
+  // Writes as much of `frame` as the socket takes at once (uv_try_write, cut as
+  // writeFromLoop cuts), into `written`; an error other than "would block" is returned. Only
+  // when libuv holds no write of this handle, or the bytes would overtake it.
+  Status tryWriteFromLoop(const SharedFrame& frame, size_t* written);
   // Caps the bytes of each write at writeSliceFor(MSS, packets), the MSS read again for every
   // write that may need cutting: the kernel's MSS starts at half the peer's first window
   // (32 KiB on loopback) and grows during the first exchanges. 0 packets: no cap.
@@ -160,6 +164,8 @@ class Tcp : public Handle<Tcp, uv_tcp_t> {
   friend class Handle<Tcp, uv_tcp_t>;
   Tcp() = default;
   ~Tcp() = default;
+  // The write slice for a batch of `total` bytes (0: no cut).
+  size_t sliceForBatchFromLoop(size_t total);
   std::function<void(const Status&)> on_connection_;
   AllocFn alloc_;
   ReadFn read_;

@@ -99,6 +99,14 @@ void KeyStore::copyTo(std::span<const uint64_t> keys, float* out) const {
   }
 }
 
+std::vector<std::span<const float>> KeyStore::rows(std::span<const uint64_t> keys) const {
+  std::vector<std::span<const float>> out;
+  out.reserve(keys.size());
+  for (Key key : keys)
+    out.emplace_back(entries_[key]->values);
+  return out;
+}
+
 void KeyStore::apply(std::span<const uint64_t> keys, std::span<const float> grads, int64_t clock) {
   const double lr = optimizer_.pushLr(clock);
   const ml::SgdConfig sgd = optimizer_.pushSgd();

@@ -85,6 +85,9 @@ class KeyStore {
   void read(std::span<const uint64_t> keys, std::vector<float>& out) const;
   // Writes the values of checked `keys` to `out` (exactly floatsOf(keys) floats), in key order.
   void copyTo(std::span<const uint64_t> keys, float* out) const;
+  // The values of checked `keys`, in key order, where they live: valid until the next apply,
+  // applyClock or restore.
+  std::vector<std::span<const float>> rows(std::span<const uint64_t> keys) const;
   // Applies the gradients `grads` (key order, checked), pushed at `clock`, with the owner
   // optimizer.
   void apply(std::span<const uint64_t> keys, std::span<const float> grads, int64_t clock);

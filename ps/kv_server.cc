@@ -32,9 +32,9 @@ KvServer::KvServer(node::Node& node, KeyStore store, const std::vector<WorkerId>
   node_.setHandler(wire::Body::PsPull, [this](node::NodeId from, const wire::Envelope& envelope) {
     onPullFrame(from, envelope);
   });
-  node_.setHandler(wire::Body::PsPush, [this](node::NodeId from, const wire::Envelope& envelope) {
-    onPushFrame(from, envelope);
-  });
+  node_.setFrameHandler(
+      wire::Body::PsPush,
+      [this](node::NodeId from, const node::InboundFrame& frame) { onPushFrame(from, frame); });
   node_.setHandler(wire::Body::PsClock, [this](node::NodeId from, const wire::Envelope& envelope) {
     onClockFrame(from, envelope);
   });
@@ -224,45 +224,58 @@ void KvServer::onPullFrame(WorkerId from, const wire::Envelope& envelope) {
   }
   std::vector<uint64_t> keys(request->keys()->begin(), request->keys()->end());
   const uint64_t id = request->request();
-  pull(from, request->clock(), request->min_clock(), std::move(keys),
-       [this, from, id](const std::string& error, Clock min_clock, std::span<const uint64_t> keys,
-                        const KeyStore* store) {
-         if (!error.empty()) {
-           replyError(from, id, static_cast<int8_t>(wire::PsOp::Pull), error);
-           return;
-         }
-         const size_t floats = store->floatsOf(keys);
-         node::SharedFrame frame = node_.encode(
-             wire::Body::PsReply,
-             [&](flatbuffers::FlatBufferBuilder& b) {
-               auto key_vector = b.CreateVector(keys.data(), keys.size());
-               // The values go from the store straight into the frame (filled at once: the
-               // builder must not run in between).
-               float* out = nullptr;
-               auto value_vector = b.CreateUninitializedVector(floats, &out);
-               store->copyTo(keys, out);
-               return wire::CreatePsReply(b, id, wire::PsOp::Pull, 0, min_clock, key_vector,
-                                          value_vector)
-                   .Union();
-             },
-             floats * sizeof(float) + keys.size() * sizeof(uint64_t) + 256);
-         node_.send(from, frame);
-       });
+  pull(
+      from, request->clock(), request->min_clock(), std::move(keys),
+      [this, from, id](const std::string& error, Clock min_clock, std::span<const uint64_t> keys,
+                       const KeyStore* store) {
+        if (!error.empty()) {
+          replyError(from, id, static_cast<int8_t>(wire::PsOp::Pull), error);
+          return;
+        }
+        // The values travel as the frame's attachment, straight from the rows: what the
+        // socket does not take before the next push may change them is copied
+        // (Node::sendTransient), and the worker reads them straight into its buffer.
+        node::Attachment attachment;
+        for (std::span<const float> row : store->rows(keys))
+          attachment.push_back(node::bytesOf(row));
+        node::SharedFrame frame = node_.encode(
+            wire::Body::PsReply,
+            [&](flatbuffers::FlatBufferBuilder& b) {
+              auto key_vector = b.CreateVector(keys.data(), keys.size());
+              return wire::CreatePsReply(b, id, wire::PsOp::Pull, 0, min_clock, key_vector).Union();
+            },
+            keys.size() * sizeof(uint64_t) + 256, std::move(attachment));
+        node_.sendTransient(from, frame);
+      });
 }
 
-void KvServer::onPushFrame(WorkerId from, const wire::Envelope& envelope) {
-  const wire::PsPush* request = envelope.body_as_PsPush();
-  if (request->keys() == nullptr || request->values() == nullptr) {
+void KvServer::onPushFrame(WorkerId from, const node::InboundFrame& frame) {
+  const wire::PsPush* request = frame.envelope().body_as_PsPush();
+  const std::span<const uint8_t> attached = frame.attachment();
+  std::string malformed;
+  if (request->keys() == nullptr) {
+    malformed = "push without keys";
+  } else if (request->values() != nullptr && !attached.empty()) {
+    malformed = "push with values in both the body and an attachment";
+  } else if (request->values() == nullptr && attached.size() % sizeof(float) != 0) {
+    malformed =
+        fmt::format("push with an attachment of {} bytes, not whole floats", attached.size());
+  }
+  if (!malformed.empty()) {
     {
       std::lock_guard lock(mu_);
       ++summary_.errors;
     }
-    replyError(from, request->request(), static_cast<int8_t>(wire::PsOp::Push),
-               "push without keys or values");
+    replyError(from, request->request(), static_cast<int8_t>(wire::PsOp::Push), malformed);
     return;
   }
   const std::span<const uint64_t> keys(request->keys()->data(), request->keys()->size());
-  const std::span<const float> grads(request->values()->data(), request->values()->size());
+  // The attachment's buffer is aligned for any scalar (InboundFrame::attachment).
+  const std::span<const float> grads =
+      request->values() != nullptr
+          ? std::span<const float>(request->values()->data(), request->values()->size())
+          : std::span<const float>(reinterpret_cast<const float*>(attached.data()),
+                                   attached.size() / sizeof(float));
   checkRunningJob(from, request->clock(), 0);
   if (holding_) {
     // The frame is gone after this handler: keep copies.

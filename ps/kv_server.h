@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "node/frame.h"
 #include "ps/key_store.h"
 #include "ps/ssp.h"
 
@@ -129,7 +130,7 @@ class KvServer {
 
  private:
   void onPullFrame(WorkerId from, const wire::Envelope& envelope);
-  void onPushFrame(WorkerId from, const wire::Envelope& envelope);
+  void onPushFrame(WorkerId from, const node::InboundFrame& frame);
   void onClockFrame(WorkerId from, const wire::Envelope& envelope);
   // Applies one push and acknowledges it (or replies with the error).
   void handlePush(WorkerId from, uint64_t request, Clock clock, std::span<const uint64_t> keys,

@@ -32,7 +32,38 @@ KvWorker::KvWorker(node::Node& node, KvServer& local, const ShardMap& map,
   for (Key key = 0; key < homes_.size(); ++key)
     homes_[key] = map_.home(key);
   read_stamps_.assign(layout_.numKeys(), -1);
+  node_.setFrameHandler(wire::Body::PsReply, [this](NodeId from, const node::InboundFrame& frame) {
+    onReply(from, frame);
+  });
+  node_.setAttachmentPlacer(wire::Body::PsReply,
+                            [this](NodeId from, const wire::Envelope& envelope, size_t bytes) {
+                              return placeReply(from, *envelope.body_as_PsReply(), bytes);
+                            });
 }
+
+// The caller's buffer of one pull, as the landing of its reply's values. Destroyed by the node
+// once the reply was handled (the sub-request is gone by then, so release() does nothing) or
+// when the reply was cut off or dropped (release() fails the sub-request).
+class KvWorker::ReplyLanding : public node::AttachmentLanding {
+ public:
+  ReplyLanding(std::vector<std::span<uint8_t>> pieces, KvWorker& worker, uint64_t request,
+               NodeId owner)
+      : AttachmentLanding(std::move(pieces)), worker_(worker), request_(request), owner_(owner) {}
+  ReplyLanding(const ReplyLanding&) = delete;
+  ReplyLanding& operator=(const ReplyLanding&) = delete;
+  ~ReplyLanding() override {
+    worker_.release(
+        request_,
+        {node::ErrorCode::kClosed,
+         arrived() ? fmt::format("the reply of node {} was dropped unread", owner_)
+                   : fmt::format("the connection to node {} ended inside a reply", owner_)});
+  }
+
+ private:
+  KvWorker& worker_;
+  uint64_t request_;
+  NodeId owner_;
+};
 
 void KvWorker::checkRequest(std::span<const Key> keys, size_t floats_given,
                             const char* what) const {
@@ -193,6 +224,16 @@ KvWorker::Handle KvWorker::pullImpl(std::optional<Clock> min_clock, std::span<co
 
 KvWorker::Handle KvWorker::push(std::span<const Key> keys, std::span<const float> grads,
                                 const Callback& done) {
+  return pushImpl(keys, grads, done, false);
+}
+
+KvWorker::Handle KvWorker::pushInPlace(std::span<const Key> keys, std::span<const float> grads,
+                                       const Callback& done) {
+  return pushImpl(keys, grads, done, true);
+}
+
+KvWorker::Handle KvWorker::pushImpl(std::span<const Key> keys, std::span<const float> grads,
+                                    const Callback& done, bool in_place) {
   checkRequest(keys, grads.size(), "push");
   struct Group {
     std::vector<Key> keys;
@@ -242,6 +283,9 @@ KvWorker::Handle KvWorker::push(std::span<const Key> keys, std::span<const float
       const uint64_t id = next_request_++;
       (owner == self_ ? stats_.keys_local : stats_.keys_remote) += group.keys.size();
       requests_[id] = SubRequest{handle, owner, false, group.keys, {}};
+      // From here until its frame is written (or never will be), this sub-request points
+      // into the caller's gradients: nothing may complete it and let the caller reuse them.
+      requests_[id].busy = in_place && owner != self_;
       if (owner != self_ && !down_owners_.count(owner)) ++stats_.messages_sent;
       sends.push_back(Send{id, owner, &group});
     }
@@ -257,13 +301,19 @@ KvWorker::Handle KvWorker::push(std::span<const Key> keys, std::span<const float
       std::lock_guard lock(mu_);
       owner_down = down_owners_.count(owner) > 0;
     }
+    auto fail = [&](const node::Status& status) {
+      if (in_place && owner != self_) {
+        release(id, status);
+      } else {
+        finishSub(id, status, 0, {}, {});
+      }
+    };
     if (cancelled) {
-      finishSub(id, *cancelled, 0, {}, {});
+      fail(*cancelled);
       continue;
     }
     if (owner_down) {
-      finishSub(id, {node::ErrorCode::kNotConnected, fmt::format("owner node {} is down", owner)},
-                0, {}, {});
+      fail({node::ErrorCode::kNotConnected, fmt::format("owner node {} is down", owner)});
       continue;
     }
     if (owner == self_) {
@@ -278,6 +328,30 @@ KvWorker::Handle KvWorker::push(std::span<const Key> keys, std::span<const float
       if (!posted) {
         finishSub(id, {node::ErrorCode::kShutdown, "the node is shutting down"}, 0, {}, {});
       }
+      continue;
+    }
+    if (in_place) {
+      // The gradients travel as the frame's attachment, written from the caller's buffer.
+      node::Attachment attachment;
+      for (size_t i = 0; i < group->keys.size(); ++i) {
+        const std::span<const uint8_t> grad =
+            node::bytesOf(grads.subspan(group->starts[i], layout_.length(group->keys[i])));
+        if (!attachment.empty() &&
+            attachment.back().data() + attachment.back().size() == grad.data()) {
+          attachment.back() = {attachment.back().data(), attachment.back().size() + grad.size()};
+        } else {
+          attachment.push_back(grad);
+        }
+      }
+      node::SharedFrame frame = node_.encode(
+          wire::Body::PsPush,
+          [&](flatbuffers::FlatBufferBuilder& b) {
+            auto key_vector = b.CreateVector(group->keys.data(), group->keys.size());
+            return wire::CreatePsPush(b, id, clock, key_vector).Union();
+          },
+          group->keys.size() * sizeof(uint64_t) + 128, std::move(attachment));
+      node_.send(owner, frame,
+                 [this, id](node::NodeId, const node::Status& status) { release(id, status); });
       continue;
     }
     node::SharedFrame frame = node_.encode(
@@ -363,8 +437,11 @@ void KvWorker::finishSub(uint64_t request, const node::Status& status, Clock min
     std::lock_guard lock(mu_);
     auto it = requests_.find(request);
     if (it == requests_.end()) return;  // already failed (owner down) or a duplicate reply
-    SubRequest sub = std::move(it->second);
-    requests_.erase(it);
+    SubRequest& sub = it->second;
+    if (sub.busy) {
+      if (!sub.outcome) sub.outcome = status;  // the first ending counts, once release() runs
+      return;
+    }
     node::Status result = status;
     if (result.ok() && sub.pull) {
       const bool same_keys = std::equal(keys.begin(), keys.end(), sub.keys.begin(), sub.keys.end());
@@ -382,37 +459,122 @@ void KvWorker::finishSub(uint64_t request, const node::Status& status, Clock min
           const size_t len = layout_.length(sub.keys[i]);
           const auto row = values.subspan(offset, len);
           std::copy(row.begin(), row.end(), sub.dest[i]);
-          if (inModelView(sub.dest[i])) read_stamps_[sub.keys[i]] = min_clock;
-          if (options_.cache) {
-            CachedRow& cached = cache_[sub.keys[i]];
-            cached.stamp = min_clock;
-            cached.values.assign(row.begin(), row.end());
-          }
           offset += len;
         }
+        recordPullLocked(sub, min_clock);
       }
     }
-    if (!result.ok()) ++stats_.failed_requests;
-    auto op = operations_.find(sub.handle);
-    if (op == operations_.end()) return;
-    if (op->second.status.ok() && !result.ok()) op->second.status = result;
-    if (--op->second.remaining == 0) {
-      op->second.complete = true;
-      if (op->second.done) {
-        callback = std::move(op->second.done);
-        final_status = op->second.status;
-        operations_.erase(op);
-      }
-    }
+    callback = settleLocked(request, result, &final_status);
   }
   completed_.notify_all();
   if (callback) callback(final_status);
 }
 
-void KvWorker::onReply(NodeId from, const wire::PsReply& reply) {
+void KvWorker::recordPullLocked(const SubRequest& sub, Clock min_clock) {
+  for (size_t i = 0; i < sub.keys.size(); ++i) {
+    if (inModelView(sub.dest[i])) read_stamps_[sub.keys[i]] = min_clock;
+    if (options_.cache) {
+      CachedRow& cached = cache_[sub.keys[i]];
+      cached.stamp = min_clock;
+      cached.values.assign(sub.dest[i], sub.dest[i] + layout_.length(sub.keys[i]));
+    }
+  }
+}
+
+KvWorker::Callback KvWorker::settleLocked(uint64_t request, const node::Status& result,
+                                          node::Status* final_status) {
+  auto it = requests_.find(request);
+  const Handle handle = it->second.handle;
+  requests_.erase(it);
+  if (!result.ok()) ++stats_.failed_requests;
+  auto op = operations_.find(handle);
+  if (op == operations_.end()) return {};
+  if (op->second.status.ok() && !result.ok()) op->second.status = result;
+  if (--op->second.remaining > 0) return {};
+  op->second.complete = true;
+  if (!op->second.done) return {};  // wait() collects it
+  Callback callback = std::move(op->second.done);
+  *final_status = op->second.status;
+  operations_.erase(op);
+  return callback;
+}
+
+void KvWorker::release(uint64_t request, const node::Status& status) {
+  Callback callback;
+  node::Status final_status;
+  {
+    std::lock_guard lock(mu_);
+    auto it = requests_.find(request);
+    if (it == requests_.end()) return;
+    SubRequest& sub = it->second;
+    sub.busy = false;
+    if (!status.ok() && !sub.outcome) sub.outcome = status;
+    if (!sub.outcome) return;  // written; the owner's answer is still to come
+    // A pull released here never had its values handled (onReply settles the ones that did).
+    const node::Status result = sub.pull && sub.outcome->ok() ? status : *sub.outcome;
+    callback = settleLocked(request, result, &final_status);
+  }
+  completed_.notify_all();
+  if (callback) callback(final_status);
+}
+
+std::unique_ptr<node::AttachmentLanding> KvWorker::placeReply(NodeId from,
+                                                              const wire::PsReply& reply,
+                                                              size_t bytes) {
+  if (reply.op() != wire::PsOp::Pull || reply.error() != nullptr || reply.values() != nullptr ||
+      reply.keys() == nullptr) {
+    return nullptr;
+  }
+  std::lock_guard lock(mu_);
+  auto it = requests_.find(reply.request());
+  if (it == requests_.end()) return nullptr;
+  SubRequest& sub = it->second;
+  if (sub.owner != from || !sub.pull || sub.busy ||
+      !std::equal(reply.keys()->begin(), reply.keys()->end(), sub.keys.begin(), sub.keys.end())) {
+    return nullptr;
+  }
+  // One piece per run of keys that are next to each other in the caller's buffer.
+  std::vector<std::span<uint8_t>> pieces;
+  size_t total = 0;
+  for (size_t i = 0; i < sub.keys.size(); ++i) {
+    auto* p = reinterpret_cast<uint8_t*>(sub.dest[i]);
+    const size_t n = layout_.length(sub.keys[i]) * sizeof(float);
+    total += n;
+    if (!pieces.empty() && pieces.back().data() + pieces.back().size() == p) {
+      pieces.back() = {pieces.back().data(), pieces.back().size() + n};
+    } else {
+      pieces.emplace_back(p, n);
+    }
+  }
+  if (total != bytes) return nullptr;
+  sub.busy = true;
+  return std::make_unique<ReplyLanding>(std::move(pieces), *this, reply.request(), from);
+}
+
+void KvWorker::onReply(NodeId from, const node::InboundFrame& frame) {
+  const wire::PsReply& reply = *frame.envelope().body_as_PsReply();
   const std::string error = reply.error() ? reply.error()->str() : "";
   if (reply.op() == wire::PsOp::Clock) {
     node_.logger().error("node {} refused this worker's clock: {}", from, error);
+    return;
+  }
+  if (frame.landing() != nullptr) {
+    // placeReply() matched this reply to its pull (owner, keys, size) and its values are in
+    // the caller's buffer already.
+    Callback callback;
+    node::Status final_status;
+    {
+      std::lock_guard lock(mu_);
+      auto it = requests_.find(reply.request());
+      if (it == requests_.end()) return;
+      SubRequest& sub = it->second;
+      sub.busy = false;
+      const node::Status result = sub.outcome.value_or(node::Status{});
+      if (result.ok()) recordPullLocked(sub, reply.min_clock());
+      callback = settleLocked(reply.request(), result, &final_status);
+    }
+    completed_.notify_all();
+    if (callback) callback(final_status);
     return;
   }
   {
@@ -432,10 +594,25 @@ void KvWorker::onReply(NodeId from, const wire::PsReply& reply) {
               0, {}, {});
     return;
   }
+  const std::span<const uint8_t> attached = frame.attachment();
+  if ((reply.values() != nullptr && !attached.empty()) || attached.size() % sizeof(float) != 0) {
+    finishSub(reply.request(),
+              {node::ErrorCode::kProtocol,
+               fmt::format("node {} answered with values in both the body and an attachment, "
+                           "or an attachment of {} bytes that are not whole floats",
+                           from, attached.size())},
+              0, {}, {});
+    return;
+  }
   std::span<const uint64_t> keys;
   std::span<const float> values;
   if (reply.keys()) keys = {reply.keys()->data(), reply.keys()->size()};
-  if (reply.values()) values = {reply.values()->data(), reply.values()->size()};
+  if (reply.values()) {
+    values = {reply.values()->data(), reply.values()->size()};
+  } else {
+    // The frame's own attachment buffer is aligned for any scalar.
+    values = {reinterpret_cast<const float*>(attached.data()), attached.size() / sizeof(float)};
+  }
   finishSub(reply.request(), {}, reply.min_clock(), keys, values);
 }
 

@@ -23,6 +23,8 @@
 
 namespace chorus::node {
 class Node;
+class InboundFrame;
+class AttachmentLanding;
 struct PeerEvent;
 }  // namespace chorus::node
 namespace chorus::wire {
@@ -62,7 +64,9 @@ class KvWorker {
   using Callback = std::function<void(const node::Status&)>;
 
   // `local` is this node's own server. `optimizer` must be the owners' (the cache applies this
-  // worker's own pushes with it, so that the worker reads its own writes).
+  // worker's own pushes with it, so that the worker reads its own writes). Takes the node's
+  // PsReply frames (and reads the values of pull replies straight into the callers' buffers);
+  // the node must be shut down before the worker is destroyed.
   KvWorker(node::Node& node, KvServer& local, const ShardMap& map, const ChunkLayout& layout,
            OwnerOptimizer optimizer, WorkerOptions options);
   KvWorker(const KvWorker&) = delete;
@@ -79,6 +83,11 @@ class KvWorker {
   // Sends gradients for `keys` (the floats of each key in order; copied before returning); the
   // owners apply their optimizer.
   Handle push(std::span<const Key> keys, std::span<const float> grads, const Callback& done = {});
+  // The same without the copy: the frames are written from `grads`, which must stay valid and
+  // unchanged until the operation completed (even when it fails or is cancelled, it completes
+  // only once no frame points at them any more).
+  Handle pushInPlace(std::span<const Key> keys, std::span<const float> grads,
+                     const Callback& done = {});
   // Blocks until the operation completed; its status (an owner's error reply, or the owner went
   // down). An operation with a callback is forgotten once complete: wait() then returns ok.
   node::Status wait(Handle handle);
@@ -102,10 +111,11 @@ class KvWorker {
                                       Clock& read_clock) const;
 
   // Any thread: fails every pending operation with `status` (the run stops or the node shuts
-  // down, and no reply will come), and every later one at once.
+  // down, and no reply will come), and every later one at once. An operation whose buffer a
+  // socket is reading into or writing from completes when that ends.
   void cancelAll(const node::Status& status);
-  // Loop thread: an owner's reply.
-  void onReply(NodeId from, const wire::PsReply& reply);
+  // Loop thread: an owner's reply (PsReply frame).
+  void onReply(NodeId from, const node::InboundFrame& frame);
   // Loop thread: requests to an owner that went down fail at once.
   void onPeerEvent(const node::PeerEvent& event);
   WorkerStats stats() const;
@@ -123,7 +133,13 @@ class KvWorker {
     bool pull = false;
     std::vector<Key> keys;
     std::vector<float*> dest;  // pull: where each key's floats go
+    // The caller's memory is in use on the loop thread: a frame is written from it (pushInPlace)
+    // or a reply is read into it. The sub-request cannot complete before that ends (release()):
+    // an ending that comes first is kept in `outcome`.
+    bool busy = false;
+    std::optional<node::Status> outcome;
   };
+  class ReplyLanding;
   struct CachedRow {
     Clock stamp = 0;
     std::vector<float> values;
@@ -138,9 +154,23 @@ class KvWorker {
   Handle begin(size_t parts, const Callback& done, std::unique_lock<std::mutex>& lock);
   // Tells every owner (and this node's) that this worker reached `clock`.
   void announceClock(Clock clock);
+  Handle pushImpl(std::span<const Key> keys, std::span<const float> grads, const Callback& done,
+                  bool in_place);
   // Completes one sub-request; for a pull, copies the values and refreshes the cache.
   void finishSub(uint64_t request, const node::Status& status, Clock min_clock,
                  std::span<const uint64_t> keys, std::span<const float> values);
+  // Loop thread: where the values of a pull reply go (the caller's buffer), or null when the
+  // reply does not match its request (onReply then reports why).
+  std::unique_ptr<node::AttachmentLanding> placeReply(NodeId from, const wire::PsReply& reply,
+                                                      size_t bytes);
+  // A busy sub-request's memory is free again; `status` is how that ended (an error fails it).
+  void release(uint64_t request, const node::Status& status);
+  // Under mu_: the values of a pull are in the caller's buffer (copied or landed); updates the
+  // stamps and the cache.
+  void recordPullLocked(const SubRequest& sub, Clock min_clock);
+  // Under mu_: removes the sub-request and counts `result` into its operation; the callback to
+  // run once unlocked (set when the operation completed with one) and its status.
+  Callback settleLocked(uint64_t request, const node::Status& result, node::Status* final_status);
 
   node::Node& node_;
   KvServer& local_;

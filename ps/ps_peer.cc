@@ -141,9 +141,6 @@ PsPeer::PsPeer(node::Node& node, run::NodeJob job, std::vector<NodeId> members, 
   // there.
   worker_->setModelView(job_.model->params());
 
-  node_.setHandler(wire::Body::PsReply, [this](NodeId from, const wire::Envelope& envelope) {
-    worker_->onReply(from, *envelope.body_as_PsReply());
-  });
   node_.setHandler(wire::Body::PsCatchupRequest,
                    [this](NodeId from, const wire::Envelope&) { answerCatchup(from); });
   node_.setHandler(wire::Body::PsCatchupReply, [this](NodeId from, const wire::Envelope& envelope) {

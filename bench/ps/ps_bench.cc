@@ -128,9 +128,6 @@ class PsBenchCluster {
                                                     optimizer, worker_options));
       KvServer* server = servers_.back().get();
       KvWorker* worker = workers_.back().get();
-      node.setHandler(wire::Body::PsReply, [worker](NodeId from, const wire::Envelope& e) {
-        worker->onReply(from, *e.body_as_PsReply());
-      });
       node.setEventHandler([server, worker](const node::PeerEvent& event) {
         server->onPeerEvent(event);
         worker->onPeerEvent(event);
@@ -348,7 +345,8 @@ class PsBenchCluster {
         config_.traffic == Traffic::kPush || (config_.traffic == Traffic::kPushPull && op % 2 == 0);
     const std::span<const Key> keys = plan.messages[m];
     if (push) {
-      return worker.push(
+      // The gradients never change during a run: the frames are written straight from them.
+      return worker.pushInPlace(
           keys, std::span<const float>(plan.grads).subspan(plan.offsets[m], plan.lengths[m]), done);
     }
     return worker.pull(

@@ -475,6 +475,75 @@ TEST(Cluster, LargeFramesArriveWholeWithAnyWriteSlice) {
   }
 }
 
+// Attachments arrive whole and in order, in the frame's own buffer or where the receiver's
+// placer said; a transient send carries the bytes as they were when it was called, although
+// the sender overwrites them at once (the socket cannot take 8 MiB before that).
+TEST(Cluster, AttachmentsArriveWholeAndTransientSendsKeepTheBytesOfTheirCall) {
+  Pair pair("omicron");
+  constexpr size_t kBytes = 8u << 20;
+  constexpr uint64_t kFrames = 4;
+  auto patternOf = [](uint64_t tag) {
+    std::vector<uint8_t> bytes(kBytes);
+    for (size_t i = 0; i < bytes.size(); ++i)
+      bytes[i] = static_cast<uint8_t>(i * 13 + tag * 101 + i / 4096);
+    return bytes;
+  };
+  // Odd tags land in buffers of the receiver's; even ones stay in their frames.
+  std::vector<std::vector<uint8_t>> landed(kFrames, std::vector<uint8_t>(kBytes));
+  std::mutex mu;
+  std::condition_variable changed;
+  std::vector<std::pair<uint64_t, bool>> received;  // tag, bytes as sent
+  pair.high->setAttachmentPlacer(
+      wire::Body::Tensor,
+      [&](NodeId from, const wire::Envelope& e,
+          size_t bytes) -> std::unique_ptr<AttachmentLanding> {
+        const uint64_t tag = e.body_as_Tensor()->tag();
+        if (from != 0 || tag % 2 == 0 || bytes != kBytes) return nullptr;
+        return std::make_unique<AttachmentLanding>(std::vector<std::span<uint8_t>>{landed[tag]});
+      });
+  pair.high->setFrameHandler(wire::Body::Tensor, [&](NodeId, const InboundFrame& frame) {
+    const uint64_t tag = frame.envelope().body_as_Tensor()->tag();
+    const auto expected = patternOf(tag);
+    bool same = false;
+    if (frame.landing() != nullptr) {
+      same = tag % 2 == 1 && landed[tag] == expected;
+    } else {
+      const auto got = frame.attachment();
+      same = tag % 2 == 0 && std::equal(got.begin(), got.end(), expected.begin(), expected.end());
+    }
+    {
+      std::lock_guard lock(mu);
+      received.emplace_back(tag, same);
+    }
+    changed.notify_all();
+  });
+  std::vector<uint8_t> source;
+  std::atomic<int> sent_ok{0};
+  ASSERT_TRUE(pair.low->post([&] {
+    for (uint64_t tag = 0; tag < kFrames; ++tag) {
+      source = patternOf(tag);
+      auto frame = pair.low->encode(
+          wire::Body::Tensor,
+          [&](flatbuffers::FlatBufferBuilder& b) { return wire::CreateTensor(b, tag).Union(); }, 0,
+          {std::span<const uint8_t>(source)});
+      pair.low->sendTransient(1, frame, [&](NodeId, const Status& status) {
+        if (status.ok()) ++sent_ok;
+      });
+      std::fill(source.begin(), source.end(), uint8_t{0xEE});
+    }
+  }));
+  std::unique_lock lock(mu);
+  ASSERT_TRUE(changed.wait_for(lock, kSoon, [&] { return received.size() == kFrames; }));
+  for (uint64_t tag = 0; tag < kFrames; ++tag) {
+    EXPECT_EQ(received[tag].first, tag);
+    EXPECT_TRUE(received[tag].second) << "frame " << tag << " does not hold its bytes";
+  }
+  lock.unlock();
+  EXPECT_EQ(sent_ok.load(), static_cast<int>(kFrames));
+  pair.low->shutdown(1s);
+  pair.high->shutdown(1s);
+}
+
 // Starts test_node itself as node 0 in a child process.
 pid_t spawnChildNode(const std::string& cluster, NodeId self, NodeId members,
                      const std::vector<std::string>& peers) {

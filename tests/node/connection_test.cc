@@ -1,5 +1,6 @@
 // One node facing a raw socket peer: malformed frames and handshake refusals close only the
 // offending connection, with the reason logged, while the node keeps serving its other peer.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -226,8 +227,19 @@ TEST_F(ServingNodeTest, RefusesIdAlreadyConnected) {
 
 TEST_F(ServingNodeTest, RefusesOtherProtocolVersion) {
   const auto reason = refusalFor(b_->port(), makeHello(kCluster, 0, kProtocolVersion + 98));
-  EXPECT_NE(reason.find("protocol version 99 differs"), std::string::npos) << reason;
+  EXPECT_NE(reason.find(fmt::format("protocol version {} differs", kProtocolVersion + 98)),
+            std::string::npos)
+      << reason;
   EXPECT_TRUE(log_->waitForLine({"refusing Hello", "protocol version"}));
+}
+
+// Version 1 peers know nothing of attachments: they would read an attachment as the next
+// frame's length, so they are refused at Hello.
+TEST_F(ServingNodeTest, RefusesPeersOfTheProtocolWithoutAttachments) {
+  static_assert(kProtocolVersion >= 2);
+  const auto reason = refusalFor(b_->port(), makeHello(kCluster, 0, 1));
+  EXPECT_NE(reason.find("protocol version 1 differs from this node's version"), std::string::npos)
+      << reason;
 }
 
 TEST_F(ServingNodeTest, RefusesHigherIdThatDials) {

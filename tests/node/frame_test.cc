@@ -15,7 +15,7 @@ using testing::makeFrame;
 using testing::makePing;
 
 std::vector<uint8_t> bytesOf(const SharedFrame& frame) {
-  return {frame->data(), frame->data() + frame->size()};
+  return testing::wireBytes(frame);
 }
 
 // Feeds `bytes` in chunks whose sizes come from a seeded generator; collects frames.
@@ -204,6 +204,193 @@ TEST(Frame, ErrorsAreSticky) {
   auto good = bytesOf(makePing(1, "alpha", 1));
   const Status again = decoder.consume(good.data(), good.size(), sink);
   EXPECT_NE(again.message().find("zero-length"), std::string::npos);
+}
+
+// A Heartbeat frame carrying `attachment` (in pieces of the given sizes, cut from it).
+SharedFrame frameWithAttachment(const std::vector<uint8_t>& attachment,
+                                const std::vector<size_t>& piece_sizes, uint64_t sequence = 1) {
+  Attachment pieces;
+  size_t at = 0;
+  for (size_t size : piece_sizes) {
+    pieces.emplace_back(attachment.data() + at, size);
+    at += size;
+  }
+  EXPECT_EQ(at, attachment.size());
+  return encodeFrame(
+      EnvelopeHeader{3, "alpha", sequence, 0}, wire::Body::Heartbeat,
+      [](flatbuffers::FlatBufferBuilder& b) { return wire::CreateHeartbeat(b, 77).Union(); }, 0,
+      std::move(pieces));
+}
+
+std::vector<uint8_t> patternOf(size_t n, uint8_t seed) {
+  std::vector<uint8_t> bytes(n);
+  for (size_t i = 0; i < n; ++i)
+    bytes[i] = static_cast<uint8_t>(i * 31 + seed);
+  return bytes;
+}
+
+TEST(Frame, AttachmentsRoundTripAcrossArbitraryReadBoundaries) {
+  const auto big = patternOf(10'000, 1);
+  const auto small = patternOf(100, 2);
+  std::vector<SharedFrame> frames{makePing(3, "alpha", 1),
+                                  frameWithAttachment(big, {1, 9'000, 999}),
+                                  makePing(3, "alpha", 2), frameWithAttachment(small, {100})};
+  EXPECT_EQ(frames[1]->size(), frames[1]->envelopeSize() + big.size());
+  EXPECT_EQ(frames[1]->attachmentSize(), big.size());
+  std::vector<uint8_t> stream;
+  for (const auto& frame : frames) {
+    const auto bytes = bytesOf(frame);
+    stream.insert(stream.end(), bytes.begin(), bytes.end());
+  }
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    FrameDecoder decoder(FrameLimits{});
+    std::vector<InboundFrame> out;
+    ASSERT_TRUE(feedInChunks(decoder, stream, seed, &out).ok());
+    ASSERT_TRUE(decoder.finish().ok());
+    ASSERT_EQ(out.size(), 4u);
+    EXPECT_TRUE(out[0].attachment().empty());
+    EXPECT_EQ(out[0].envelope().body_as_Ping()->nonce(), 1u);
+    const auto got = out[1].attachment();
+    EXPECT_EQ(std::vector<uint8_t>(got.begin(), got.end()), big);
+    EXPECT_EQ(out[1].wireSize(), frames[1]->size());
+    EXPECT_EQ(out[1].envelope().body_as_Heartbeat()->echo_time_ns(), 77);
+    EXPECT_EQ(out[2].envelope().body_as_Ping()->nonce(), 2u);
+    const auto got_small = out[3].attachment();
+    EXPECT_EQ(std::vector<uint8_t>(got_small.begin(), got_small.end()), small);
+    EXPECT_EQ(out[3].landing(), nullptr);
+  }
+}
+
+// Records how its landing ended.
+class RecordingLanding : public AttachmentLanding {
+ public:
+  RecordingLanding(std::vector<std::span<uint8_t>> pieces, std::vector<int>* endings)
+      : AttachmentLanding(std::move(pieces)), endings_(endings) {}
+  RecordingLanding(const RecordingLanding&) = delete;
+  RecordingLanding& operator=(const RecordingLanding&) = delete;
+  ~RecordingLanding() override { endings_->push_back(arrived() ? 1 : 0); }
+
+ private:
+  std::vector<int>* endings_;
+};
+
+TEST(Frame, AttachmentLandsWhereThePlacerSaysThroughReadBuffer) {
+  const auto attachment = patternOf(300'000, 5);
+  const auto bytes = bytesOf(frameWithAttachment(attachment, {300'000}));
+  // Three pieces, apart from each other, in a buffer of the receiver's.
+  std::vector<uint8_t> target(400'000, 0);
+  std::vector<int> endings;
+  FrameDecoder decoder(FrameLimits{});
+  decoder.setPlacer([&](const wire::Envelope& envelope, size_t size) {
+    EXPECT_EQ(envelope.body_type(), wire::Body::Heartbeat);
+    EXPECT_EQ(size, attachment.size());
+    return std::make_unique<RecordingLanding>(
+        std::vector<std::span<uint8_t>>{{target.data(), 100'000},
+                                        {target.data() + 150'000, 3},
+                                        {target.data() + 200'000, 199'997}},
+        &endings);
+  });
+  size_t offset = 0;
+  int frames = 0;
+  size_t reads_into_target = 0;
+  while (offset < bytes.size()) {
+    std::span<uint8_t> into = decoder.readBuffer();
+    if (into.data() >= target.data() && into.data() < target.data() + target.size())
+      ++reads_into_target;
+    const size_t n = std::min<size_t>({into.size(), bytes.size() - offset, 70'000});
+    std::memcpy(into.data(), bytes.data() + offset, n);
+    offset += n;
+    ASSERT_TRUE(decoder
+                    .commitRead(n,
+                                [&](InboundFrame&& f) {
+                                  EXPECT_TRUE(f.attachment().empty());
+                                  EXPECT_NE(f.landing(), nullptr);
+                                  EXPECT_TRUE(f.landing()->arrived());
+                                  ++frames;
+                                  return true;
+                                })
+                    .ok());
+  }
+  EXPECT_EQ(frames, 1);
+  EXPECT_GE(reads_into_target, 2u);         // only what came with the Envelope, or after the 3-byte
+                                            // piece, went through the scratch buffer
+  EXPECT_EQ(endings, std::vector<int>{1});  // released once the frame was handled
+  std::vector<uint8_t> landed(target.begin(), target.begin() + 100'000);
+  landed.insert(landed.end(), target.begin() + 150'000, target.begin() + 150'003);
+  landed.insert(landed.end(), target.begin() + 200'000, target.begin() + 399'997);
+  EXPECT_EQ(landed, attachment);
+  EXPECT_EQ(target[100'000], 0);  // nothing between the pieces was touched
+  EXPECT_EQ(target[399'997], 0);
+}
+
+TEST(Frame, ALandingCutOffByTheEndOfTheStreamIsReleasedUnarrived) {
+  const auto attachment = patternOf(50'000, 9);
+  const auto bytes = bytesOf(frameWithAttachment(attachment, {50'000}));
+  std::vector<uint8_t> target(50'000);
+  std::vector<int> endings;
+  {
+    FrameDecoder decoder(FrameLimits{});
+    decoder.setPlacer([&](const wire::Envelope&, size_t) {
+      return std::make_unique<RecordingLanding>(std::vector<std::span<uint8_t>>{target}, &endings);
+    });
+    int frames = 0;
+    ASSERT_TRUE(decoder
+                    .consume(bytes.data(), bytes.size() - 10,
+                             [&](InboundFrame&&) {
+                               ++frames;
+                               return true;
+                             })
+                    .ok());
+    EXPECT_EQ(frames, 0);
+    EXPECT_TRUE(decoder.midFrame());
+    const Status end = decoder.finish();
+    EXPECT_NE(end.message().find("ended after 49990 of 50000 attachment bytes"), std::string::npos)
+        << end.toString();
+    EXPECT_TRUE(endings.empty());
+  }
+  EXPECT_EQ(endings, std::vector<int>{0});
+}
+
+TEST(Frame, ALandingOfTheWrongSizeIsReleasedAndTheFrameKeepsItsOwnCopy) {
+  const auto attachment = patternOf(5'000, 4);
+  const auto bytes = bytesOf(frameWithAttachment(attachment, {2'000, 3'000}));
+  std::vector<uint8_t> target(4'000);
+  std::vector<int> endings;
+  FrameDecoder decoder(FrameLimits{});
+  decoder.setPlacer([&](const wire::Envelope&, size_t) {
+    return std::make_unique<RecordingLanding>(std::vector<std::span<uint8_t>>{target}, &endings);
+  });
+  std::vector<InboundFrame> out;
+  ASSERT_TRUE(feedInChunks(decoder, bytes, 3, &out).ok());
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].landing(), nullptr);
+  const auto got = out[0].attachment();
+  EXPECT_EQ(std::vector<uint8_t>(got.begin(), got.end()), attachment);
+  EXPECT_EQ(endings, std::vector<int>{0});
+}
+
+TEST(Frame, AnAttachmentBeyondTheFrameLimitIsRejected) {
+  const auto bytes = bytesOf(frameWithAttachment(patternOf(8'192, 1), {8'192}));
+  FrameLimits limits;
+  limits.max_frame_bytes = 4'096;
+  const Status status = decodeAll(bytes, limits);
+  EXPECT_EQ(status.code(), ErrorCode::kBadFrame);
+  EXPECT_NE(status.message().find("attachment of 8192 bytes"), std::string::npos)
+      << status.toString();
+}
+
+TEST(Frame, TailCopyHoldsTheRestOfEveryPiece) {
+  const auto attachment = patternOf(1'000, 8);
+  const SharedFrame frame = frameWithAttachment(attachment, {10, 0, 990});
+  const auto all = bytesOf(frame);
+  for (size_t from : {size_t{0}, size_t{3}, frame->envelopeSize(), frame->envelopeSize() + 10,
+                      frame->envelopeSize() + 500, all.size() - 1, all.size()}) {
+    const SharedFrame tail = frame->tailCopy(from);
+    EXPECT_EQ(tail->attachmentSize(), 0u);
+    EXPECT_EQ(bytesOf(tail),
+              std::vector<uint8_t>(all.begin() + static_cast<ptrdiff_t>(from), all.end()))
+        << "from " << from;
+  }
 }
 
 // Seeded mutation fuzzing: corrupted frames yield an error value or a verified frame, never a

@@ -29,7 +29,8 @@ std::vector<SharedFrame> framesOfSizes(const std::vector<size_t>& payloads) {
 std::vector<uint8_t> concatenated(const std::vector<SharedFrame>& frames) {
   std::vector<uint8_t> bytes;
   for (const auto& frame : frames)
-    bytes.insert(bytes.end(), frame->data(), frame->data() + frame->size());
+    for (const auto& piece : frame->pieces())
+      bytes.insert(bytes.end(), piece.begin(), piece.end());
   return bytes;
 }
 
@@ -51,6 +52,28 @@ TEST(SliceForWrites, EveryWriteButTheLastIsFullAndTheBytesStayInOrder) {
     }
   }
   EXPECT_EQ(sent, concatenated(frames));
+}
+
+TEST(SliceForWrites, AttachmentPiecesAreCutLikeTheEnvelope) {
+  std::vector<uint8_t> a(70'000), b(3);
+  for (size_t i = 0; i < a.size(); ++i)
+    a[i] = static_cast<uint8_t>(i * 7);
+  b = {1, 2, 3};
+  EnvelopeHeader header{1, "c", 1, 0};
+  std::vector<SharedFrame> frames{
+      encodeFrame(
+          header, wire::Body::Heartbeat,
+          [](flatbuffers::FlatBufferBuilder& fb) { return wire::CreateHeartbeat(fb, 5).Union(); },
+          0, {std::span<const uint8_t>(a), std::span<const uint8_t>(b)}),
+      framesOfSizes({10})[0]};
+  const auto writes = uv::sliceForWrites(frames, 1000);
+  std::vector<uint8_t> sent;
+  for (const auto& write : writes) {
+    for (const uv_buf_t& buf : write)
+      sent.insert(sent.end(), buf.base, buf.base + buf.len);
+  }
+  EXPECT_EQ(sent, concatenated(frames));
+  EXPECT_EQ(sent.size(), frames[0]->envelopeSize() + a.size() + b.size() + frames[1]->size());
 }
 
 TEST(SliceForWrites, NoSliceKeepsOneWriteWithOneBufferPerFrame) {

@@ -194,6 +194,13 @@ SharedFrame makeFrame(NodeId sender, const std::string& cluster, wire::Body type
   return encodeFrame(EnvelopeHeader{sender, cluster, sequence, 0}, type, write_body);
 }
 
+std::vector<uint8_t> wireBytes(const SharedFrame& frame) {
+  std::vector<uint8_t> bytes;
+  for (const auto& piece : frame->pieces())
+    bytes.insert(bytes.end(), piece.begin(), piece.end());
+  return bytes;
+}
+
 SharedFrame makeHello(const std::string& cluster, NodeId id, uint32_t version) {
   return makeFrame(id, cluster, wire::Body::Hello, [&](flatbuffers::FlatBufferBuilder& b) {
     return wire::CreateHelloDirect(b, cluster.c_str(), id, version).Union();

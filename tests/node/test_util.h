@@ -72,7 +72,10 @@ class RawPeer {
 
   bool connected() const { return fd_ >= 0; }
   void sendBytes(const void* data, size_t size);
-  void sendFrame(const SharedFrame& frame) { sendBytes(frame->data(), frame->size()); }
+  void sendFrame(const SharedFrame& frame) {
+    for (const auto& piece : frame->pieces())
+      sendBytes(piece.data(), piece.size());
+  }
   // Stops sending (FIN), keeps reading.
   void shutdownWrite();
   // The next whole frame (prefix included), or nullopt on EOF/timeout. Read it with
@@ -88,6 +91,9 @@ class RawPeer {
   bool readExact(uint8_t* out, size_t size, std::chrono::steady_clock::time_point deadline);
   int fd_ = -1;
 };
+
+// Every byte of `frame` as it goes on the wire (attachment included).
+std::vector<uint8_t> wireBytes(const SharedFrame& frame);
 
 // A frame with an explicit header, as a peer with id `sender` would write it.
 SharedFrame makeFrame(NodeId sender, const std::string& cluster, wire::Body type,

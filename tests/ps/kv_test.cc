@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <future>
 #include <limits>
@@ -18,6 +19,7 @@
 #include "node/node.h"
 #include "ps/kv_server.h"
 #include "ps/kv_worker.h"
+#include "tests/node/test_util.h"
 
 namespace chorus::ps {
 namespace {
@@ -87,9 +89,6 @@ class KvCluster {
                                                     config_.optimizer, wo));
       KvServer* server = servers_.back().get();
       KvWorker* worker = workers_.back().get();
-      node.setHandler(wire::Body::PsReply, [worker](NodeId from, const wire::Envelope& e) {
-        worker->onReply(from, *e.body_as_PsReply());
-      });
       node.setEventHandler([server, worker](const node::PeerEvent& event) {
         server->onPeerEvent(event);
         worker->onPeerEvent(event);
@@ -182,6 +181,90 @@ TEST(KvWorker, RejectsUnsortedDuplicateOrUnknownKeysAndWrongLengths) {
   EXPECT_THROW(worker.push(two, std::vector<float>(9)), std::invalid_argument);
   // A correct request still works after the refused ones.
   EXPECT_TRUE(worker.wait(worker.pull(two, out)).ok());
+}
+
+// pushInPlace sends the same update as push, without copying the gradients first.
+TEST(KvWorker, PushInPlaceAppliesWhatPushApplies) {
+  KvCluster::Config config;
+  config.members = 2;
+  config.served = 2;
+  config.layout = ChunkLayout(64, 4);
+  config.optimizer.sgd.momentum = 0;
+  config.optimizer.schedule.baseLr = 0.5;
+  config.staleness = Staleness{Staleness::kInfinite};  // pushes are applied when they arrive
+  KvCluster cluster(config);
+  KvWorker& worker = cluster.worker(0);
+  const std::vector<Key> keys = allKeys(config.layout);
+  std::vector<float> grads(config.layout.total());
+  for (size_t i = 0; i < grads.size(); ++i)
+    grads[i] = static_cast<float>(i % 7) - 3.0f;
+  std::vector<float> before(grads.size()), after_in_place(grads.size()), after_copy(grads.size());
+  ASSERT_TRUE(worker.wait(worker.pull(keys, before)).ok());
+  ASSERT_TRUE(worker.wait(worker.pushInPlace(keys, grads)).ok());
+  ASSERT_TRUE(worker.wait(worker.pull(keys, after_in_place)).ok());
+  ASSERT_TRUE(worker.wait(worker.push(keys, grads)).ok());
+  ASSERT_TRUE(worker.wait(worker.pull(keys, after_copy)).ok());
+  for (size_t i = 0; i < grads.size(); ++i) {
+    EXPECT_FLOAT_EQ(after_in_place[i], before[i] - 0.5f * grads[i]) << "float " << i;
+    EXPECT_FLOAT_EQ(after_copy[i] - after_in_place[i], after_in_place[i] - before[i]);
+  }
+  EXPECT_GT(worker.stats().keys_remote, 0u);
+}
+
+// An owner whose connection ends in the middle of a reply's values: the pull fails, naming the
+// owner, and completes only once nothing reads into the caller's buffer any more (the
+// sanitizer build checks that the buffer freed right after is not written).
+TEST(KvWorker, AReplyCutOffInsideItsValuesFailsThePull) {
+  const std::vector<NodeId> members{0, 1};
+  const ChunkLayout layout(64, 4);
+  const ShardMap map(members);
+  OwnerOptimizer optimizer;
+  auto options = nodeOptions(1, 2);
+  options.peer_timeout = 30000ms;  // the raw peer sends no heartbeats
+  node::Node node(options);
+  KvServer server(node, KeyStore(layout, map, 1, std::vector<float>(layout.total()), optimizer),
+                  members, ServerOptions{});
+  KvWorker worker(node, server, map, layout, optimizer, WorkerOptions{});
+  node.setEventHandler([&](const node::PeerEvent& event) { worker.onPeerEvent(event); });
+  ASSERT_TRUE(node.listen().ok());
+  ASSERT_TRUE(node.connect({{0, "", 0}}).ok());
+  auto raw = std::make_unique<node::testing::RawPeer>(node.port());
+  ASSERT_TRUE(raw->handshake("ps-test", 0));
+  ASSERT_TRUE(node.waitClusterReady(10s).ok());
+  std::vector<Key> keys;
+  for (Key k = 0; k < layout.numKeys(); ++k) {
+    if (map.home(k) == 0) keys.push_back(k);
+  }
+  ASSERT_FALSE(keys.empty());
+  auto out = std::make_unique<std::vector<float>>(keys.size() * 4, -1.0f);
+  const KvWorker::Handle handle = worker.pull(keys, *out);
+  uint64_t request = 0;
+  for (;;) {
+    auto frame = raw->readFrame();
+    ASSERT_TRUE(frame.has_value());
+    ASSERT_TRUE(node::verifyFrame(frame->data(), frame->size(), node::FrameLimits{}).ok());
+    const wire::Envelope& e = node::envelopeOf(frame->data());
+    if (e.body_type() != wire::Body::PsPull) continue;
+    request = e.body_as_PsPull()->request();
+    break;
+  }
+  const std::vector<float> values(keys.size() * 4, 2.5f);
+  const node::SharedFrame reply = node::encodeFrame(
+      node::EnvelopeHeader{0, "ps-test", 2, 0}, wire::Body::PsReply,
+      [&](flatbuffers::FlatBufferBuilder& b) {
+        return wire::CreatePsReply(b, request, wire::PsOp::Pull, 0, 0, b.CreateVector(keys))
+            .Union();
+      },
+      0, {node::bytesOf(std::span<const float>(values))});
+  const std::vector<uint8_t> bytes = node::testing::wireBytes(reply);
+  raw->sendBytes(bytes.data(), reply->envelopeSize() + reply->attachmentSize() / 2);
+  raw.reset();  // the owner is gone in the middle of its values
+  const node::Status status = worker.wait(handle);
+  EXPECT_FALSE(status.ok());
+  EXPECT_NE(status.message().find("node 0"), std::string::npos) << status.toString();
+  out.reset();
+  EXPECT_EQ(worker.stats().failed_requests, 1u);
+  node.shutdown(0ms);
 }
 
 TEST(KvWorker, KeysOwnedLocallyNeverTouchTheNetwork) {
@@ -328,13 +411,17 @@ TEST(KvServer, AFirstClockAfterADroppedConnectionIsNoRunningJob) {
 class ReplyCollector {
  public:
   explicit ReplyCollector(node::Node& node) {
-    node.setHandler(wire::Body::PsReply, [this](NodeId, const wire::Envelope& e) {
-      const wire::PsReply* r = e.body_as_PsReply();
+    node.setFrameHandler(wire::Body::PsReply, [this](NodeId, const node::InboundFrame& frame) {
+      const wire::PsReply* r = frame.envelope().body_as_PsReply();
       Reply reply;
       reply.request = r->request();
       reply.op = r->op();
       reply.error = r->error() ? r->error()->str() : "";
       if (r->values()) reply.values.assign(r->values()->begin(), r->values()->end());
+      const std::span<const uint8_t> attached = frame.attachment();
+      reply.values.resize(reply.values.size() + attached.size() / sizeof(float));
+      std::memcpy(reply.values.data() + reply.values.size() - attached.size() / sizeof(float),
+                  attached.data(), attached.size() / sizeof(float) * sizeof(float));
       {
         std::lock_guard lock(mu_);
         replies_.push_back(std::move(reply));
