@@ -419,9 +419,10 @@ class ReplyCollector {
       reply.error = r->error() ? r->error()->str() : "";
       if (r->values()) reply.values.assign(r->values()->begin(), r->values()->end());
       const std::span<const uint8_t> attached = frame.attachment();
-      reply.values.resize(reply.values.size() + attached.size() / sizeof(float));
-      std::memcpy(reply.values.data() + reply.values.size() - attached.size() / sizeof(float),
-                  attached.data(), attached.size() / sizeof(float) * sizeof(float));
+      if (!attached.empty()) {
+        reply.values.resize(attached.size() / sizeof(float));
+        std::memcpy(reply.values.data(), attached.data(), reply.values.size() * sizeof(float));
+      }
       {
         std::lock_guard lock(mu_);
         replies_.push_back(std::move(reply));
