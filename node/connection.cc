@@ -75,8 +75,9 @@ void Connection::writeTransientFromLoop(const SharedFrame& frame,
     return;
   }
   size_t written = 0;
-  // Only with nothing queued or in flight may bytes go straight to the socket.
-  if (pending_.empty() && writes_in_flight_ == 0 && tcp_->writeQueueSize() == 0) {
+  // Only with nothing queued or in flight (then libuv holds no write of ours either) may bytes
+  // go straight to the socket.
+  if (pending_.empty() && writes_in_flight_ == 0) {
     const Status status = tcp_->tryWriteFromLoop(frame, &written);
     if (!status.ok()) {
       if (done) done(status);

@@ -33,6 +33,17 @@ struct FrameLimits {
 // Bytes that travel after an Envelope, in pieces that are joined on the wire.
 using Attachment = std::vector<std::span<const uint8_t>>;
 
+// Appends `piece` to `pieces`, joined to the last one when it starts where that one ends (one
+// iovec, or one socket read, instead of two).
+template <class Byte>
+void appendPiece(std::vector<std::span<Byte>>& pieces, std::span<Byte> piece) {
+  if (!pieces.empty() && pieces.back().data() + pieces.back().size() == piece.data()) {
+    pieces.back() = {pieces.back().data(), pieces.back().size() + piece.size()};
+  } else {
+    pieces.push_back(piece);
+  }
+}
+
 // The bytes of `values`, as one piece of an Attachment (on the wire in host byte order, which
 // every platform chorus runs on shares with FlatBuffers: little-endian).
 template <class T>

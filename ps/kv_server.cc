@@ -21,6 +21,18 @@ constexpr Staleness kExplicitMinClock{0};
 
 }  // namespace
 
+std::optional<std::span<const float>> valuesOf(const flatbuffers::Vector<float>* values,
+                                               const node::InboundFrame& frame) {
+  const std::span<const uint8_t> attached = frame.attachment();
+  if (values != nullptr) {
+    if (!attached.empty()) return std::nullopt;
+    return std::span<const float>(values->data(), values->size());
+  }
+  if (attached.size() % sizeof(float) != 0) return std::nullopt;
+  return std::span<const float>(reinterpret_cast<const float*>(attached.data()),
+                                attached.size() / sizeof(float));
+}
+
 KvServer::KvServer(node::Node& node, KeyStore store, const std::vector<WorkerId>& workers,
                    ServerOptions options)
     : node_(node),
@@ -251,15 +263,15 @@ void KvServer::onPullFrame(WorkerId from, const wire::Envelope& envelope) {
 
 void KvServer::onPushFrame(WorkerId from, const node::InboundFrame& frame) {
   const wire::PsPush* request = frame.envelope().body_as_PsPush();
-  const std::span<const uint8_t> attached = frame.attachment();
+  const std::optional<std::span<const float>> values = valuesOf(request->values(), frame);
   std::string malformed;
   if (request->keys() == nullptr) {
     malformed = "push without keys";
-  } else if (request->values() != nullptr && !attached.empty()) {
-    malformed = "push with values in both the body and an attachment";
-  } else if (request->values() == nullptr && attached.size() % sizeof(float) != 0) {
-    malformed =
-        fmt::format("push with an attachment of {} bytes, not whole floats", attached.size());
+  } else if (!values) {
+    malformed = fmt::format(
+        "push with values in both the body and an attachment, or an attachment of {} bytes "
+        "that are not whole floats",
+        frame.attachment().size());
   }
   if (!malformed.empty()) {
     {
@@ -270,12 +282,7 @@ void KvServer::onPushFrame(WorkerId from, const node::InboundFrame& frame) {
     return;
   }
   const std::span<const uint64_t> keys(request->keys()->data(), request->keys()->size());
-  // The attachment's buffer is aligned for any scalar (InboundFrame::attachment).
-  const std::span<const float> grads =
-      request->values() != nullptr
-          ? std::span<const float>(request->values()->data(), request->values()->size())
-          : std::span<const float>(reinterpret_cast<const float*>(attached.data()),
-                                   attached.size() / sizeof(float));
+  const std::span<const float> grads = *values;
   checkRunningJob(from, request->clock(), 0);
   if (holding_) {
     // The frame is gone after this handler: keep copies.

@@ -89,6 +89,12 @@ struct ServerSummary {
   std::vector<SkippedClocks> skipped;
 };
 
+// The floats of a PsPush or PsReply: its `values`, or its frame's attachment when `values` is
+// absent (the attachment buffer is aligned for any scalar); nullopt when both are present or
+// the attachment is not whole floats.
+std::optional<std::span<const float>> valuesOf(const flatbuffers::Vector<float>* values,
+                                               const node::InboundFrame& frame);
+
 class KvServer {
  public:
   // `workers` are every member (each node is a worker). Installs the PsPull / PsPush / PsClock

@@ -334,14 +334,8 @@ KvWorker::Handle KvWorker::pushImpl(std::span<const Key> keys, std::span<const f
       // The gradients travel as the frame's attachment, written from the caller's buffer.
       node::Attachment attachment;
       for (size_t i = 0; i < group->keys.size(); ++i) {
-        const std::span<const uint8_t> grad =
-            node::bytesOf(grads.subspan(group->starts[i], layout_.length(group->keys[i])));
-        if (!attachment.empty() &&
-            attachment.back().data() + attachment.back().size() == grad.data()) {
-          attachment.back() = {attachment.back().data(), attachment.back().size() + grad.size()};
-        } else {
-          attachment.push_back(grad);
-        }
+        node::appendPiece(attachment, node::bytesOf(grads.subspan(group->starts[i],
+                                                                  layout_.length(group->keys[i]))));
       }
       node::SharedFrame frame = node_.encode(
           wire::Body::PsPush,
@@ -537,14 +531,9 @@ std::unique_ptr<node::AttachmentLanding> KvWorker::placeReply(NodeId from,
   std::vector<std::span<uint8_t>> pieces;
   size_t total = 0;
   for (size_t i = 0; i < sub.keys.size(); ++i) {
-    auto* p = reinterpret_cast<uint8_t*>(sub.dest[i]);
     const size_t n = layout_.length(sub.keys[i]) * sizeof(float);
+    node::appendPiece(pieces, std::span<uint8_t>(reinterpret_cast<uint8_t*>(sub.dest[i]), n));
     total += n;
-    if (!pieces.empty() && pieces.back().data() + pieces.back().size() == p) {
-      pieces.back() = {pieces.back().data(), pieces.back().size() + n};
-    } else {
-      pieces.emplace_back(p, n);
-    }
   }
   if (total != bytes) return nullptr;
   sub.busy = true;
@@ -594,26 +583,19 @@ void KvWorker::onReply(NodeId from, const node::InboundFrame& frame) {
               0, {}, {});
     return;
   }
-  const std::span<const uint8_t> attached = frame.attachment();
-  if ((reply.values() != nullptr && !attached.empty()) || attached.size() % sizeof(float) != 0) {
+  const std::optional<std::span<const float>> values = valuesOf(reply.values(), frame);
+  if (!values) {
     finishSub(reply.request(),
               {node::ErrorCode::kProtocol,
                fmt::format("node {} answered with values in both the body and an attachment, "
                            "or an attachment of {} bytes that are not whole floats",
-                           from, attached.size())},
+                           from, frame.attachment().size())},
               0, {}, {});
     return;
   }
   std::span<const uint64_t> keys;
-  std::span<const float> values;
   if (reply.keys()) keys = {reply.keys()->data(), reply.keys()->size()};
-  if (reply.values()) {
-    values = {reply.values()->data(), reply.values()->size()};
-  } else {
-    // The frame's own attachment buffer is aligned for any scalar.
-    values = {reinterpret_cast<const float*>(attached.data()), attached.size() / sizeof(float)};
-  }
-  finishSub(reply.request(), {}, reply.min_clock(), keys, values);
+  finishSub(reply.request(), {}, reply.min_clock(), keys, *values);
 }
 
 void KvWorker::onPeerEvent(const node::PeerEvent& event) {

@@ -114,8 +114,6 @@ class KvWorker {
   // down, and no reply will come), and every later one at once. An operation whose buffer a
   // socket is reading into or writing from completes when that ends.
   void cancelAll(const node::Status& status);
-  // Loop thread: an owner's reply (PsReply frame).
-  void onReply(NodeId from, const node::InboundFrame& frame);
   // Loop thread: requests to an owner that went down fail at once.
   void onPeerEvent(const node::PeerEvent& event);
   WorkerStats stats() const;
@@ -159,6 +157,8 @@ class KvWorker {
   // Completes one sub-request; for a pull, copies the values and refreshes the cache.
   void finishSub(uint64_t request, const node::Status& status, Clock min_clock,
                  std::span<const uint64_t> keys, std::span<const float> values);
+  // Loop thread: an owner's reply (PsReply frame; the worker registers itself for them).
+  void onReply(NodeId from, const node::InboundFrame& frame);
   // Loop thread: where the values of a pull reply go (the caller's buffer), or null when the
   // reply does not match its request (onReply then reports why).
   std::unique_ptr<node::AttachmentLanding> placeReply(NodeId from, const wire::PsReply& reply,

@@ -274,6 +274,13 @@ class RecordingLanding : public AttachmentLanding {
   std::vector<int>* endings_;
 };
 
+// A placer that reads every attachment into `target`, recording into `endings`.
+FrameDecoder::Placer landIn(std::span<uint8_t> target, std::vector<int>* endings) {
+  return [target, endings](const wire::Envelope&, size_t) {
+    return std::make_unique<RecordingLanding>(std::vector<std::span<uint8_t>>{target}, endings);
+  };
+}
+
 TEST(Frame, AttachmentLandsWhereThePlacerSaysThroughReadBuffer) {
   const auto attachment = patternOf(300'000, 5);
   const auto bytes = bytesOf(frameWithAttachment(attachment, {300'000}));
@@ -330,9 +337,7 @@ TEST(Frame, ALandingCutOffByTheEndOfTheStreamIsReleasedUnarrived) {
   std::vector<int> endings;
   {
     FrameDecoder decoder(FrameLimits{});
-    decoder.setPlacer([&](const wire::Envelope&, size_t) {
-      return std::make_unique<RecordingLanding>(std::vector<std::span<uint8_t>>{target}, &endings);
-    });
+    decoder.setPlacer(landIn(target, &endings));
     int frames = 0;
     ASSERT_TRUE(decoder
                     .consume(bytes.data(), bytes.size() - 10,
@@ -357,9 +362,7 @@ TEST(Frame, ALandingOfTheWrongSizeIsReleasedAndTheFrameKeepsItsOwnCopy) {
   std::vector<uint8_t> target(4'000);
   std::vector<int> endings;
   FrameDecoder decoder(FrameLimits{});
-  decoder.setPlacer([&](const wire::Envelope&, size_t) {
-    return std::make_unique<RecordingLanding>(std::vector<std::span<uint8_t>>{target}, &endings);
-  });
+  decoder.setPlacer(landIn(target, &endings));
   std::vector<InboundFrame> out;
   ASSERT_TRUE(feedInChunks(decoder, bytes, 3, &out).ok());
   ASSERT_EQ(out.size(), 1u);
