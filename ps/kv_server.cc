@@ -55,7 +55,11 @@ KvServer::KvServer(node::Node& node, KeyStore store, const std::vector<WorkerId>
 std::optional<std::string> KvServer::checkClock(WorkerId worker, Clock clock,
                                                 const char* what) const {
   const Clock current = clocks_.clockOf(worker);
-  if (clock < current) {
+  // A restored clock is a helper's view, which may be ahead of what the worker still had in
+  // flight to this owner: a push of clock 33 can arrive here after the helper heard clock 34.
+  // Nothing reached this incarnation before, so such a request is no replay; it is accepted
+  // until the worker's own next clock announcement anchors its clock here.
+  if (clock < current && unanchored_.count(worker) == 0) {
     return fmt::format(
         "{} at clock {} but node {} already reached clock {} (clock going backwards)", what, clock,
         worker, current);
@@ -177,8 +181,10 @@ std::optional<std::string> KvServer::clock(WorkerId worker, Clock clock) {
   checkRunningJob(worker, clock, 1);  // every worker announces clock 1 first
   // Every clock is announced in order on a FIFO connection, so a jump means clocks the worker
   // never ran (a rejoin) or whose announcements were lost with a connection.
-  // After restore() the clocks are another owner's view, older by whatever was in flight: the
-  // first clock heard from each worker then may jump without anything lost.
+  // After restore() the clocks are another owner's view, which may be older or newer than what
+  // the worker had in flight to this owner: the first clock heard from each worker then may
+  // jump without anything lost, and clocks below the view change nothing.
+  if (unanchored_.count(worker) > 0 && clock < clocks_.clockOf(worker)) return std::nullopt;
   const bool anchored = unanchored_.erase(worker) == 0;
   const Clock before = clocks_.known(worker) ? clocks_.clockOf(worker) : clock;
   if (anchored && clock > before + 1 && before > 0) {

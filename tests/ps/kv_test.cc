@@ -535,6 +535,76 @@ TEST(KvServer, MalformedRequestsGetAnErrorReplyAndTheOwnerKeepsServing) {
   raw.shutdown(std::chrono::milliseconds(0));  // no reply handler runs once `replies` is gone
 }
 
+// A rejoined owner's clocks come from a helper's view, which can be ahead of what a worker
+// still had in flight to this owner: the helper heard worker 1's clock 34 while its push of
+// clock 33 was on its way here. That push reached no earlier incarnation, so it is applied, not
+// refused as a clock going backwards; once the worker's own clock anchors it, the check is back.
+TEST(KvServer, ARejoinedOwnerAppliesPushesOlderThanItsRestoredView) {
+  KvCluster::Config config;
+  config.members = 2;
+  config.served = 1;  // node 1 is a raw peer sending hand-made frames
+  config.layout = ChunkLayout(40, 4);
+  config.optimizer.sgd.momentum = 0;
+  config.optimizer.schedule.baseLr = 0.5;
+  config.staleness = Staleness::parse("2");
+  config.server.hold_until_restored = true;
+  KvCluster cluster(config);
+  ReplyCollector replies(cluster.node(1));
+  node::Node& raw = cluster.node(1);
+  KvServer& server = cluster.server(0);
+  const std::vector<Key> mine = cluster.keysOwnedBy({0});
+  ASSERT_FALSE(mine.empty());
+  auto sendPush = [&](uint64_t id, int64_t clock, Key key, float grad) {
+    raw.send(0, raw.encode(wire::Body::PsPush, [&](flatbuffers::FlatBufferBuilder& b) {
+      std::vector<uint64_t> keys{key};
+      std::vector<float> values(4, grad);
+      return wire::CreatePsPush(b, id, clock, b.CreateVector(keys), b.CreateVector(values)).Union();
+    }));
+  };
+  auto sendClock = [&](int64_t clock) {
+    raw.send(0, raw.encode(wire::Body::PsClock, [&](flatbuffers::FlatBufferBuilder& b) {
+      return wire::CreatePsClock(b, clock).Union();
+    }));
+  };
+  auto onLoop = [&](std::function<void()> fn) {
+    std::promise<void> done;
+    ASSERT_TRUE(cluster.node(0).post([&] {
+      fn();
+      done.set_value();
+    }));
+    done.get_future().wait();
+  };
+
+  sendPush(1, 33, mine[0], 2.0f);  // held until the keys are restored
+  const std::vector<float> restored(cluster.floats(mine), 10.0f);
+  onLoop([&] {
+    const std::optional<std::string> error =
+        server.restore(mine, restored, {{0, 34, true}, {1, 34, true}});
+    EXPECT_FALSE(error.has_value()) << *error;
+  });
+  auto r = replies.next();
+  EXPECT_EQ(r.request, 1u);
+  EXPECT_EQ(r.error, "");
+  sendClock(33);  // an announcement still behind the view changes nothing
+  sendClock(35);  // the worker's own clock: from here on its clocks are checked again
+  sendPush(2, 34, mine[0], 2.0f);
+  r = replies.next();
+  EXPECT_EQ(r.request, 2u);
+  EXPECT_NE(r.error.find("backwards"), std::string::npos) << r.error;
+
+  onLoop([&] {
+    std::vector<float> value(4);
+    server.store().copyTo(std::span<const Key>(&mine[0], 1), value.data());
+    for (float v : value)
+      EXPECT_FLOAT_EQ(v, 10.0f - 0.5f * 2.0f);  // the push of clock 33 only
+  });
+  const ServerSummary summary = server.summary();
+  EXPECT_EQ(summary.pushes, 1u);
+  EXPECT_EQ(summary.errors, 1u);
+  EXPECT_TRUE(summary.skipped.empty());
+  raw.shutdown(std::chrono::milliseconds(0));  // no reply handler runs once `replies` is gone
+}
+
 // Worker w's gradient for the toy problem f_w(x) = |x - t_w|^2 / 2.
 std::vector<float> target(size_t w, size_t n) {
   std::vector<float> t(n);
