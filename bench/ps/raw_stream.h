@@ -5,6 +5,8 @@
 // share of the machine it keeps.
 #pragma once
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -46,8 +48,11 @@ class RawStream {
   }
 
   // Moves `count` messages of a 4-byte length plus `payload` bytes from the writer thread to
-  // the calling thread, one send() per message; returns the wall seconds it took.
-  double transfer(size_t payload, size_t count) {
+  // the calling thread, one send() per message, or per `slice` bytes of a message when `slice`
+  // is not 0 (Linux's BBR paces large send() calls on loopback, node/ writes slices for that
+  // reason: see bench/README.md "Writes of more than two packets"); returns the wall seconds
+  // it took.
+  double transfer(size_t payload, size_t count, size_t slice = 0) {
     const size_t message = payload + 4;
     if (outbox_.size() != message) {
       outbox_.assign(message, 5);
@@ -59,6 +64,7 @@ class RawStream {
     {
       std::lock_guard lock(mu_);
       job_count_ = count;
+      job_slice_ = slice;
       ++jobs_;
     }
     changed_.notify_all();
@@ -82,6 +88,14 @@ class RawStream {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 
+  // The writer's current maximum segment size (it grows during the first transfers).
+  size_t mss() const {
+    int mss = 0;
+    socklen_t len = sizeof(mss);
+    if (::getsockopt(writer_fd_, IPPROTO_TCP, TCP_MAXSEG, &mss, &len) != 0 || mss <= 0) return 0;
+    return static_cast<size_t>(mss);
+  }
+
  private:
   static constexpr size_t kChunk = 256 * 1024;
 
@@ -92,9 +106,12 @@ class RawStream {
       changed_.wait(lock, [&] { return stop_ || jobs_ > done; });
       if (stop_) return;
       const size_t count = job_count_;
+      const size_t slice = job_slice_ == 0 ? outbox_.size() : job_slice_;
       lock.unlock();
-      for (size_t i = 0; i < count; ++i)
-        writeAll(outbox_.data(), outbox_.size());
+      for (size_t i = 0; i < count; ++i) {
+        for (size_t at = 0; at < outbox_.size(); at += slice)
+          writeAll(outbox_.data() + at, std::min(slice, outbox_.size() - at));
+      }
       lock.lock();
       ++done;
     }
@@ -124,6 +141,7 @@ class RawStream {
   std::condition_variable changed_;
   uint64_t jobs_ = 0;
   size_t job_count_ = 0;
+  size_t job_slice_ = 0;
   bool stop_ = false;
   std::thread writer_;
 };
