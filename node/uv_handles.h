@@ -157,8 +157,6 @@ class Tcp : public Handle<Tcp, uv_tcp_t> {
   uint16_t localPortFromLoop();
   // "host:port" of the remote end, or "?" when unknown.
   std::string peerNameFromLoop();
-  // Bytes libuv still holds for writing.
-  size_t writeQueueSize() const { return handle_.write_queue_size; }
 
  private:
   friend class Handle<Tcp, uv_tcp_t>;
