@@ -168,7 +168,13 @@ KvWorker::Handle KvWorker::pullImpl(std::optional<Clock> min_clock, std::span<co
       (owner == self_ ? stats_.keys_local : stats_.keys_remote) += group.keys.size();
       if (owner != self_ && !down_owners_.count(owner)) ++stats_.messages_sent;
       if (owner != self_ && down_owners_.count(owner)) failed.push_back(id);
-      requests_[id] = SubRequest{handle, owner, true, group.keys, std::move(group.dest)};
+      requests_[id] = SubRequest{.handle = handle,
+                                 .owner = owner,
+                                 .pull = true,
+                                 .keys = group.keys,
+                                 .dest = std::move(group.dest),
+                                 .busy = false,
+                                 .outcome = std::nullopt};
       sends.push_back(Send{id, owner, std::move(group.keys)});
     }
     if (groups.empty() && done) operations_.erase(handle);
@@ -282,7 +288,13 @@ KvWorker::Handle KvWorker::pushImpl(std::span<const Key> keys, std::span<const f
     for (auto& [owner, group] : groups) {
       const uint64_t id = next_request_++;
       (owner == self_ ? stats_.keys_local : stats_.keys_remote) += group.keys.size();
-      requests_[id] = SubRequest{handle, owner, false, group.keys, {}};
+      requests_[id] = SubRequest{.handle = handle,
+                                 .owner = owner,
+                                 .pull = false,
+                                 .keys = group.keys,
+                                 .dest = {},
+                                 .busy = false,
+                                 .outcome = std::nullopt};
       // From here until its frame is written (or never will be), this sub-request points
       // into the caller's gradients: nothing may complete it and let the caller reuse them.
       requests_[id].busy = in_place && owner != self_;
