@@ -47,7 +47,8 @@ struct NodeArgs {
   uint32_t write_slice_packets = 2;
   uint32_t peer_timeout_ms = 5000;
   uint32_t max_frame_mib = 256;
-  std::string mode;  // ping | consensus | ps; empty: the topology's mode
+  std::string secret_file;  // empty: no shared secret
+  std::string mode;         // ping | consensus | ps; empty: the topology's mode
   run::RunOptions run;
   consensus::ConsensusOptions consensus;
   ps::PsOptions ps;
@@ -170,6 +171,16 @@ NodeSetup setUpNode(const NodeArgs& args, spdlog::level::level_enum level) {
   options.peer_timeout = milliseconds(args.peer_timeout_ms);
   options.log_level = level;
   options.cluster_ready_timeout = secondsToMs(args.ready_timeout_s);
+  if (!args.secret_file.empty()) {
+    node::ClusterKey key{};
+    std::string warning;
+    if (node::Status loaded = node::loadClusterKey(args.secret_file, &key, &warning);
+        !loaded.ok()) {
+      throw CommandFailure(2, loaded.message());
+    }
+    if (!warning.empty()) spdlog::warn("node {}: {}", self, warning);
+    options.cluster_key = key;
+  }
   if (node::Status valid = node::validateOptions(options); !valid.ok()) {
     throw CommandFailure(2, "bad node options: " + valid.message());
   }
@@ -560,6 +571,12 @@ void addNodeCommands(CLI::App& app) {
                   "Silence after which a peer is reported down")
       ->check(CLI::Range(2u, 3'600'000u))
       ->capture_default_str();
+  cmd->add_option("--secret-file", args->secret_file,
+                  "File holding the cluster's shared secret (the same on every node; trailing "
+                  "line breaks are ignored). Each new connection's two ends prove they know it "
+                  "(HMAC challenge both ways) and a peer that cannot is refused. It authenticates "
+                  "peers at the handshake only: traffic is neither signed nor encrypted after it")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--max-frame-mib", args->max_frame_mib, "Largest accepted frame, in MiB")
       ->check(CLI::Range(1u, 2048u))
       ->capture_default_str();

@@ -437,8 +437,9 @@ class Node::Impl {
     const auto tick = std::max<int64_t>(
         1, std::min(options_.heartbeat_interval.count(), options_.peer_timeout.count() / 4));
     heartbeat_timer_->startFromLoop(tick, tick, [this] { heartbeatTickFromLoop(); });
-    logger_->info("listening on {}:{} (cluster \"{}\", {} members)", options_.listen_host,
-                  port_.load(), options_.cluster, options_.members.size());
+    logger_->info("listening on {}:{} (cluster \"{}\", {} members{})", options_.listen_host,
+                  port_.load(), options_.cluster, options_.members.size(),
+                  options_.cluster_key ? "; peers must prove the shared secret" : "");
     return {};
   }
 
@@ -544,12 +545,19 @@ class Node::Impl {
                                           options_.handshake_timeout.count())});
     const std::string cluster = options_.cluster;
     const NodeId self = options_.self;
-    connection.writeFromLoop(
-        encode(wire::Body::Hello,
-               [&](flatbuffers::FlatBufferBuilder& b) {
-                 return wire::CreateHelloDirect(b, cluster.c_str(), self, kProtocolVersion).Union();
-               }),
-        {});
+    if (options_.cluster_key) {
+      const HandshakeNonce nonce = newHandshakeNonce();
+      connection.dialer_nonce.assign(nonce.begin(), nonce.end());
+    }
+    const std::vector<uint8_t>& nonce = connection.dialer_nonce;
+    connection.writeFromLoop(encode(wire::Body::Hello,
+                                    [&](flatbuffers::FlatBufferBuilder& b) {
+                                      return wire::CreateHelloDirect(
+                                                 b, cluster.c_str(), self, kProtocolVersion,
+                                                 nonce.empty() ? nullptr : &nonce)
+                                          .Union();
+                                    }),
+                             {});
   }
 
   bool onFrameFromLoop(Connection& connection, const InboundFrame& frame) {
@@ -558,6 +566,34 @@ class Node::Impl {
     const wire::Body type = envelope.body_type();
     const NodeId sender = envelope.header()->sender();
     if (!connection.established) {
+      if (connection.role() == Connection::Role::kAcceptor && connection.awaiting_proof) {
+        if (sender != connection.peer) {
+          return protocolErrorFromLoop(
+              connection, fmt::format("Proof claims sender {} but the Hello came from node {}",
+                                      sender, connection.peer));
+        }
+        if (type == wire::Body::Refuse) {
+          const auto* refuse = envelope.body_as_Refuse();
+          const std::string reason = refuse->reason() ? refuse->reason()->str() : "(no reason)";
+          logger_->warn("{} claiming node {} refused our Challenge: {}", connection.description(),
+                        connection.peer, reason);
+          emitFromLoop({PeerEventKind::kRefused, connection.peer, reason});
+          {
+            std::lock_guard lock(mutex_);
+            last_reason_[connection.peer] = "refused by the peer: " + reason;
+          }
+          connection.closeFromLoop(
+              {ErrorCode::kRefused, fmt::format("refused by peer: {}", reason)});
+          return false;
+        }
+        if (type != wire::Body::Proof) {
+          return protocolErrorFromLoop(
+              connection,
+              fmt::format("expected Proof after our Challenge, got {}", wire::EnumNameBody(type)));
+        }
+        handleProofFromLoop(connection, envelope);
+        return connection.open();
+      }
       if (connection.role() == Connection::Role::kAcceptor) {
         if (type != wire::Body::Hello) {
           return protocolErrorFromLoop(
@@ -572,7 +608,20 @@ class Node::Impl {
             connection, fmt::format("handshake answer claims sender {} but we dialed peer {}",
                                     sender, connection.peer));
       }
+      if (type == wire::Body::Challenge) {
+        handleChallengeFromLoop(connection, envelope);
+        return connection.open();
+      }
       if (type == wire::Body::Welcome) {
+        if (options_.cluster_key && connection.acceptor_nonce.empty()) {
+          const std::string refusal = fmt::format(
+              "node {} accepted this node without proving the cluster's shared secret: it has no "
+              "--secret-file; start every node with the same one",
+              connection.peer);
+          logger_->warn("refusing the Welcome of {}: {}", connection.description(), refusal);
+          refuseFromLoop(connection, connection.peer, refusal);
+          return false;
+        }
         const auto* welcome = envelope.body_as_Welcome();
         if (welcome->node_id() != connection.peer ||
             welcome->protocol_version() != kProtocolVersion) {
@@ -605,6 +654,8 @@ class Node::Impl {
     switch (type) {
       case wire::Body::Hello:
       case wire::Body::Welcome:
+      case wire::Body::Challenge:
+      case wire::Body::Proof:
         return protocolErrorFromLoop(
             connection, fmt::format("unexpected {} after the handshake", wire::EnumNameBody(type)));
       case wire::Body::Refuse: {
@@ -661,24 +712,139 @@ class Node::Impl {
       refusal = "node is shutting down";
     } else if (slot->second.connection != nullptr) {
       refusal = fmt::format("node id {} is already connected", id);
+    } else if (options_.cluster_key &&
+               (hello->nonce() == nullptr || hello->nonce()->size() != kHandshakeNonceBytes)) {
+      refusal = fmt::format(
+          "cluster \"{}\" has a shared secret and node {} did not offer to prove it: start it "
+          "with the cluster's --secret-file",
+          options_.cluster, id);
+    } else if (!options_.cluster_key && hello->nonce() != nullptr && hello->nonce()->size() > 0) {
+      refusal = fmt::format(
+          "node {} offers to prove a shared secret, but node {} has none: start every node with "
+          "the same --secret-file",
+          id, options_.self);
     }
     if (!refusal.empty()) {
       logger_->warn("refusing Hello from {} claiming node {}: {}", connection.description(), id,
                     refusal);
-      connection.writeFromLoop(encode(wire::Body::Refuse,
-                                      [&](flatbuffers::FlatBufferBuilder& b) {
-                                        return wire::CreateRefuseDirect(b, refusal.c_str()).Union();
-                                      }),
-                               {});
-      emitFromLoop({PeerEventKind::kRefused, id, refusal});
-      {
-        std::lock_guard lock(mutex_);
-        last_reason_[id] = "refused: " + refusal;
-      }
-      connection.armDeadlineFromLoop(options_.handshake_timeout, {ErrorCode::kRefused, refusal});
-      connection.closeAfterFlushFromLoop({ErrorCode::kRefused, refusal});
+      refuseFromLoop(connection, id, refusal);
       return;
     }
+    if (!options_.cluster_key) {
+      welcomeFromLoop(connection, id);
+      return;
+    }
+    // Prove the secret over the dialer's nonce and ask it to prove it over ours.
+    connection.peer = id;  // claimed; peer_known only once the Proof checks out
+    connection.dialer_nonce.assign(hello->nonce()->begin(), hello->nonce()->end());
+    const HandshakeNonce nonce = newHandshakeNonce();
+    connection.acceptor_nonce.assign(nonce.begin(), nonce.end());
+    const HandshakeMac mac =
+        handshakeMac(*options_.cluster_key, HandshakeRole::kAcceptor, options_.cluster,
+                     options_.self, id, connection.dialer_nonce, connection.acceptor_nonce);
+    connection.awaiting_proof = true;
+    connection.writeFromLoop(encode(wire::Body::Challenge,
+                                    [&](flatbuffers::FlatBufferBuilder& b) {
+                                      return wire::CreateChallenge(
+                                                 b, b.CreateVector(connection.acceptor_nonce),
+                                                 b.CreateVector(mac.data(), mac.size()))
+                                          .Union();
+                                    }),
+                             {});
+  }
+
+  // Dialer: the acceptor proved the secret over our nonce (or did not); answer with our Proof.
+  void handleChallengeFromLoop(Connection& connection, const wire::Envelope& envelope) {
+    const auto* challenge = envelope.body_as_Challenge();
+    const NodeId peer = connection.peer;
+    std::string refusal;
+    if (!options_.cluster_key) {
+      refusal = fmt::format(
+          "node {} asks for the cluster's shared secret, but node {} has none: start every node "
+          "with the same --secret-file",
+          peer, options_.self);
+    } else if (challenge->nonce() == nullptr ||
+               challenge->nonce()->size() != kHandshakeNonceBytes || challenge->mac() == nullptr) {
+      refusal = fmt::format("node {} sent a Challenge without a {}-byte nonce or without a MAC",
+                            peer, kHandshakeNonceBytes);
+    } else {
+      const std::span<const uint8_t> their_nonce(challenge->nonce()->data(),
+                                                 challenge->nonce()->size());
+      const HandshakeMac expected =
+          handshakeMac(*options_.cluster_key, HandshakeRole::kAcceptor, options_.cluster, peer,
+                       options_.self, connection.dialer_nonce, their_nonce);
+      if (!handshakeMacMatches(expected, {challenge->mac()->data(), challenge->mac()->size()})) {
+        refusal = fmt::format(
+            "node {} failed the shared-secret challenge: its --secret-file differs from this "
+            "node's",
+            peer);
+      } else {
+        connection.acceptor_nonce.assign(their_nonce.begin(), their_nonce.end());
+      }
+    }
+    if (!refusal.empty()) {
+      logger_->warn("refusing the Challenge of {}: {}", connection.description(), refusal);
+      refuseFromLoop(connection, peer, refusal);
+      return;
+    }
+    const HandshakeMac proof =
+        handshakeMac(*options_.cluster_key, HandshakeRole::kDialer, options_.cluster, options_.self,
+                     peer, connection.acceptor_nonce, connection.dialer_nonce);
+    connection.writeFromLoop(
+        encode(wire::Body::Proof,
+               [&](flatbuffers::FlatBufferBuilder& b) {
+                 return wire::CreateProof(b, b.CreateVector(proof.data(), proof.size())).Union();
+               }),
+        {});
+  }
+
+  // Acceptor: the dialer's answer to our Challenge.
+  void handleProofFromLoop(Connection& connection, const wire::Envelope& envelope) {
+    const auto* proof = envelope.body_as_Proof();
+    const NodeId id = connection.peer;
+    const HandshakeMac expected =
+        handshakeMac(*options_.cluster_key, HandshakeRole::kDialer, options_.cluster, id,
+                     options_.self, connection.acceptor_nonce, connection.dialer_nonce);
+    std::string refusal;
+    if (proof->mac() == nullptr ||
+        !handshakeMacMatches(expected, {proof->mac()->data(), proof->mac()->size()})) {
+      refusal = fmt::format(
+          "node {} failed the shared-secret challenge: its --secret-file differs from this node's",
+          id);
+    } else if (leaving_) {
+      refusal = "node is shutting down";
+    } else if (slots_.at(id).connection != nullptr) {
+      refusal = fmt::format("node id {} is already connected", id);  // proved meanwhile
+    }
+    connection.awaiting_proof = false;
+    if (!refusal.empty()) {
+      logger_->warn("refusing the Proof from {} claiming node {}: {}", connection.description(), id,
+                    refusal);
+      refuseFromLoop(connection, id, refusal);
+      return;
+    }
+    welcomeFromLoop(connection, id);
+  }
+
+  // Tells the peer why (Refuse), records the reason for waitClusterReady's report, and closes
+  // once the Refuse is written (or the handshake time-out passes).
+  void refuseFromLoop(Connection& connection, NodeId id, const std::string& refusal) {
+    connection.writeFromLoop(encode(wire::Body::Refuse,
+                                    [&](flatbuffers::FlatBufferBuilder& b) {
+                                      return wire::CreateRefuseDirect(b, refusal.c_str()).Union();
+                                    }),
+                             {});
+    emitFromLoop({PeerEventKind::kRefused, id, refusal});
+    {
+      std::lock_guard lock(mutex_);
+      last_reason_[id] = "refused: " + refusal;
+    }
+    connection.armDeadlineFromLoop(options_.handshake_timeout, {ErrorCode::kRefused, refusal});
+    connection.closeAfterFlushFromLoop({ErrorCode::kRefused, refusal});
+  }
+
+  // Acceptor: the handshake succeeded.
+  void welcomeFromLoop(Connection& connection, NodeId id) {
     connection.peer = id;
     connection.peer_known = true;
     connection.setDescription(fmt::format("peer {} ({})", id, connection.description()));

@@ -9,12 +9,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "chorus/chorus_generated.h"
 #include "node/frame.h"
 #include "node/protocol.h"
+#include "node/secret.h"
 #include "node/status.h"
 
 namespace spdlog {
@@ -55,6 +57,9 @@ struct NodeOptions {
   // Each socket write carries at most this many TCP packets (0: a batch goes in one write).
   // Two keeps Linux's BBR from pacing large writes on loopback (uv::writeSliceFor).
   size_t write_slice_packets = 2;
+  // The cluster's shared secret (loadClusterKey): peers must prove they know it at the
+  // handshake, and this node proves it to them. Empty: no proof asked or given.
+  std::optional<ClusterKey> cluster_key;
   spdlog::level::level_enum log_level = spdlog::level::info;
   std::vector<spdlog::sink_ptr> log_sinks;  // empty: stderr
 };

@@ -47,6 +47,7 @@ TEST(ChorusCli, BadFlagsExitTwoAndNameTheFlag) {
       {{"node", "--ready-timeout", "0"}, "--ready-timeout: must be > 0, not 0"},
       {{"node", "--linger", "soon"}, "--linger: 'soon' is not a number"},
       {{"node", "--write-slice-packets", "5000"}, "--write-slice-packets"},
+      {{"node", "--secret-file", "/nonexistent/secret"}, "--secret-file"},
   };
   for (const auto& [args, message] : cases) {
     std::vector<std::string> argv{chorusBinary()};
@@ -144,6 +145,37 @@ TEST(ChorusLaunch, FourNodesConnectExchangeAndExitCleanly) {
         << r.out;
     EXPECT_TRUE(contains(r.out, "[launch] node " + id + " finished")) << r.out;
   }
+  std::filesystem::remove(topo);
+}
+
+// Every node proves the cluster's secret to every other; a secret file that holds nothing is
+// refused before the node starts, naming the file.
+TEST(ChorusLaunch, EveryNodeProvesTheSharedSecretAndAnEmptySecretFileIsRefused) {
+  std::vector<uint16_t> ports;
+  for (int i = 0; i < 3; ++i)
+    ports.push_back(PortReservation().port());
+  std::string topo = writeCluster("launch-secret", ports);
+  const auto secret =
+      std::filesystem::temp_directory_path() / ("secret-" + std::to_string(getpid()));
+  std::ofstream(secret) << "correct horse battery staple\n";
+  std::filesystem::permissions(
+      secret, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  CommandResult r = runCommand({chorusBinary(), "launch", topo, "--mode", "ping", "--ready-timeout",
+                                "60", "--secret-file", secret.string()});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "[launch] all 3 node(s) finished cleanly")) << r.out;
+  EXPECT_FALSE(contains(r.out + r.err, "may be read by other users")) << r.out << r.err;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(contains(r.out + r.err, "[node " + std::to_string(i) + "]")) << r.out;
+  }
+  EXPECT_TRUE(contains(r.out + r.err, "members; peers must prove the shared secret)")) << r.out;
+
+  std::ofstream(secret, std::ios::trunc) << "\n";
+  r = runCommand({chorusBinary(), "node", "--topology", topo, "--id", "0", "--mode", "ping",
+                  "--secret-file", secret.string()});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err, "secret file " + secret.string() + " is empty")) << r.err;
+  std::filesystem::remove(secret);
   std::filesystem::remove(topo);
 }
 

@@ -1,0 +1,50 @@
+// The cluster's shared secret and the handshake's challenge-response (docs/wire-format.md,
+// "Handshake"). With a secret, each end of a new connection proves that it knows it by a MAC
+// over the other end's fresh nonce, so a process that only knows the cluster's name and an id
+// cannot join, and a recorded handshake cannot be replayed. It authenticates peers, not frames:
+// nothing after the handshake is signed or encrypted.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "node/status.h"
+
+namespace chorus::node {
+
+constexpr size_t kClusterKeyBytes = 32;
+constexpr size_t kHandshakeNonceBytes = 32;
+constexpr size_t kHandshakeMacBytes = 32;
+
+using ClusterKey = std::array<uint8_t, kClusterKeyBytes>;
+using HandshakeNonce = std::array<uint8_t, kHandshakeNonceBytes>;
+using HandshakeMac = std::array<uint8_t, kHandshakeMacBytes>;
+
+// Reads a secret file and derives the cluster key from its bytes (trailing line breaks and
+// spaces are not part of the secret, so `echo` and an editor give the same key). Errors name
+// the file: missing, unreadable, a directory, empty, or larger than 64 KiB. `warning` is set
+// when other users may read the file.
+Status loadClusterKey(const std::string& path, ClusterKey* key, std::string* warning);
+
+// The key of a secret given as bytes (what loadClusterKey derives from the file's contents).
+ClusterKey clusterKeyFromSecret(std::span<const uint8_t> secret);
+
+// A fresh random nonce.
+HandshakeNonce newHandshakeNonce();
+
+// Which end proves: the acceptor answers the dialer's Hello, the dialer answers the acceptor's
+// Challenge. The role is part of the MAC, so one end's proof never serves as the other's.
+enum class HandshakeRole { kAcceptor, kDialer };
+
+// The MAC with which `prover` (node `from`, talking to node `to` in `cluster`) answers the other
+// end's `their_nonce`; `own_nonce` is the prover's nonce of the same handshake.
+HandshakeMac handshakeMac(const ClusterKey& key, HandshakeRole prover, const std::string& cluster,
+                          uint32_t from, uint32_t to, std::span<const uint8_t> their_nonce,
+                          std::span<const uint8_t> own_nonce);
+
+// Constant-time check of a received MAC against the expected one (false on a wrong length).
+bool handshakeMacMatches(const HandshakeMac& expected, std::span<const uint8_t> received);
+
+}  // namespace chorus::node

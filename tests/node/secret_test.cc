@@ -1,0 +1,329 @@
+// The cluster's shared secret: reading the secret file, the handshake MAC, and the
+// challenge-response between real nodes and against a raw peer that forges or replays a proof.
+#include "node/secret.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tests/node/test_util.h"
+
+namespace chorus::node::testing {
+namespace {
+
+constexpr char kCluster[] = "secret-test";
+
+ClusterKey keyOf(const std::string& secret) {
+  return clusterKeyFromSecret(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(secret.data()), secret.size()));
+}
+
+// A fresh directory under the system's temporary one, removed at the end of the test.
+class TempDir {
+ public:
+  TempDir()
+      : path_(std::filesystem::temp_directory_path() /
+              ("chorus-secret-" + std::to_string(::getpid()) + "-" +
+               ::testing::UnitTest::GetInstance()->current_test_info()->name())) {
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  // Writes `content` to `name` with permissions `mode`; returns its path.
+  std::string write(const std::string& name, const std::string& content, mode_t mode = 0600) {
+    const std::filesystem::path file = path_ / name;
+    std::ofstream(file, std::ios::binary) << content;
+    ::chmod(file.c_str(), mode);
+    return file.string();
+  }
+  std::string path() const { return path_.string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+TEST(ClusterKey, ReadsTheSecretFileWithoutItsTrailingLineBreaks) {
+  TempDir dir;
+  ClusterKey plain{}, with_newline{}, other{};
+  std::string warning;
+  ASSERT_TRUE(loadClusterKey(dir.write("a", "s3cret"), &plain, &warning).ok());
+  EXPECT_EQ(warning, "");
+  ASSERT_TRUE(loadClusterKey(dir.write("b", "s3cret\r\n\n"), &with_newline, &warning).ok());
+  ASSERT_TRUE(loadClusterKey(dir.write("c", "s3cret2\n"), &other, &warning).ok());
+  EXPECT_EQ(plain, with_newline);
+  EXPECT_EQ(plain, keyOf("s3cret"));
+  EXPECT_NE(plain, other);
+  // The key is derived from the secret, not the secret itself.
+  ClusterKey padded{};
+  const std::string raw = "s3cret";
+  std::copy(raw.begin(), raw.end(), padded.begin());
+  EXPECT_NE(plain, padded);
+}
+
+TEST(ClusterKey, RefusesMissingEmptyAndOtherFilesNamingThem) {
+  TempDir dir;
+  ClusterKey key{};
+  std::string warning;
+  const std::string missing = dir.path() + "/missing";
+  Status status = loadClusterKey(missing, &key, &warning);
+  EXPECT_EQ(status.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("secret file " + missing), std::string::npos) << status.message();
+  EXPECT_NE(status.message().find("No such file"), std::string::npos) << status.message();
+
+  const std::string empty = dir.write("empty", "\n\n");
+  status = loadClusterKey(empty, &key, &warning);
+  EXPECT_NE(status.message().find("secret file " + empty + " is empty"), std::string::npos)
+      << status.message();
+
+  status = loadClusterKey(dir.path(), &key, &warning);
+  EXPECT_NE(status.message().find("not a regular file"), std::string::npos) << status.message();
+
+  const std::string huge = dir.write("huge", std::string(64 * 1024 + 1, 'x'));
+  status = loadClusterKey(huge, &key, &warning);
+  EXPECT_NE(status.message().find("more than the 65536"), std::string::npos) << status.message();
+}
+
+TEST(ClusterKey, WarnsWhenOtherUsersMayReadTheFile) {
+  TempDir dir;
+  ClusterKey key{};
+  std::string warning;
+  const std::string open = dir.write("open", "s3cret", 0644);
+  ASSERT_TRUE(loadClusterKey(open, &key, &warning).ok());
+  EXPECT_NE(warning.find("may be read by other users (mode 644)"), std::string::npos) << warning;
+  EXPECT_NE(warning.find("chmod 600 " + open), std::string::npos) << warning;
+  ASSERT_TRUE(loadClusterKey(dir.write("closed", "s3cret", 0600), &key, &warning).ok());
+  EXPECT_EQ(warning, "");
+}
+
+// Each input of the MAC matters, so that no proof serves another role, cluster, pair of nodes or
+// handshake.
+TEST(HandshakeMac, BindsTheRoleTheClusterBothIdsAndBothNonces) {
+  const ClusterKey key = keyOf("s3cret");
+  const HandshakeNonce a = newHandshakeNonce();
+  const HandshakeNonce b = newHandshakeNonce();
+  EXPECT_NE(a, b);
+  const HandshakeMac mac = handshakeMac(key, HandshakeRole::kAcceptor, "c", 1, 0, a, b);
+  EXPECT_TRUE(handshakeMacMatches(mac, mac));
+  EXPECT_EQ(mac, handshakeMac(key, HandshakeRole::kAcceptor, "c", 1, 0, a, b));
+  const std::vector<HandshakeMac> others{
+      handshakeMac(keyOf("other"), HandshakeRole::kAcceptor, "c", 1, 0, a, b),
+      handshakeMac(key, HandshakeRole::kDialer, "c", 1, 0, a, b),
+      handshakeMac(key, HandshakeRole::kAcceptor, "d", 1, 0, a, b),
+      handshakeMac(key, HandshakeRole::kAcceptor, "c", 0, 1, a, b),
+      handshakeMac(key, HandshakeRole::kAcceptor, "c", 1, 2, a, b),
+      handshakeMac(key, HandshakeRole::kAcceptor, "c", 1, 0, b, a),
+      handshakeMac(key, HandshakeRole::kAcceptor, "c", 1, 0, a, a),
+  };
+  for (size_t i = 0; i < others.size(); ++i)
+    EXPECT_FALSE(handshakeMacMatches(mac, others[i])) << "variant " << i;
+  EXPECT_FALSE(handshakeMacMatches(mac, std::span<const uint8_t>(mac.data(), mac.size() - 1)));
+}
+
+// Nodes 0..n-1 on loopback, each with its own key (or none), dialing each other.
+class SecretCluster {
+ public:
+  explicit SecretCluster(const std::vector<std::optional<ClusterKey>>& keys) {
+    std::vector<NodeId> members;
+    for (size_t i = 0; i < keys.size(); ++i)
+      members.push_back(static_cast<NodeId>(i));
+    events_.resize(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      NodeOptions o = fastOptions(kCluster, static_cast<NodeId>(i), members);
+      o.cluster_key = keys[i];
+      o.log_level = spdlog::level::warn;
+      nodes_.push_back(std::make_unique<Node>(o));
+      events_[i] = std::make_unique<EventRecorder>();
+      events_[i]->attach(*nodes_[i]);
+      EXPECT_TRUE(nodes_[i]->listen().ok());
+    }
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      std::vector<PeerAddress> peers;
+      for (size_t j = 0; j < nodes_.size(); ++j) {
+        if (j != i) peers.push_back({static_cast<NodeId>(j), "127.0.0.1", nodes_[j]->port()});
+      }
+      EXPECT_TRUE(nodes_[i]->connect(peers).ok());
+    }
+  }
+  ~SecretCluster() {
+    for (auto& n : nodes_)
+      n->shutdown(100ms);
+  }
+  Node& node(size_t i) { return *nodes_[i]; }
+  EventRecorder& events(size_t i) { return *events_[i]; }
+
+ private:
+  std::vector<std::unique_ptr<EventRecorder>> events_;  // outlive the nodes
+  std::vector<std::unique_ptr<Node>> nodes_;
+};
+
+TEST(SharedSecret, NodesWithTheSameSecretConnectAndExchangeFrames) {
+  const ClusterKey key = keyOf("s3cret");
+  SecretCluster cluster({key, key, key});
+  for (size_t i = 0; i < 3; ++i) {
+    const Status ready = cluster.node(i).waitClusterReady(kSoon);
+    EXPECT_TRUE(ready.ok()) << ready.message();
+  }
+  std::mutex mu;
+  std::condition_variable changed;
+  std::vector<uint64_t> nonces;
+  cluster.node(2).setHandler(wire::Body::Ping, [&](NodeId, const wire::Envelope& envelope) {
+    std::lock_guard lock(mu);
+    nonces.push_back(envelope.body_as_Ping()->nonce());
+    changed.notify_all();
+  });
+  cluster.node(0).send(2, cluster.node(0).encode(wire::Body::Ping, [](auto& b) {
+    return wire::CreatePingDirect(b, 42, nullptr).Union();
+  }));
+  std::unique_lock lock(mu);
+  EXPECT_TRUE(changed.wait_for(lock, kSoon, [&] { return !nonces.empty(); }));
+  EXPECT_EQ(nonces, std::vector<uint64_t>{42});
+}
+
+TEST(SharedSecret, ANodeWithAnotherSecretIsRefusedAndBothSidesSayWhy) {
+  SecretCluster cluster({keyOf("s3cret"), keyOf("another")});
+  // Node 0 dials: node 1's Challenge does not check out with node 0's key.
+  ASSERT_TRUE(cluster.events(0).waitFor(PeerEventKind::kRefused, 1));
+  EXPECT_NE(cluster.events(0)
+                .lastReason(PeerEventKind::kRefused, 1)
+                .find("node 1 failed the shared-secret challenge: its --secret-file differs"),
+            std::string::npos)
+      << cluster.events(0).lastReason(PeerEventKind::kRefused, 1);
+  ASSERT_TRUE(cluster.events(1).waitFor(PeerEventKind::kRefused, 0));
+  EXPECT_NE(cluster.events(1).lastReason(PeerEventKind::kRefused, 0).find("--secret-file differs"),
+            std::string::npos);
+  const Status ready = cluster.node(0).waitClusterReady(300ms);
+  EXPECT_EQ(ready.code(), ErrorCode::kTimeout);
+  EXPECT_NE(ready.message().find("failed the shared-secret challenge"), std::string::npos)
+      << ready.message();
+  EXPECT_EQ(cluster.events(0).count(PeerEventKind::kUp, 1), 0u);
+  EXPECT_EQ(cluster.events(1).count(PeerEventKind::kUp, 0), 0u);
+}
+
+TEST(SharedSecret, ANodeWithoutTheSecretIsRefusedAndSoIsOneThatHasOneAlone) {
+  {
+    SecretCluster cluster({std::nullopt, keyOf("s3cret")});
+    ASSERT_TRUE(cluster.events(0).waitFor(PeerEventKind::kRefused, 1));
+    const std::string reason = cluster.events(0).lastReason(PeerEventKind::kRefused, 1);
+    EXPECT_NE(reason.find("cluster \"secret-test\" has a shared secret and node 0 did not offer "
+                          "to prove it: start it with the cluster's --secret-file"),
+              std::string::npos)
+        << reason;
+  }
+  {
+    SecretCluster cluster({keyOf("s3cret"), std::nullopt});
+    ASSERT_TRUE(cluster.events(0).waitFor(PeerEventKind::kRefused, 1));
+    const std::string reason = cluster.events(0).lastReason(PeerEventKind::kRefused, 1);
+    EXPECT_NE(reason.find("node 0 offers to prove a shared secret, but node 1 has none"),
+              std::string::npos)
+        << reason;
+  }
+}
+
+// A raw peer that plays node 0 against node 1 with the secret: the documented exchange works
+// with the right key, while a forged Proof, or a Proof recorded from an earlier handshake, is
+// refused and the node goes on accepting.
+TEST(SharedSecret, AForgedOrReplayedProofIsRefusedAndTheNodeKeepsServing) {
+  const ClusterKey key = keyOf("s3cret");
+  NodeOptions o = fastOptions(kCluster, 1, {0, 1});
+  o.cluster_key = key;
+  o.log_level = spdlog::level::warn;
+  auto log = std::make_shared<LogCapture>();
+  o.log_sinks = {log};
+  EventRecorder events;
+  Node node(o);
+  events.attach(node);
+  ASSERT_TRUE(node.listen().ok());
+
+  const HandshakeNonce dialer_nonce = newHandshakeNonce();
+  const std::vector<uint8_t> nonce(dialer_nonce.begin(), dialer_nonce.end());
+  const SharedFrame hello =
+      makeFrame(0, kCluster, wire::Body::Hello, [&](flatbuffers::FlatBufferBuilder& b) {
+        return wire::CreateHelloDirect(b, kCluster, 0, kProtocolVersion, &nonce).Union();
+      });
+  // Sends Hello and reads the Challenge; returns the acceptor's nonce (empty on failure).
+  auto challenge = [&](RawPeer& raw) -> std::vector<uint8_t> {
+    raw.sendFrame(hello);
+    auto reply = raw.readFrame();
+    if (!reply || !verifyFrame(reply->data(), reply->size(), FrameLimits{}).ok()) return {};
+    const wire::Envelope& envelope = envelopeOf(reply->data());
+    if (envelope.body_type() != wire::Body::Challenge) return {};
+    const auto* c = envelope.body_as_Challenge();
+    std::vector<uint8_t> acceptor_nonce(c->nonce()->begin(), c->nonce()->end());
+    const HandshakeMac expected =
+        handshakeMac(key, HandshakeRole::kAcceptor, kCluster, 1, 0, nonce, acceptor_nonce);
+    EXPECT_TRUE(handshakeMacMatches(expected, {c->mac()->data(), c->mac()->size()}))
+        << "the node's Challenge does not prove the secret";
+    return acceptor_nonce;
+  };
+  auto proof = [&](const HandshakeMac& mac) {
+    return makeFrame(0, kCluster, wire::Body::Proof, [&](flatbuffers::FlatBufferBuilder& b) {
+      return wire::CreateProof(b, b.CreateVector(mac.data(), mac.size())).Union();
+    });
+  };
+  auto answer = [&](RawPeer& raw) -> std::string {
+    auto reply = raw.readFrame();
+    if (!reply || !verifyFrame(reply->data(), reply->size(), FrameLimits{}).ok()) return "<none>";
+    const wire::Envelope& envelope = envelopeOf(reply->data());
+    if (envelope.body_type() == wire::Body::Welcome) return "Welcome";
+    if (envelope.body_type() == wire::Body::Refuse)
+      return envelope.body_as_Refuse()->reason()->str();
+    return "<other>";
+  };
+
+  // The right proof: welcomed.
+  HandshakeMac recorded{};
+  {
+    RawPeer raw(node.port());
+    const std::vector<uint8_t> acceptor_nonce = challenge(raw);
+    ASSERT_EQ(acceptor_nonce.size(), kHandshakeNonceBytes);
+    recorded = handshakeMac(key, HandshakeRole::kDialer, kCluster, 0, 1, acceptor_nonce, nonce);
+    raw.sendFrame(proof(recorded));
+    EXPECT_EQ(answer(raw), "Welcome");
+    EXPECT_TRUE(events.waitFor(PeerEventKind::kUp, 0));
+  }
+  ASSERT_TRUE(events.waitFor(PeerEventKind::kDown, 0));
+
+  // The same Hello and the recorded Proof: the node's nonce is fresh, so the Proof is stale.
+  {
+    RawPeer raw(node.port());
+    ASSERT_EQ(challenge(raw).size(), kHandshakeNonceBytes);
+    raw.sendFrame(proof(recorded));
+    EXPECT_NE(answer(raw).find("node 0 failed the shared-secret challenge"), std::string::npos);
+    EXPECT_TRUE(raw.waitClosed());
+  }
+  // A forged Proof.
+  {
+    RawPeer raw(node.port());
+    ASSERT_EQ(challenge(raw).size(), kHandshakeNonceBytes);
+    HandshakeMac forged{};
+    forged.fill(0x5a);
+    raw.sendFrame(proof(forged));
+    EXPECT_NE(answer(raw).find("failed the shared-secret challenge"), std::string::npos);
+    EXPECT_TRUE(raw.waitClosed());
+  }
+  EXPECT_TRUE(log->waitForLine({"refusing the Proof from 127.0.0.1:", "claiming node 0",
+                                "failed the shared-secret challenge"}));
+  EXPECT_EQ(events.count(PeerEventKind::kUp, 0), 1u);
+
+  // Still accepting: the right proof again.
+  {
+    RawPeer raw(node.port());
+    const std::vector<uint8_t> acceptor_nonce = challenge(raw);
+    ASSERT_EQ(acceptor_nonce.size(), kHandshakeNonceBytes);
+    raw.sendFrame(
+        proof(handshakeMac(key, HandshakeRole::kDialer, kCluster, 0, 1, acceptor_nonce, nonce)));
+    EXPECT_EQ(answer(raw), "Welcome");
+    EXPECT_TRUE(events.waitFor(PeerEventKind::kUp, 0, 2));
+  }
+  node.shutdown(100ms);
+  EXPECT_EQ(node.loopCloseResult(), 0);
+}
+
+}  // namespace
+}  // namespace chorus::node::testing
