@@ -743,6 +743,10 @@ class Node::Impl {
         handshakeMac(*options_.cluster_key, HandshakeRole::kAcceptor, options_.cluster,
                      options_.self, id, connection.dialer_nonce, connection.acceptor_nonce);
     connection.awaiting_proof = true;
+    connection.armDeadlineFromLoop(
+        options_.handshake_timeout,
+        {ErrorCode::kTimeout, fmt::format("no Proof within the handshake timeout of {} ms",
+                                          options_.handshake_timeout.count())});
     connection.writeFromLoop(encode(wire::Body::Challenge,
                                     [&](flatbuffers::FlatBufferBuilder& b) {
                                       return wire::CreateChallenge(

@@ -325,5 +325,31 @@ TEST(SharedSecret, AForgedOrReplayedProofIsRefusedAndTheNodeKeepsServing) {
   EXPECT_EQ(node.loopCloseResult(), 0);
 }
 
+// A dialer that gets the Challenge and never answers is cut off after the handshake time-out,
+// with a log line saying what was missing.
+TEST(SharedSecret, ADialerThatNeverProvesIsClosedAfterTheHandshakeTimeout) {
+  NodeOptions o = fastOptions(kCluster, 1, {0, 1});
+  o.cluster_key = keyOf("s3cret");
+  o.handshake_timeout = 300ms;
+  o.log_level = spdlog::level::warn;
+  auto log = std::make_shared<LogCapture>();
+  o.log_sinks = {log};
+  Node node(o);
+  ASSERT_TRUE(node.listen().ok());
+  const HandshakeNonce nonce = newHandshakeNonce();
+  const std::vector<uint8_t> bytes(nonce.begin(), nonce.end());
+  RawPeer raw(node.port());
+  raw.sendFrame(makeFrame(0, kCluster, wire::Body::Hello, [&](flatbuffers::FlatBufferBuilder& b) {
+    return wire::CreateHelloDirect(b, kCluster, 0, kProtocolVersion, &bytes).Union();
+  }));
+  auto reply = raw.readFrame();
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_EQ(envelopeOf(reply->data()).body_type(), wire::Body::Challenge);
+  EXPECT_TRUE(raw.waitClosed());
+  EXPECT_TRUE(log->waitForLine({"before its handshake", "no Proof within the handshake timeout"}));
+  node.shutdown(100ms);
+  EXPECT_EQ(node.loopCloseResult(), 0);
+}
+
 }  // namespace
 }  // namespace chorus::node::testing
