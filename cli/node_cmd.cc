@@ -171,11 +171,12 @@ NodeSetup setUpNode(const NodeArgs& args, spdlog::level::level_enum level) {
   options.peer_timeout = milliseconds(args.peer_timeout_ms);
   options.log_level = level;
   options.cluster_ready_timeout = secondsToMs(args.ready_timeout_s);
-  if (!args.secret_file.empty()) {
+  // --secret-file, else the topology's [cluster] secret_file.
+  const std::string secret_file = !args.secret_file.empty() ? args.secret_file : topo.secretPath();
+  if (!secret_file.empty()) {
     node::ClusterKey key{};
     std::string warning;
-    if (node::Status loaded = node::loadClusterKey(args.secret_file, &key, &warning);
-        !loaded.ok()) {
+    if (node::Status loaded = node::loadClusterKey(secret_file, &key, &warning); !loaded.ok()) {
       throw CommandFailure(2, loaded.message());
     }
     if (!warning.empty()) spdlog::warn("node {}: {}", self, warning);
@@ -573,9 +574,10 @@ void addNodeCommands(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--secret-file", args->secret_file,
                   "File holding the cluster's shared secret (the same on every node; trailing "
-                  "line breaks are ignored). Each new connection's two ends prove they know it "
-                  "(HMAC challenge both ways) and a peer that cannot is refused. It authenticates "
-                  "peers at the handshake only: traffic is neither signed nor encrypted after it")
+                  "line breaks are ignored; default: the topology's [cluster] secret_file). Each "
+                  "new connection's two ends prove they know it (HMAC challenge both ways) and a "
+                  "peer that cannot is refused. It authenticates peers at the handshake only: "
+                  "traffic is neither signed nor encrypted after it")
       ->check(CLI::ExistingFile);
   cmd->add_option("--max-frame-mib", args->max_frame_mib, "Largest accepted frame, in MiB")
       ->check(CLI::Range(1u, 2048u))

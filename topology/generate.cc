@@ -394,6 +394,9 @@ std::string generateCommandLine(const GenerateOptions& options) {
 std::string toToml(const Topology& topology) {
   std::string out = fmt::format("[cluster]\nname = {}\nmode = {}\n", tomlString(topology.name),
                                 tomlString(modeName(topology.mode)));
+  if (!topology.secret_file.empty()) {
+    out += fmt::format("secret_file = {}\n", tomlString(topology.secret_file));
+  }
   for (const NodeSpec& node : topology.nodes) {
     out += fmt::format("\n[[node]]\nid = {}\naddress = {}\nneighbors = [{}]\n", node.id,
                        tomlString(node.address()), fmt::join(node.neighbors, ", "));
@@ -413,7 +416,8 @@ std::string toToml(const Topology& topology) {
 }
 
 bool equivalent(const Topology& a, const Topology& b) {
-  if (a.name != b.name || a.mode != b.mode || a.nodes.size() != b.nodes.size()) {
+  if (a.name != b.name || a.mode != b.mode || a.secret_file != b.secret_file ||
+      a.nodes.size() != b.nodes.size()) {
     return false;
   }
   for (size_t i = 0; i < a.nodes.size(); ++i) {

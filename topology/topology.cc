@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -148,7 +149,7 @@ struct RawNode {
 };
 
 const std::vector<std::string_view> kTopLevelKeys = {"cluster", "node"};
-const std::vector<std::string_view> kClusterKeys = {"name", "mode"};
+const std::vector<std::string_view> kClusterKeys = {"name", "mode", "secret_file"};
 const std::vector<std::string_view> kNodeKeys = {"id", "address", "neighbors", "stragglers",
                                                  "weight"};
 
@@ -246,6 +247,17 @@ class Validator {
              "write mode = \"consensus\" or mode = \"ps\"");
     } else {
       mode_ = *parsed;
+    }
+    if (const toml::node* secret = cluster->get("secret_file"); secret != nullptr) {
+      if (const auto* text = secret->as_string(); text == nullptr) {
+        wrongType(*secret, "[cluster] secret_file", "a string",
+                  "write secret_file = \"lab.secret\" (a path, relative to this file's folder)");
+      } else if (text->get().empty()) {
+        report(positionOf(secret->source()), "[cluster] secret_file is empty",
+               "name the file holding the cluster's secret, or remove the line");
+      } else {
+        secret_file_ = text->get();
+      }
     }
   }
 
@@ -496,6 +508,7 @@ class Validator {
     Topology topology;
     topology.name = name_;
     topology.mode = mode_;
+    topology.secret_file = secret_file_;
     topology.source = source_;
     const bool complete = std::none_of(raw_nodes_.begin(), raw_nodes_.end(),
                                        [](const RawNode& n) { return n.has_neighbors; });
@@ -561,6 +574,7 @@ class Validator {
   Position cluster_position_;
   std::string name_;
   Mode mode_ = Mode::kConsensus;
+  std::string secret_file_;
   std::vector<RawNode> raw_nodes_;
 };
 
@@ -638,6 +652,13 @@ const NodeSpec* Topology::find(uint32_t id) const {
   auto it = std::lower_bound(nodes.begin(), nodes.end(), id,
                              [](const NodeSpec& node, uint32_t value) { return node.id < value; });
   return it != nodes.end() && it->id == id ? &*it : nullptr;
+}
+
+std::string Topology::secretPath() const {
+  if (secret_file.empty()) return "";
+  const std::filesystem::path path(secret_file);
+  if (path.is_absolute() || source.empty()) return secret_file;
+  return (std::filesystem::path(source).parent_path() / path).string();
 }
 
 std::string Diagnostic::format() const {

@@ -41,11 +41,16 @@ struct NodeSpec {
 struct Topology {
   std::string name;  // [cluster] name
   Mode mode = Mode::kConsensus;
+  // [cluster] secret_file: the file holding the cluster's shared secret, as written (a relative
+  // path is relative to the topology file's folder: secretPath()); "" when the cluster has none.
+  std::string secret_file;
   std::vector<NodeSpec> nodes;  // sorted by id; ids are 0..N-1, so nodes[i].id == i
   std::string source;           // file path it was read from ("" when generated)
 
   // The node with this id, or nullptr.
   const NodeSpec* find(uint32_t id) const;
+  // secret_file resolved against the folder of `source` ("" when there is none).
+  std::string secretPath() const;
 };
 
 // One problem found in a topology file, with where it is and how to fix it.

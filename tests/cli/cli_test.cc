@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <utility>
 #include <vector>
@@ -168,6 +169,22 @@ TEST(ChorusLaunch, EveryNodeProvesTheSharedSecretAndAnEmptySecretFileIsRefused) 
   for (int i = 0; i < 3; ++i) {
     EXPECT_TRUE(contains(r.out + r.err, "[node " + std::to_string(i) + "]")) << r.out;
   }
+  EXPECT_TRUE(contains(r.out + r.err, "members; peers must prove the shared secret)")) << r.out;
+
+  // The same secret named by the topology file, relative to its folder.
+  {
+    std::string text;
+    {
+      std::ifstream in(topo);
+      text.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    const std::string cluster_line = "mode = \"consensus\"\n";
+    text.replace(text.find(cluster_line), cluster_line.size(),
+                 cluster_line + "secret_file = \"" + secret.filename().string() + "\"\n");
+    std::ofstream(topo, std::ios::trunc) << text;
+  }
+  r = runCommand({chorusBinary(), "launch", topo, "--mode", "ping", "--ready-timeout", "60"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_TRUE(contains(r.out + r.err, "members; peers must prove the shared secret)")) << r.out;
 
   std::ofstream(secret, std::ios::trunc) << "\n";

@@ -244,6 +244,38 @@ TEST(TopologyValidation, FarOffKeysListTheKnownOnes) {
             "'weight'");
 }
 
+// [cluster] secret_file names the cluster's secret; a relative path is relative to the file.
+TEST(TopologyValidation, SecretFileIsReadRelativeToTheTopologysFolder) {
+  const std::string text =
+      "[cluster]\nname = \"a\"\nmode = \"ps\"\nsecret_file = \"lab.secret\"\n"
+      "[[node]]\nid = 0\naddress = \"h:1\"\n";
+  Topology topology = parseTopology(text, "/etc/chorus/lab.toml");
+  EXPECT_EQ(topology.secret_file, "lab.secret");
+  EXPECT_EQ(topology.secretPath(), "/etc/chorus/lab.secret");
+  topology.secret_file = "/run/keys/lab.secret";
+  EXPECT_EQ(topology.secretPath(), "/run/keys/lab.secret");
+  EXPECT_TRUE(equivalent(parseTopology(toToml(topology), "round-trip"), topology));
+  EXPECT_EQ(parseTopology("[cluster]\nname = \"a\"\nmode = \"ps\"\n[[node]]\nid = 0\n"
+                          "address = \"h:1\"\n",
+                          "none")
+                .secretPath(),
+            "");
+
+  std::vector<Diagnostic> found = checkTopology(
+      "[cluster]\nname = \"a\"\nmode = \"ps\"\nsecret_file = 7\n[[node]]\nid = 0\n"
+      "address = \"h:1\"\n",
+      "typed");
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].line, 4);
+  EXPECT_THAT(found[0].format(), HasSubstr("[cluster] secret_file"));
+  found = checkTopology(
+      "[cluster]\nname = \"a\"\nmode = \"ps\"\nsecret_file = \"\"\n[[node]]\nid = 0\n"
+      "address = \"h:1\"\n",
+      "empty");
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_THAT(found[0].format(), HasSubstr("[cluster] secret_file is empty"));
+}
+
 TEST(TopologyValidation, TopologyErrorListsEveryDiagnostic) {
   try {
     loadTopology(badFile("bad_ids.toml"));
