@@ -80,11 +80,9 @@ class Connection {
   bool established = false;  // handshake completed
   bool sent_leave = false;   // we wrote Leave on this connection
   // With a cluster secret: the dialer's nonce (sent in Hello, or received in it), and the
-  // acceptor's (sent in Challenge, or received in it); awaiting_proof while the acceptor waits
-  // for the dialer's Proof.
+  // acceptor's (sent in Challenge, or received in it; an acceptor holding one awaits the Proof).
   std::vector<uint8_t> dialer_nonce;
   std::vector<uint8_t> acceptor_nonce;
-  bool awaiting_proof = false;
   Clock::time_point last_receive = Clock::now();
   Clock::time_point last_send = Clock::now();
 

@@ -566,26 +566,14 @@ class Node::Impl {
     const wire::Body type = envelope.body_type();
     const NodeId sender = envelope.header()->sender();
     if (!connection.established) {
-      if (connection.role() == Connection::Role::kAcceptor && connection.awaiting_proof) {
+      if (connection.role() == Connection::Role::kAcceptor &&
+          !connection.acceptor_nonce.empty()) {  // our Challenge is out
         if (sender != connection.peer) {
           return protocolErrorFromLoop(
               connection, fmt::format("Proof claims sender {} but the Hello came from node {}",
                                       sender, connection.peer));
         }
-        if (type == wire::Body::Refuse) {
-          const auto* refuse = envelope.body_as_Refuse();
-          const std::string reason = refuse->reason() ? refuse->reason()->str() : "(no reason)";
-          logger_->warn("{} claiming node {} refused our Challenge: {}", connection.description(),
-                        connection.peer, reason);
-          emitFromLoop({PeerEventKind::kRefused, connection.peer, reason});
-          {
-            std::lock_guard lock(mutex_);
-            last_reason_[connection.peer] = "refused by the peer: " + reason;
-          }
-          connection.closeFromLoop(
-              {ErrorCode::kRefused, fmt::format("refused by peer: {}", reason)});
-          return false;
-        }
+        if (type == wire::Body::Refuse) return refusedByPeerFromLoop(connection, envelope);
         if (type != wire::Body::Proof) {
           return protocolErrorFromLoop(
               connection,
@@ -634,14 +622,7 @@ class Node::Impl {
         establishFromLoop(connection);
         return connection.open();
       }
-      if (type == wire::Body::Refuse) {
-        const auto* refuse = envelope.body_as_Refuse();
-        const std::string reason = refuse->reason() ? refuse->reason()->str() : "(no reason)";
-        logger_->warn("{} refused our Hello: {}", connection.description(), reason);
-        emitFromLoop({PeerEventKind::kRefused, connection.peer, reason});
-        connection.closeFromLoop({ErrorCode::kRefused, fmt::format("refused by peer: {}", reason)});
-        return false;
-      }
+      if (type == wire::Body::Refuse) return refusedByPeerFromLoop(connection, envelope);
       return protocolErrorFromLoop(
           connection, fmt::format("expected Welcome or Refuse, got {}", wire::EnumNameBody(type)));
     }
@@ -680,6 +661,25 @@ class Node::Impl {
     }
     handler->second(sender, frame);
     return connection.open();
+  }
+
+  // The peer refused the handshake before it completed (our Hello, Challenge or Proof): says so,
+  // reports it and closes.
+  bool refusedByPeerFromLoop(Connection& connection, const wire::Envelope& envelope) {
+    const auto* refuse = envelope.body_as_Refuse();
+    const std::string reason = refuse->reason() ? refuse->reason()->str() : "(no reason)";
+    const char* ours = connection.role() == Connection::Role::kAcceptor ? "Challenge"
+                       : connection.acceptor_nonce.empty()              ? "Hello"
+                                                                        : "Proof";
+    logger_->warn("{} (node {}) refused our {}: {}", connection.description(), connection.peer,
+                  ours, reason);
+    emitFromLoop({PeerEventKind::kRefused, connection.peer, reason});
+    {
+      std::lock_guard lock(mutex_);
+      last_reason_[connection.peer] = "refused by the peer: " + reason;
+    }
+    connection.closeFromLoop({ErrorCode::kRefused, fmt::format("refused by peer: {}", reason)});
+    return false;
   }
 
   bool protocolErrorFromLoop(Connection& connection, std::string reason) {
@@ -742,7 +742,6 @@ class Node::Impl {
     const HandshakeMac mac =
         handshakeMac(*options_.cluster_key, HandshakeRole::kAcceptor, options_.cluster,
                      options_.self, id, connection.dialer_nonce, connection.acceptor_nonce);
-    connection.awaiting_proof = true;
     connection.armDeadlineFromLoop(
         options_.handshake_timeout,
         {ErrorCode::kTimeout, fmt::format("no Proof within the handshake timeout of {} ms",
@@ -820,7 +819,7 @@ class Node::Impl {
     } else if (slots_.at(id).connection != nullptr) {
       refusal = fmt::format("node id {} is already connected", id);  // proved meanwhile
     }
-    connection.awaiting_proof = false;
+    connection.acceptor_nonce.clear();  // no longer awaiting a Proof
     if (!refusal.empty()) {
       logger_->warn("refusing the Proof from {} claiming node {}: {}", connection.description(), id,
                     refusal);

@@ -242,10 +242,7 @@ TEST(SharedSecret, AForgedOrReplayedProofIsRefusedAndTheNodeKeepsServing) {
 
   const HandshakeNonce dialer_nonce = newHandshakeNonce();
   const std::vector<uint8_t> nonce(dialer_nonce.begin(), dialer_nonce.end());
-  const SharedFrame hello =
-      makeFrame(0, kCluster, wire::Body::Hello, [&](flatbuffers::FlatBufferBuilder& b) {
-        return wire::CreateHelloDirect(b, kCluster, 0, kProtocolVersion, &nonce).Union();
-      });
+  const SharedFrame hello = makeHello(kCluster, 0, kProtocolVersion, &nonce);
   // Sends Hello and reads the Challenge; returns the acceptor's nonce (empty on failure).
   auto challenge = [&](RawPeer& raw) -> std::vector<uint8_t> {
     raw.sendFrame(hello);
@@ -339,9 +336,7 @@ TEST(SharedSecret, ADialerThatNeverProvesIsClosedAfterTheHandshakeTimeout) {
   const HandshakeNonce nonce = newHandshakeNonce();
   const std::vector<uint8_t> bytes(nonce.begin(), nonce.end());
   RawPeer raw(node.port());
-  raw.sendFrame(makeFrame(0, kCluster, wire::Body::Hello, [&](flatbuffers::FlatBufferBuilder& b) {
-    return wire::CreateHelloDirect(b, kCluster, 0, kProtocolVersion, &bytes).Union();
-  }));
+  raw.sendFrame(makeHello(kCluster, 0, kProtocolVersion, &bytes));
   auto reply = raw.readFrame();
   ASSERT_TRUE(reply.has_value());
   EXPECT_EQ(envelopeOf(reply->data()).body_type(), wire::Body::Challenge);

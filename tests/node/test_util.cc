@@ -201,9 +201,10 @@ std::vector<uint8_t> wireBytes(const SharedFrame& frame) {
   return bytes;
 }
 
-SharedFrame makeHello(const std::string& cluster, NodeId id, uint32_t version) {
+SharedFrame makeHello(const std::string& cluster, NodeId id, uint32_t version,
+                      const std::vector<uint8_t>* nonce) {
   return makeFrame(id, cluster, wire::Body::Hello, [&](flatbuffers::FlatBufferBuilder& b) {
-    return wire::CreateHelloDirect(b, cluster.c_str(), id, version).Union();
+    return wire::CreateHelloDirect(b, cluster.c_str(), id, version, nonce).Union();
   });
 }
 

@@ -98,7 +98,9 @@ std::vector<uint8_t> wireBytes(const SharedFrame& frame);
 // A frame with an explicit header, as a peer with id `sender` would write it.
 SharedFrame makeFrame(NodeId sender, const std::string& cluster, wire::Body type,
                       const BodyWriter& write_body, uint64_t sequence = 1);
-SharedFrame makeHello(const std::string& cluster, NodeId id, uint32_t version = kProtocolVersion);
+// A Hello as node `id` writes it; with a `nonce`, one offering to prove the cluster's secret.
+SharedFrame makeHello(const std::string& cluster, NodeId id, uint32_t version = kProtocolVersion,
+                      const std::vector<uint8_t>* nonce = nullptr);
 SharedFrame makePing(NodeId sender, const std::string& cluster, uint64_t nonce,
                      size_t payload_bytes = 16);
 

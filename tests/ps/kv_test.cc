@@ -132,6 +132,15 @@ class KvCluster {
   }
 
   node::Node& node(size_t i) { return *nodes_[i]; }
+  // Runs `fn` on node i's loop thread (where its server lives) and waits for it.
+  void onLoop(size_t i, const std::function<void()>& fn) {
+    std::promise<void> done;
+    ASSERT_TRUE(nodes_[i]->post([&] {
+      fn();
+      done.set_value();
+    }));
+    done.get_future().wait();
+  }
   KvWorker& worker(size_t i) { return *workers_[i]; }
   KvServer& server(size_t i) { return *servers_[i]; }
   const ShardMap& map() const { return *map_; }
@@ -381,17 +390,9 @@ TEST(KvServer, AFirstClockAfterADroppedConnectionIsNoRunningJob) {
     reported.emplace_back(worker, clock);
   };
   KvCluster cluster(config);
-  auto onLoop = [&](std::function<void()> fn) {
-    std::promise<void> done;
-    ASSERT_TRUE(cluster.node(0).post([&] {
-      fn();
-      done.set_value();
-    }));
-    done.get_future().wait();
-  };
   KvServer& server = cluster.server(0);
   // Worker 1's connection dropped (and came back) before its first clock arrived.
-  onLoop([&] {
+  cluster.onLoop(0, [&] {
     server.onPeerEvent({node::PeerEventKind::kDown, 1, "test: connection reset"});
     server.onPeerEvent({node::PeerEventKind::kUp, 1, ""});
     EXPECT_FALSE(server.clock(1, 3).has_value());
@@ -401,7 +402,7 @@ TEST(KvServer, AFirstClockAfterADroppedConnectionIsNoRunningJob) {
     EXPECT_TRUE(reported.empty());
   }
   // Worker 2's did not: its clock 3 as the first heard is a job that ran without this owner.
-  onLoop([&] { (void)server.clock(2, 3); });
+  cluster.onLoop(0, [&] { (void)server.clock(2, 3); });
   std::lock_guard lock(mu);
   ASSERT_EQ(reported.size(), 1u);
   EXPECT_EQ(reported[0], (std::pair<WorkerId, Clock>{2, 3}));
@@ -566,18 +567,9 @@ TEST(KvServer, ARejoinedOwnerAppliesPushesOlderThanItsRestoredView) {
       return wire::CreatePsClock(b, clock).Union();
     }));
   };
-  auto onLoop = [&](std::function<void()> fn) {
-    std::promise<void> done;
-    ASSERT_TRUE(cluster.node(0).post([&] {
-      fn();
-      done.set_value();
-    }));
-    done.get_future().wait();
-  };
-
   sendPush(1, 33, mine[0], 2.0f);  // held until the keys are restored
   const std::vector<float> restored(cluster.floats(mine), 10.0f);
-  onLoop([&] {
+  cluster.onLoop(0, [&] {
     const std::optional<std::string> error =
         server.restore(mine, restored, {{0, 34, true}, {1, 34, true}});
     EXPECT_FALSE(error.has_value()) << *error;
@@ -592,7 +584,7 @@ TEST(KvServer, ARejoinedOwnerAppliesPushesOlderThanItsRestoredView) {
   EXPECT_EQ(r.request, 2u);
   EXPECT_NE(r.error.find("backwards"), std::string::npos) << r.error;
 
-  onLoop([&] {
+  cluster.onLoop(0, [&] {
     std::vector<float> value(4);
     server.store().copyTo(std::span<const Key>(&mine[0], 1), value.data());
     for (float v : value)
