@@ -23,6 +23,7 @@
 #include "cli/launcher.h"
 #include "consensus/consensus_peer.h"
 #include "ml/dataset.h"
+#include "node/secret.h"
 #include "ps/ps_peer.h"
 #include "report/report.h"
 #include "report/variant.h"
@@ -42,6 +43,7 @@ struct CompareArgs {
   std::set<std::string> ps_flags, consensus_flags;
   std::string topology;
   std::string variants;
+  std::string secret_file;  // empty: the topology's [cluster] secret_file, if any
   int seeds = 1;
   bool force = false;
   double run_timeout_s = 0;
@@ -255,6 +257,15 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
   } catch (const std::invalid_argument& e) {
     throw CommandFailure(2, e.what());
   }
+  // A secret that no node could load would fail every run; refuse it once, up front.
+  if (!args.secret_file.empty()) {
+    node::ClusterKey key{};
+    std::string warning;
+    if (node::Status loaded = node::loadClusterKey(args.secret_file, &key, &warning);
+        !loaded.ok()) {
+      throw CommandFailure(2, "--secret-file: " + loaded.message());
+    }
+  }
   if (args.run.data.name != "synthetic") {
     try {
       ml::findDataDir(args.run.data.name, args.run.data.dataDir);
@@ -423,6 +434,10 @@ void addCompareCommand(CLI::App& app) {
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
   cmd->add_flag("--force", args->force, "Replace an existing compare folder at --out");
+  cmd->add_option("--secret-file", args->secret_file,
+                  "The cluster's shared secret, passed to every node (default: the topology's "
+                  "[cluster] secret_file); see `chorus node --help`")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--run-timeout", args->run_timeout_s,
                   "Stop a run (and count it as failed) after this many seconds (0: no limit)")
       ->check(run::nonNegative())

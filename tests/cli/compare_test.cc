@@ -178,9 +178,26 @@ TEST_F(CompareTest, ModeOptionsReachOnlyThatModesNodes) {
   const fs::path out = dir_ / "cmp";
   // Both runs must succeed: a node refuses an option of the other mode, so a PS option that
   // reached a consensus node (or the other way round) would fail its run.
+  // The shared secret goes to every node, whatever its mode.
+  const fs::path secret = dir_ / "secret";
+  std::ofstream(secret) << "compare's secret\n";
+  fs::permissions(secret, fs::perms::owner_read | fs::perms::owner_write);
   CommandResult r = compare("ps:async,consensus:wait-all", out,
-                            {"--owner-momentum", "push", "--key-floats", "64", "--skip-gap", "3"});
+                            {"--owner-momentum", "push", "--key-floats", "64", "--skip-gap", "3",
+                             "--secret-file", secret.string()});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (const char* run : {"ps-async/seed-1", "consensus-wait-all/seed-1"}) {
+    const std::string log = readFile(out / run / "output.log");
+    // Each of the three nodes says it listens for peers that prove the secret.
+    size_t listening = 0;
+    for (size_t at = log.find("peers must prove the shared secret"); at != std::string::npos;
+         at = log.find("peers must prove the shared secret", at + 1)) {
+      ++listening;
+    }
+    EXPECT_EQ(listening, 3u) << run << ":\n" << log;
+    EXPECT_TRUE(contains(readFile(out / run / "command.txt"), "--secret-file " + secret.string()))
+        << run;
+  }
   const std::string ps_cmd = readFile(out / "ps-async/seed-1/command.txt");
   EXPECT_TRUE(contains(ps_cmd, "--owner-momentum push")) << ps_cmd;
   EXPECT_TRUE(contains(ps_cmd, "--key-floats 64")) << ps_cmd;
@@ -205,6 +222,14 @@ TEST_F(CompareTest, FlagsTheVariantNameSetsAreRefused) {
   EXPECT_TRUE(contains(bad.err, "--key-floats: Value 0 not in range")) << bad.err;
   EXPECT_FALSE(fs::exists(dir_ / "d"));
   EXPECT_FALSE(fs::exists(dir_ / "f"));
+}
+
+TEST_F(CompareTest, ASecretFileNoNodeCouldUseIsRefusedBeforeAnyRun) {
+  const fs::path secret = dir_ / "empty-secret";
+  std::ofstream(secret) << "\n";
+  expectOneLineError(compare("ps:bsp", dir_ / "g", {"--secret-file", secret.string()}),
+                     "--secret-file: secret file " + secret.string() + " is empty");
+  EXPECT_FALSE(fs::exists(dir_ / "g"));
 }
 
 TEST_F(CompareTest, UnknownVariantIsRefused) {
