@@ -14,9 +14,11 @@ namespace chorus::ml {
 
 // What to build: a model name with its options and the data's shapes.
 struct ModelSpec {
-  std::string name;         // softmax | mlp | lenet | cifar-cnn
-  std::vector<int> hidden;  // mlp hidden layer sizes; empty means {256, 128}
-  float dropout = 0.0f;     // dropout before the last linear layer (mlp, lenet, cifar-cnn)
+  std::string name;  // softmax | mlp | lenet | cifar-cnn
+  // mlp hidden layer sizes; empty means {256, 128}. The `{}` lets designated initializers leave
+  // it out without g++'s -Wmissing-field-initializers.
+  std::vector<int> hidden{};
+  float dropout = 0.0f;  // dropout before the last linear layer (mlp, lenet, cifar-cnn)
   SampleShape input{1, 28, 28};
   int classes = 10;
 
