@@ -393,7 +393,6 @@ class Node::Impl {
     NodeId id = 0;
     bool expected = false;  // named in connect()
     bool we_dial = false;   // our id is lower
-    bool left = false;      // said Leave; not redialed
     bool slow = false;
     sockaddr_storage address{};
     std::string address_text;
@@ -510,7 +509,7 @@ class Node::Impl {
 
   void dialFromLoop(PeerSlot& slot) {
     checkLoopThread();
-    if (leaving_ || slot.left || slot.connection != nullptr || slot.dialing != nullptr) return;
+    if (leaving_ || slot.connection != nullptr || slot.dialing != nullptr) return;
     Connection* connection =
         createConnectionFromLoop(uv::Tcp::create(loop_.uvLoop()), Connection::Role::kDialer);
     connection->peer = slot.id;
@@ -867,7 +866,6 @@ class Node::Impl {
     connection.last_receive = Clock::now();
     if (slot.dialing == &connection) slot.dialing = nullptr;
     slot.connection = &connection;
-    slot.left = false;
     slot.backoff = options_.dial_backoff_initial;
     PeerCounters& counters = *counters_.at(connection.peer);
     counters.connected = true;
@@ -886,8 +884,6 @@ class Node::Impl {
   void handleLeaveFromLoop(Connection& connection, const wire::Envelope& envelope) {
     const auto* leave = envelope.body_as_Leave();
     const std::string reason = leave->reason() ? leave->reason()->str() : "";
-    PeerSlot& slot = slots_.at(connection.peer);
-    slot.left = true;
     if (!connection.sent_leave) {
       // Answer so the peer sees an orderly goodbye rather than a closed socket.
       sendLeaveFromLoop(connection, "acknowledging Leave");
@@ -945,7 +941,14 @@ class Node::Impl {
                      status.toString());
         emitFromLoop({PeerEventKind::kDown, slot.id, status.toString()});
       }
-      if (slot.we_dial) scheduleDialFromLoop(slot, options_.dial_backoff_initial);
+      // A peer that left is redialed too: only the lower id dials, so a higher id restarted
+      // (`--rejoin` after an orderly stop) could not come back otherwise. It returns as a new
+      // process, not within milliseconds, so its redials start at the longest backoff.
+      if (slot.we_dial) {
+        const bool left = status.code() == ErrorCode::kPeerLeft;
+        slot.backoff = left ? options_.dial_backoff_max : options_.dial_backoff_initial;
+        scheduleDialFromLoop(slot, slot.backoff);
+      }
       return;
     }
     if (slot.dialing == &connection) {
@@ -970,7 +973,7 @@ class Node::Impl {
   }
 
   void scheduleDialFromLoop(PeerSlot& slot, milliseconds delay) {
-    if (leaving_ || stopped_ || slot.left) return;
+    if (leaving_ || stopped_) return;
     if (!slot.redial_timer) slot.redial_timer = uv::Timer::create(loop_.uvLoop());
     const NodeId id = slot.id;
     slot.redial_timer->startFromLoop(static_cast<uint64_t>(delay.count()), 0,
