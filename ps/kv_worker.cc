@@ -421,14 +421,19 @@ std::optional<std::string> KvWorker::lastRead(std::span<const Key> keys, std::ve
   return std::nullopt;
 }
 
+node::SharedFrame KvWorker::clockFrame(Clock clock) {
+  return node_.encode(wire::Body::PsClock, [&](flatbuffers::FlatBufferBuilder& b) {
+    return wire::CreatePsClock(b, clock).Union();
+  });
+}
+
 void KvWorker::announceClock(Clock clock) {
-  if (!others_.empty()) {
-    node::SharedFrame frame = node_.encode(
-        wire::Body::PsClock,
-        [&](flatbuffers::FlatBufferBuilder& b) { return wire::CreatePsClock(b, clock).Union(); });
-    node_.broadcast(others_, frame);
-  }
-  node_.post([this, clock] {
+  node::SharedFrame frame = others_.empty() ? nullptr : clockFrame(clock);
+  // One closure on the loop: after this worker's pushes of the clock (posted before it), and it
+  // records the clock that an owner coming back up must hear again (onPeerEvent).
+  node_.post([this, clock, frame] {
+    announced_ = clock;
+    if (frame) node_.broadcast(others_, frame);
     if (auto error = local_.clock(self_, clock)) {
       node_.logger().error("own server refused clock {}: {}", clock, *error);
     }
@@ -611,16 +616,20 @@ void KvWorker::onReply(NodeId from, const node::InboundFrame& frame) {
 }
 
 void KvWorker::onPeerEvent(const node::PeerEvent& event) {
+  if (event.kind == node::PeerEventKind::kUp) {
+    {
+      std::lock_guard lock(mu_);
+      down_owners_.erase(event.peer);
+    }
+    // The announcements sent while it was unreachable are lost; the latest stands for them (the
+    // owner takes a jump as clocks whose updates did not reach it).
+    if (announced_ > 0) node_.send(event.peer, clockFrame(announced_));
+    return;
+  }
+  if (event.kind != node::PeerEventKind::kDown && event.kind != node::PeerEventKind::kLeft) return;
   std::vector<uint64_t> pending;
   {
     std::lock_guard lock(mu_);
-    if (event.kind == node::PeerEventKind::kUp) {
-      down_owners_.erase(event.peer);
-      return;
-    }
-    if (event.kind != node::PeerEventKind::kDown && event.kind != node::PeerEventKind::kLeft) {
-      return;
-    }
     down_owners_.insert(event.peer);
     for (const auto& [id, sub] : requests_) {
       if (sub.owner == event.peer) pending.push_back(id);

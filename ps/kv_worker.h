@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "node/frame.h"
 #include "node/status.h"
 #include "ps/key_store.h"
 #include "ps/shard_map.h"
@@ -114,7 +115,8 @@ class KvWorker {
   // down, and no reply will come), and every later one at once. An operation whose buffer a
   // socket is reading into or writing from completes when that ends.
   void cancelAll(const node::Status& status);
-  // Loop thread: requests to an owner that went down fail at once.
+  // Loop thread: requests to an owner that went down fail at once; an owner that comes back up
+  // hears this worker's latest clock again.
   void onPeerEvent(const node::PeerEvent& event);
   WorkerStats stats() const;
 
@@ -152,6 +154,7 @@ class KvWorker {
   Handle begin(size_t parts, const Callback& done, std::unique_lock<std::mutex>& lock);
   // Tells every owner (and this node's) that this worker reached `clock`.
   void announceClock(Clock clock);
+  node::SharedFrame clockFrame(Clock clock);
   Handle pushImpl(std::span<const Key> keys, std::span<const float> grads, const Callback& done,
                   bool in_place);
   // Completes one sub-request; for a pull, copies the values and refreshes the cache.
@@ -182,6 +185,11 @@ class KvWorker {
   NodeId self_;
   std::vector<NodeId> others_;
   std::vector<NodeId> homes_;  // the owner of every key of the layout
+
+  // Loop thread: the last clock announced to the other owners. An owner whose connection
+  // dropped may have missed announcements (frames to a disconnected peer are not resent), and
+  // under a bound it would wait for them for ever: it hears this again when it comes back up.
+  Clock announced_ = 0;
 
   mutable std::mutex mu_;
   std::condition_variable completed_;

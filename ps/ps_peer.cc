@@ -164,8 +164,13 @@ PsPeer::PsPeer(node::Node& node, run::NodeJob job, std::vector<NodeId> members, 
       }
       changed_.notify_all();
     } else if (event.kind == node::PeerEventKind::kUp) {
-      std::lock_guard lock(mu_);
-      down_.erase(event.peer);
+      node::SharedFrame done;
+      {
+        std::lock_guard lock(mu_);
+        down_.erase(event.peer);
+        done = done_frame_;
+      }
+      if (done) node_.send(event.peer, done);
     }
   });
   // The owner's time-outs and waiting reports run on the loop thread; this thread only rings.
@@ -616,6 +621,10 @@ void PsPeer::finish(PsReport& report) {
       node_.encode(wire::Body::TrainingDone, [&](flatbuffers::FlatBufferBuilder& b) {
         return wire::CreateTrainingDone(b, report.clocks_done).Union();
       });
+  {
+    std::lock_guard lock(mu_);
+    done_frame_ = done;
+  }
   node_.broadcast(others, done);
   // Everyone keeps serving its keys until every other member is done or gone.
   settle(report, others);

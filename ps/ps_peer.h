@@ -165,6 +165,9 @@ class PsPeer {
   bool closing_ = false;  // the ticker ends
   std::set<NodeId> done_;
   std::set<NodeId> down_;
+  // This worker's TrainingDone once sent: a peer whose connection was down then gets it again
+  // when it comes back up, so that it does not wait for it until the finish time-out.
+  node::SharedFrame done_frame_;
   // catchUp(): the nodes asked, and their checked answers as they come.
   struct Catchup {
     std::string error;

@@ -408,6 +408,45 @@ TEST(KvServer, AFirstClockAfterADroppedConnectionIsNoRunningJob) {
   EXPECT_EQ(reported[0], (std::pair<WorkerId, Clock>{2, 3}));
 }
 
+// Frames to a peer whose connection is down are not resent, so an owner that was unreachable
+// for a moment may have missed clock announcements; under a bound it would then wait for them
+// for ever. When the owner is up again the worker tells it its latest clock.
+TEST(KvWorker, AnOwnerThatComesBackUpHearsTheLatestClockAgain) {
+  KvCluster::Config config;
+  config.members = 2;
+  config.served = 2;
+  KvCluster cluster(config);
+  std::mutex mu;
+  std::condition_variable heard_cv;
+  std::vector<Clock> heard;
+  // Node 0 records what worker 1 announces instead of serving it (installed on its loop and
+  // waited for, so that no announcement reaches the server first).
+  cluster.onLoop(0, [&] {
+    cluster.node(0).setHandler(wire::Body::PsClock, [&](NodeId from, const wire::Envelope& e) {
+      if (from != 1) return;
+      std::lock_guard lock(mu);
+      heard.push_back(e.body_as_PsClock()->clock());
+      heard_cv.notify_all();
+    });
+  });
+  const auto heardAtLeast = [&](size_t n) {
+    std::unique_lock lock(mu);
+    return heard_cv.wait_for(lock, 30s, [&] { return heard.size() >= n; });
+  };
+  // Before any clock there is nothing to repeat.
+  cluster.onLoop(1, [&] { cluster.worker(1).onPeerEvent({node::PeerEventKind::kUp, 0, ""}); });
+  cluster.worker(1).clock();
+  cluster.worker(1).clock();
+  ASSERT_TRUE(heardAtLeast(2));
+  cluster.onLoop(1, [&] {
+    cluster.worker(1).onPeerEvent({node::PeerEventKind::kDown, 0, "test: connection reset"});
+    cluster.worker(1).onPeerEvent({node::PeerEventKind::kUp, 0, ""});
+  });
+  ASSERT_TRUE(heardAtLeast(3));
+  std::lock_guard lock(mu);
+  EXPECT_EQ(heard, (std::vector<Clock>{1, 2, 2}));
+}
+
 // A raw peer sends hand-made PS requests to node 0 and collects the replies.
 class ReplyCollector {
  public:
