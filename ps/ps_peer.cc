@@ -421,6 +421,16 @@ std::vector<NodeId> freshestFirst(std::vector<std::pair<NodeId, Clock>> reads) {
   return order;
 }
 
+Clock lastClockHeard(NodeId self, const std::vector<std::vector<WorkerView>>& views) {
+  Clock own = 0;
+  for (const auto& answer : views) {
+    for (const WorkerView& view : answer) {
+      if (view.worker == self) own = std::max(own, view.clock);
+    }
+  }
+  return own;
+}
+
 Clock PsPeer::catchUp(PsReport& report) {
   spdlog::logger& log = node_.logger();
   const NodeId self = node_.id();
@@ -476,6 +486,13 @@ Clock PsPeer::catchUp(PsReport& report) {
     }
   }
   report.rejoin_answers = reads;
+  // The clock this worker was in when it died: the latest any helper heard of. The freshest
+  // answer's owner need not have heard the last announcement (it may have queued behind pushes),
+  // and an owner that did would refuse the clocks below it as going backwards.
+  std::vector<std::vector<WorkerView>> views;
+  for (const auto& read : reads)
+    views.push_back(answers.at(read.first).views);
+  const Clock own = lastClockHeard(self, views);
   for (NodeId helper : freshestFirst(reads)) {
     Catchup& reply = answers.at(helper);
     // The store belongs to the loop thread. The task owns the promise: should the loop drop
@@ -498,18 +515,19 @@ Clock PsPeer::catchUp(PsReport& report) {
     // Asynchronous: nobody waits for it. Bounded: start no lower than the slowest worker that
     // still counts, so that the others do not wait while this node redoes clocks whose updates
     // are lost anyway.
-    Clock own = 0, slowest = Staleness::kInfinite;
+    Clock slowest = Staleness::kInfinite;
     for (const WorkerView& view : reply.views) {
-      if (view.worker == self) {
-        own = view.clock;
-      } else if (view.counted) {
-        slowest = std::min(slowest, view.clock);
-      }
+      if (view.worker != self && view.counted) slowest = std::min(slowest, view.clock);
     }
     const Clock resume = staleness_.infinite() || slowest == Staleness::kInfinite
                              ? own + 1
                              : std::max(own + 1, slowest);
     worker_->resumeAt(resume);
+    if (reply.read_clock < 0) {
+      log.warn(
+          "rejoining: no live node has read this node's keys yet, so they start again from the "
+          "initial model (every update they had received is lost)");
+    }
     report.rejoined_from = helper;
     report.rejoin_read_clock = reply.read_clock;
     log.info(

@@ -109,6 +109,10 @@ struct PsReport {
 // pairs: the freshest read first, ties to the lower id.
 std::vector<NodeId> freshestFirst(std::vector<std::pair<NodeId, Clock>> reads);
 
+// The clock a rejoining worker `self` was in when it died: the latest that any of the helpers'
+// views (one list per catch-up answer) heard of; 0 when none did.
+Clock lastClockHeard(NodeId self, const std::vector<std::vector<WorkerView>>& views);
+
 class PsPeer {
  public:
   // Installs the PS handlers and the event handler on `node`; the node must be shut down

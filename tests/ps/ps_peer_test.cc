@@ -512,6 +512,19 @@ TEST(PsPeer, RejoinTrustsTheFreshestAnswerFirst) {
   EXPECT_TRUE(freshestFirst({}).empty());
 }
 
+// A rejoining worker resumes after the latest clock any helper heard of it, not only the
+// freshest answer's: an owner that heard a later one would refuse the clocks below it.
+TEST(PsPeer, RejoinResumesAfterTheLatestClockAnyHelperHeard) {
+  const std::vector<std::vector<WorkerView>> views = {
+      {{0, 40, true}, {2, 17, true}},           // the freshest read, an older view of node 2
+      {{0, 38, true}, {2, 19, false}, {1, 5}},  // dropped node 2 after hearing clock 19
+  };
+  EXPECT_EQ(lastClockHeard(2, views), 19);
+  EXPECT_EQ(lastClockHeard(0, views), 40);
+  EXPECT_EQ(lastClockHeard(3, views), 0);
+  EXPECT_EQ(lastClockHeard(2, {}), 0);
+}
+
 // --rejoin with no node that answers: a clear error, not a run from the initial model.
 TEST(PsPeer, ARejoinThatNobodyAnswersFailsWithAClearError) {
   const std::vector<NodeId> members{0, 1};
