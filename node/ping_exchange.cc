@@ -69,18 +69,23 @@ struct PingExchange::State {
     changed.notify_all();
   }
 
-  // Loop thread. Sends the next ping to `peer` (caller holds the mutex).
-  void sendPingLocked(NodeId peer, PerPeer& p) {
+  // Loop thread. Makes the next ping to `peer` outstanding (caller holds the mutex) and returns
+  // it for sendPing(), which the caller calls after unlocking: a send to a peer that is not
+  // connected fails at once, and its callback takes the mutex.
+  SharedFrame nextPingLocked(NodeId peer, PerPeer& p) {
     const uint64_t nonce = p.pongs_verified + 1;
     const auto payload = pingPayload(options.seed, node->id(), peer, nonce, options.payload_bytes);
     p.outstanding_nonce = nonce;
     p.sent_at = Clock::now();
-    auto frame = node->encode(
+    return node->encode(
         wire::Body::Ping,
         [&](flatbuffers::FlatBufferBuilder& b) {
           return wire::CreatePingDirect(b, nonce, &payload).Union();
         },
         payload.size());
+  }
+
+  void sendPing(NodeId peer, const SharedFrame& frame) {
     std::weak_ptr<State> weak = self;
     node->send(peer, frame, [weak](NodeId to, const Status& status) {
       if (status.ok()) return;
@@ -114,16 +119,25 @@ struct PingExchange::State {
   }
 
   void onPong(NodeId from, const wire::Envelope& envelope) {
+    SharedFrame next;
+    {
+      std::lock_guard lock(mutex);
+      next = checkPongLocked(from, envelope);
+    }
+    if (next) sendPing(from, next);
+  }
+
+  // The next ping to send to `from`, if any.
+  SharedFrame checkPongLocked(NodeId from, const wire::Envelope& envelope) {
     const auto* pong = envelope.body_as_Pong();
-    std::lock_guard lock(mutex);
     auto it = peers.find(from);
-    if (it == peers.end() || !started) return;
+    if (it == peers.end() || !started) return nullptr;
     PerPeer& p = it->second;
     if (pong->nonce() != p.outstanding_nonce || p.outstanding_nonce == 0) {
       failLocked({ErrorCode::kProtocol, fmt::format("peer {} answered ping {} but ping {} was "
                                                     "outstanding",
                                                     from, pong->nonce(), p.outstanding_nonce)});
-      return;
+      return nullptr;
     }
     const auto expected =
         pingPayload(options.seed, node->id(), from, p.outstanding_nonce, options.payload_bytes);
@@ -132,7 +146,7 @@ struct PingExchange::State {
         !std::equal(expected.begin(), expected.end(), echoed->begin())) {
       failLocked({ErrorCode::kProtocol,
                   fmt::format("peer {} echoed a wrong payload for ping {}", from, pong->nonce())});
-      return;
+      return nullptr;
     }
     const double rtt_us =
         std::chrono::duration<double, std::micro>(Clock::now() - p.sent_at).count();
@@ -141,8 +155,8 @@ struct PingExchange::State {
     p.rtt_max_us = std::max(p.rtt_max_us, rtt_us);
     p.pongs_verified += 1;
     p.outstanding_nonce = 0;
-    if (p.pongs_verified < options.pings_per_peer) sendPingLocked(from, p);
     changed.notify_all();
+    return p.pongs_verified < options.pings_per_peer ? nextPingLocked(from, p) : nullptr;
   }
 
   std::weak_ptr<State> self;
@@ -181,11 +195,16 @@ PingReport PingExchange::run() {
   const bool posted = node_.post([weak] {
     auto state = weak.lock();
     if (!state) return;
-    std::lock_guard lock(state->mutex);
-    state->started = true;
-    if (state->options.pings_per_peer == 0) return;
-    for (auto& [peer, p] : state->peers)
-      state->sendPingLocked(peer, p);
+    std::vector<std::pair<NodeId, SharedFrame>> first;
+    {
+      std::lock_guard lock(state->mutex);
+      state->started = true;
+      if (state->options.pings_per_peer == 0) return;
+      for (auto& [peer, p] : state->peers)
+        first.emplace_back(peer, state->nextPingLocked(peer, p));
+    }
+    for (const auto& [peer, frame] : first)
+      state->sendPing(peer, frame);
   });
   std::unique_lock lock(state_->mutex);
   if (!posted) {

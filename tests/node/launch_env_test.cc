@@ -103,5 +103,24 @@ TEST(PingExchange, CorruptedEchoIsDetected) {
   EXPECT_EQ(node.loopCloseResult(), 0);
 }
 
+// A ping to a peer that is not connected fails at once, inside the send: the exchange reports
+// it (it once deadlocked the loop thread, whose callback took a mutex it already held).
+TEST(PingExchange, APeerThatIsNotConnectedFailsTheExchange) {
+  NodeOptions o = fastOptions("kappa", 1, {0, 1});
+  o.log_level = spdlog::level::warn;
+  Node node(o);
+  PingOptions ping;
+  ping.pings_per_peer = 2;
+  ping.timeout = kSoon;
+  PingExchange exchange(node, {0}, ping);
+  ASSERT_TRUE(node.listen().ok());  // node 0 never comes
+  const PingReport report = exchange.run();
+  EXPECT_EQ(report.status.code(), ErrorCode::kNotConnected) << report.status.message();
+  EXPECT_NE(report.status.message().find("ping to peer 0 failed"), std::string::npos)
+      << report.status.message();
+  node.shutdown(100ms);
+  EXPECT_EQ(node.loopCloseResult(), 0);
+}
+
 }  // namespace
 }  // namespace chorus::node
