@@ -34,6 +34,10 @@ namespace {
 
 using std::chrono::milliseconds;
 
+// A ModelShare frame's bytes besides its chunk of values (envelope, round, offsets): about 100;
+// the bound leaves room.
+constexpr uint64_t kModelShareOverheadBytes = 4096;
+
 struct NodeArgs {
   std::string topology;
   std::optional<uint32_t> id;
@@ -409,7 +413,19 @@ void runConsensus(const NodeArgs& args, const NodeSetup& setup) {
     layout.degrees[n.id] = n.neighbors.size();
   }
   runTraining(
-      args, setup, "consensus", [&] { consensus::validateConsensusOptions(args.consensus); },
+      args, setup, "consensus",
+      [&] {
+        consensus::validateConsensusOptions(args.consensus);
+        // Every node refuses a frame above its limit (the same flag on every node): a model
+        // chunk that does not fit would close the connection every round.
+        const uint64_t chunk_bytes = uint64_t{args.consensus.chunk_floats} * sizeof(float);
+        if (chunk_bytes + kModelShareOverheadBytes > setup.options.max_frame_bytes) {
+          throw std::invalid_argument(fmt::format(
+              "--chunk-floats {} sends model chunks of {} bytes plus an envelope, more than "
+              "--max-frame-mib {} accepts: lower --chunk-floats or raise --max-frame-mib",
+              args.consensus.chunk_floats, chunk_bytes, args.max_frame_mib));
+        }
+      },
       [&](node::Node& node, run::NodeJob job) {
         return std::make_unique<ConsensusSession>(node, std::move(job), layout, args.consensus,
                                                   args.run.target_acc);
@@ -580,7 +596,7 @@ void addNodeCommands(CLI::App& app) {
                   "traffic is neither signed nor encrypted after it")
       ->check(CLI::ExistingFile);
   cmd->add_option("--max-frame-mib", args->max_frame_mib, "Largest accepted frame, in MiB")
-      ->check(CLI::Range(1u, 2048u))
+      ->check(CLI::Range(1u, 2047u))
       ->capture_default_str();
   run::addRunOptions(*cmd, args->run);
   consensus::addConsensusOptions(*cmd, args->consensus);

@@ -116,8 +116,9 @@ Status validateOptions(const NodeOptions& o) {
   }
   std::set<NodeId> unique(o.members.begin(), o.members.end());
   if (unique.size() != o.members.size()) return bad("member list holds a duplicate id");
-  if (o.max_frame_bytes < kMinEnvelopeBytes || o.max_frame_bytes > (1u << 31)) {
-    return bad(fmt::format("max_frame_bytes {} is outside [{}, 2 GiB]", o.max_frame_bytes,
+  // A FlatBuffer stays below 2 GiB (its Verifier asserts so): 2047 MiB keeps a frame within it.
+  if (o.max_frame_bytes < kMinEnvelopeBytes || o.max_frame_bytes > (2047u << 20)) {
+    return bad(fmt::format("max_frame_bytes {} is outside [{}, 2047 MiB]", o.max_frame_bytes,
                            kMinEnvelopeBytes));
   }
   for (const auto& [name, value] : {std::pair{"connect_timeout", o.connect_timeout},

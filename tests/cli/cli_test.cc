@@ -130,6 +130,19 @@ std::string writeCluster(const std::string& name, const std::vector<uint16_t>& p
   return path.string();
 }
 
+// A model chunk that no node's frame limit accepts would close every connection each round.
+TEST(ChorusCli, ModelChunksLargerThanTheFrameLimitAreRefused) {
+  const std::string topo = writeCluster("chunk-limit", {PortReservation().port(), 1});
+  CommandResult r = runCommand({chorusBinary(), "node", "--topology", topo, "--id", "0", "--mode",
+                                "consensus", "--data", "synthetic", "--max-frame-mib", "1"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err,
+                       "--chunk-floats 262144 sends model chunks of 1048576 bytes plus an "
+                       "envelope, more than --max-frame-mib 1 accepts"))
+      << r.err;
+  std::filesystem::remove(topo);
+}
+
 TEST(ChorusLaunch, FourNodesConnectExchangeAndExitCleanly) {
   std::vector<uint16_t> ports;
   for (int i = 0; i < 4; ++i)

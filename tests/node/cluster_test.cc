@@ -210,6 +210,11 @@ TEST(Cluster, OptionsAreValidated) {
   o.write_slice_packets = kMaxWriteSlicePackets + 1;
   EXPECT_NE(validateOptions(o).message().find("write_slice_packets"), std::string::npos);
   o = fastOptions("x", 0, {0, 1});
+  o.max_frame_bytes = 2047u << 20;
+  EXPECT_TRUE(validateOptions(o).ok());
+  o.max_frame_bytes = 1u << 31;  // a frame that large would be a FlatBuffer of 2 GiB
+  EXPECT_NE(validateOptions(o).message().find("outside"), std::string::npos);
+  o = fastOptions("x", 0, {0, 1});
   ASSERT_TRUE(validateOptions(o).ok());
   Node ok(o);
   ASSERT_TRUE(ok.listen().ok());
