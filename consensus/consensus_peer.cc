@@ -390,7 +390,7 @@ ConsensusReport ConsensusPeer::run() {
     }
     // Two independent minibatch gradients at nearby points differ by about 2 sigma^2 in
     // expected squared norm, so half the difference estimates the noise (EMA, weight 0.1).
-    grad_norm_ema = k == 0 ? norm_sq : 0.9 * grad_norm_ema + 0.1 * norm_sq;
+    grad_norm_ema = k == first_round ? norm_sq : 0.9 * grad_norm_ema + 0.1 * norm_sq;
     if (!previous_grad.empty()) {
       noise_ema = have_noise ? 0.9 * noise_ema + 0.1 * diff_sq / 2 : diff_sq / 2;
       have_noise = true;

@@ -172,8 +172,11 @@ GatherResult RoundBoard::gather(
       if (plan_deadline > now) wake = std::min(wake, plan_deadline);
     }
     changed_.wait_until(lock, wake);
-    if (still_waiting && std::chrono::steady_clock::now() >= next_report) {
-      next_report += options_.report_every;
+    if (std::chrono::steady_clock::now() < next_report) continue;
+    // Advanced with or without a listener: a report time left in the past would make every
+    // later wait return at once.
+    next_report += options_.report_every;
+    if (still_waiting) {
       auto missing = missingLocked(k);
       lock.unlock();
       still_waiting(missing);
