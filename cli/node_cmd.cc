@@ -92,12 +92,22 @@ class SignalWatcher {
     pthread_sigmask(SIG_BLOCK, &set_, &previous_);
   }
   ~SignalWatcher() {
+    stop();
+    pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
+  }
+  // Ends the watcher thread (after a handler that is running returns). Callers stop it before
+  // the objects its handler uses are destroyed: a signal after that would reach freed memory.
+  void stop() {
     if (thread_.joinable()) {
       pthread_kill(thread_.native_handle(), SIGUSR1);
       thread_.join();
     }
-    pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
   }
+  // Stops the watcher when it goes out of scope; declared after what the handler uses.
+  struct StopFirst {
+    SignalWatcher& watcher;
+    ~StopFirst() { watcher.stop(); }
+  };
   // Starts waiting; `on_signal` runs on the watcher thread for SIGINT/SIGTERM.
   void start(std::function<void(int)> on_signal) {
     thread_ = std::thread([this, on_signal = std::move(on_signal)] {
@@ -216,6 +226,7 @@ void runPing(const NodeArgs& args, const NodeSetup& setup) {
     exchange.cancel({node::ErrorCode::kShutdown, "interrupted"});
     node.shutdown(secondsToMs(args.linger_s));
   });
+  const SignalWatcher::StopFirst stop_signals_first{signals};
 
   const auto start = std::chrono::steady_clock::now();
   if (node::Status status = node.listen(); !status.ok()) {
@@ -343,6 +354,7 @@ void runTraining(const NodeArgs& args, const NodeSetup& setup, const std::string
     session->stop();
     node.shutdown(secondsToMs(args.linger_s));
   });
+  const SignalWatcher::StopFirst stop_signals_first{signals};
   auto finish = [&](int code, const std::string& message) {
     leaveCluster(node, args.linger_s, signals, self, code, message);
   };

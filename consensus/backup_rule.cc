@@ -220,7 +220,11 @@ std::unique_ptr<BackupRule> BackupRule::parse(std::string_view spec) {
   if (name == "static") {
     if (!has_arg) badRule(spec, "static needs the number of backup workers, e.g. static:1");
     double b = parseNumber(spec, arg);
-    if (b < 0 || std::floor(b) != b) badRule(spec, "B must be a whole number >= 0");
+    // Bounded so that the conversion is defined; a plan never uses more than the neighbors.
+    constexpr double kMaxBackups = 1e6;
+    if (b < 0 || b > kMaxBackups || std::floor(b) != b) {
+      badRule(spec, "B must be a whole number in [0, 1000000]");
+    }
     return std::make_unique<StaticBackups>(static_cast<size_t>(b));
   }
   if (name == "deadline") {

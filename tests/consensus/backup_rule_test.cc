@@ -44,8 +44,8 @@ TEST(BackupRule, ParsesAndRejects) {
   EXPECT_EQ(BackupRule::parse("deadline:0.9")->name(), "deadline:0.9");
   EXPECT_EQ(BackupRule::parse("dynamic")->name(), "dynamic");
   EXPECT_EQ(BackupRule::parse("dynamic:0.2")->name(), "dynamic:0.2");
-  for (const char* bad : {"", "all", "static", "static:-1", "static:1.5", "deadline:0",
-                          "deadline:1.5", "deadline:x", "wait-all:3", "dynamic:-1"}) {
+  for (const char* bad : {"", "all", "static", "static:-1", "static:1.5", "static:1e20",
+                          "deadline:0", "deadline:1.5", "deadline:x", "wait-all:3", "dynamic:-1"}) {
     try {
       BackupRule::parse(bad);
       ADD_FAILURE() << "accepted '" << bad << "'";
