@@ -48,7 +48,7 @@ struct RoundObservation {
   // Per live neighbor (same order as neighbor_lags; may be empty): how long after this node
   // began waiting in round k the staleness gate let go of that neighbor (its model of round
   // >= k - tau arrived). The round cannot end before the slowest of these, whatever m is.
-  std::vector<const LagWindow*> neighbor_gate_lags;
+  std::vector<const LagWindow*> neighbor_gate_lags{};  // `{}`: designated initializers may omit it
   // How much one backup worker's model still counts although nobody waited for it: late
   // models within tau are mixed in a later round anyway (a model s rounds late counts
   // 1 / (1 + s)). Measured by the protocol, in [0, 1]; 0 before any round had backups.
