@@ -837,8 +837,10 @@ class Node::Impl {
                                       return wire::CreateRefuseDirect(b, refusal.c_str()).Union();
                                     }),
                              {});
-    emitFromLoop({PeerEventKind::kRefused, id, refusal});
-    {
+    // Only a member's refusal is kept for the report: any host that reaches the port may claim
+    // any id, and a record per claimed id would grow without bound.
+    if (slots_.count(id) > 0) {
+      emitFromLoop({PeerEventKind::kRefused, id, refusal});
       std::lock_guard lock(mutex_);
       last_reason_[id] = "refused: " + refusal;
     }

@@ -207,6 +207,11 @@ TEST_F(ServingNodeTest, RefusesIdNotInCluster) {
   const auto reason = refusalFor(b_->port(), makeHello(kCluster, 7));
   EXPECT_NE(reason.find("node id 7 is not a member"), std::string::npos) << reason;
   EXPECT_TRUE(log_->waitForLine({"refusing Hello", "not a member"}));
+  // A stranger's claimed id leaves no record: events come in order, so once a member's
+  // refusal is reported, one for node 7 would have been too.
+  refusalFor(b_->port(), makeHello("other", 0));
+  ASSERT_TRUE(b_events_.waitFor(PeerEventKind::kRefused, 0));
+  EXPECT_EQ(b_events_.count(PeerEventKind::kRefused, 7), 0u);
 }
 
 TEST_F(ServingNodeTest, RefusesIdAlreadyConnected) {
