@@ -331,8 +331,10 @@ std::optional<std::string> KvServer::restore(std::span<const uint64_t> keys,
   store_.restore(keys, values);
   for (const WorkerView& view : views) {
     if (!clocks_.known(view.worker)) continue;
+    // Whether the helper still counted a worker is not taken over: that says how the helper's
+    // link to it fared. This node is connected to every worker (it passed waitClusterReady),
+    // and its own down time-outs decide; an exclusion here would never be lifted.
     if (view.clock > clocks_.clockOf(view.worker)) clocks_.advance(view.worker, view.clock);
-    if (!view.counted) clocks_.exclude(view.worker);
   }
   {
     std::lock_guard lock(mu_);

@@ -123,7 +123,8 @@ class KvServer {
   std::vector<WorkerView> workerViews() const;
   // Loop thread, a restarted owner: sets its keys (checked here: an error leaves everything as
   // it was) and takes over another owner's view of the workers' clocks (a clock only moves
-  // forward); then answers the requests held since the start.
+  // forward; who that owner still counted is not taken over); then answers the requests held
+  // since the start.
   std::optional<std::string> restore(std::span<const uint64_t> keys, std::span<const float> values,
                                      const std::vector<WorkerView>& views);
 

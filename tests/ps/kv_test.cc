@@ -610,8 +610,13 @@ TEST(KvServer, ARejoinedOwnerAppliesPushesOlderThanItsRestoredView) {
   const std::vector<float> restored(cluster.floats(mine), 10.0f);
   cluster.onLoop(0, [&] {
     const std::optional<std::string> error =
-        server.restore(mine, restored, {{0, 34, true}, {1, 34, true}});
+        server.restore(mine, restored, {{0, 34, true}, {1, 34, false}});
     EXPECT_FALSE(error.has_value()) << *error;
+    // The helper no longer counted worker 1 (its own link to it was down): this owner, which
+    // is connected to it, still does.
+    for (const WorkerView& view : server.workerViews()) {
+      EXPECT_TRUE(view.counted) << "worker " << view.worker;
+    }
   });
   auto r = replies.next();
   EXPECT_EQ(r.request, 1u);
