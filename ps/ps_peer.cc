@@ -502,7 +502,10 @@ Clock PsPeer::catchUp(PsReport& report) {
     const bool posted = node_.post([this, restored, &reply] {
       restored->set_value(server_->restore(reply.keys, reply.values, reply.views));
     });
-    if (!posted) break;  // shutting down
+    if (!posted) {
+      throw std::runtime_error(fmt::format(
+          "node {}: shut down during its PS rejoin, before its keys were restored", self));
+    }
     if (const std::optional<std::string> error = result.get()) {
       log.warn(
           "rejoining: node {}'s answer does not fit this node's keys: {}; trying the next "
