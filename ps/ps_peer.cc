@@ -490,6 +490,7 @@ Clock PsPeer::catchUp(PsReport& report) {
   // answer's owner need not have heard the last announcement (it may have queued behind pushes),
   // and an owner that did would refuse the clocks below it as going backwards.
   std::vector<std::vector<WorkerView>> views;
+  views.reserve(reads.size());
   for (const auto& read : reads)
     views.push_back(answers.at(read.first).views);
   const Clock own = lastClockHeard(self, views);
