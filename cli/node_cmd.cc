@@ -34,10 +34,6 @@ namespace {
 
 using std::chrono::milliseconds;
 
-// A ModelShare frame's bytes besides its chunk of values (envelope, round, offsets): about 100;
-// the bound leaves room.
-constexpr uint64_t kModelShareOverheadBytes = 4096;
-
 struct NodeArgs {
   std::string topology;
   std::optional<uint32_t> id;
@@ -428,15 +424,7 @@ void runConsensus(const NodeArgs& args, const NodeSetup& setup) {
       args, setup, "consensus",
       [&] {
         consensus::validateConsensusOptions(args.consensus);
-        // Every node refuses a frame above its limit (the same flag on every node): a model
-        // chunk that does not fit would close the connection every round.
-        const uint64_t chunk_bytes = uint64_t{args.consensus.chunk_floats} * sizeof(float);
-        if (chunk_bytes + kModelShareOverheadBytes > setup.options.max_frame_bytes) {
-          throw std::invalid_argument(fmt::format(
-              "--chunk-floats {} sends model chunks of {} bytes plus an envelope, more than "
-              "--max-frame-mib {} accepts: lower --chunk-floats or raise --max-frame-mib",
-              args.consensus.chunk_floats, chunk_bytes, args.max_frame_mib));
-        }
+        consensus::validateChunkFitsFrames(args.consensus, setup.options.max_frame_bytes);
       },
       [&](node::Node& node, run::NodeJob job) {
         return std::make_unique<ConsensusSession>(node, std::move(job), layout, args.consensus,

@@ -52,6 +52,20 @@ void addConsensusOptions(CLI::App& cmd, ConsensusOptions& o) {
                "joins at the cluster's clock");
 }
 
+// A ModelShare frame's bytes besides its chunk of values (envelope, round, offsets): about 100;
+// the bound leaves room.
+constexpr uint64_t kModelShareOverheadBytes = 4096;
+
+void validateChunkFitsFrames(const ConsensusOptions& o, uint32_t max_frame_bytes) {
+  const uint64_t chunk_bytes = uint64_t{o.chunk_floats} * sizeof(float);
+  if (chunk_bytes + kModelShareOverheadBytes > max_frame_bytes) {
+    throw std::invalid_argument(
+        fmt::format("--chunk-floats {} sends model chunks of {} bytes plus an envelope, more than "
+                    "--max-frame-mib {} accepts: lower --chunk-floats or raise --max-frame-mib",
+                    o.chunk_floats, chunk_bytes, max_frame_bytes >> 20));
+  }
+}
+
 void validateConsensusOptions(const ConsensusOptions& o) {
   BackupRule::parse(o.backup);
   parseMixingKind(o.mixing);
@@ -90,7 +104,9 @@ ConsensusPeer::ConsensusPeer(node::Node& node, run::NodeJob job, PeerLayout layo
       job_(std::move(job)),
       layout_(std::move(layout)),
       options_(std::move(options)),
-      mixing_((validateConsensusOptions(options_), parseMixingKind(options_.mixing))),
+      mixing_((validateConsensusOptions(options_),
+               validateChunkFitsFrames(options_, node.options().max_frame_bytes),
+               parseMixingKind(options_.mixing))),
       rule_(BackupRule::parse(options_.backup)),
       board_(boardOptions(layout_, options_)),
       gossip_(job_.model->size()),

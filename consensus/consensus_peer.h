@@ -67,6 +67,9 @@ struct ConsensusOptions {
 void addConsensusOptions(CLI::App& cmd, ConsensusOptions& options);
 // Throws std::invalid_argument with the parsers' messages for a bad rule or mixing kind.
 void validateConsensusOptions(const ConsensusOptions& options);
+// Throws std::invalid_argument when a model chunk of `options` makes frames larger than
+// `max_frame_bytes` (every node refuses those, so each round would close every connection).
+void validateChunkFitsFrames(const ConsensusOptions& options, uint32_t max_frame_bytes);
 
 // Who this node talks to: gossip only with `neighbors` (from the topology), the end-of-run
 // messages with every member.

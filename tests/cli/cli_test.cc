@@ -111,6 +111,14 @@ class PortReservation {
   uint16_t port_ = 0;
 };
 
+// `n` loopback ports that were free a moment ago.
+std::vector<uint16_t> freePorts(int n) {
+  std::vector<uint16_t> ports;
+  for (int i = 0; i < n; ++i)
+    ports.push_back(PortReservation().port());
+  return ports;
+}
+
 // Writes a complete-graph topology over the given ports and returns its path.
 std::string writeCluster(const std::string& name, const std::vector<uint16_t>& ports) {
   auto path =
@@ -144,9 +152,7 @@ TEST(ChorusCli, ModelChunksLargerThanTheFrameLimitAreRefused) {
 }
 
 TEST(ChorusLaunch, FourNodesConnectExchangeAndExitCleanly) {
-  std::vector<uint16_t> ports;
-  for (int i = 0; i < 4; ++i)
-    ports.push_back(PortReservation().port());
+  const std::vector<uint16_t> ports = freePorts(4);
   std::string topo = writeCluster("launch-ok", ports);
   CommandResult r = runCommand(
       {chorusBinary(), "launch", topo, "--mode", "ping", "--pings", "5", "--ready-timeout", "60"});
@@ -165,9 +171,7 @@ TEST(ChorusLaunch, FourNodesConnectExchangeAndExitCleanly) {
 // Every node proves the cluster's secret to every other; a secret file that holds nothing is
 // refused before the node starts, naming the file.
 TEST(ChorusLaunch, EveryNodeProvesTheSharedSecretAndAnEmptySecretFileIsRefused) {
-  std::vector<uint16_t> ports;
-  for (int i = 0; i < 3; ++i)
-    ports.push_back(PortReservation().port());
+  const std::vector<uint16_t> ports = freePorts(3);
   std::string topo = writeCluster("launch-secret", ports);
   const auto secret =
       std::filesystem::temp_directory_path() / ("secret-" + std::to_string(getpid()));
@@ -210,9 +214,7 @@ TEST(ChorusLaunch, EveryNodeProvesTheSharedSecretAndAnEmptySecretFileIsRefused) 
 }
 
 TEST(ChorusLaunch, ANodeThatFailsIsNamedAndTheLaunchFails) {
-  std::vector<uint16_t> ports;
-  for (int i = 0; i < 3; ++i)
-    ports.push_back(PortReservation().port());
+  std::vector<uint16_t> ports = freePorts(3);
   // Node 3's port is taken by someone else: it cannot listen, and the others never complete
   // their handshake with it.
   PortReservation taken(/*listen_on_it=*/true);
@@ -227,9 +229,7 @@ TEST(ChorusLaunch, ANodeThatFailsIsNamedAndTheLaunchFails) {
 }
 
 TEST(ChorusLaunch, PsModeTrainsAndNodeZeroReportsTheOwnersModel) {
-  std::vector<uint16_t> ports;
-  for (int i = 0; i < 3; ++i)
-    ports.push_back(PortReservation().port());
+  const std::vector<uint16_t> ports = freePorts(3);
   std::string topo = writeCluster("launch-ps", ports);
   const auto out =
       std::filesystem::temp_directory_path() / ("launch-ps-" + std::to_string(getpid()));
@@ -273,9 +273,7 @@ TEST(ChorusLaunch, PsModeTrainsAndNodeZeroReportsTheOwnersModel) {
 TEST(ChorusLaunch, DivergenceEndsTheRunWithAClearErrorInBothModes) {
   for (const std::string mode : {"consensus", "ps"}) {
     SCOPED_TRACE(mode);
-    std::vector<uint16_t> ports;
-    for (int i = 0; i < 2; ++i)
-      ports.push_back(PortReservation().port());
+    const std::vector<uint16_t> ports = freePorts(2);
     std::string topo = writeCluster("launch-diverge-" + mode, ports);
     CommandResult r = runCommand({chorusBinary(),
                                   "launch",
@@ -312,9 +310,7 @@ TEST(ChorusLaunch, DivergenceEndsTheRunWithAClearErrorInBothModes) {
 TEST(ChorusLaunch, ScheduleAndAugmentationReachBothModes) {
   for (const std::string mode : {"consensus", "ps"}) {
     SCOPED_TRACE(mode);
-    std::vector<uint16_t> ports;
-    for (int i = 0; i < 2; ++i)
-      ports.push_back(PortReservation().port());
+    const std::vector<uint16_t> ports = freePorts(2);
     std::string topo = writeCluster("launch-schedule-" + mode, ports);
     const auto out = std::filesystem::temp_directory_path() /
                      ("launch-schedule-" + mode + "-" + std::to_string(getpid()));
