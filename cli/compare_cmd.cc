@@ -22,7 +22,9 @@
 #include "cli/commands.h"
 #include "cli/launcher.h"
 #include "consensus/consensus_peer.h"
+#include "faults/link_delay.h"
 #include "ml/dataset.h"
+#include "node/node.h"
 #include "node/secret.h"
 #include "ps/ps_peer.h"
 #include "report/report.h"
@@ -44,6 +46,7 @@ struct CompareArgs {
   std::string topology;
   std::string variants;
   std::string secret_file;  // empty: the topology's [cluster] secret_file, if any
+  std::string link_delay;   // forwarded to every node; checked here first
   int seeds = 1;
   bool force = false;
   double run_timeout_s = 0;
@@ -266,6 +269,24 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
       throw CommandFailure(2, "--secret-file: " + loaded.message());
     }
   }
+  if (!args.link_delay.empty()) {
+    faults::LinkDelay link;
+    try {
+      link = faults::LinkDelay::parse(args.link_delay);
+    } catch (const std::invalid_argument& e) {
+      throw CommandFailure(2, fmt::format("--link-delay: {}", e.what()));
+    }
+    // The nodes run with the default heartbeat and peer time-out (compare does not change them).
+    const node::NodeOptions defaults;
+    if (link.delay + link.jitter + defaults.heartbeat_interval >= defaults.peer_timeout) {
+      throw CommandFailure(
+          2, fmt::format("--link-delay {}: delay plus jitter must stay below {} ms, or the nodes' "
+                         "heartbeats would arrive after their {} ms peer time-out",
+                         args.link_delay,
+                         (defaults.peer_timeout - defaults.heartbeat_interval).count(),
+                         defaults.peer_timeout.count()));
+    }
+  }
   if (args.run.data.name != "synthetic") {
     try {
       ml::findDataDir(args.run.data.name, args.run.data.dataDir);
@@ -438,6 +459,10 @@ void addCompareCommand(CLI::App& app) {
                   "The cluster's shared secret, passed to every node (default: the topology's "
                   "[cluster] secret_file); see `chorus node --help`")
       ->check(CLI::ExistingFile);
+  cmd->add_option("--link-delay", args->link_delay,
+                  "Fault injection passed to every node: each frame waits MS (plus a uniform "
+                  "draw from [0, JITTER_MS)) before it is sent; MS or MS,JITTER_MS; see "
+                  "`chorus node --help`");
   cmd->add_option("--run-timeout", args->run_timeout_s,
                   "Stop a run (and count it as failed) after this many seconds (0: no limit)")
       ->check(run::nonNegative())

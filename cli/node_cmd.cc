@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -19,6 +20,7 @@
 
 #include "cli/commands.h"
 #include "consensus/consensus_peer.h"
+#include "faults/link_delay.h"
 #include "faults/straggler.h"
 #include "ml/dataset.h"
 #include "node/launch_env.h"
@@ -48,6 +50,7 @@ struct NodeArgs {
   uint32_t peer_timeout_ms = 5000;
   uint32_t max_frame_mib = 256;
   std::string secret_file;  // empty: no shared secret
+  std::string link_delay;   // faults::LinkDelay grammar; empty: none
   std::string mode;         // ping | consensus | ps; empty: the topology's mode
   run::RunOptions run;
   consensus::ConsensusOptions consensus;
@@ -181,6 +184,29 @@ NodeSetup setUpNode(const NodeArgs& args, spdlog::level::level_enum level) {
   options.peer_timeout = milliseconds(args.peer_timeout_ms);
   options.log_level = level;
   options.cluster_ready_timeout = secondsToMs(args.ready_timeout_s);
+  if (!args.link_delay.empty()) {
+    faults::LinkDelay link;
+    try {
+      link = faults::LinkDelay::parse(args.link_delay);
+    } catch (const std::invalid_argument& e) {
+      throw CommandFailure(2, fmt::format("--link-delay: {}", e.what()));
+    }
+    const auto worst = link.delay + link.jitter;
+    if (worst + options.heartbeat_interval >= options.peer_timeout) {
+      throw CommandFailure(
+          2, fmt::format("--link-delay {}: a heartbeat could arrive {} ms after the one before, "
+                         "later than --peer-timeout-ms {}; raise --peer-timeout-ms",
+                         args.link_delay, worst.count() / 1000.0 + args.heartbeat_ms,
+                         args.peer_timeout_ms));
+    }
+    options.link_delay = link.delay;
+    options.link_jitter = link.jitter;
+    options.link_seed = args.run.seed;
+    // A handshake crosses the link up to four times: its time-out grows with the delay.
+    options.handshake_timeout =
+        std::max(options.handshake_timeout,
+                 std::chrono::duration_cast<milliseconds>(worst * 8 + std::chrono::seconds(1)));
+  }
   // --secret-file, else the topology's [cluster] secret_file.
   const std::string secret_file = !args.secret_file.empty() ? args.secret_file : topo.secretPath();
   if (!secret_file.empty()) {
@@ -595,6 +621,11 @@ void addNodeCommands(CLI::App& app) {
                   "peer that cannot is refused. It authenticates peers at the handshake only: "
                   "traffic is neither signed nor encrypted after it")
       ->check(CLI::ExistingFile);
+  cmd->add_option("--link-delay", args->link_delay,
+                  "Fault injection: every frame this node sends waits MS milliseconds (plus a "
+                  "uniform draw from [0, JITTER_MS), seeded by --seed) before it reaches the "
+                  "socket, in order: MS or MS,JITTER_MS, e.g. 20 or 20,5 (default: none). A round "
+                  "trip then takes at least 2 x MS; see docs/stragglers.md");
   cmd->add_option("--max-frame-mib", args->max_frame_mib, "Largest accepted frame, in MiB")
       ->check(CLI::Range(1u, 2047u))
       ->capture_default_str();

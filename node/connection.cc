@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cassert>
 
 #include "node/event_loop.h"
@@ -14,6 +15,13 @@ Connection::Connection(uv_loop_t* loop, uv::HandlePtr<uv::Tcp> tcp, Role role, F
   // The owner learns that it may delete this object only once the socket's close callback ran,
   // i.e. after libuv completed (or cancelled) every request that points back here.
   tcp_->setOnClosed([this] { releaseFromLoop(); });
+}
+
+void Connection::setLinkDelay(std::chrono::microseconds delay, std::chrono::microseconds jitter,
+                              uint64_t seed) {
+  link_delay_ = delay;
+  link_jitter_ = jitter;
+  link_rng_.seed(seed);
 }
 
 void Connection::startFromLoop() {
@@ -61,10 +69,48 @@ void Connection::writeFromLoop(SharedFrame frame, std::function<void(const Statu
 
 void Connection::queueFromLoop(PendingWrite write) {
   queued_bytes_ += write.frame->size();
-  pending_.push_back(std::move(write));
   last_send = Clock::now();
-  if (writes_in_flight_ == 0) flushFromLoop();
+  if (link_delay_.count() > 0 || link_jitter_.count() > 0) {
+    delayFromLoop(std::move(write));
+  } else {
+    pending_.push_back(std::move(write));
+    if (writes_in_flight_ == 0) flushFromLoop();
+  }
   if (hooks_.on_queue_changed) hooks_.on_queue_changed(*this);
+}
+
+void Connection::delayFromLoop(PendingWrite write) {
+  std::chrono::microseconds extra{0};
+  if (link_jitter_.count() > 0) {
+    extra = std::chrono::microseconds(
+        std::uniform_int_distribution<int64_t>(0, link_jitter_.count() - 1)(link_rng_));
+  }
+  Clock::time_point due = Clock::now() + link_delay_ + extra;
+  // A TCP link delivers in order: a frame with a shorter draw waits for the one before it.
+  if (!delayed_.empty()) due = std::max(due, delayed_.back().due);
+  delayed_.push_back({due, std::move(write)});
+  if (delayed_.size() == 1) releaseDelayedFromLoop(false);
+}
+
+void Connection::releaseDelayedFromLoop(bool all) {
+  if (!open()) return;
+  const Clock::time_point now = Clock::now();
+  bool moved = false;
+  while (!delayed_.empty() && (all || delayed_.front().due <= now)) {
+    pending_.push_back(std::move(delayed_.front().write));
+    delayed_.pop_front();
+    moved = true;
+  }
+  if (moved && writes_in_flight_ == 0) flushFromLoop();
+  if (delayed_.empty() || !open()) {
+    if (delay_timer_) delay_timer_->stopFromLoop();
+    return;
+  }
+  if (!delay_timer_) delay_timer_ = uv::Timer::create(loop_);
+  // Rounded up: libuv's timers count whole milliseconds, and a frame must not leave early.
+  const auto wait = std::chrono::ceil<std::chrono::milliseconds>(delayed_.front().due - now);
+  delay_timer_->startFromLoop(static_cast<uint64_t>(std::max<int64_t>(wait.count(), 1)), 0,
+                              [this] { releaseDelayedFromLoop(false); });
 }
 
 void Connection::writeTransientFromLoop(const SharedFrame& frame,
@@ -76,8 +122,9 @@ void Connection::writeTransientFromLoop(const SharedFrame& frame,
   }
   size_t written = 0;
   // Only with nothing queued or in flight (then libuv holds no write of ours either) may bytes
-  // go straight to the socket.
-  if (pending_.empty() && writes_in_flight_ == 0) {
+  // go straight to the socket; with a link delay nothing does.
+  const bool delayed_link = link_delay_.count() > 0 || link_jitter_.count() > 0;
+  if (!delayed_link && pending_.empty() && writes_in_flight_ == 0) {
     const Status status = tcp_->tryWriteFromLoop(frame, &written);
     if (!status.ok()) {
       if (done) done(status);
@@ -136,6 +183,10 @@ void Connection::flushFromLoop() {
 void Connection::failPendingFromLoop() {
   auto pending = std::move(pending_);
   pending_.clear();
+  // Delayed writes were queued after the pending ones: they fail after them, in order.
+  for (auto& delayed : delayed_)
+    pending.push_back(std::move(delayed.write));
+  delayed_.clear();
   for (auto& write : pending) {
     queued_bytes_ -= write.frame->size();
     if (write.done) write.done(error_);
@@ -147,12 +198,14 @@ void Connection::closeFromLoop(const Status& reason) {
   if (!open()) {
     // Already failing (perhaps flushing): make sure the socket really goes away now.
     deadline_.reset();
+    delay_timer_.reset();
     tcp_->closeFromLoop();
     return;
   }
   assert(!reason.ok());
   error_ = reason;
   deadline_.reset();
+  delay_timer_.reset();
   failPendingFromLoop();
   if (hooks_.on_closing) hooks_.on_closing(*this, error_);
   tcp_->closeFromLoop();
@@ -162,7 +215,10 @@ void Connection::closeAfterFlushFromLoop(const Status& reason) {
   assert(EventLoop::onThreadOf(loop_));
   if (!open()) return;
   assert(!reason.ok());
-  flushFromLoop();  // queued frames go to libuv before the FIN
+  // Queued frames go to libuv before the FIN; delayed ones too, at once (a closing link does
+  // not hold its last frames back).
+  releaseDelayedFromLoop(true);
+  flushFromLoop();
   if (!open()) return;
   error_ = reason;
   if (hooks_.on_closing) hooks_.on_closing(*this, error_);

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <chrono>
+#include <deque>
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -41,6 +43,11 @@ class Connection {
 
   // Writes of at most this many TCP packets (uv::writeSliceFor; 0: uncut). Set before start.
   void setWriteSlicePackets(size_t packets) { write_slice_packets_ = packets; }
+  // Fault injection: every frame written waits `delay` plus a uniform draw from [0, jitter)
+  // before it goes to the socket, never overtaking an earlier frame (a link with latency, for
+  // experiments; docs/stragglers.md). Zero: frames go at once. Set before start.
+  void setLinkDelay(std::chrono::microseconds delay, std::chrono::microseconds jitter,
+                    uint64_t seed);
   // Where inbound attachments go (FrameDecoder::setPlacer). Set before start.
   void setPlacer(FrameDecoder::Placer placer) { decoder_.setPlacer(std::move(placer)); }
   // Starts reading, TCP_NODELAY and the write slice. The socket must be connected.
@@ -92,8 +99,16 @@ class Connection {
     std::function<void(const Status&)> done;
     size_t written_before = 0;  // bytes of the same frame the socket took at once
   };
+  struct DelayedWrite {
+    Clock::time_point due;
+    PendingWrite write;
+  };
   // Hands every pending frame to libuv as one request.
   void flushFromLoop();
+  // Holds a write until its link delay has passed (queued bytes already count it).
+  void delayFromLoop(PendingWrite write);
+  // Moves the delayed writes that are due (all of them with `all`) to pending_ and flushes.
+  void releaseDelayedFromLoop(bool all);
   void queueFromLoop(PendingWrite write);
   void failPendingFromLoop();
   void onReadFromLoop(ssize_t nread);
@@ -110,6 +125,11 @@ class Connection {
   size_t write_slice_packets_ = 2;
   std::vector<PendingWrite> pending_;
   int writes_in_flight_ = 0;
+  std::chrono::microseconds link_delay_{0};
+  std::chrono::microseconds link_jitter_{0};
+  std::mt19937_64 link_rng_;
+  std::deque<DelayedWrite> delayed_;  // due times never decrease
+  uv::HandlePtr<uv::Timer> delay_timer_;
   std::string description_;
 };
 

@@ -140,6 +140,25 @@ Status validateOptions(const NodeOptions& o) {
     return bad(fmt::format("write_slice_packets {} is above {}", o.write_slice_packets,
                            kMaxWriteSlicePackets));
   }
+  if (o.link_delay.count() < 0 || o.link_jitter.count() < 0) {
+    return bad("link_delay and link_jitter must not be negative");
+  }
+  // A handshake takes up to four one-way trips (Hello, Challenge, Proof, Welcome), and a
+  // heartbeat must still land within peer_timeout: a longer link delay would turn healthy
+  // peers into failed ones.
+  const auto link_worst = o.link_delay + o.link_jitter;
+  if (link_worst * 4 >= o.handshake_timeout) {
+    return bad(
+        fmt::format("link_delay + link_jitter ({} ms) must be below a quarter of "
+                    "handshake_timeout ({} ms)",
+                    link_worst.count() / 1000.0, o.handshake_timeout.count()));
+  }
+  if (link_worst + o.heartbeat_interval >= o.peer_timeout) {
+    return bad(fmt::format(
+        "link_delay + link_jitter + heartbeat_interval ({} ms) must be below "
+        "peer_timeout ({} ms)",
+        link_worst.count() / 1000.0 + o.heartbeat_interval.count(), o.peer_timeout.count()));
+  }
   if (o.low_watermark > o.high_watermark || o.high_watermark == 0) {
     return bad("watermarks need 0 <= low_watermark <= high_watermark and high_watermark > 0");
   }
@@ -462,6 +481,11 @@ class Node::Impl {
                                                    std::move(hooks));
     Connection* raw = connection.get();
     raw->setWriteSlicePackets(options_.write_slice_packets);
+    // Each connection draws its own jitter stream: the seed, this node and the connection's
+    // number (so a redialed link does not repeat the draws of the one before).
+    raw->setLinkDelay(options_.link_delay, options_.link_jitter,
+                      options_.link_seed * 0x9E3779B97F4A7C15ULL + options_.self * 1'000'003ULL +
+                          ++connections_created_);
     raw->setPlacer([this, raw](const wire::Envelope& envelope,
                                size_t bytes) -> std::unique_ptr<AttachmentLanding> {
       // Only an established peer's frames may land in a receiver's memory; anything else is
@@ -1141,6 +1165,7 @@ class Node::Impl {
   // Loop thread only.
   std::map<NodeId, PeerSlot> slots_;
   std::unordered_map<Connection*, std::unique_ptr<Connection>> connections_;
+  uint64_t connections_created_ = 0;
   uv::HandlePtr<uv::Tcp> listener_;
   uv::HandlePtr<uv::Timer> heartbeat_timer_;
   std::map<wire::Body, FrameHandler> handlers_;

@@ -57,6 +57,11 @@ struct NodeOptions {
   // Each socket write carries at most this many TCP packets (0: a batch goes in one write).
   // Two keeps Linux's BBR from pacing large writes on loopback (uv::writeSliceFor).
   size_t write_slice_packets = 2;
+  // Fault injection (docs/stragglers.md): every frame this node sends waits link_delay plus a
+  // uniform draw from [0, link_jitter) before it reaches the socket, in order. Zero: none.
+  std::chrono::microseconds link_delay{0};
+  std::chrono::microseconds link_jitter{0};
+  uint64_t link_seed = 1;  // seeds the jitter draws, with the node id
   // The cluster's shared secret (loadClusterKey): peers must prove they know it at the
   // handshake, and this node proves it to them. Empty: no proof asked or given.
   std::optional<ClusterKey> cluster_key;

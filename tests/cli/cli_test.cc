@@ -213,6 +213,35 @@ TEST(ChorusLaunch, EveryNodeProvesTheSharedSecretAndAnEmptySecretFileIsRefused) 
   std::filesystem::remove(topo);
 }
 
+// --link-delay holds every frame back: a ping's round trip crosses the link twice. Values the
+// runtime could not live with are refused before the node starts, naming the flag.
+TEST(ChorusLaunch, LinkDelayLengthensEveryRoundTripAndBadValuesAreRefused) {
+  const std::vector<uint16_t> ports = freePorts(2);
+  std::string topo = writeCluster("launch-delay", ports);
+  CommandResult r = runCommand({chorusBinary(), "launch", topo, "--mode", "ping", "--pings", "3",
+                                "--ready-timeout", "60", "--link-delay", "30,5"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  // "rtt min/mean/max A/B/C us", once per node and peer.
+  int lines = 0;
+  for (size_t at = r.out.find("rtt min/mean/max "); at != std::string::npos;
+       at = r.out.find("rtt min/mean/max ", at + 1)) {
+    const double min_us = std::stod(r.out.substr(at + std::string("rtt min/mean/max ").size()));
+    EXPECT_GE(min_us, 60'000) << r.out;
+    ++lines;
+  }
+  EXPECT_EQ(lines, 2) << r.out;
+  r = runCommand({chorusBinary(), "node", "--topology", topo, "--id", "0", "--mode", "ping",
+                  "--link-delay", "30ms"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err, "--link-delay: bad link delay '30ms'")) << r.err;
+  r = runCommand({chorusBinary(), "node", "--topology", topo, "--id", "0", "--mode", "ping",
+                  "--link-delay", "900", "--peer-timeout-ms", "1000"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err, "later than --peer-timeout-ms 1000; raise --peer-timeout-ms"))
+      << r.err;
+  std::filesystem::remove(topo);
+}
+
 TEST(ChorusLaunch, ANodeThatFailsIsNamedAndTheLaunchFails) {
   std::vector<uint16_t> ports = freePorts(3);
   // Node 3's port is taken by someone else: it cannot listen, and the others never complete

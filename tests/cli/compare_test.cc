@@ -178,13 +178,13 @@ TEST_F(CompareTest, ModeOptionsReachOnlyThatModesNodes) {
   const fs::path out = dir_ / "cmp";
   // Both runs must succeed: a node refuses an option of the other mode, so a PS option that
   // reached a consensus node (or the other way round) would fail its run.
-  // The shared secret goes to every node, whatever its mode.
+  // The shared secret and the link delay go to every node, whatever its mode.
   const fs::path secret = dir_ / "secret";
   std::ofstream(secret) << "compare's secret\n";
   fs::permissions(secret, fs::perms::owner_read | fs::perms::owner_write);
   CommandResult r = compare("ps:async,consensus:wait-all", out,
                             {"--owner-momentum", "push", "--key-floats", "64", "--skip-gap", "3",
-                             "--secret-file", secret.string()});
+                             "--secret-file", secret.string(), "--link-delay", "2,1"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   for (const char* run : {"ps-async/seed-1", "consensus-wait-all/seed-1"}) {
     const std::string log = readFile(out / run / "output.log");
@@ -195,8 +195,9 @@ TEST_F(CompareTest, ModeOptionsReachOnlyThatModesNodes) {
       ++listening;
     }
     EXPECT_EQ(listening, 3u) << run << ":\n" << log;
-    EXPECT_TRUE(contains(readFile(out / run / "command.txt"), "--secret-file " + secret.string()))
-        << run;
+    const std::string command = readFile(out / run / "command.txt");
+    EXPECT_TRUE(contains(command, "--secret-file " + secret.string())) << run;
+    EXPECT_TRUE(contains(command, "--link-delay 2,1")) << run;
   }
   const std::string ps_cmd = readFile(out / "ps-async/seed-1/command.txt");
   EXPECT_TRUE(contains(ps_cmd, "--owner-momentum push")) << ps_cmd;
@@ -230,6 +231,14 @@ TEST_F(CompareTest, ASecretFileNoNodeCouldUseIsRefusedBeforeAnyRun) {
   expectOneLineError(compare("ps:bsp", dir_ / "g", {"--secret-file", secret.string()}),
                      "--secret-file: secret file " + secret.string() + " is empty");
   EXPECT_FALSE(fs::exists(dir_ / "g"));
+}
+
+TEST_F(CompareTest, ALinkDelayNoNodeCouldUseIsRefusedBeforeAnyRun) {
+  expectOneLineError(compare("ps:bsp", dir_ / "h", {"--link-delay", "-3"}),
+                     "--link-delay: bad link delay '-3'");
+  expectOneLineError(compare("ps:bsp", dir_ / "h", {"--link-delay", "4000,600"}),
+                     "--link-delay 4000,600: delay plus jitter must stay below 4500 ms");
+  EXPECT_FALSE(fs::exists(dir_ / "h"));
 }
 
 TEST_F(CompareTest, UnknownVariantIsRefused) {

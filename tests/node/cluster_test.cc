@@ -215,6 +215,15 @@ TEST(Cluster, OptionsAreValidated) {
   o.max_frame_bytes = 1u << 31;  // a frame that large would be a FlatBuffer of 2 GiB
   EXPECT_NE(validateOptions(o).message().find("outside"), std::string::npos);
   o = fastOptions("x", 0, {0, 1});
+  o.link_delay = 400ms;  // four trips of 500 ms would not fit in the 2 s handshake
+  o.link_jitter = 100ms;
+  EXPECT_NE(validateOptions(o).message().find("link_delay + link_jitter (500 ms)"),
+            std::string::npos);
+  o = fastOptions("x", 0, {0, 1});
+  o.link_delay = 300ms;
+  o.heartbeat_interval = 800ms;  // a heartbeat could land after the 1 s peer time-out
+  EXPECT_NE(validateOptions(o).message().find("peer_timeout"), std::string::npos);
+  o = fastOptions("x", 0, {0, 1});
   ASSERT_TRUE(validateOptions(o).ok());
   Node ok(o);
   ASSERT_TRUE(ok.listen().ok());
@@ -279,6 +288,58 @@ TEST(Cluster, OrderlyShutdownIsReportedAsLeaveNotDown) {
   EXPECT_EQ(pair.high_events.count(PeerEventKind::kLeft, 0), 1u);  // the acknowledgement
   pair.low->shutdown(1s);
   EXPECT_EQ(pair.low->loopCloseResult(), 0);
+}
+
+TEST(Cluster, LinkDelayHoldsEveryFrameBackInOrder) {
+  constexpr auto kDelay = 40ms;
+  constexpr int kFrames = 200;
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<float> received;  // the index each Tensor frame carried, in arrival order
+  std::chrono::steady_clock::time_point first_arrival;
+  Pair pair("kappa", [&](NodeOptions& o) {
+    o.link_delay = kDelay;
+    o.link_jitter = 30ms;  // draws larger than the gap between two sends: they must not reorder
+  });
+  pair.high->setHandler(wire::Body::Tensor, [&](NodeId, const wire::Envelope& e) {
+    std::lock_guard lock(mutex);
+    if (received.empty()) first_arrival = std::chrono::steady_clock::now();
+    received.push_back(e.body_as_Tensor()->values()->Get(0));
+    changed.notify_all();
+  });
+  const auto first_send = std::chrono::steady_clock::now();
+  for (int i = 0; i < kFrames; ++i) {
+    std::vector<float> values{static_cast<float>(i)};
+    pair.low->send(1, pair.low->encode(wire::Body::Tensor, [&](flatbuffers::FlatBufferBuilder& b) {
+      return wire::CreateTensorDirect(b, 1, &values).Union();
+    }));
+  }
+  {
+    std::unique_lock lock(mutex);
+    ASSERT_TRUE(changed.wait_for(lock, kSoon, [&] { return received.size() == kFrames; }));
+    for (int i = 0; i < kFrames; ++i)
+      ASSERT_EQ(received[i], static_cast<float>(i)) << "frame " << i << " arrived out of order";
+    EXPECT_GE(first_arrival - first_send, kDelay);
+  }
+  // A round trip crosses the link twice.
+  PingOptions ping;
+  ping.pings_per_peer = 3;
+  PingExchange low_pings(*pair.low, {1}, ping);
+  PingExchange high_pings(*pair.high, {0}, ping);
+  PingReport high_report;
+  std::thread high_thread([&] { high_report = high_pings.run(); });
+  const PingReport low_report = low_pings.run();
+  high_thread.join();
+  ASSERT_TRUE(low_report.status.ok()) << low_report.status.message();
+  ASSERT_TRUE(high_report.status.ok()) << high_report.status.message();
+  EXPECT_GE(low_report.peers.at(0).rtt_min_us, 2.0 * 40'000);
+  // Leave is delayed like every frame, and still arrives before the connection closes.
+  pair.high->shutdown(2s);
+  ASSERT_TRUE(pair.low_events.waitFor(PeerEventKind::kLeft, 1));
+  EXPECT_EQ(pair.low_events.count(PeerEventKind::kDown, 1), 0u);
+  pair.low->shutdown(2s);
+  EXPECT_EQ(pair.low->loopCloseResult(), 0);
+  EXPECT_EQ(pair.high->loopCloseResult(), 0);
 }
 
 // Node 1 of `pair` is gone: starts it again on `port` and checks that node 0 redials it (its

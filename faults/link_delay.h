@@ -1,0 +1,29 @@
+// Link latency injection: every frame a node sends is held back for a fixed delay plus a
+// seeded uniform jitter before it reaches the socket, in order (node::NodeOptions::link_delay).
+// Loopback has almost no latency; real clusters do, and it changes how the training modes
+// compare (a PS read is a round trip per clock). Grammar: docs/stragglers.md.
+#pragma once
+
+#include <chrono>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace chorus::faults {
+
+// The largest delay or jitter accepted, in milliseconds: beyond it the runtime's time-outs
+// (handshake, peer liveness) would have to grow with it.
+inline constexpr double kMaxLinkDelayMs = 10'000;
+
+struct LinkDelay {
+  std::chrono::microseconds delay{0};   // every frame waits at least this long
+  std::chrono::microseconds jitter{0};  // plus a uniform draw from [0, jitter)
+  std::string text;                     // as written
+
+  bool empty() const { return delay.count() == 0 && jitter.count() == 0; }
+  // "none", "0", "MS" or "MS,JITTER_MS" (decimals allowed). Throws std::invalid_argument
+  // naming the text and the accepted forms.
+  static LinkDelay parse(std::string_view text);
+};
+
+}  // namespace chorus::faults

@@ -1,0 +1,46 @@
+#include "faults/link_delay.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace chorus::faults {
+namespace {
+
+using std::chrono::microseconds;
+
+TEST(LinkDelay, NoneAndZeroDelayNothing) {
+  for (const char* text : {"", "none", "0", "0,0"}) {
+    EXPECT_TRUE(LinkDelay::parse(text).empty()) << text;
+  }
+}
+
+TEST(LinkDelay, DelayAndJitterAreMilliseconds) {
+  LinkDelay link = LinkDelay::parse("20");
+  EXPECT_EQ(link.delay, microseconds(20'000));
+  EXPECT_EQ(link.jitter, microseconds(0));
+  link = LinkDelay::parse("0.5,2.25");
+  EXPECT_EQ(link.delay, microseconds(500));
+  EXPECT_EQ(link.jitter, microseconds(2'250));
+  EXPECT_FALSE(link.empty());
+  EXPECT_EQ(link.text, "0.5,2.25");
+  EXPECT_EQ(LinkDelay::parse("0,3").jitter, microseconds(3'000));  // jitter alone is a delay
+  EXPECT_FALSE(LinkDelay::parse("0,3").empty());
+}
+
+TEST(LinkDelay, GarbageIsRefusedWithTheAcceptedForms) {
+  for (const char* text :
+       {"abc", "20ms", "-1", "20,", ",5", "20,5,1", "nan", "inf", "10001", "1,10001", " 20"}) {
+    try {
+      (void)LinkDelay::parse(text);
+      ADD_FAILURE() << "accepted '" << text << "'";
+    } catch (const std::invalid_argument& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find(std::string("'") + text + "'"), std::string::npos) << message;
+      EXPECT_NE(message.find("MS,JITTER_MS"), std::string::npos) << message;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace chorus::faults
