@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <stdexcept>
 #include <system_error>
+#include <utility>
 
 #include "ml/rng.h"
 
@@ -303,8 +304,10 @@ void readCifarBatch(const std::string& path, Dataset& out) {
   if (!out.labels.empty() && !(out.shape == shape)) {
     throw std::invalid_argument("readCifarBatch: target data set has another shape");
   }
-  out.shape = shape;
-  out.classes = 10;
+  // Records go into locals and are appended only once the whole file has been read, so a file
+  // that fails leaves `out` as it was.
+  std::vector<int32_t> labels;
+  std::vector<float> features;
   CompressedFile file(path);
   std::vector<unsigned char> record(kRecord);
   size_t index = 0;
@@ -321,17 +324,26 @@ void readCifarBatch(const std::string& path, Dataset& out) {
       throw DataError(
           fmt::format("{}: label {} in record {} (labels must be 0..9)", path, record[0], index));
     }
-    out.labels.push_back(record[0]);
+    labels.push_back(record[0]);
     // The file is channel-planar (1024 red, 1024 green, 1024 blue); samples here are HWC.
-    const size_t base = out.features.size();
-    out.features.resize(base + 3 * kPixels);
-    float* sample = out.features.data() + base;
+    const size_t base = features.size();
+    features.resize(base + 3 * kPixels);
+    float* sample = features.data() + base;
     for (int p = 0; p < kPixels; ++p) {
       for (int c = 0; c < 3; ++c)
         sample[p * 3 + c] = record[1 + c * kPixels + p] / 255.0f;
     }
   }
   if (index == 0) throw DataError(fmt::format("{}: empty file, no CIFAR-10 records", path));
+  out.shape = shape;
+  out.classes = 10;
+  if (out.labels.empty() && out.features.empty()) {
+    out.labels = std::move(labels);
+    out.features = std::move(features);
+  } else {
+    out.labels.insert(out.labels.end(), labels.begin(), labels.end());
+    out.features.insert(out.features.end(), features.begin(), features.end());
+  }
 }
 
 DataSplit makeSynthetic(size_t trainSize, size_t testSize, uint64_t seed) {

@@ -73,7 +73,8 @@ std::vector<int32_t> readIdxLabels(const std::string& path, int classes);
 // Reads an images file and a labels file; their counts must match.
 Dataset readIdxPair(const std::string& imagesPath, const std::string& labelsPath,
                     const std::string& name);
-// Appends the records of one CIFAR-10 binary batch (gzip or raw) to `out` (3x32x32, HWC).
+// Appends the records of one CIFAR-10 binary batch (gzip or raw) to `out` (3x32x32, HWC). A
+// file that fails (DataError) leaves `out` unchanged.
 void readCifarBatch(const std::string& path, Dataset& out);
 
 // N samples of MNIST's shape (1x28x28, 10 classes, pixels in [0, 1]): noisy, shifted copies

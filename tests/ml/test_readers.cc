@@ -250,6 +250,28 @@ TEST(CifarReader, RefusesPartialRecordsBadLabelsAndEmptyFiles) {
   expectDataError([&] { readCifarBatch(dir.file("empty.bin"), empty); }, {"empty.bin", "empty"});
 }
 
+// A batch that fails leaves the data set as it was: the records read before the bad one are
+// not appended.
+TEST(CifarReader, AFailedBatchAppendsNothing) {
+  TempDir dir;
+  writeRaw(dir.file("good.bin"), cifarRecords({6, 9, 0}));
+  writeRaw(dir.file("bad.bin"), cifarRecords({1, 2, 12, 3}));
+  Dataset data;
+  readCifarBatch(dir.file("good.bin"), data);
+  const std::vector<float> features = data.features;
+  expectDataError([&] { readCifarBatch(dir.file("bad.bin"), data); },
+                  {"bad.bin", "label 12 in record 2"});
+  EXPECT_EQ(data.labels, (std::vector<int32_t>{6, 9, 0}));
+  EXPECT_EQ(data.features.size(), features.size());
+  EXPECT_TRUE(data.features == features);
+  // Nor does a first batch that fails set the shape of an empty data set.
+  Dataset fresh;
+  expectDataError([&] { readCifarBatch(dir.file("bad.bin"), fresh); }, {"label 12"});
+  EXPECT_TRUE(fresh.labels.empty());
+  EXPECT_TRUE(fresh.features.empty());
+  EXPECT_EQ(fresh.shape, SampleShape{});
+}
+
 TEST(DataDir, FindsFilesDirectlyOrInTheUsualSubfolder) {
   TempDir dir;
   fs::create_directories(fs::path(dir.path()) / "mnist");
