@@ -31,7 +31,7 @@ Shards shardIid(size_t n, int nodes, uint64_t seed) {
 
 Shards shardDirichlet(std::span<const int32_t> labels, int classes, int nodes, double alpha,
                       uint64_t seed) {
-  assert(nodes > 0 && classes > 0 && alpha > 0.0);
+  assert(nodes > 0 && classes > 0 && alpha > 0.0 && std::isfinite(alpha));
   Rng rng(mixSeed(seed, 0xD1C1));
   std::vector<std::vector<size_t>> byClass(static_cast<size_t>(classes));
   for (size_t i = 0; i < labels.size(); ++i) {
@@ -42,12 +42,18 @@ Shards shardDirichlet(std::span<const int32_t> labels, int classes, int nodes, d
   std::vector<double> share(static_cast<size_t>(nodes));
   for (auto& members : byClass) {
     rng.shuffle(members.begin(), members.end());
-    double total = 0.0;
-    for (auto& s : share) {
+    for (auto& s : share)
       s = rng.gamma(alpha);
-      total += s;
-    }
-    if (total <= 0.0) {  // every draw underflowed (tiny alpha): give the class to one node
+    // Proportions relative to the largest draw: draws near a huge alpha sum to infinity (and
+    // the cut points became NaN), tiny ones can be subnormal. Scaled, the sum is in [1, nodes].
+    const double largest = *std::max_element(share.begin(), share.end());
+    double total = 0.0;
+    if (largest > 0.0) {
+      for (auto& s : share) {
+        s /= largest;
+        total += s;
+      }
+    } else {  // every draw underflowed (tiny alpha): give the class to one node
       std::fill(share.begin(), share.end(), 0.0);
       share[rng.below(share.size())] = 1.0;
       total = 1.0;

@@ -18,7 +18,8 @@ Shards shardIid(size_t n, int nodes, uint64_t seed);
 // Label-skewed split: for every class, node proportions are drawn from Dirichlet(alpha) and the
 // class's samples (shuffled) are cut accordingly. Small alpha gives each node few classes; large
 // alpha approaches iid. Nodes left empty by the draw get one sample from the largest shard, so
-// every shard is non-empty when n >= nodes. alpha must be > 0, labels in [0, classes).
+// every shard is non-empty when n >= nodes. alpha must be finite and > 0, labels in
+// [0, classes).
 Shards shardDirichlet(std::span<const int32_t> labels, int classes, int nodes, double alpha,
                       uint64_t seed);
 

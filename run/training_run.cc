@@ -23,8 +23,14 @@ ShardSpec ShardSpec::parse(std::string_view text) {
     const std::string number(text.substr(kPrefix.size()));
     char* end = nullptr;
     const double alpha = std::strtod(number.c_str(), &end);
-    if (!number.empty() && end == number.c_str() + number.size() && std::isfinite(alpha) &&
-        alpha > 0) {
+    const bool parsed = !number.empty() && end == number.c_str() + number.size();
+    if (parsed && alpha > kMaxDirichletAlpha) {
+      throw std::invalid_argument(fmt::format(
+          "--shard '{}': ALPHA must be at most {} (Dirichlet shards are iid in effect long "
+          "before that; use --shard iid)",
+          text, kMaxDirichletAlpha));
+    }
+    if (parsed && alpha > 0) {
       spec.kind = Kind::kDirichlet;
       spec.alpha = alpha;
       return spec;
@@ -61,7 +67,7 @@ void addRunOptions(CLI::App& cmd, RunOptions& o) {
       ->check(CLI::Range(1, 1'000'000));
   cmd.add_option("--shard", o.shard,
                  "How the training set is split over the nodes: iid or dirichlet:ALPHA "
-                 "(label-skewed)")
+                 "(label-skewed, 0 < ALPHA <= 1e6)")
       ->capture_default_str();
   cmd.add_option("--rounds", o.rounds, "Training rounds (0: derived from --epochs)")
       ->check(CLI::Range(int64_t{0}, int64_t{1'000'000'000}))

@@ -28,8 +28,12 @@ struct ShardSpec {
   Kind kind = Kind::kIid;
   double alpha = 0;  // kDirichlet: concentration (small = few classes per node)
 
-  // Parses "iid" or "dirichlet:ALPHA" (ALPHA > 0); throws std::invalid_argument naming the
-  // accepted forms.
+  // Largest ALPHA parse() accepts: 1e6 is iid in effect, and near DBL_MAX the Gamma draws of
+  // shardDirichlet overflow.
+  static constexpr double kMaxDirichletAlpha = 1e6;
+
+  // Parses "iid" or "dirichlet:ALPHA" (0 < ALPHA <= kMaxDirichletAlpha); throws
+  // std::invalid_argument naming the flag and the accepted forms.
   static ShardSpec parse(std::string_view text);
   // As written on the command line.
   std::string toString() const;

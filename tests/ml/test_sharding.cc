@@ -82,6 +82,21 @@ TEST(ShardDirichlet, SkewGrowsAsAlphaShrinks) {
   EXPECT_LT(labelSkew(shardDirichlet(labels, 10, 8, 1000.0, 0), labels, 10), 0.05);
 }
 
+// A huge alpha is iid in effect. Its Gamma draws are near alpha each, and eight of them
+// summed to infinity: the cut points became NaN and one node got almost every sample.
+TEST(ShardDirichlet, AHugeAlphaSplitsEvenly) {
+  const std::vector<int32_t> labels = labelsFor(5000, 10, 3);
+  for (double alpha : {1e6, 1e300, 1.7e308}) {
+    const Shards shards = shardDirichlet(labels, 10, 8, alpha, 5);
+    expectPartition(shards, labels.size());
+    for (const auto& shard : shards) {
+      EXPECT_GT(shard.size(), 5000u / 8 - 20) << "alpha " << alpha;
+      EXPECT_LT(shard.size(), 5000u / 8 + 20) << "alpha " << alpha;
+    }
+    EXPECT_LT(labelSkew(shards, labels, 10), 0.05) << "alpha " << alpha;
+  }
+}
+
 TEST(EpochSampler, VisitsEveryIndexOncePerEpochInSeededOrder) {
   const std::vector<size_t> shard{3, 5, 8, 13, 21, 34, 55};
   EpochSampler a(shard, 3, 77), b(shard, 3, 77);

@@ -43,6 +43,23 @@ TEST(ShardSpec, ParsesIidAndDirichlet) {
   }
 }
 
+// An absurd alpha (1.7e308 parses as a finite number) is refused with the flag and the limit;
+// 1e6 is already iid in effect.
+TEST(ShardSpec, RefusesAnAlphaAboveAMillion) {
+  EXPECT_DOUBLE_EQ(ShardSpec::parse("dirichlet:1e6").alpha, 1e6);
+  for (const char* bad : {"dirichlet:1000001", "dirichlet:1.7e308", "dirichlet:inf"}) {
+    try {
+      ShardSpec::parse(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const std::invalid_argument& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("--shard"), std::string::npos) << message;
+      EXPECT_NE(message.find(bad), std::string::npos) << message;
+      EXPECT_NE(message.find("1000000"), std::string::npos) << message;
+    }
+  }
+}
+
 TEST(RunOptions, BadValuesNameTheFlag) {
   RunOptions o = options();
   o.stragglers = "sometimes:3";
