@@ -204,14 +204,15 @@ TrainReport trainOnData(const TrainOptions& options, const DataSplit& data,
     saveCheckpoint(options.savePath, checkpoint);
   };
 
+  // Loss and accuracy since the last "step" event; an event can span an epoch boundary.
+  double windowLoss = 0.0;
+  size_t windowCorrect = 0, windowSamples = 0;
   for (int64_t epoch = firstEpoch; epoch < options.epochs; ++epoch) {
     sampler.startEpoch(epoch);
     Rng augmentRng(mixSeed(options.seed, 0xA0000 + static_cast<uint64_t>(epoch)));
     const auto epochStart = std::chrono::steady_clock::now();
     double epochLoss = 0.0;
     size_t epochCorrect = 0, epochSamples = 0;
-    double windowLoss = 0.0;
-    size_t windowCorrect = 0, windowSamples = 0;
     int64_t stepInEpoch = 0;
     for (auto indices = sampler.next(); !indices.empty(); indices = sampler.next()) {
       gatherBatch(train, indices, batch, labels, augmentation, augmentRng);

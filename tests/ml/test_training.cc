@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "ml/checkpoint.h"
 #include "ml/train.h"
@@ -119,6 +120,43 @@ TEST_F(TrainingTest, MetricsAreJsonLinesWithOneEventPerLine) {
   for (int64_t count : report.test.confusion)
     total += count;
   EXPECT_EQ(total, 1000);
+}
+
+// The "step" events of a metrics file: step number -> field (loss, lr, ...).
+std::map<int64_t, double> stepEvents(const std::string& path, const std::string& field) {
+  std::map<int64_t, double> values;
+  std::ifstream in(path);
+  const std::string key = "\"" + field + "\":";
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("\"event\":\"step\"") == std::string::npos) continue;
+    const size_t step = line.find("\"step\":");
+    const size_t value = line.find(key);
+    if (step == std::string::npos || value == std::string::npos) continue;
+    values[std::stoll(line.substr(step + 7))] = std::stod(line.substr(value + key.size()));
+  }
+  return values;
+}
+
+// A step event covers every step since the previous event, also across an epoch boundary.
+TEST_F(TrainingTest, AStepEventCoversTheStepsSinceTheLastEventAcrossEpochs) {
+  TrainOptions options = mlpOptions();
+  options.epochs = 2;
+  options.trainLimit = 96;  // three steps of 32 per epoch
+  options.logEverySteps = 1;
+  options.metricsPath = file("every.jsonl");
+  run(options, syntheticData());
+  const std::map<int64_t, double> each = stepEvents(options.metricsPath, "loss");
+  ASSERT_EQ(each.size(), 6u);
+
+  options.logEverySteps = 2;  // events at steps 2, 4 (steps 3 and 4: the epoch ends between) and 6
+  options.metricsPath = file("pairs.jsonl");
+  run(options, syntheticData());
+  const std::map<int64_t, double> pairs = stepEvents(options.metricsPath, "loss");
+  ASSERT_EQ(pairs.size(), 3u);
+  for (int64_t step : {2, 4, 6}) {
+    ASSERT_EQ(pairs.count(step), 1u) << step;
+    EXPECT_NEAR(pairs.at(step), (each.at(step - 1) + each.at(step)) / 2.0, 1e-12) << step;
+  }
 }
 
 TEST_F(TrainingTest, ResumingFromACheckpointContinuesExactly) {
