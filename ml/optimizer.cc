@@ -1,5 +1,6 @@
 #include "ml/optimizer.h"
 
+#include <algorithm>
 #include <cassert>
 #include <cmath>
 #include <stdexcept>
@@ -28,6 +29,11 @@ double LrSchedule::at(int64_t step) const {
     }
   }
   return baseLr;
+}
+
+int64_t scheduleSteps(double epochs, int64_t stepsPerEpoch) {
+  if (!(epochs > 0.0) || stepsPerEpoch <= 0) return 0;
+  return std::max<int64_t>(1, std::llround(epochs * static_cast<double>(stepsPerEpoch)));
 }
 
 const char* LrSchedule::kindName(Kind kind) {

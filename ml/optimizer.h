@@ -30,6 +30,10 @@ struct LrSchedule {
   static const char* kindName(Kind kind);
 };
 
+// `epochs` of a schedule (a warm-up, a step length) in whole steps of `stepsPerEpoch`: 0 when
+// epochs is 0, else rounded and at least 1, so a length under half a step is not lost.
+int64_t scheduleSteps(double epochs, int64_t stepsPerEpoch);
+
 // Hyper-parameters of one SGD update.
 struct SgdConfig {
   double momentum = 0.9;     // 0 disables the velocity buffer

@@ -140,8 +140,15 @@ TrainReport trainOnData(const TrainOptions& options, const DataSplit& data,
   LrSchedule schedule;
   schedule.kind = LrSchedule::parseKind(options.schedule);
   schedule.baseLr = options.learningRate;
-  schedule.warmupSteps = std::llround(options.warmupEpochs * static_cast<double>(stepsPerEpoch));
-  schedule.stepEvery = std::llround(options.stepEpochs * static_cast<double>(stepsPerEpoch));
+  schedule.warmupSteps = scheduleSteps(options.warmupEpochs, stepsPerEpoch);
+  schedule.stepEvery = scheduleSteps(options.stepEpochs, stepsPerEpoch);
+  if (schedule.warmupSteps == 1) {
+    // The ramp is base*(step+1)/warmupSteps: one step of it is the full rate.
+    progress.line(fmt::format(
+        "--warmup-epochs {} is one step at {} steps per epoch, and a warm-up of one step has no "
+        "effect (it starts at the full rate)",
+        options.warmupEpochs, stepsPerEpoch));
+  }
   schedule.gamma = options.stepGamma;
   schedule.totalSteps = options.epochs * stepsPerEpoch;
   SgdOptimizer optimizer(options.sgd, schedule, model->size());

@@ -210,11 +210,9 @@ NodeJob prepareNodeJob(const RunOptions& options, std::shared_ptr<const ml::Data
           : std::max<int64_t>(1, std::llround(options.epochs * static_cast<double>(per_epoch)));
   job.schedule.kind = ml::LrSchedule::parseKind(options.schedule);
   job.schedule.baseLr = options.lr;
-  job.schedule.warmupSteps = std::llround(options.warmup_epochs * static_cast<double>(per_epoch));
-  if (options.step_epochs > 0) {
-    job.schedule.stepEvery =
-        std::max<int64_t>(1, std::llround(options.step_epochs * static_cast<double>(per_epoch)));
-  }
+  job.schedule.warmupSteps =
+      ml::scheduleSteps(options.warmup_epochs, static_cast<int64_t>(per_epoch));
+  job.schedule.stepEvery = ml::scheduleSteps(options.step_epochs, static_cast<int64_t>(per_epoch));
   job.schedule.gamma = options.gamma;
   job.schedule.totalSteps = job.rounds;
   if (options.augment) {

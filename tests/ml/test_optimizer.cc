@@ -104,5 +104,14 @@ TEST(LrSchedule, ConstantStepCosineAndWarmup) {
   EXPECT_THROW(LrSchedule::parseKind("linear"), std::invalid_argument);
 }
 
+// Epochs of a schedule in whole steps: none for 0, at least one otherwise.
+TEST(LrSchedule, StepsForEpochsAreAtLeastOneUnlessZero) {
+  EXPECT_EQ(scheduleSteps(0.0, 100), 0);
+  EXPECT_EQ(scheduleSteps(0.5, 10), 5);
+  EXPECT_EQ(scheduleSteps(0.04, 10), 1);
+  EXPECT_EQ(scheduleSteps(1e-9, 10), 1);
+  EXPECT_EQ(scheduleSteps(2.0, 0), 0);
+}
+
 }  // namespace
 }  // namespace chorus::ml

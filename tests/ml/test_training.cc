@@ -159,6 +159,40 @@ TEST_F(TrainingTest, AStepEventCoversTheStepsSinceTheLastEventAcrossEpochs) {
   }
 }
 
+// Schedule lengths shorter than a step round up to one step: --step-epochs 0.1 at three steps
+// per epoch (0.3 steps) decays every step instead of never, and a warm-up that short is
+// reported, since a warm-up of one step starts at the full rate.
+TEST_F(TrainingTest, ScheduleLengthsUnderOneStepAreOneStep) {
+  TrainOptions options = mlpOptions();
+  options.epochs = 1;
+  options.trainLimit = 96;  // three steps of 32 per epoch
+  options.schedule = "step";
+  options.stepEpochs = 0.1;
+  options.stepGamma = 0.5;
+  options.logEverySteps = 1;
+  options.metricsPath = file("lr.jsonl");
+  run(options, syntheticData());
+  const std::map<int64_t, double> lr = stepEvents(options.metricsPath, "lr");
+  ASSERT_EQ(lr.size(), 3u);
+  EXPECT_DOUBLE_EQ(lr.at(1), 0.05);
+  EXPECT_DOUBLE_EQ(lr.at(2), 0.025);
+  EXPECT_DOUBLE_EQ(lr.at(3), 0.0125);
+
+  options.schedule = "constant";
+  options.warmupEpochs = 0.1;
+  std::FILE* sink = std::tmpfile();
+  ASSERT_NE(sink, nullptr);
+  ProgressReporter progress(sink, false);
+  trainOnData(options, syntheticData(), progress);
+  std::rewind(sink);
+  std::string printed;
+  for (int c = std::fgetc(sink); c != EOF; c = std::fgetc(sink))
+    printed += static_cast<char>(c);
+  std::fclose(sink);
+  EXPECT_NE(printed.find("--warmup-epochs 0.1"), std::string::npos) << printed;
+  EXPECT_NE(printed.find("no effect"), std::string::npos) << printed;
+}
+
 TEST_F(TrainingTest, ResumingFromACheckpointContinuesExactly) {
   const DataSplit& data = syntheticData();
   TrainOptions options = mlpOptions();

@@ -145,6 +145,12 @@ TEST(NodeJob, TheScheduleIsInRoundsOfAnAverageShard) {
   EXPECT_DOUBLE_EQ(job.schedule.at(0), 0.2 / 5);
   EXPECT_DOUBLE_EQ(job.schedule.at(5), 0.2);
   EXPECT_DOUBLE_EQ(job.schedule.at(5 + 15), 0.1);
+  // Lengths under one round are one round, as in chorus train.
+  o.step_epochs = 0.04;
+  o.warmup_epochs = 0.04;
+  job = prepareNodeJob(o, data(), 0, 5, "");
+  EXPECT_EQ(job.schedule.warmupSteps, 1);
+  EXPECT_EQ(job.schedule.stepEvery, 1);
   o.schedule = "cosine";
   o.step_epochs = 0;
   o.warmup_epochs = 0;
