@@ -133,9 +133,14 @@ void addRunOptions(CLI::App& cmd, RunOptions& o) {
 void validateRunOptions(const RunOptions& o) {
   if (o.batch == 0) throw std::invalid_argument("--batch must be > 0");
   if (!std::isfinite(o.lr) || o.lr < 0) throw std::invalid_argument("--lr must be >= 0");
-  if (o.momentum < 0 || o.momentum >= 1)
+  // Written as !(in range) so that NaN fails too: NaN compares false with everything, and a NaN
+  // momentum reached the optimizer (a node segfaulted) and a NaN target the compare manifest.
+  if (!(o.momentum >= 0 && o.momentum < 1)) {
     throw std::invalid_argument("--momentum must be in [0, 1)");
-  if (o.weight_decay < 0) throw std::invalid_argument("--weight-decay must be >= 0");
+  }
+  if (!(o.weight_decay >= 0 && o.weight_decay <= 1)) {
+    throw std::invalid_argument("--weight-decay must be in [0, 1]");
+  }
   if (o.rounds < 0) throw std::invalid_argument("--rounds must be >= 0");
   if (o.rounds == 0 && !(o.epochs > 0)) {
     throw std::invalid_argument("give --rounds N or --epochs E (> 0)");
@@ -145,13 +150,14 @@ void validateRunOptions(const RunOptions& o) {
   if (o.schedule == "step" && !(o.step_epochs > 0)) {
     throw std::invalid_argument("--schedule step needs --step-epochs > 0");
   }
+  if (!(o.step_epochs >= 0)) throw std::invalid_argument("--step-epochs must be >= 0");
   if (o.schedule != "step" && o.step_epochs > 0) {
     throw std::invalid_argument("--step-epochs applies only to --schedule step");
   }
   if (!(o.gamma >= 0 && o.gamma <= 1)) throw std::invalid_argument("--gamma must be in [0, 1]");
   if (o.crop_padding < 0) throw std::invalid_argument("--crop-padding must be >= 0");
   if (o.eval_every < 0) throw std::invalid_argument("--eval-every must be >= 0");
-  if (o.target_acc < 0 || o.target_acc > 1) {
+  if (!(o.target_acc >= 0 && o.target_acc <= 1)) {
     throw std::invalid_argument("--target-acc must be a fraction in [0, 1]");
   }
   if (o.model.name != "mlp" && !o.model.hidden.empty()) {

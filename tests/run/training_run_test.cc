@@ -8,7 +8,11 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace chorus::run {
 namespace {
@@ -76,6 +80,47 @@ TEST(RunOptions, BadValuesNameTheFlag) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("--hidden"), std::string::npos);
   }
+}
+
+// NaN compares false with every bound, so a check written as `x < 0 || x >= 1` lets it
+// through: --momentum nan crashed a node and --target-acc nan reached a compare's manifest.
+TEST(RunOptions, NotANumberIsRefusedNamingTheFlag) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<std::pair<std::string, void (*)(RunOptions&, double)>> fields = {
+      {"--momentum", [](RunOptions& o, double v) { o.momentum = v; }},
+      {"--weight-decay", [](RunOptions& o, double v) { o.weight_decay = v; }},
+      {"--target-acc", [](RunOptions& o, double v) { o.target_acc = v; }},
+      {"--step-epochs", [](RunOptions& o, double v) { o.step_epochs = v; }},
+  };
+  for (const auto& [flag, set] : fields) {
+    RunOptions o = options();
+    set(o, nan);
+    try {
+      validateRunOptions(o);
+      ADD_FAILURE() << flag << " nan was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(flag), std::string::npos) << e.what();
+    }
+    // The same through the command line (CLI11's Range lets NaN pass).
+    CLI::App app;
+    RunOptions parsed = options();
+    addRunOptions(app, parsed);
+    try {
+      app.parse(flag + " nan", false);
+      validateRunOptions(parsed);
+      ADD_FAILURE() << flag << " nan was accepted on the command line";
+    } catch (const CLI::ParseError&) {
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(flag), std::string::npos) << e.what();
+    }
+  }
+  RunOptions o = options();
+  o.momentum = 0.9;
+  o.weight_decay = 1e-3;
+  o.target_acc = 1;
+  EXPECT_NO_THROW(validateRunOptions(o));
+  o.momentum = 1;
+  EXPECT_THROW(validateRunOptions(o), std::invalid_argument);
 }
 
 TEST(RunOptions, FlagsReachTheOptions) {
