@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -38,6 +39,30 @@ T get(const std::string& in, size_t& offset) {
 
 std::string errnoText() {
   return std::generic_category().message(errno);
+}
+
+// Closes a file descriptor when it goes out of scope.
+struct FileDescriptor {
+  explicit FileDescriptor(int descriptor) : fd(descriptor) {}
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  ~FileDescriptor() { ::close(fd); }
+  int fd;
+};
+
+// Reads `size` bytes into `out`; fewer only at the end of the file. Throws CheckpointError.
+size_t readUpTo(int fd, char* out, size_t size, const std::string& path) {
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::read(fd, out + done, size - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw CheckpointError(fmt::format("cannot read checkpoint {}: {}", path, errnoText()));
+    }
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  return done;
 }
 
 void writeAll(int fd, const std::string& data, const std::string& path) {
@@ -109,30 +134,33 @@ void saveCheckpoint(const std::string& path, const Checkpoint& checkpoint) {
 }
 
 Checkpoint loadCheckpoint(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below). Regular files
+  // ignore the flag.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     throw CheckpointError(fmt::format("cannot open checkpoint {}: {}", path, errnoText()));
   }
-  std::string data;
-  char buffer[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(fd, buffer, sizeof buffer);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const std::string reason = errnoText();
-      ::close(fd);
-      throw CheckpointError(fmt::format("cannot read checkpoint {}: {}", path, reason));
-    }
-    if (n == 0) break;
-    data.append(buffer, static_cast<size_t>(n));
+  const FileDescriptor file{fd};
+  struct stat status {};
+  if (::fstat(fd, &status) != 0) {
+    throw CheckpointError(fmt::format("cannot stat checkpoint {}: {}", path, errnoText()));
   }
-  ::close(fd);
+  if (!S_ISREG(status.st_mode)) {
+    throw CheckpointError(
+        fmt::format("{}: not a regular file (a checkpoint is a file written by --save)", path));
+  }
+  const auto fileSize = static_cast<uint64_t>(status.st_size);
 
-  if (data.size() < sizeof kMagic || std::memcmp(data.data(), kMagic, sizeof kMagic) != 0) {
+  // The fixed header first, then the spec and the counts it announces; the rest only once the
+  // file's size is what they imply, so a header cannot make this allocate more than the file
+  // holds.
+  std::string data(kFixedHeader, '\0');
+  size_t got = readUpTo(fd, data.data(), kFixedHeader, path);
+  if (got < sizeof kMagic || std::memcmp(data.data(), kMagic, sizeof kMagic) != 0) {
     throw CheckpointError(fmt::format("{}: not a chorus checkpoint (bad magic)", path));
   }
-  if (data.size() < kFixedHeader) {
-    throw CheckpointError(fmt::format("{}: truncated checkpoint ({} bytes)", path, data.size()));
+  if (got < kFixedHeader) {
+    throw CheckpointError(fmt::format("{}: truncated checkpoint ({} bytes)", path, fileSize));
   }
   size_t offset = sizeof kMagic;
   const auto version = get<uint32_t>(data, offset);
@@ -147,8 +175,10 @@ Checkpoint loadCheckpoint(const std::string& path) {
     throw CheckpointError(
         fmt::format("{}: corrupt checkpoint header (model spec length {})", path, specLength));
   }
-  if (data.size() < kFixedHeader + specLength + kCounts) {
-    throw CheckpointError(fmt::format("{}: truncated checkpoint ({} bytes)", path, data.size()));
+  data.resize(kFixedHeader + specLength + kCounts);
+  got = readUpTo(fd, data.data() + kFixedHeader, specLength + kCounts, path);
+  if (got < specLength + kCounts) {
+    throw CheckpointError(fmt::format("{}: truncated checkpoint ({} bytes)", path, fileSize));
   }
   Checkpoint checkpoint;
   checkpoint.modelSpec.assign(data.data() + offset, specLength);
@@ -166,10 +196,16 @@ Checkpoint loadCheckpoint(const std::string& path) {
                     path, paramCount, stateCount));
   }
   const uint64_t expected = offset + 4 * (paramCount + stateCount) + 8;
-  if (data.size() != expected) {
+  if (fileSize != expected) {
     throw CheckpointError(fmt::format("{}: checkpoint is {} bytes but its header implies {} ({})",
-                                      path, data.size(), expected,
-                                      data.size() < expected ? "truncated" : "trailing garbage"));
+                                      path, fileSize, expected,
+                                      fileSize < expected ? "truncated" : "trailing garbage"));
+  }
+  data.resize(expected);
+  got = readUpTo(fd, data.data() + offset, expected - offset, path);
+  char extra = 0;
+  if (got != expected - offset || readUpTo(fd, &extra, 1, path) != 0) {
+    throw CheckpointError(fmt::format("{}: checkpoint changed size while being read", path));
   }
   size_t checksumAt = data.size() - 8;
   const auto stored = get<uint64_t>(data, checksumAt);

@@ -1,9 +1,15 @@
 // Checkpoint round trip and refusal of corrupt, truncated, foreign and mismatched files.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "ml/checkpoint.h"
 #include "ml/model.h"
@@ -121,6 +127,48 @@ TEST_F(CheckpointTest, RefusesAnotherModel) {
   }
   EXPECT_THROW(checkCompatible(loaded, path_, loaded.modelSpec, loaded.params.size() + 1),
                CheckpointError);
+}
+
+// What is not a regular file is refused before anything is read from it: --resume /dev/zero
+// read until memory ran out, and a FIFO without a writer blocked in open() for ever. Checked
+// in a child process with an alarm, so that a regression fails instead of hanging (the FIFO
+// comes first, so /dev/zero is never read then either).
+TEST_F(CheckpointTest, RefusesWhatIsNotARegularFile) {
+  const std::string fifo = (fs::path(dir_) / "fifo").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::vector<std::string> paths{fifo, "/dev/zero", dir_};
+  EXPECT_EXIT(
+      {
+        ::alarm(5);
+        size_t refused = 0;
+        for (const std::string& path : paths) {
+          try {
+            loadCheckpoint(path);
+          } catch (const CheckpointError& e) {
+            const std::string message = e.what();
+            if (message.find(path) != std::string::npos &&
+                message.find("not a regular file") != std::string::npos) {
+              ++refused;
+            } else {
+              std::fprintf(stderr, "%s\n", message.c_str());
+            }
+          }
+        }
+        std::_Exit(refused == paths.size() ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+// The header is checked against the file's size before the rest is read: a header claiming
+// 2^40 parameters in a file of a few hundred bytes is refused as truncated.
+TEST_F(CheckpointTest, RefusesAHeaderClaimingMoreThanTheFileHolds) {
+  saveCheckpoint(path_, original_);
+  std::string bytes = readAll();
+  const size_t countAt = 16 + original_.modelSpec.size();
+  const uint64_t huge = uint64_t{1} << 40;
+  std::memcpy(bytes.data() + countAt, &huge, sizeof huge);
+  writeAll(bytes.substr(0, 200));
+  expectRefused("truncated");
 }
 
 TEST_F(CheckpointTest, MissingFileIsAClearError) {
