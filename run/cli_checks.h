@@ -10,13 +10,20 @@ namespace chorus::run {
 
 namespace detail {
 
-// The check behind nonNegative() and positive(): a number, then `ok(value)`.
+// The largest number nonNegative() and positive() accept. The flags they check are seconds that
+// callers turn into int64 milliseconds or nanoseconds: inf or 1e300 made that conversion
+// undefined. A billion seconds (31 years) is more than any time-out needs.
+inline constexpr double kMaxFlagNumber = 1e9;
+
+// The check behind nonNegative() and positive(): a number, then `ok(value)`, then finite and at
+// most kMaxFlagNumber.
 inline CLI::Validator numberCheck(bool (*ok)(double), const char* want, const char* name) {
   return CLI::Validator(
       [ok, want](std::string& input) -> std::string {
         double value = 0;
         if (!CLI::detail::lexical_cast(input, value)) return "'" + input + "' is not a number";
         if (!ok(value)) return std::string("must be ") + want + ", not " + input;
+        if (!(value <= kMaxFlagNumber)) return "must be at most 1000000000, not " + input;
         return {};
       },
       std::string("NUMBER ") + want, name);
@@ -24,12 +31,12 @@ inline CLI::Validator numberCheck(bool (*ok)(double), const char* want, const ch
 
 }  // namespace detail
 
-// A number >= 0 (NaN is refused).
+// A number >= 0 and <= 1e9 (NaN and inf are refused).
 inline CLI::Validator nonNegative() {
   return detail::numberCheck([](double v) { return v >= 0; }, ">= 0", "NON_NEGATIVE");
 }
 
-// A number > 0 (NaN is refused).
+// A number > 0 and <= 1e9 (NaN and inf are refused).
 inline CLI::Validator positive() {
   return detail::numberCheck([](double v) { return v > 0; }, "> 0", "POSITIVE");
 }
