@@ -216,6 +216,23 @@ Checkpoint loadCheckpoint(const std::string& path) {
         "corrupt",
         path, stored, actual));
   }
+  // The checksum says the file is as written, not that a run wrote it: meaning checks follow.
+  if (checkpoint.step < 0 || checkpoint.step > kMaxCheckpointStep) {
+    throw CheckpointError(fmt::format("{}: checkpoint holds step {} (a run writes 0 to 2^53)", path,
+                                      checkpoint.step));
+  }
+  if (checkpoint.epoch < 0 || checkpoint.epoch > checkpoint.step) {
+    throw CheckpointError(
+        fmt::format("{}: checkpoint holds epoch {} at step {} (a run writes 0 to the step, as "
+                    "every epoch takes at least one step)",
+                    path, checkpoint.epoch, checkpoint.step));
+  }
+  if (stateCount != 0 && stateCount != paramCount) {
+    throw CheckpointError(
+        fmt::format("{}: checkpoint holds {} optimizer state values for {} parameters (a run "
+                    "writes 0 or one per parameter)",
+                    path, stateCount, paramCount));
+  }
   checkpoint.params.resize(paramCount);
   std::memcpy(checkpoint.params.data(), data.data() + offset, 4 * paramCount);
   offset += 4 * paramCount;

@@ -28,13 +28,19 @@ struct Checkpoint {
 // Current format version.
 inline constexpr uint32_t kCheckpointVersion = 1;
 
+// Largest step count loadCheckpoint() accepts: 2^53, beyond which a double (the learning-rate
+// schedules' arithmetic) no longer counts every step.
+inline constexpr int64_t kMaxCheckpointStep = int64_t{1} << 53;
+
 // Writes `checkpoint` to `path` atomically: a temporary file in the same folder, fsync, rename,
 // fsync of the folder. Readers see the old file or the new one, never a mix. Throws
 // CheckpointError naming the path on failure.
 void saveCheckpoint(const std::string& path, const Checkpoint& checkpoint);
 
-// Reads and verifies a checkpoint (magic, version, sizes, exact length, checksum). Throws
-// CheckpointError saying what is wrong.
+// Reads and verifies a checkpoint: a regular file; magic, version, sizes and exact length
+// before the body is read; checksum; then step in [0, kMaxCheckpointStep], epoch in [0, step]
+// and 0 or one optimizer state value per parameter. Throws CheckpointError naming the path and
+// what is wrong.
 Checkpoint loadCheckpoint(const std::string& path);
 
 // Throws CheckpointError unless `checkpoint` fits a model with this spec and parameter count.

@@ -4,11 +4,12 @@
 #include <cassert>
 #include <cmath>
 #include <stdexcept>
+#include <string>
 
 namespace chorus::ml {
 
 double LrSchedule::at(int64_t step) const {
-  if (step < warmupSteps) {
+  if (warmupSteps > 0 && step < warmupSteps) {
     return baseLr * static_cast<double>(step + 1) / static_cast<double>(warmupSteps);
   }
   const int64_t after = step - warmupSteps;
@@ -97,6 +98,13 @@ SgdOptimizer::SgdOptimizer(SgdConfig config, LrSchedule schedule, size_t size)
   if (config_.weightDecay < 0.0) throw std::invalid_argument("weight decay must be >= 0");
   if (!(schedule_.baseLr > 0.0)) throw std::invalid_argument("learning rate must be > 0");
   if (config_.momentum > 0.0) velocity_.assign(size, 0.0f);
+}
+
+void SgdOptimizer::setStepCount(int64_t step) {
+  if (step < 0) {
+    throw std::invalid_argument("optimizer step count " + std::to_string(step) + " is negative");
+  }
+  step_ = step;
 }
 
 void SgdOptimizer::step(std::span<float> params, std::span<const float> grads) {

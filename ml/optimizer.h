@@ -62,8 +62,8 @@ class SgdOptimizer {
   // Velocity buffer (empty when momentum is 0); saved and restored with checkpoints.
   std::span<float> state() { return velocity_; }
   std::span<const float> state() const { return velocity_; }
-  // Restores the step counter (from a checkpoint).
-  void setStepCount(int64_t step) { step_ = step; }
+  // Restores the step counter (from a checkpoint); throws std::invalid_argument if negative.
+  void setStepCount(int64_t step);
   const SgdConfig& config() const { return config_; }
 
  private:

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -169,6 +170,41 @@ TEST_F(CheckpointTest, RefusesAHeaderClaimingMoreThanTheFileHolds) {
   std::memcpy(bytes.data() + countAt, &huge, sizeof huge);
   writeAll(bytes.substr(0, 200));
   expectRefused("truncated");
+}
+
+// The checksum only says the file is as written; a crafted or buggy file with a valid XXH3
+// can still hold values no run writes. Step -1 gave a NaN learning rate, INT64_MAX overflowed
+// the step counter, epoch -3 trained three extra epochs.
+TEST_F(CheckpointTest, RefusesStepsEpochsAndStateCountsNoRunWrites) {
+  struct Bad {
+    int64_t step;
+    int64_t epoch;
+    size_t state;
+    const char* field;
+  };
+  const int64_t kMaxStep = int64_t{1} << 53;
+  const size_t params = original_.params.size();
+  for (const Bad& bad :
+       {Bad{-1, 0, params, "step -1"},
+        Bad{std::numeric_limits<int64_t>::max(), 3, params, "step 9223372036854775807"},
+        Bad{kMaxStep + 1, 3, params, "step 9007199254740993"}, Bad{100, -3, params, "epoch -3"},
+        Bad{4, 5, params, "epoch 5"}, Bad{100, 3, 7, "7 optimizer state values"},
+        Bad{100, 3, params + 1, "optimizer state values"}}) {
+    Checkpoint crafted = original_;
+    crafted.step = bad.step;
+    crafted.epoch = bad.epoch;
+    crafted.optimizerState.assign(bad.state, 0.5f);
+    saveCheckpoint(path_, crafted);
+    expectRefused(bad.field);
+  }
+  for (const Bad& good : {Bad{0, 0, 0, ""}, Bad{kMaxStep, 3, params, ""}}) {
+    Checkpoint fine = original_;
+    fine.step = good.step;
+    fine.epoch = good.epoch;
+    fine.optimizerState.assign(good.state, 0.5f);
+    saveCheckpoint(path_, fine);
+    EXPECT_NO_THROW(loadCheckpoint(path_));
+  }
 }
 
 TEST_F(CheckpointTest, MissingFileIsAClearError) {

@@ -75,6 +75,15 @@ TEST(SgdOptimizer, CountsStepsAndFollowsTheSchedule) {
   EXPECT_TRUE(optimizer.state().empty());
 }
 
+// A negative step has no learning rate (at step -1 the warm-up ramp divided 0 by 0).
+TEST(SgdOptimizer, RefusesANegativeStepCount) {
+  SgdOptimizer optimizer({.momentum = 0.0}, {.baseLr = 0.1}, 1);
+  EXPECT_THROW(optimizer.setStepCount(-1), std::invalid_argument);
+  optimizer.setStepCount(7);
+  EXPECT_EQ(optimizer.stepCount(), 7);
+  EXPECT_DOUBLE_EQ(optimizer.currentLr(), 0.1);
+}
+
 TEST(SgdOptimizer, RejectsBadHyperParameters) {
   EXPECT_THROW(SgdOptimizer({.momentum = 1.0}, {}, 1), std::invalid_argument);
   EXPECT_THROW(SgdOptimizer({.momentum = 0.0, .nesterov = true}, {}, 1), std::invalid_argument);
