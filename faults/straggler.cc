@@ -2,12 +2,20 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <thread>
 
 namespace chorus::faults {
 namespace {
+
+// The largest values a term takes. Past these the delays overflowed the int64 nanoseconds they
+// become (fixed:1e13, slow:0=1e300) and came out negative or zero.
+constexpr double kMaxMs = 1e9;        // MS, BASE_MS, MEAN_MS: 11.6 days per step
+constexpr double kMaxSteps = 1e12;    // transient STEPS
+constexpr double kMaxFactor = 1e6;    // slow and transient FACTOR
+constexpr double kMaxDelayMs = 1e12;  // one step's delay (terms combined): 31 years
 
 constexpr std::string_view kForms =
     "accepted terms, joined with '+': none | fixed:MS | shifted-exp:BASE_MS,MEAN_MS | "
@@ -68,13 +76,15 @@ StragglerTerm parseTerm(std::string_view term) {
   if (name == "fixed") {
     t.kind = StragglerTerm::Kind::kFixed;
     t.a = numbers(term, args, {"MS"})[0];
-    if (t.a < 0) fail(term, "MS must be >= 0");
+    if (!(t.a >= 0 && t.a <= kMaxMs)) fail(term, "MS must be >= 0 and at most 1000000000");
   } else if (name == "shifted-exp") {
     t.kind = StragglerTerm::Kind::kShiftedExp;
     auto v = numbers(term, args, {"BASE_MS", "MEAN_MS"});
     t.a = v[0];
     t.b = v[1];
-    if (t.a < 0 || t.b < 0) fail(term, "BASE_MS and MEAN_MS must be >= 0");
+    if (!(t.a >= 0 && t.a <= kMaxMs && t.b >= 0 && t.b <= kMaxMs)) {
+      fail(term, "BASE_MS and MEAN_MS must be >= 0 and at most 1000000000");
+    }
   } else if (name == "slow") {
     t.kind = StragglerTerm::Kind::kSlow;
     for (std::string_view pair : split(args, ',')) {
@@ -87,7 +97,10 @@ StragglerTerm parseTerm(std::string_view term) {
         fail(term, fmt::format("node id '{}' is not a non-negative integer", id_text));
       }
       double factor = number(term, trim(pair.substr(eq + 1)), "FACTOR");
-      if (factor < 1) fail(term, fmt::format("FACTOR {} must be >= 1 (1 = normal speed)", factor));
+      if (!(factor >= 1 && factor <= kMaxFactor)) {
+        fail(term,
+             fmt::format("FACTOR {} must be >= 1 (1 = normal speed) and at most 1000000", factor));
+      }
       if (!t.factors.emplace(id, factor).second) {
         fail(term, fmt::format("node {} is listed twice", id));
       }
@@ -99,8 +112,10 @@ StragglerTerm parseTerm(std::string_view term) {
     t.b = v[1];
     t.c = v[2];
     if (t.a < 0 || t.a > 1) fail(term, "PROB must be within [0, 1]");
-    if (t.b < 1 || std::floor(t.b) != t.b) fail(term, "STEPS must be a whole number >= 1");
-    if (t.c < 1) fail(term, "FACTOR must be >= 1");
+    if (!(t.b >= 1 && t.b <= kMaxSteps) || std::floor(t.b) != t.b) {
+      fail(term, "STEPS must be a whole number >= 1 and at most 1000000000000");
+    }
+    if (!(t.c >= 1 && t.c <= kMaxFactor)) fail(term, "FACTOR must be >= 1 and at most 1000000");
   } else {
     fail(term, fmt::format("unknown kind '{}'", name));
   }
@@ -203,8 +218,11 @@ std::chrono::nanoseconds StragglerInjector::nextDelay(std::chrono::nanoseconds c
   // A node F times slower takes F times as long for the whole step: its compute and every
   // delay the other terms drew for it.
   ms += (slow_factor - 1) * (compute_ms + ms);
+  // Terms within their limits can still add or multiply past what int64 nanoseconds hold.
+  ms = std::clamp(ms, 0.0, kMaxDelayMs);
   auto delay = std::chrono::nanoseconds(static_cast<int64_t>(ms * 1e6));
-  total_ += delay;
+  total_ = delay <= std::chrono::nanoseconds::max() - total_ ? total_ + delay
+                                                             : std::chrono::nanoseconds::max();
   return delay;
 }
 

@@ -69,6 +69,49 @@ TEST(StragglerProfile, BadTermsAreNamed) {
   }
 }
 
+// Values past these limits overflowed the int64 nanoseconds a delay becomes: fixed:1e13 and
+// slow:0=1e300 gave negative or zero delays.
+TEST(StragglerProfile, HugeValuesAreRefusedNamingTheLimit) {
+  struct Case {
+    const char* text;
+    const char* expect;
+  };
+  for (const Case& c : {
+           Case{"fixed:1e13", "MS must be >= 0 and at most 1000000000"},
+           Case{"shifted-exp:1e10,1", "BASE_MS and MEAN_MS must be >= 0 and at most"},
+           Case{"shifted-exp:1,1e300", "BASE_MS and MEAN_MS must be >= 0 and at most"},
+           Case{"slow:0=1e300",
+                "FACTOR 1e+300 must be >= 1 (1 = normal speed) and at most 1000000"},
+           Case{"transient:1,1e300,2", "STEPS must be a whole number >= 1 and at most"},
+           Case{"transient:1,3,1e7", "FACTOR must be >= 1 and at most 1000000"},
+       }) {
+    try {
+      StragglerProfile::parse(c.text);
+      ADD_FAILURE() << "accepted: " << c.text;
+    } catch (const std::invalid_argument& e) {
+      std::string what = e.what();
+      EXPECT_NE(what.find(c.expect), std::string::npos) << c.text << " -> " << what;
+    }
+  }
+  EXPECT_NO_THROW(StragglerProfile::parse("fixed:1e9+shifted-exp:1e9,1e9+slow:0=1e6"));
+  EXPECT_NO_THROW(StragglerProfile::parse("transient:1,1e12,1e6"));
+}
+
+// Terms at their limits still multiply past int64 nanoseconds: the delay is capped, never
+// negative, and the total saturates.
+TEST(StragglerInjector, TheLargestDelaysStayPositive) {
+  StragglerInjector inj(
+      StragglerProfile::parse("fixed:1e9+shifted-exp:1e9,1e9+slow:0=1e6+slow:0=1e6"), 0, 1);
+  for (int i = 0; i < 20; ++i) {
+    const nanoseconds delay = inj.nextDelay(milliseconds(10));
+    EXPECT_GT(delay.count(), 0) << "step " << i;
+    EXPECT_GE(inj.totalDelay(), delay) << "step " << i;
+  }
+  EXPECT_EQ(inj.totalDelay(), nanoseconds::max());
+  StragglerInjector transient(StragglerProfile::parse("transient:1,1e12,1e6"), 0, 1);
+  EXPECT_NEAR(ms(transient.nextDelay(milliseconds(10))), (1e6 - 1) * 10, 1e-3);
+}
+
 TEST(StragglerInjector, SameSeedSameDelaysAndNodesDiffer) {
   auto p = StragglerProfile::parse("shifted-exp:2,10+transient:0.2,3,2");
   StragglerInjector a(p, 1, 42), b(p, 1, 42), other_node(p, 2, 42), other_seed(p, 1, 43);
