@@ -1,5 +1,6 @@
 #include "sampling/alias_sampler.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -9,14 +10,19 @@ namespace chorus::sampling {
 AliasSampler::AliasSampler(std::span<const double> weights) {
   const size_t n = weights.size();
   if (n == 0) throw std::invalid_argument("cannot sample from an empty distribution");
-  double sum = 0;
+  double largest = 0;
   for (size_t i = 0; i < n; ++i) {
     if (!std::isfinite(weights[i]) || weights[i] < 0) {
       throw std::invalid_argument("weight " + std::to_string(i) + " is negative or not finite");
     }
-    sum += weights[i];
+    largest = std::max(largest, weights[i]);
   }
-  if (!(sum > 0)) throw std::invalid_argument("the weights sum to zero");
+  if (!(largest > 0)) throw std::invalid_argument("the weights sum to zero");
+  // Summed as fractions of the largest weight, at most n: finite weights can sum to infinity
+  // ({1e308, 1e308, 0}), and every weight / inf is 0, which drew the zero-weight item too.
+  double sum = 0;
+  for (size_t i = 0; i < n; ++i)
+    sum += weights[i] / largest;
   normalized_.resize(n);
   prob_.resize(n);
   alias_.resize(n);
@@ -24,7 +30,7 @@ AliasSampler::AliasSampler(std::span<const double> weights) {
   std::vector<double> scaled(n);
   std::vector<uint64_t> small, large;
   for (size_t i = 0; i < n; ++i) {
-    normalized_[i] = weights[i] / sum;
+    normalized_[i] = weights[i] / largest / sum;
     scaled[i] = normalized_[i] * static_cast<double>(n);
     (scaled[i] < 1.0 ? small : large).push_back(i);
   }

@@ -49,6 +49,24 @@ TEST(AliasSampler, ZipfAndUnigramShapes) {
   EXPECT_DOUBLE_EQ(u[2], 0.0);
 }
 
+// {1e308, 1e308, 0} sums to infinity in doubles; the zero-weight item must still never be drawn.
+TEST(AliasSampler, HugeWeightsKeepTheirProportions) {
+  AliasSampler s(std::vector<double>{1e308, 1e308, 0});
+  EXPECT_DOUBLE_EQ(s.probability(0), 0.5);
+  EXPECT_DOUBLE_EQ(s.probability(1), 0.5);
+  EXPECT_EQ(s.probability(2), 0.0);
+  std::mt19937_64 rng(4);
+  std::vector<uint64_t> seen(3);
+  for (int i = 0; i < 10000; ++i)
+    ++seen[s(rng)];
+  EXPECT_EQ(seen[2], 0u);
+  EXPECT_GT(seen[0], 4500u);
+  EXPECT_GT(seen[1], 4500u);
+  // Tiny weights too (their sum is subnormal, their ratio exact).
+  AliasSampler tiny(std::vector<double>{1e-320, 3e-320});
+  EXPECT_NEAR(tiny.probability(0), 0.25, 1e-3);
+}
+
 TEST(AliasSampler, RejectsBadWeights) {
   EXPECT_THROW(AliasSampler(std::vector<double>{}), std::invalid_argument);
   EXPECT_THROW(AliasSampler(std::vector<double>{0, 0}), std::invalid_argument);
