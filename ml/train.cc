@@ -157,6 +157,14 @@ TrainReport trainOnData(const TrainOptions& options, const DataSplit& data,
   if (!options.resumePath.empty()) {
     Checkpoint checkpoint = loadCheckpoint(options.resumePath);
     checkCompatible(checkpoint, options.resumePath, spec.toString(), model->size());
+    // The seed picks the shuffle order, the augmentation and, with --data synthetic, the data
+    // itself: another seed would not continue the saved run but silently start a different one.
+    if (checkpoint.seed != options.seed) {
+      throw CheckpointError(
+          fmt::format("{}: written with --seed {}, this run uses --seed {}: pass --seed {} to "
+                      "resume",
+                      options.resumePath, checkpoint.seed, options.seed, checkpoint.seed));
+    }
     std::copy(checkpoint.params.begin(), checkpoint.params.end(), model->params().begin());
     if (!optimizer.state().empty()) {
       if (checkpoint.optimizerState.empty()) {
@@ -166,6 +174,11 @@ TrainReport trainOnData(const TrainOptions& options, const DataSplit& data,
         std::copy(checkpoint.optimizerState.begin(), checkpoint.optimizerState.end(),
                   optimizer.state().begin());
       }
+    } else if (!checkpoint.optimizerState.empty()) {
+      // Changing hyper-parameters on resume is allowed (as with --lr); it is said, not refused.
+      progress.line(fmt::format(
+          "{}: holds momentum velocity, but this run has --momentum 0: the velocity is dropped",
+          options.resumePath));
     }
     optimizer.setStepCount(checkpoint.step);
     firstEpoch = checkpoint.epoch;

@@ -232,6 +232,58 @@ TEST_F(TrainingTest, ResumeRefusesACorruptOrForeignCheckpoint) {
   EXPECT_THROW(run(options, data), CheckpointError);
 }
 
+// The seed picks the shuffle order (and with --data synthetic the data itself): resuming with
+// another one silently continued a different run. It is refused, naming both seeds.
+TEST_F(TrainingTest, ResumeRefusesAnotherSeed) {
+  const DataSplit& data = syntheticData();
+  TrainOptions options = mlpOptions();
+  options.epochs = 1;
+  options.seed = 1;
+  options.savePath = file("seed1.ckpt");
+  run(options, data);
+  options.savePath.clear();
+  options.resumePath = file("seed1.ckpt");
+  options.epochs = 2;
+  options.seed = 7;
+  try {
+    run(options, data);
+    ADD_FAILURE() << "resumed with another seed";
+  } catch (const CheckpointError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find(options.resumePath), std::string::npos) << message;
+    EXPECT_NE(message.find("written with --seed 1, this run uses --seed 7"), std::string::npos)
+        << message;
+    EXPECT_NE(message.find("pass --seed 1"), std::string::npos) << message;
+  }
+  options.seed = 1;
+  EXPECT_EQ(run(options, data).epochsDone, 2);
+}
+
+// A checkpoint's velocity is of no use to a run with --momentum 0: the run says it drops it.
+TEST_F(TrainingTest, ResumeWithoutMomentumSaysItDropsTheVelocity) {
+  const DataSplit& data = syntheticData();
+  TrainOptions options = mlpOptions();
+  options.epochs = 1;
+  options.savePath = file("momentum.ckpt");
+  run(options, data);
+  ASSERT_FALSE(loadCheckpoint(options.savePath).optimizerState.empty());
+  options.savePath.clear();
+  options.resumePath = file("momentum.ckpt");
+  options.epochs = 2;
+  options.sgd.momentum = 0.0;
+  std::FILE* sink = std::tmpfile();
+  ASSERT_NE(sink, nullptr);
+  ProgressReporter progress(sink, false);
+  trainOnData(options, data, progress);
+  std::rewind(sink);
+  std::string printed;
+  for (int c = std::fgetc(sink); c != EOF; c = std::fgetc(sink))
+    printed += static_cast<char>(c);
+  std::fclose(sink);
+  EXPECT_NE(printed.find("--momentum 0"), std::string::npos) << printed;
+  EXPECT_NE(printed.find("velocity is dropped"), std::string::npos) << printed;
+}
+
 TEST_F(TrainingTest, BadOptionsAreRejected) {
   TrainOptions options = mlpOptions();
   options.batchSize = 0;
