@@ -5,6 +5,8 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 namespace chorus::report {
 namespace {
@@ -44,11 +46,26 @@ class Parser {
     } else if (code < 0x800) {
       out.push_back(static_cast<char>(0xC0 | (code >> 6)));
       out.push_back(static_cast<char>(0x80 | (code & 0x3F)));
-    } else {
+    } else if (code < 0x10000) {
       out.push_back(static_cast<char>(0xE0 | (code >> 12)));
       out.push_back(static_cast<char>(0x80 | ((code >> 6) & 0x3F)));
       out.push_back(static_cast<char>(0x80 | (code & 0x3F)));
+    } else {
+      out.push_back(static_cast<char>(0xF0 | (code >> 18)));
+      out.push_back(static_cast<char>(0x80 | ((code >> 12) & 0x3F)));
+      out.push_back(static_cast<char>(0x80 | ((code >> 6) & 0x3F)));
+      out.push_back(static_cast<char>(0x80 | (code & 0x3F)));
     }
+  }
+
+  // The four hex digits of a \u escape, at pos_ (just after the 'u').
+  unsigned parseHex4() {
+    if (pos_ + 4 > text_.size()) fail("short \\u escape");
+    unsigned code = 0;
+    auto [end, ec] = std::from_chars(text_.data() + pos_, text_.data() + pos_ + 4, code, 16);
+    if (ec != std::errc() || end != text_.data() + pos_ + 4) fail("bad \\u escape");
+    pos_ += 4;
+    return code;
   }
 
   std::string parseString() {
@@ -87,12 +104,19 @@ class Parser {
           out.push_back('\t');
           break;
         case 'u': {
-          if (pos_ + 4 > text_.size()) fail("short \\u escape");
-          unsigned code = 0;
-          auto [end, ec] = std::from_chars(text_.data() + pos_, text_.data() + pos_ + 4, code, 16);
-          if (ec != std::errc() || end != text_.data() + pos_ + 4) fail("bad \\u escape");
-          pos_ += 4;
-          // Surrogate halves are kept as the replacement character: metrics never carry them.
+          unsigned code = parseHex4();
+          // A character beyond U+FFFF is escaped as a surrogate pair, high half then low half:
+          // one character. A half without its partner becomes the replacement character.
+          if (code >= 0xD800 && code <= 0xDBFF && text_.substr(pos_, 2) == "\\u") {
+            const size_t low_at = pos_;
+            pos_ += 2;
+            const unsigned low = parseHex4();
+            if (low >= 0xDC00 && low <= 0xDFFF) {
+              code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00);
+            } else {
+              pos_ = low_at;  // not a low half: read on its own next
+            }
+          }
           appendUtf8(out, code >= 0xD800 && code <= 0xDFFF ? 0xFFFD : code);
           break;
         }
@@ -108,9 +132,22 @@ class Parser {
                         peek() == '+' || peek() == '.' || peek() == 'e' || peek() == 'E')) {
       ++pos_;
     }
+    const char* first = text_.data() + start;
+    const char* last = text_.data() + pos_;
     double value = 0;
-    auto [end, ec] = std::from_chars(text_.data() + start, text_.data() + pos_, value);
-    if (start == pos_ || ec != std::errc() || end != text_.data() + pos_ || !std::isfinite(value)) {
+    auto [end, ec] = std::from_chars(first, last, value);
+    if (ec == std::errc::result_out_of_range && end == last) {
+      // Out of range is either too large (an error) or too small for a double, like 1e-400:
+      // valid JSON that reads as 0 (or the nearest subnormal). from_chars leaves `value` alone,
+      // so strtod says which. The text is digits, sign, '.' and 'e' only, and chorus never
+      // changes the C locale, so strtod reads it as from_chars does.
+      const double nearest = std::strtod(std::string(first, last).c_str(), nullptr);
+      if (std::isfinite(nearest)) {
+        value = nearest;
+        ec = std::errc();
+      }
+    }
+    if (start == pos_ || ec != std::errc() || end != last || !std::isfinite(value)) {
       pos_ = start;
       fail("bad number");
     }
