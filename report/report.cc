@@ -652,7 +652,7 @@ std::optional<Progress> readProgress(const fs::path& node_file) {
       if (event != "round" && event != "clock") continue;
       auto step = object.number(event);
       auto time = object.number("time");
-      if (!step || !time) continue;
+      if (!step || !time || !isStepNumber(*step)) continue;
       if (auto acc = object.number("test_accuracy")) accuracy = acc;
       progress = Progress{static_cast<int64_t>(*step), *time, accuracy};
     } catch (const JsonError&) {

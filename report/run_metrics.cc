@@ -40,7 +40,9 @@ std::string stalenessText(const JsonValue* value) {
   if (value->kind == JsonValue::Kind::kString) return value->text;
   if (value->kind == JsonValue::Kind::kNumber) {
     if (value->number < 0) return "inf";
-    return fmt::format("{}", static_cast<int64_t>(value->number));
+    // Converted only where int64 holds it exactly; a larger bound is printed as written.
+    if (isStepNumber(value->number)) return fmt::format("{}", static_cast<int64_t>(value->number));
+    return fmt::format("{}", value->number);
   }
   return "";
 }
@@ -97,6 +99,12 @@ NodeMetrics readNodeFile(const fs::path& path, uint32_t id, RunMetrics& run, siz
             fmt::format("{}: {} event without '{}' or 'time', skipped", where, *event, *event));
         continue;
       }
+      if (!isStepNumber(*step)) {
+        addWarning(run, dropped,
+                   fmt::format("{}: {} {} is not a step number (0 to 2^53), skipped", where, *event,
+                               *step));
+        continue;
+      }
       StepPoint point;
       point.step = static_cast<int64_t>(*step);
       point.time = *time;
@@ -145,12 +153,22 @@ RunMetrics readRunFolder(const fs::path& dir) {
   }
   RunMetrics run;
   run.dir = dir.string();
+  size_t dropped = 0;
   std::vector<std::pair<uint32_t, fs::path>> files;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (!entry.is_regular_file()) continue;
-    if (auto id = nodeIdOf(entry.path().filename().string())) {
-      files.emplace_back(*id, entry.path());
+  // The error_code forms throughout: buildReport() promises to turn a bad folder into a failed
+  // run, and the throwing ones escaped it (a node file that is a symlink loop).
+  fs::directory_iterator it(dir, ec);
+  for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const auto id = nodeIdOf(it->path().filename().string());
+    if (!id) continue;
+    std::error_code file_ec;
+    const bool regular = it->is_regular_file(file_ec);
+    if (file_ec) {
+      addWarning(run, dropped,
+                 fmt::format("{}: cannot tell what it is ({}), skipped", it->path().string(),
+                             file_ec.message()));
     }
+    if (regular) files.emplace_back(*id, it->path());
   }
   if (ec) throw ReportError(fmt::format("{}: cannot list: {}", dir.string(), ec.message()));
   if (files.empty()) {
@@ -158,7 +176,6 @@ RunMetrics readRunFolder(const fs::path& dir) {
         "{}: no node-<id>.jsonl metrics files (is it the --out folder of a run?)", dir.string()));
   }
   std::sort(files.begin(), files.end());
-  size_t dropped = 0;
   for (const auto& [id, path] : files)
     run.nodes.push_back(readNodeFile(path, id, run, dropped));
   if (dropped > 0) run.warnings.push_back(fmt::format("... and {} more skipped lines", dropped));

@@ -81,6 +81,12 @@ struct RunSummary {
   bool ok() const { return error.empty(); }
 };
 
+// Whether `value` can be a round or clock number: within [0, 2^53), where a double holds every
+// integer and the conversion to int64 is defined.
+inline bool isStepNumber(double value) {
+  return value >= 0 && value < 9007199254740992.0;
+}
+
 // Condenses a run. A node without a `final` event (killed) is summarized from its last step.
 RunSummary summarizeRun(const RunMetrics& metrics);
 

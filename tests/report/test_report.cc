@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -168,6 +169,54 @@ TEST_F(ReportTest, ARejoinedNodesRateCountsOnlyWhatItRan) {
         "\n");
   EXPECT_DOUBLE_EQ(summarizeRun(readRunFolder(dir_ / "consensus")).steps_per_s,
                    (4.0 / 4 + 1.0 / 1) / 2);
+}
+
+// A node file that cannot be stat'ed (here a symlink to itself) is skipped with a warning: it
+// made directory_entry::is_regular_file() throw out of buildReport, which promises not to.
+TEST_F(ReportTest, ANodeFileThatIsASymlinkLoopIsSkippedWithAWarning) {
+  write("run/node-0.jsonl", psNode(0.5, ""));
+  fs::create_symlink("node-1.jsonl", dir_ / "run" / "node-1.jsonl");
+  RunMetrics metrics;
+  ASSERT_NO_THROW(metrics = readRunFolder(dir_ / "run"));
+  ASSERT_EQ(metrics.nodes.size(), 1u);
+  EXPECT_EQ(metrics.nodes[0].node, 0u);
+  ASSERT_EQ(metrics.warnings.size(), 1u);
+  EXPECT_TRUE(contains(metrics.warnings[0], "node-1.jsonl: cannot tell what it is"))
+      << metrics.warnings[0];
+  Report report;
+  ASSERT_NO_THROW(report = buildReport(loadReportInput(dir_ / "run")));
+  ASSERT_EQ(report.runs.size(), 1u);
+  EXPECT_TRUE(report.runs[0].ok()) << report.runs[0].error;
+}
+
+// A round or clock number outside [0, 2^53) was converted to int64 (undefined for 1e300): such a
+// line is skipped with a warning, and the progress reader skips it too.
+TEST_F(ReportTest, AStepNumberOutOfRangeIsSkipped) {
+  write("run/node-0.jsonl", R"({"event":"start","time":0,"mode":"ps","node":0,"staleness":1e300})"
+                            "\n"
+                            R"({"event":"clock","time":1,"clock":0,"test_accuracy":0.5})"
+                            "\n"
+                            R"({"event":"clock","time":2,"clock":1e300})"
+                            "\n"
+                            R"({"event":"clock","time":3,"clock":-1})"
+                            "\n"
+                            R"({"event":"clock","time":4,"clock":9007199254740992})"
+                            "\n");
+  RunMetrics metrics = readRunFolder(dir_ / "run");
+  ASSERT_EQ(metrics.nodes.size(), 1u);
+  ASSERT_EQ(metrics.nodes[0].steps.size(), 1u);
+  EXPECT_EQ(metrics.nodes[0].steps[0].step, 0);
+  EXPECT_EQ(metrics.nodes[0].staleness, "1e+300");
+  ASSERT_EQ(metrics.warnings.size(), 3u);
+  EXPECT_TRUE(contains(metrics.warnings[0], "node-0.jsonl:3: clock 1e+300 is not a step number"))
+      << metrics.warnings[0];
+  EXPECT_TRUE(contains(metrics.warnings[1], "node-0.jsonl:4: clock -1 is not a step number"))
+      << metrics.warnings[1];
+  EXPECT_DOUBLE_EQ(summarizeRun(metrics).steps, 1);
+  const std::optional<Progress> progress = readProgress(dir_ / "run" / "node-0.jsonl");
+  ASSERT_TRUE(progress.has_value());
+  EXPECT_EQ(progress->step, 0);
+  EXPECT_DOUBLE_EQ(progress->time, 1);
 }
 
 TEST_F(ReportTest, CompareFolderGivesTheExpectedCsvTableAndPlots) {
