@@ -113,6 +113,7 @@ NodeMetrics readNodeFile(const fs::path& path, uint32_t id, RunMetrics& run, siz
       point.bytes_sent = object.number("bytes_sent").value_or(0);
       point.backups = object.number("backups");
       point.staleness_mean = object.number("staleness_mean");
+      point.used = object.number("used");
       node.steps.push_back(point);
     } else if (*event == "target") {
       if (!node.target_seconds) node.target_seconds = object.number("seconds");
@@ -207,7 +208,10 @@ RunSummary summarizeRun(const RunMetrics& metrics) {
   if (!s.time_to_target && ref.target_seconds) s.time_to_target = ref.target_seconds;
 
   std::vector<double> rates, waits, sent;
-  std::vector<double> backups, staleness;
+  std::vector<double> backups;
+  // Staleness per model mixed in: each round's mean weighted by how many models it mixed (a
+  // round that mixed none logs a mean of 0, which is no model at all).
+  double staleness_sum = 0, models_mixed = 0;
   for (const auto& node : metrics.nodes) {
     double steps = node.has_final       ? node.final_steps
                    : node.steps.empty() ? 0
@@ -220,7 +224,10 @@ RunSummary summarizeRun(const RunMetrics& metrics) {
       wait += p.wait_s;
       bytes += p.bytes_sent;
       if (p.backups) backups.push_back(*p.backups);
-      if (p.staleness_mean) staleness.push_back(*p.staleness_mean);
+      if (p.staleness_mean && p.used && *p.used >= 0) {
+        staleness_sum += *p.staleness_mean * *p.used;
+        models_mixed += *p.used;
+      }
     }
     if (node.has_final && node.final_wait_s > 0) wait = node.final_wait_s;
     if (seconds > 0) {
@@ -235,7 +242,7 @@ RunSummary summarizeRun(const RunMetrics& metrics) {
   // A one-node consensus run (the single variant) has no neighbors to wait for or mix.
   if (ref.mode == "consensus" && metrics.nodes.size() > 1) {
     if (!backups.empty()) s.mean_backups = meanOf(backups);
-    if (!staleness.empty()) s.mean_staleness = meanOf(staleness);
+    if (models_mixed > 0) s.mean_staleness = staleness_sum / models_mixed;
   }
   if (ref.mode == "ps") s.staleness_bound = ref.staleness;
   return s;

@@ -27,6 +27,7 @@ struct StepPoint {
   double bytes_sent = 0;
   std::optional<double> backups;         // consensus: b_i
   std::optional<double> staleness_mean;  // consensus: of the models mixed in
+  std::optional<double> used;            // consensus: how many models were mixed in
 };
 
 // Everything one node's metrics file says.
@@ -76,7 +77,7 @@ struct RunSummary {
   double wait_share = 0;                 // mean over nodes of waiting time / run time
   double bytes_sent_per_node = 0;        // mean over nodes of all bytes sent
   std::optional<double> mean_backups;    // consensus: mean b_i over all rounds and nodes
-  std::optional<double> mean_staleness;  // consensus: mean staleness of the mixed-in models
+  std::optional<double> mean_staleness;  // consensus: mean staleness of every mixed-in model
   std::string staleness_bound;           // ps: "0", "N" or "inf"
   bool ok() const { return error.empty(); }
 };

@@ -46,7 +46,7 @@ class ReportTest : public ::testing::Test {
     for (int r = 0; r < 4; ++r) {
       text += "{\"event\":\"round\",\"time\":" + std::to_string(r + 1) +
               ",\"round\":" + std::to_string(r) + ",\"backups\":" + std::to_string(backups[r]) +
-              ",\"used_from\":[1],\"wait_s\":" + std::to_string(wait) +
+              ",\"used\":1,\"used_from\":[1],\"wait_s\":" + std::to_string(wait) +
               ",\"bytes_sent\":" + std::to_string(bytes) +
               ",\"staleness_mean\":" + std::to_string(staleness[r]);
       if (r == 1) text += ",\"test_accuracy\":0.7";
@@ -217,6 +217,30 @@ TEST_F(ReportTest, AStepNumberOutOfRangeIsSkipped) {
   ASSERT_TRUE(progress.has_value());
   EXPECT_EQ(progress->step, 0);
   EXPECT_DOUBLE_EQ(progress->time, 1);
+}
+
+// The mean staleness is per model mixed in: a round that mixed no model (used 0, logged with a
+// staleness_mean of 0) does not pull it down, and a round that mixed two counts twice.
+TEST_F(ReportTest, MeanStalenessIsWeightedByTheModelsMixed) {
+  auto round = [](int r, int used, double staleness) {
+    return "{\"event\":\"round\",\"time\":" + std::to_string(r + 1) +
+           ",\"round\":" + std::to_string(r) + ",\"backups\":0,\"used\":" + std::to_string(used) +
+           ",\"staleness_mean\":" + std::to_string(staleness) + "}\n";
+  };
+  const std::string start = R"({"event":"start","time":0,"mode":"consensus","backup":"dynamic"})"
+                            "\n";
+  write("run/node-0.jsonl", start + round(0, 2, 1.5) + round(1, 0, 0) + round(2, 1, 0));
+  // A round line without `used` (not written by chorus) says nothing about how many models.
+  write("run/node-1.jsonl", start + round(0, 1, 3) + round(1, 0, 0) +
+                                R"({"event":"round","time":3,"round":2,"staleness_mean":9})"
+                                "\n");
+  const RunSummary s = summarizeRun(readRunFolder(dir_ / "run"));
+  ASSERT_TRUE(s.mean_staleness.has_value());
+  EXPECT_DOUBLE_EQ(*s.mean_staleness, (1.5 * 2 + 0 * 1 + 3 * 1) / 4.0);
+  // No model mixed at all: no staleness to report.
+  write("none/node-0.jsonl", start + round(0, 0, 0));
+  write("none/node-1.jsonl", start + round(0, 0, 0));
+  EXPECT_FALSE(summarizeRun(readRunFolder(dir_ / "none")).mean_staleness.has_value());
 }
 
 TEST_F(ReportTest, CompareFolderGivesTheExpectedCsvTableAndPlots) {
