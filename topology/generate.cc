@@ -14,9 +14,6 @@
 namespace chorus::topology {
 namespace {
 
-// Neighbor-list entries (N times the degree) a generator may produce; beyond this a file would
-// be hundreds of megabytes, which is a typo on the command line rather than a cluster.
-constexpr uint64_t kMaxNeighborEntries = 4'000'000;
 // Random regular graphs: fresh attempts before giving up on a seed.
 constexpr int kRegularAttempts = 1000;
 

@@ -409,6 +409,7 @@ class Validator {
         mode_ == Mode::kPs && std::none_of(raw_nodes_.begin(), raw_nodes_.end(),
                                            [](const RawNode& n) { return n.has_neighbors; });
     if (ps_without_edges) {
+      checkImpliedCompleteGraph(count);
       return;  // every pair is linked; build() fills the complete graph
     }
 
@@ -467,6 +468,26 @@ class Validator {
       }
     }
     checkConnected(edges, by_id);
+  }
+
+  // A ps file without neighbor lists means the complete graph, N x (N - 1) entries: 65536 nodes
+  // would take tens of gigabytes, so it is held to the generators' cap before build() makes it.
+  void checkImpliedCompleteGraph(int64_t count) {
+    const auto nodes = static_cast<uint64_t>(count);
+    if (nodes * (nodes - 1) <= kMaxNeighborEntries) {
+      return;
+    }
+    uint64_t largest = 1;
+    while ((largest + 1) * largest <= kMaxNeighborEntries) {
+      ++largest;
+    }
+    report({},
+           fmt::format("in ps mode without neighbor lists the {} nodes form the complete graph, "
+                       "{} neighbor entries, more than the {} neighbor entries a topology may have",
+                       nodes, nodes * (nodes - 1), kMaxNeighborEntries),
+           fmt::format("give every node a neighbors list (any connected graph, e.g. `chorus topo "
+                       "gen regular --mode ps`), or use at most {} nodes",
+                       largest));
   }
 
   void checkConnected(const std::map<int64_t, std::set<int64_t>>& edges,

@@ -20,6 +20,10 @@ std::optional<Mode> parseMode(std::string_view name);
 
 // Node ids are 0..N-1 (a launcher's rank is a node id); no cluster has more than this many nodes.
 inline constexpr uint32_t kMaxNodes = 65536;
+// Neighbor-list entries (the sum of the lengths of all neighbor lists) a generator may write, and
+// that a ps file without neighbor lists may imply (the complete graph, N x (N - 1)): beyond it a
+// file or the graph in memory is hundreds of megabytes, a typo rather than a cluster.
+inline constexpr uint64_t kMaxNeighborEntries = 4'000'000;
 
 // One node of the cluster as the file describes it.
 struct NodeSpec {
@@ -27,7 +31,7 @@ struct NodeSpec {
   std::string host;  // an IPv4 address, a host name ("localhost") or an IPv6 literal, no brackets
   uint16_t port = 0;
   // Sorted, unique, symmetric after validation. In ps mode, a file without any neighbors
-  // lists loads as the complete graph (every other node).
+  // lists loads as the complete graph (every other node), within kMaxNeighborEntries.
   std::vector<uint32_t> neighbors;
   // Optional per-node attributes for experiments (empty / unset when absent).
   std::string stragglers;  // a straggler profile string for this node only

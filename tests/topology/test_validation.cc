@@ -338,6 +338,32 @@ TEST(TopologyValidation, PsModeWithoutNeighborsIsComplete) {
   EXPECT_TRUE(equivalent(parseTopology(toToml(topology), "round-trip"), topology));
 }
 
+// A ps file of `nodes` nodes without neighbor lists, node i on 10.x.y.z:7100 (z = i % 256...).
+std::string psFileWithoutNeighbors(uint32_t nodes) {
+  std::string text = "[cluster]\nname = \"big\"\nmode = \"ps\"\n";
+  for (uint32_t id = 0; id < nodes; ++id) {
+    text += "\n[[node]]\nid = " + std::to_string(id) + "\naddress = \"10." +
+            std::to_string(id >> 16) + "." + std::to_string((id >> 8) & 255) + "." +
+            std::to_string(id & 255) + ":7100\"\n";
+  }
+  return text;
+}
+
+TEST(TopologyValidation, ImplicitCompleteGraphIsCappedLikeTheGenerators) {
+  // 2001 x 2000 neighbor entries is just past the 4,000,000 a generator may write: refused before
+  // the graph is built (65536 nodes would need tens of gigabytes).
+  std::vector<Diagnostic> found = checkTopology(psFileWithoutNeighbors(2001), "big.toml");
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].file, "big.toml");
+  EXPECT_THAT(found[0].message, HasSubstr("2001 nodes"));
+  EXPECT_THAT(found[0].message, HasSubstr("4000000 neighbor entries"));
+  EXPECT_THAT(found[0].fix, HasSubstr("give every node a neighbors list"));
+  EXPECT_THAT(found[0].fix, HasSubstr("at most 2000 nodes"));
+  // 2000 x 1999 is within the cap and still loads as the complete graph.
+  Topology largest = parseTopology(psFileWithoutNeighbors(2000), "largest.toml");
+  EXPECT_EQ(edgeCount(largest), 2000u * 1999u / 2u);
+}
+
 TEST(TopologyValidation, SingleNodeConsensusClusterIsValid) {
   FileCheck check = checkTopologyFile(kData / "good" / "single_node.toml");
   EXPECT_TRUE(check.ok) << check.report;
