@@ -373,14 +373,24 @@ class Validator {
     std::map<int64_t, const RawNode*> by_id;
     std::map<std::string, const RawNode*> by_address;
     bool ids_usable = true;
+    const bool too_many = count > static_cast<int64_t>(kMaxNodes);
+    if (too_many) {
+      report({},
+             fmt::format("the file has {} nodes, more than the {} a cluster may have", count,
+                         kMaxNodes),
+             fmt::format("remove {} of them; the ids of a cluster are 0..{}", count - kMaxNodes,
+                         max_id));
+    }
     for (const RawNode& node : raw_nodes_) {
       if (!node.id) {
         ids_usable = false;
       } else if (*node.id < 0 || *node.id > max_id) {
         ids_usable = false;
         report(node.id_position, fmt::format("node id {} is out of range 0..{}", *node.id, max_id),
-               fmt::format("number the {} nodes 0..{} (a launcher's rank is a node id)", count,
-                           max_id));
+               too_many ? fmt::format("a cluster has at most {} nodes, numbered 0..{}", kMaxNodes,
+                                      max_id)
+                        : fmt::format("number the {} nodes 0..{} (a launcher's rank is a node id)",
+                                      count, max_id));
       } else if (auto [it, inserted] = by_id.emplace(*node.id, &node); !inserted) {
         ids_usable = false;
         report(node.id_position,

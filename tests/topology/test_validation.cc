@@ -15,6 +15,7 @@ namespace chorus::topology {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 const std::filesystem::path kData = CHORUS_TOPOLOGY_TEST_DATA;
 
@@ -362,6 +363,19 @@ TEST(TopologyValidation, ImplicitCompleteGraphIsCappedLikeTheGenerators) {
   // 2000 x 1999 is within the cap and still loads as the complete graph.
   Topology largest = parseTopology(psFileWithoutNeighbors(2000), "largest.toml");
   EXPECT_EQ(edgeCount(largest), 2000u * 1999u / 2u);
+}
+
+TEST(TopologyValidation, TooManyNodesSaysAtMost65536) {
+  std::vector<Diagnostic> found = checkTopology(psFileWithoutNeighbors(65537), "huge.toml");
+  std::string all;
+  for (const Diagnostic& d : found) {
+    all += d.format() + "\n";
+  }
+  EXPECT_THAT(all, HasSubstr("huge.toml: error: the file has 65537 nodes, more than the 65536 a "
+                             "cluster may have"));
+  EXPECT_THAT(all, HasSubstr("node id 65536 is out of range 0..65535 (fix: a cluster has at most "
+                             "65536 nodes"));
+  EXPECT_THAT(all, Not(HasSubstr("number the 65537 nodes")));
 }
 
 TEST(TopologyValidation, SingleNodeConsensusClusterIsValid) {
