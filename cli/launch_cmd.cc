@@ -6,6 +6,7 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,7 @@ void runLaunchCommand(CLI::App& cmd, const LaunchArgs& args) {
   LaunchOptions options;
   options.topology_path = args.topology;
   options.binary = selfExecutable();
+  options.file = "/proc/self/exe";  // this very image, whatever happens to the file on disk
   options.node_args = cmd.remaining();
   options.fail_fast = args.fail_fast;
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(args.timeout_s * 1000));
@@ -49,9 +51,14 @@ void runLaunchCommand(CLI::App& cmd, const LaunchArgs& args) {
     for (const auto& n : topo.nodes)
       options.ids.push_back(n.id);
   } else {
+    std::set<uint32_t> seen;
     for (uint32_t id : args.ids) {
       if (topo.find(id) == nullptr) {
         throw CommandFailure(2, fmt::format("--ids: node {} is not in {}", id, args.topology));
+      }
+      // Two copies of one node would fight over its port.
+      if (!seen.insert(id).second) {
+        throw CommandFailure(2, fmt::format("--ids: node {} is given twice", id));
       }
     }
     options.ids = args.ids;
@@ -83,9 +90,11 @@ void runLaunchCommand(CLI::App& cmd, const LaunchArgs& args) {
                     : result.interrupted ? "interrupted"
                                          : fmt::format("{} of {} node(s) failed", failures.size(),
                                                        result.nodes.size());
+  // Interrupted: 128 + the signal, as `chorus node` and the shell report it.
   throw CommandFailure(
-      1, fmt::format("launch of {} ended after {:.1f} s: {}{}{}", args.topology, result.seconds,
-                     why, failures.empty() ? "" : ": ", fmt::join(failures, "; ")));
+      result.interrupted ? 128 + result.signal : 1,
+      fmt::format("launch of {} ended after {:.1f} s: {}{}{}", args.topology, result.seconds, why,
+                  failures.empty() ? "" : ": ", fmt::join(failures, "; ")));
 }
 
 }  // namespace
@@ -97,10 +106,10 @@ void addLaunchCommand(CLI::App& app) {
       "Start every node of a topology file on this machine as child processes.\n"
       "Each child runs `chorus node --topology FILE --id I` followed by every option this command\n"
       "does not know itself (so: `chorus launch FILE --log-level debug` passes --log-level on).\n"
-      "Output lines are prefixed with [node I]; Ctrl-C or SIGTERM is passed to every node (a "
-      "second\n"
-      "one kills them). Exits 0 only when every node exits 0, otherwise names the nodes that "
-      "failed.");
+      "Output lines are prefixed with [node I]; Ctrl-C, SIGTERM or SIGHUP is passed to every node\n"
+      "once (another one more than a second later kills them), and a node whose launcher dies\n"
+      "leaves in order. Exits 0 only when every node exits 0; 128+N when signal N interrupted\n"
+      "it; otherwise 1, naming the nodes that failed (2: bad arguments or topology).");
   cmd->add_option("topology", args->topology, "Topology file (TOML); see docs/topology.md")
       ->required()
       ->check(CLI::ExistingFile);

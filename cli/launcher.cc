@@ -1,11 +1,14 @@
 #include "cli/launcher.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 #include <uv.h>
 
 #include <cstdio>
 #include <cstring>
 #include <memory>
+
+extern char** environ;
 
 namespace chorus::cli {
 
@@ -66,9 +69,25 @@ class Cluster {
     uv_loop_init(&loop_);
     uv_signal_init(&loop_, &sigint_);
     uv_signal_init(&loop_, &sigterm_);
-    sigint_.data = sigterm_.data = this;
+    uv_signal_init(&loop_, &sighup_);
+    sigint_.data = sigterm_.data = sighup_.data = this;
     uv_signal_start(&sigint_, &Cluster::onSignal, SIGINT);
     uv_signal_start(&sigterm_, &Cluster::onSignal, SIGTERM);
+    // A closed terminal or ssh session: the nodes must not outlive it either.
+    uv_signal_start(&sighup_, &Cluster::onSignal, SIGHUP);
+    // Every child learns who launched it, so that it can stop when this process dies
+    // (kLauncherPidVariable).
+    for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+      if (std::strncmp(*e, kLauncherPidVariable, std::strlen(kLauncherPidVariable)) == 0 &&
+          (*e)[std::strlen(kLauncherPidVariable)] == '=') {
+        continue;
+      }
+      environment_.emplace_back(*e);
+    }
+    environment_.push_back(fmt::format("{}={}", kLauncherPidVariable, ::getpid()));
+    for (auto& e : environment_)
+      env_.push_back(e.data());
+    env_.push_back(nullptr);
     uv_timer_init(&loop_, &deadline_);
     uv_timer_init(&loop_, &grace_);
     deadline_.data = grace_.data = this;
@@ -138,11 +157,16 @@ class Cluster {
       stdio[s + 1].data.stream = reinterpret_cast<uv_stream_t*>(&child->pipes[s]);
     }
     uv_process_options_t po{};
-    po.file = options_.binary.c_str();
+    po.file = options_.file.empty() ? options_.binary.c_str() : options_.file.c_str();
     po.args = argv.data();
     po.exit_cb = &Cluster::onExit;
     po.stdio_count = 3;
     po.stdio = stdio;
+    po.env = env_.data();
+    // Its own session and process group: a Ctrl-C at the terminal, or `timeout` signalling
+    // our group, reaches this launcher only, which passes it on once. In our group the node
+    // would get the signal twice (directly and forwarded).
+    po.flags = UV_PROCESS_DETACHED;
     child->process.data = child.get();
     int rc = uv_spawn(&loop_, &child->process, &po);
     if (rc != 0) {
@@ -253,11 +277,19 @@ class Cluster {
   static void onSignal(uv_signal_t* handle, int signum) {
     auto* self = static_cast<Cluster*>(handle->data);
     self->result_.interrupted = true;
+    const uint64_t now = uv_now(&self->loop_);
     ++self->signals_seen_;
     if (self->signals_seen_ == 1) {
+      self->first_signal_ms_ = now;
+      self->result_.signal = signum;
       self->err(fmt::format("[launch] {}: passing it to every node (again to kill them)",
                             signalName(signum)));
-      self->terminateAll(signum);
+      // SIGHUP's default would end a node without Leave: the nodes get SIGTERM instead.
+      self->terminateAll(signum == SIGHUP ? SIGTERM : signum);
+    } else if (now - self->first_signal_ms_ < kRepeatIgnoredMs) {
+      // The same interrupt seen twice: `timeout` signals both this process and its group,
+      // and a terminal may too. Only a second request made later means "kill them".
+      return;
     } else {
       self->err("[launch] second signal: killing every node");
       self->killAll();
@@ -302,7 +334,8 @@ class Cluster {
     finished_ = true;
     for (uv_handle_t* h :
          {reinterpret_cast<uv_handle_t*>(&sigint_), reinterpret_cast<uv_handle_t*>(&sigterm_),
-          reinterpret_cast<uv_handle_t*>(&deadline_), reinterpret_cast<uv_handle_t*>(&grace_)}) {
+          reinterpret_cast<uv_handle_t*>(&sighup_), reinterpret_cast<uv_handle_t*>(&deadline_),
+          reinterpret_cast<uv_handle_t*>(&grace_)}) {
       uv_close(h, nullptr);
     }
   }
@@ -310,8 +343,14 @@ class Cluster {
   const LaunchOptions& options_;
   LaunchResult& result_;
   uv_loop_t loop_{};
-  uv_signal_t sigint_{}, sigterm_{};
+  // A signal within this long after the first counts as the same request.
+  static constexpr uint64_t kRepeatIgnoredMs = 1000;
+
+  uv_signal_t sigint_{}, sigterm_{}, sighup_{};
   uv_timer_t deadline_{}, grace_{};
+  std::vector<std::string> environment_;  // this process's environment plus the launcher pid
+  std::vector<char*> env_;
+  uint64_t first_signal_ms_ = 0;
   std::vector<std::unique_ptr<Child>> children_;
   size_t running_ = 0;
   int signals_seen_ = 0;

@@ -1,5 +1,5 @@
 // `chorus launch`: runs every node of a topology file as a child process of this one, prefixes
-// their output with the node id, forwards Ctrl-C / SIGTERM, and reports who failed.
+// their output with the node id, forwards Ctrl-C / SIGTERM / SIGHUP, and reports who failed.
 #pragma once
 
 #include <chrono>
@@ -11,10 +11,18 @@
 
 namespace chorus::cli {
 
+// Set in every node's environment to the launcher's pid: a node whose launcher dies (even by
+// SIGKILL) leaves the cluster in order instead of running on as an orphan.
+inline constexpr const char* kLauncherPidVariable = "CHORUS_LAUNCHER_PID";
+
 struct LaunchOptions {
   std::string topology_path;
-  std::vector<uint32_t> ids;           // nodes to start, in order
-  std::string binary;                  // executable run as `binary node --topology F --id I ...`
+  std::vector<uint32_t> ids;  // nodes to start, in order
+  std::string binary;         // executable run as `binary node --topology F --id I ...`
+  // The file executed, when it differs from `binary` (which stays argv[0] and names it in
+  // messages): "/proc/self/exe" runs this very image even if the file on disk was replaced by
+  // a rebuild during a long compare. Empty: `binary`.
+  std::string file;
   std::vector<std::string> node_args;  // forwarded verbatim after --id
   // Wall-clock limit for the whole cluster; zero means none. When it passes, children get
   // SIGTERM, then SIGKILL after `kill_grace`.
@@ -40,14 +48,15 @@ struct NodeOutcome {
 struct LaunchResult {
   std::vector<NodeOutcome> nodes;  // in the order of LaunchOptions::ids
   bool timed_out = false;
-  bool interrupted = false;  // a SIGINT / SIGTERM reached the launcher
+  bool interrupted = false;  // a SIGINT / SIGTERM / SIGHUP reached the launcher
+  int signal = 0;            // the first such signal
   double seconds = 0;
   bool ok() const;
   // One line per failed node, e.g. "node 2 exited with status 3".
   std::vector<std::string> failures() const;
 };
 
-// Runs the cluster to completion. Blocks; installs SIGINT/SIGTERM handlers while it runs.
+// Runs the cluster to completion. Blocks; installs SIGINT/SIGTERM/SIGHUP handlers while it runs.
 LaunchResult runLaunch(const LaunchOptions& options);
 
 }  // namespace chorus::cli

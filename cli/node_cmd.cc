@@ -6,11 +6,14 @@
 #include <pthread.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <sys/prctl.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <memory>
 #include <optional>
@@ -19,6 +22,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/launcher.h"
 #include "consensus/consensus_peer.h"
 #include "faults/link_delay.h"
 #include "faults/straggler.h"
@@ -79,19 +83,24 @@ node::NodeId resolveNodeId(const NodeArgs& args) {
   return rank->rank;
 }
 
-// Turns SIGINT/SIGTERM into an orderly Leave. The signals are blocked in every thread (the
-// node's loop thread inherits the mask) and taken by one watcher thread with sigwait().
+// Turns SIGINT/SIGTERM/SIGHUP into an orderly Leave. The signals are blocked in every thread
+// (the node's loop thread inherits the mask) and taken by one watcher thread with sigwait().
 class SignalWatcher {
  public:
   SignalWatcher() {
     sigemptyset(&set_);
     sigaddset(&set_, SIGINT);
     sigaddset(&set_, SIGTERM);
-    sigaddset(&set_, SIGUSR1);  // private wake-up used by the destructor
+    sigaddset(&set_, SIGHUP);
+    sigaddset(&set_, SIGUSR1);  // private wake-up used by stop()
     pthread_sigmask(SIG_BLOCK, &set_, &previous_);
   }
   ~SignalWatcher() {
     stop();
+    // A signal that came after the first is still pending: unblocked with its default action
+    // it would kill the process in the middle of its orderly exit.
+    for (int signal : {SIGINT, SIGTERM, SIGHUP})
+      std::signal(signal, SIG_IGN);
     pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
   }
   // Ends the watcher thread (after a handler that is running returns). Callers stop it before
@@ -107,17 +116,29 @@ class SignalWatcher {
     SignalWatcher& watcher;
     ~StopFirst() { watcher.stop(); }
   };
-  // Starts waiting; `on_signal` runs on the watcher thread for SIGINT/SIGTERM.
+  // Starts waiting; `on_signal` runs on the watcher thread for the first SIGINT/SIGTERM/SIGHUP.
+  // Later ones are taken and only logged: the node is leaving already, and the same interrupt
+  // often arrives twice (a terminal's Ctrl-C and a launcher passing it on).
   void start(std::function<void(int)> on_signal) {
     thread_ = std::thread([this, on_signal = std::move(on_signal)] {
-      int signal = 0;
-      if (sigwait(&set_, &signal) != 0 || signal == SIGUSR1) return;
-      received_ = signal;
-      on_signal(signal);
+      for (;;) {
+        int signal = 0;
+        if (sigwait(&set_, &signal) != 0 || signal == SIGUSR1) return;
+        if (received_.exchange(signal) == 0) {
+          on_signal(signal);
+        } else {
+          spdlog::warn("{} again: already leaving (SIGKILL stops the node at once)",
+                       signalName(signal));
+        }
+      }
     });
   }
-  // The signal that arrived, or 0.
+  // The first signal that arrived, or 0.
   int received() const { return received_.load(); }
+  // "SIGINT", "SIGTERM" or "SIGHUP".
+  static const char* signalName(int signal) {
+    return signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "SIGHUP";
+  }
 
  private:
   sigset_t set_{};
@@ -125,6 +146,22 @@ class SignalWatcher {
   std::thread thread_;
   std::atomic<int> received_{0};
 };
+
+// Under `chorus launch`: asks the kernel for SIGTERM when the launcher dies, so that a node
+// whose launcher was killed (or whose terminal closed) leaves in order instead of running on
+// alone. Throws when the launcher is gone already.
+void followLauncher() {
+  const char* text = std::getenv(kLauncherPidVariable);  // NOLINT(concurrency-mt-unsafe)
+  if (text == nullptr) return;
+  char* end = nullptr;
+  const long launcher = std::strtol(text, &end, 10);
+  if (end == text || *end != '\0' || launcher <= 1) return;
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  // The launcher may have died before the request was in place.
+  if (getppid() != static_cast<pid_t>(launcher)) {
+    throw CommandFailure(1, fmt::format("the launcher (pid {}) is gone; not starting", launcher));
+  }
+}
 
 // Leaves the cluster in order (Leave, linger, close) and ends the command: returns on success,
 // otherwise throws with `code` and `message`, with 128+N when signal N interrupted the node,
@@ -234,6 +271,14 @@ void runPing(const NodeArgs& args, const NodeSetup& setup) {
   const topology::Topology& topo = setup.topo;
   const topology::NodeSpec* me = setup.me;
   const std::vector<node::PeerAddress>& peers = setup.peers;
+  // A ping larger than a frame may be would close every connection it is sent on.
+  constexpr size_t kPingEnvelopeBytes = 4096;  // header, nonce and vector prefix, with room
+  if (args.payload_bytes + kPingEnvelopeBytes > setup.options.max_frame_bytes) {
+    throw CommandFailure(2, fmt::format("--payload-bytes {} plus a frame's envelope is more than "
+                                        "--max-frame-mib {} accepts: lower --payload-bytes or "
+                                        "raise --max-frame-mib",
+                                        args.payload_bytes, args.max_frame_mib));
+  }
 
   SignalWatcher signals;
   node::Node node(setup.options);
@@ -244,7 +289,7 @@ void runPing(const NodeArgs& args, const NodeSetup& setup) {
   ping_options.timeout = secondsToMs(args.ping_timeout_s);
   node::PingExchange exchange(node, setup.peer_ids, ping_options);
   signals.start([&](int signal) {
-    log.warn("received {}: leaving the cluster", signal == SIGINT ? "SIGINT" : "SIGTERM");
+    log.warn("received {}: leaving the cluster", SignalWatcher::signalName(signal));
     exchange.cancel({node::ErrorCode::kShutdown, "interrupted"});
     node.shutdown(secondsToMs(args.linger_s));
   });
@@ -370,7 +415,7 @@ void runTraining(const NodeArgs& args, const NodeSetup& setup, const std::string
   } stop_node_first{node};
   signals.start([&](int signal) {
     log.warn("received {}: stopping training and leaving the cluster",
-             signal == SIGINT ? "SIGINT" : "SIGTERM");
+             SignalWatcher::signalName(signal));
     // Stops the training (or the end-of-run wait) and, through the shutdown, a pending
     // waitClusterReady(); the trainer's later sends fail quietly on a stopped node.
     session->stop();
@@ -532,6 +577,7 @@ void runPs(const NodeArgs& args, const NodeSetup& setup) {
 }
 
 void runNode(const NodeArgs& args) {
+  followLauncher();
   const auto level = spdlog::level::from_str(args.log_level);
   spdlog::set_level(level);
   NodeSetup setup = setUpNode(args, level);
@@ -570,8 +616,9 @@ void addNodeCommands(CLI::App& app) {
       "Example: chorus launch ring4.toml --data synthetic --model mlp --rounds 300 --out runs/a\n"
       "Exit status: 0 on success; 1 training failed or data unreadable; 2 bad arguments or\n"
       "topology; 3 cannot listen; 4 cluster not ready in time (the message names the missing\n"
-      "peers); 5 ping exchange failed; 128+N interrupted by signal N (SIGINT/SIGTERM make the\n"
-      "node leave in order).");
+      "peers); 5 ping exchange failed; 128+N interrupted by signal N (SIGINT, SIGTERM and SIGHUP\n"
+      "make the node leave in order; under `chorus launch` the node also leaves when the\n"
+      "launcher dies).");
   cmd->add_option("--mode", args->mode, "consensus, ping or ps (default: the topology file's mode)")
       ->check(CLI::IsMember({"consensus", "ping", "ps"}));
   cmd->add_option("--topology", args->topology, "Topology file (TOML); see docs/topology.md")

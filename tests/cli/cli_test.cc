@@ -242,6 +242,24 @@ TEST(ChorusLaunch, LinkDelayLengthensEveryRoundTripAndBadValuesAreRefused) {
   std::filesystem::remove(topo);
 }
 
+// Inputs that could only fail later (two copies of a node fighting over its port, pings no
+// frame may carry) are refused at once, with status 2.
+TEST(ChorusLaunch, DuplicateIdsAndPingsLargerThanAFrameAreRefused) {
+  const std::vector<uint16_t> ports = freePorts(2);
+  std::string topo = writeCluster("launch-refuse", ports);
+  CommandResult r = runCommand({chorusBinary(), "launch", topo, "--ids", "0,0", "--mode", "ping"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err, "--ids: node 0 is given twice")) << r.err;
+  r = runCommand({chorusBinary(), "node", "--topology", topo, "--id", "0", "--mode", "ping",
+                  "--payload-bytes", "2000000", "--max-frame-mib", "1"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err,
+                       "--payload-bytes 2000000 plus a frame's envelope is more than "
+                       "--max-frame-mib 1 accepts"))
+      << r.err;
+  std::filesystem::remove(topo);
+}
+
 TEST(ChorusLaunch, ANodeThatFailsIsNamedAndTheLaunchFails) {
   std::vector<uint16_t> ports = freePorts(3);
   // Node 3's port is taken by someone else: it cannot listen, and the others never complete
