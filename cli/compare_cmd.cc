@@ -178,7 +178,12 @@ void prepareOutputFolder(const fs::path& out, bool force) {
 
 struct RunOutcome {
   LaunchResult result;
-  std::string last_error_line;
+  std::string first_node_error;  // the first "chorus: error:" line a node wrote
+  std::string last_node_line;    // else the last line a node wrote to stderr
+  // What the nodes said about a failure, or "".
+  const std::string& nodesSay() const {
+    return first_node_error.empty() ? last_node_line : first_node_error;
+  }
 };
 
 // Runs one launch on its own thread while this thread prints a progress line every
@@ -192,8 +197,15 @@ RunOutcome launchWithProgress(const LaunchOptions& base, const fs::path& log_pat
   options.out = [log](std::string_view line) { *log << line << '\n'; };
   options.err = [log, &outcome](std::string_view line) {
     *log << line << '\n';
-    // CLI11 follows its message with a pointer to --help, which says nothing about the cause.
-    if (line.find("--help") == std::string_view::npos) outcome.last_error_line = std::string(line);
+    // The launcher's own lines ("[launch] node 1 exited with status 4") repeat what the
+    // outcome says; the cause is in what the nodes wrote, and the first node to fail with an
+    // error usually caused the others to fail (they wait for it and time out). CLI11 follows
+    // its message with a pointer to --help, which says nothing about the cause.
+    if (!line.starts_with("[node ") || line.find("--help") != std::string_view::npos) return;
+    if (outcome.first_node_error.empty() && line.find("chorus: error:") != std::string_view::npos) {
+      outcome.first_node_error = std::string(line);
+    }
+    outcome.last_node_line = std::string(line);
   };
   std::mutex mutex;
   std::condition_variable done_cv;
@@ -340,6 +352,10 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
       fs::create_directories(run_dir, ec);
       LaunchOptions launch;
       launch.binary = binary;
+      launch.file = "/proc/self/exe";
+      // A run whose node failed cannot succeed: the others would only wait for it until their
+      // --ready-timeout (or for ever, under BSP).
+      launch.fail_fast = true;
       launch.timeout = std::chrono::milliseconds(static_cast<int64_t>(args.run_timeout_s * 1000));
       if (variant.kind == report::Variant::Kind::kSingle) {
         const fs::path single = run_dir / "single.toml";
@@ -387,8 +403,8 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
                           : result.interrupted ? "interrupted"
                                                : fmt::format("{}", fmt::join(lines, "; "));
         // A node's own last words explain a failure; after a time-out or Ctrl-C they do not.
-        if (!result.timed_out && !result.interrupted && !outcome.last_error_line.empty()) {
-          why += " (" + outcome.last_error_line + ")";
+        if (!result.timed_out && !result.interrupted && !outcome.nodesSay().empty()) {
+          why += " (" + outcome.nodesSay() + ")";
         }
         record.error = why;
         ++failed;

@@ -1,6 +1,9 @@
 // `chorus compare` and `chorus report` end to end: a two-variant compare on tiny synthetic data,
 // and the bad inputs that must be refused with one clear line before anything runs.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -37,14 +40,16 @@ class CompareTest : public ::testing::Test {
   }
 
   // A complete graph of three nodes on ports that were free a moment ago; node 1 gets the
-  // straggler attribute `node1_stragglers` when it is not empty.
-  std::string writeTopology(const std::string& name, const std::string& node1_stragglers) {
+  // straggler attribute `node1_stragglers` when it is not empty, and `node1_port` when given.
+  std::string writeTopology(const std::string& name, const std::string& node1_stragglers,
+                            uint16_t node1_port = 0) {
     const std::string path = (dir_ / name).string();
     std::ofstream f(path);
     f << "[cluster]\nname = \"compare-test\"\nmode = \"consensus\"\n";
     for (int i = 0; i < 3; ++i) {
-      f << "\n[[node]]\nid = " << i << "\naddress = \"127.0.0.1:" << freeLoopbackPort()
-        << "\"\nneighbors = [" << (i + 1) % 3 << ", " << (i + 2) % 3 << "]\n";
+      const uint16_t port = i == 1 && node1_port != 0 ? node1_port : freeLoopbackPort();
+      f << "\n[[node]]\nid = " << i << "\naddress = \"127.0.0.1:" << port << "\"\nneighbors = ["
+        << (i + 1) % 3 << ", " << (i + 2) % 3 << "]\n";
       if (i == 1 && !node1_stragglers.empty()) f << "stragglers = \"" << node1_stragglers << "\"\n";
     }
     return path;
@@ -172,6 +177,31 @@ TEST_F(CompareTest, AFailedVariantIsReportedAndTheOthersStillRun) {
   EXPECT_TRUE(contains(csv, "\nsingle,1,ok,")) << csv;
   const std::string md = readFile(out / "report.md");
   EXPECT_TRUE(contains(md, "## Failed runs\n\n- consensus:wait-all seed 1: ")) << md;
+}
+
+// A node that fails names the cause in the run's failure line, and the run ends at once
+// instead of leaving the other nodes to wait for it until their --ready-timeout.
+TEST_F(CompareTest, AFailedRunSaysWhatTheFailingNodeSaid) {
+  // Node 1's port is held by this test: node 1 cannot listen and exits with status 3.
+  const int holder = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(holder, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(holder, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  ASSERT_EQ(::listen(holder, 1), 0);
+  socklen_t length = sizeof address;
+  ASSERT_EQ(::getsockname(holder, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  topology_ = writeTopology("taken.toml", "", ntohs(address.sin_port));
+  const fs::path out = dir_ / "cmp";
+  CommandResult r = compare("consensus:wait-all", out);
+  ::close(holder);
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "consensus:wait-all seed 1: FAILED after")) << r.out;
+  EXPECT_TRUE(contains(r.out, "([node 1] chorus: error: ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "node 1 exited with status 3")) << r.out;
+  const std::string csv = readFile(out / "summary.csv");
+  EXPECT_TRUE(contains(csv, "[node 1] chorus: error: ")) << csv;
 }
 
 TEST_F(CompareTest, ModeOptionsReachOnlyThatModesNodes) {
