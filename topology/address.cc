@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 
 namespace chorus::topology {
 namespace {
@@ -53,7 +54,42 @@ bool looksNumeric(std::string_view host) {
   });
 }
 
+ListeningHost ipv4Host(const in_addr& address) {
+  std::string bytes(sizeof(address.s_addr), '\0');
+  std::memcpy(bytes.data(), &address.s_addr, sizeof(address.s_addr));
+  return {"ipv4:" + bytes, address.s_addr == htonl(INADDR_ANY)};
+}
+
 }  // namespace
+
+ListeningHost listeningHostOf(std::string_view host) {
+  const std::string text(host);
+  in_addr v4{};
+  if (inet_pton(AF_INET, text.c_str(), &v4) == 1) {
+    return ipv4Host(v4);
+  }
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, text.c_str(), &v6) == 1) {
+    const unsigned char* bytes = v6.s6_addr;
+    // ::ffff:a.b.c.d: a dual-stack socket bound there holds the IPv4 address a.b.c.d.
+    const bool mapped = std::all_of(bytes, bytes + 10, [](unsigned char b) { return b == 0; }) &&
+                        bytes[10] == 0xff && bytes[11] == 0xff;
+    if (mapped) {
+      std::memcpy(&v4.s_addr, bytes + 12, sizeof(v4.s_addr));
+      return ipv4Host(v4);
+    }
+    return {"ipv6:" + std::string(bytes, bytes + sizeof(v6.s6_addr)),
+            std::all_of(bytes, bytes + sizeof(v6.s6_addr), [](unsigned char b) { return b == 0; })};
+  }
+  std::string name = text;
+  std::transform(name.begin(), name.end(), name.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (name == "localhost") {
+    v4.s_addr = htonl(INADDR_LOOPBACK);
+    return ipv4Host(v4);
+  }
+  return {"name:" + name, false};
+}
 
 std::variant<std::string, AddressProblem> checkHost(std::string_view host) {
   if (host.empty()) {

@@ -365,13 +365,70 @@ class Validator {
     return raw;
   }
 
+  // The nodes seen so far on one port, for the duplicate-address check.
+  struct PortUsers {
+    const RawNode* first = nullptr;                 // the first node on this port
+    const RawNode* wildcard = nullptr;              // the first on 0.0.0.0 or [::]
+    std::map<std::string, const RawNode*> by_host;  // ListeningHost::key -> its first node
+  };
+
+  // Reports `node` when an earlier node would bind the same socket: the same address however it
+  // is written, or the same port where either host is a wildcard (0.0.0.0, [::]), which takes the
+  // port on every local address. The first launched node would win and the other fail with
+  // EADDRINUSE.
+  void checkAddressClash(const RawNode& node, PortUsers& users) {
+    const Endpoint& mine = *node.endpoint;
+    const ListeningHost host = listeningHostOf(mine.host);
+    const RawNode* clash = nullptr;
+    if (auto it = users.by_host.find(host.key); it != users.by_host.end()) {
+      clash = it->second;
+    }
+    bool through_wildcard = false;
+    // The earliest clashing node: with a wildcard here that is the first node on the port.
+    if (const RawNode* wide = host.wildcard ? users.first : users.wildcard;
+        wide != nullptr && (clash == nullptr || wide->table.line < clash->table.line)) {
+      clash = wide;
+      through_wildcard = true;
+    }
+    if (users.first == nullptr) {
+      users.first = &node;
+    }
+    if (host.wildcard && users.wildcard == nullptr) {
+      users.wildcard = &node;
+    }
+    users.by_host.emplace(host.key, &node);
+    if (clash == nullptr) {
+      return;
+    }
+    const std::string written = formatEndpoint(mine.host, mine.port);
+    const std::string other = formatEndpoint(clash->endpoint->host, clash->endpoint->port);
+    if (!through_wildcard) {
+      report(node.address_position,
+             fmt::format("duplicate address {} (also used by the node at line {}{})", written,
+                         clash->table.line,
+                         other == written ? "" : fmt::format(", written {}", other)),
+             "give every node its own host:port; on one machine use different ports");
+      return;
+    }
+    std::string wildcard = host.wildcard ? mine.host : clash->endpoint->host;
+    if (wildcard.find(':') != std::string::npos) {
+      wildcard = "[" + wildcard + "]";
+    }
+    report(node.address_position,
+           fmt::format("address {} clashes with {} of the node at line {} ({} takes port {} on "
+                       "every local address)",
+                       written, other, clash->table.line, wildcard, mine.port),
+           "give these nodes different ports; a node on 0.0.0.0 or [::] is the only one on its "
+           "port on that machine");
+  }
+
   // The cross-node rules: id range and uniqueness, unique addresses, neighbor references,
   // symmetry and connectivity.
   void checkNodes() {
     const int64_t count = static_cast<int64_t>(raw_nodes_.size());
     const int64_t max_id = std::min<int64_t>(count, kMaxNodes) - 1;
     std::map<int64_t, const RawNode*> by_id;
-    std::map<std::string, const RawNode*> by_address;
+    std::map<uint16_t, PortUsers> by_port;
     bool ids_usable = true;
     const bool too_many = count > static_cast<int64_t>(kMaxNodes);
     if (too_many) {
@@ -399,19 +456,7 @@ class Validator {
                fmt::format("give every node its own id in 0..{}", max_id));
       }
       if (node.endpoint) {
-        // "localhost" and 127.0.0.1 name the same listening socket.
-        std::string host = lowercase(node.endpoint->host);
-        if (host == "localhost") {
-          host = "127.0.0.1";
-        }
-        std::string key = formatEndpoint(host, node.endpoint->port);
-        if (auto [it, inserted] = by_address.emplace(key, &node); !inserted) {
-          report(node.address_position,
-                 fmt::format("duplicate address {} (also used by the node at line {})",
-                             formatEndpoint(node.endpoint->host, node.endpoint->port),
-                             it->second->table.line),
-                 "give every node its own host:port; on one machine use different ports");
-        }
+        checkAddressClash(node, by_port[node.endpoint->port]);
       }
     }
 

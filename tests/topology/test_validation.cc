@@ -125,7 +125,28 @@ TEST(TopologyValidation, DuplicateIds) {
 TEST(TopologyValidation, DuplicateAddressesIncludingLocalhost) {
   expectDiagnostics("duplicate_addresses.toml",
                     {{11, "duplicate address 127.0.0.1:7100 (also used by the node at line 5)"},
-                     {15, "duplicate address localhost:7100 (also used by the node at line 5)"}});
+                     {15,
+                      "duplicate address localhost:7100 (also used by the node at line 5, "
+                      "written 127.0.0.1:7100)"}});
+}
+
+TEST(TopologyValidation, DuplicateAddressesCompareLiteralsAsAddresses) {
+  const std::string clash = "clashes with ";
+  expectDiagnostics(
+      "same_socket_spelled_differently.toml",
+      {{10,
+        "duplicate address [0:0:0:0:0:0:0:1]:17200 (also used by the node at line 5, written "
+        "[::1]:17200)"},
+       {16, "address 0.0.0.0:17210 " + clash + "127.0.0.1:17210 of the node at line 11"},
+       // The earliest of the two it clashes with (line 11 before 0.0.0.0 at line 14).
+       {19,
+        "duplicate address [::ffff:127.0.0.1]:17210 (also used by the node at line 11, written "
+        "127.0.0.1:17210)"},
+       {25, "address [::]:17220 " + clash + "node-5.example.org:17220 of the node at line 20"},
+       {31,
+        "duplicate address node-5.EXAMPLE.org:17221 (also used by the node at line 26, written "
+        "NODE-5.example.org:17221)"},
+       {34, "address [::2]:17220 " + clash + "[::]:17220 of the node at line 23"}});
 }
 
 TEST(TopologyValidation, BadHostPort) {
