@@ -98,6 +98,11 @@ std::variant<std::string, AddressProblem> checkHost(std::string_view host) {
   std::string bare(host);
   if (bare.size() >= 2 && bare.front() == '[' && bare.back() == ']') {
     bare = bare.substr(1, bare.size() - 2);
+    if (bare.find(':') == std::string::npos) {
+      return AddressProblem{fmt::format("'{}': brackets are for IPv6 addresses only", host),
+                            bare.empty() ? "write an IPv6 address in the brackets, e.g. [::1]"
+                                         : fmt::format("write it without brackets: {}", bare)};
+    }
   }
   if (bare.find(':') != std::string::npos) {
     if (isIpv6(bare)) {
@@ -130,12 +135,31 @@ std::variant<Endpoint, AddressProblem> parseEndpoint(std::string_view address) {
       return AddressProblem{fmt::format("address '{}' has an unclosed '['", address),
                             "write IPv6 addresses as [::1]:7100"};
     }
-    if (close + 1 >= address.size() || address[close + 1] != ':') {
+    const std::string_view inside = address.substr(1, close - 1);
+    if (close + 1 == address.size()) {
       return AddressProblem{fmt::format("address '{}' has no port", address),
-                            "add the port after the bracket, e.g. [::1]:7100"};
+                            fmt::format("add the port after the bracket, e.g. [{}]:7100",
+                                        inside.empty() ? "::1" : inside)};
+    }
+    if (address[close + 1] != ':') {
+      return AddressProblem{
+          fmt::format("address '{}' has unexpected '{}' after ']'", address,
+                      address.substr(close + 1)),
+          fmt::format("write ':' and the port right after the bracket, e.g. [{}]:7100",
+                      inside.empty() ? "::1" : inside)};
     }
     host = address.substr(0, close + 1);
     port_text = address.substr(close + 2);
+    if (inside.empty()) {
+      return AddressProblem{
+          fmt::format("address '{}' has an empty host", address),
+          fmt::format("write an IPv6 address in the brackets, e.g. [::1]:{}", port_text)};
+    }
+    if (inside.find(':') == std::string_view::npos) {
+      return AddressProblem{
+          fmt::format("address '{}': brackets are for IPv6 addresses only", address),
+          fmt::format("write it as {}:{}", inside, port_text)};
+    }
   } else {
     size_t colon = address.rfind(':');
     if (colon == std::string_view::npos) {
@@ -150,18 +174,24 @@ std::variant<Endpoint, AddressProblem> parseEndpoint(std::string_view address) {
                             fmt::format("write it as [{}]:{}", host, port_text)};
     }
   }
-  if (port_text.empty() || port_text.size() > 5 ||
-      !std::all_of(port_text.begin(), port_text.end(),
-                   [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
+  if (port_text.empty() || !std::all_of(port_text.begin(), port_text.end(), [](char c) {
+        return std::isdigit(static_cast<unsigned char>(c));
+      })) {
     return AddressProblem{
         fmt::format("port '{}' in address '{}' is not a number", port_text, address),
         "write the port as a number 1..65535 after the last ':'"};
   }
-  unsigned long port = std::stoul(std::string(port_text));
+  // Leading zeros are allowed ("007100" is 7100); the value stops growing past 65535 so that any
+  // run of digits is a number, just out of range.
+  uint32_t port = 0;
+  for (char digit : port_text) {
+    port = std::min<uint32_t>(port * 10 + static_cast<uint32_t>(digit - '0'), 65536);
+  }
   if (port == 0 || port > 65535) {
-    return AddressProblem{fmt::format("port {} in address '{}' is out of range", port, address),
-                          "use a port number from 1 to 65535 (0 would pick a random port that "
-                          "other nodes cannot know)"};
+    return AddressProblem{
+        fmt::format("port {} in address '{}' is out of range", port_text, address),
+        "use a port number from 1 to 65535 (0 would pick a random port that "
+        "other nodes cannot know)"};
   }
   auto checked = checkHost(host);
   if (auto* problem = std::get_if<AddressProblem>(&checked)) {

@@ -178,9 +178,16 @@ bool pairHalfEdges(uint32_t n, uint32_t d, std::mt19937_64& random, Adjacency& g
 }
 
 Adjacency regular(uint32_t n, uint32_t d, uint64_t seed) {
-  if (d == 0 || d >= n) {
+  if (n < 2) {
     throw std::invalid_argument(fmt::format(
-        "a {}-regular graph on {} nodes is impossible: the degree must be 1..{}", d, n, n - 1));
+        "a random regular graph needs at least 2 nodes, not {} (for 1 node use complete)", n));
+  }
+  if (d == 0 || d >= n) {
+    // Degree 1 joins 2 nodes; on more, a 1-regular graph is never connected (checked below).
+    const uint32_t lowest = n == 2 ? 1 : 2;
+    throw std::invalid_argument(fmt::format(
+        "a {}-regular graph on {} nodes is impossible: the degree must be {}", d, n,
+        lowest == n - 1 ? std::to_string(lowest) : fmt::format("{}..{}", lowest, n - 1)));
   }
   if ((static_cast<uint64_t>(n) * d) % 2 != 0) {
     throw std::invalid_argument(

@@ -17,6 +17,7 @@ namespace chorus::topology {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 GenerateOptions optionsFor(GraphKind kind, uint32_t nodes) {
   GenerateOptions options;
@@ -176,9 +177,14 @@ TEST(TopologyGenerate, RegularRefusesImpossibleDegrees) {
     return "accepted";
   };
   EXPECT_THAT(message(5, 3), HasSubstr("nodes x degree (15) must be even"));
-  EXPECT_THAT(message(4, 4), HasSubstr("the degree must be 1..3"));
-  EXPECT_THAT(message(4, 0), HasSubstr("the degree must be 1..3"));
+  EXPECT_THAT(message(4, 4), HasSubstr("the degree must be 2..3"));
+  EXPECT_THAT(message(4, 0), HasSubstr("the degree must be 2..3"));
   EXPECT_THAT(message(6, 1), HasSubstr("never connected"));
+  // One node has no regular graph of any degree; the message says so instead of "1..0".
+  EXPECT_THAT(message(1, 4), HasSubstr("a random regular graph needs at least 2 nodes"));
+  EXPECT_THAT(message(1, 4), Not(HasSubstr("1..0")));
+  EXPECT_THAT(message(2, 4), ::testing::EndsWith("the degree must be 1"));
+  EXPECT_THAT(message(3, 3), ::testing::EndsWith("the degree must be 2"));
 }
 
 TEST(TopologyGenerate, RefusesBadSizesPortsAndHosts) {

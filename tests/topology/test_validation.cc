@@ -481,5 +481,41 @@ TEST(TopologyAddress, RefusesMalformedAddresses) {
   }
 }
 
+TEST(TopologyAddress, PortMayHaveLeadingZeros) {
+  auto parsed = parseEndpoint("127.0.0.1:007100");
+  ASSERT_TRUE(std::holds_alternative<Endpoint>(parsed)) << std::get<AddressProblem>(parsed).message;
+  EXPECT_EQ(std::get<Endpoint>(parsed).port, 7100);
+  // Out of range however many digits it has, and never "not a number".
+  for (std::string_view text : {"127.0.0.1:065536", "127.0.0.1:99999999999999999999999"}) {
+    auto refused = parseEndpoint(text);
+    ASSERT_TRUE(std::holds_alternative<AddressProblem>(refused)) << text;
+    EXPECT_THAT(std::get<AddressProblem>(refused).message, HasSubstr("is out of range")) << text;
+  }
+  auto zero = parseEndpoint("127.0.0.1:0000");
+  ASSERT_TRUE(std::holds_alternative<AddressProblem>(zero));
+  EXPECT_THAT(std::get<AddressProblem>(zero).message, HasSubstr("port 0000 in address"));
+}
+
+TEST(TopologyAddress, BracketsAreForIpv6Only) {
+  for (std::string_view text : {"[127.0.0.1]:7100", "[localhost]:7101"}) {
+    auto parsed = parseEndpoint(text);
+    ASSERT_TRUE(std::holds_alternative<AddressProblem>(parsed)) << "accepted " << text;
+    EXPECT_THAT(std::get<AddressProblem>(parsed).message, HasSubstr("brackets are for IPv6"));
+  }
+  EXPECT_THAT(std::get<AddressProblem>(parseEndpoint("[127.0.0.1]:7100")).fix,
+              HasSubstr("write it as 127.0.0.1:7100"));
+  auto host = checkHost("[localhost]");
+  ASSERT_TRUE(std::holds_alternative<AddressProblem>(host)) << "accepted [localhost]";
+  ASSERT_TRUE(std::holds_alternative<std::string>(checkHost("[::1]")));
+  EXPECT_EQ(std::get<std::string>(checkHost("[::1]")), "::1");
+}
+
+TEST(TopologyAddress, JunkAfterTheBracketIsNamed) {
+  auto parsed = parseEndpoint("[::1]x:7100");
+  ASSERT_TRUE(std::holds_alternative<AddressProblem>(parsed));
+  EXPECT_THAT(std::get<AddressProblem>(parsed).message, HasSubstr("unexpected 'x:7100' after ']'"));
+  EXPECT_THAT(std::get<AddressProblem>(parseEndpoint("[::1]")).message, HasSubstr("has no port"));
+}
+
 }  // namespace
 }  // namespace chorus::topology
