@@ -315,9 +315,9 @@ void runPing(const NodeArgs& args, const NodeSetup& setup) {
   if (!ready.ok()) finish(4, fmt::format("node {}: {}", self, ready.message()));
 
   fmt::print(
-      "node {} of cluster \"{}\" ({} nodes) listening on {}:{}: connected to all {} peers "
+      "node {} of cluster \"{}\" ({} nodes) listening on {}: connected to all {} peers "
       "in {} ms\n",
-      self, topo.name, topo.nodes.size(), me->host, node.port(), peers.size(), ready_ms);
+      self, topo.name, topo.nodes.size(), me->address(), peers.size(), ready_ms);
   const node::PingReport report = exchange.run();
   for (const auto& peer : report.peers) {
     const node::PeerStats stats = node.stats(peer.peer);

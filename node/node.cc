@@ -456,8 +456,11 @@ class Node::Impl {
     const auto tick = std::max<int64_t>(
         1, std::min(options_.heartbeat_interval.count(), options_.peer_timeout.count() / 4));
     heartbeat_timer_->startFromLoop(tick, tick, [this] { heartbeatTickFromLoop(); });
-    logger_->info("listening on {}:{} (cluster \"{}\", {} members{})", options_.listen_host,
-                  port_.load(), options_.cluster, options_.members.size(),
+    // An IPv6 host goes in brackets, as the topology file writes it ("[::1]:7100").
+    const bool v6 = options_.listen_host.find(':') != std::string::npos;
+    logger_->info("listening on {}{}{}:{} (cluster \"{}\", {} members{})", v6 ? "[" : "",
+                  options_.listen_host, v6 ? "]" : "", port_.load(), options_.cluster,
+                  options_.members.size(),
                   options_.cluster_key ? "; peers must prove the shared secret" : "");
     return {};
   }

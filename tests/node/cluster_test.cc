@@ -231,6 +231,20 @@ TEST(Cluster, OptionsAreValidated) {
   ok.shutdown();
 }
 
+// The listener's log line writes an IPv6 host in brackets, as the topology file does.
+TEST(Cluster, AnIpv6ListenerIsLoggedInBrackets) {
+  auto log = std::make_shared<LogCapture>();
+  NodeOptions o = fastOptions("six", 0, {0, 1});
+  o.listen_host = "::1";
+  o.log_sinks = {log};
+  Node node(o);
+  const Status listening = node.listen();
+  if (!listening.ok()) GTEST_SKIP() << "no IPv6 loopback here: " << listening.message();
+  EXPECT_TRUE(log->waitForLine({"listening on [::1]:" + std::to_string(node.port()) + " "}))
+      << log->all();
+  node.shutdown();
+}
+
 // Two connected nodes, lower id dials.
 struct Pair {
   explicit Pair(
