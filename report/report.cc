@@ -466,11 +466,15 @@ PlotSet writePlots(const Report& report, const fs::path& folder, const std::stri
     for (size_t r = 0; r < report.runs.size(); ++r) {
       if (!report.runs[r].ok() || report.metrics[r].nodes.empty()) continue;
       const NodeMetrics& node = report.metrics[r].nodes.front();
+      // The first life only: a rejoined life's clock restarts at 0, and how long the node was
+      // down is in no file.
       std::string data;
       for (const auto& p : node.steps) {
-        if (p.test_accuracy) data += fmt::format("{:.6g} {:.6g}\n", p.time, 100 * *p.test_accuracy);
+        if (p.life == 0 && p.test_accuracy) {
+          data += fmt::format("{:.6g} {:.6g}\n", p.time, 100 * *p.test_accuracy);
+        }
       }
-      if (node.has_final) {
+      if (node.has_final && node.lives == 1) {
         data += fmt::format("{:.6g} {:.6g}\n", node.final_seconds, 100 * node.final_accuracy);
       }
       if (data.empty()) continue;

@@ -65,6 +65,11 @@ NodeMetrics readNodeFile(const fs::path& path, uint32_t id, RunMetrics& run, siz
   }
   std::string line;
   size_t number = 0;
+  // Lives: a `start` after a start or a step line begins the next one. A life "rejoined" when it
+  // took up a running job: every life after the first, and one with a `rejoin` event (PS).
+  bool life_has_lines = false;
+  bool rejoined = false;
+  bool first_step_of_life = true;
   while (std::getline(in, line)) {
     ++number;
     if (line.empty()) continue;
@@ -87,6 +92,15 @@ NodeMetrics readNodeFile(const fs::path& path, uint32_t id, RunMetrics& run, siz
       continue;
     }
     if (*event == "start") {
+      if (life_has_lines) {
+        ++node.lives;
+        rejoined = true;
+        first_step_of_life = true;
+        node.has_final = false;
+        node.final_accuracy = node.final_steps = node.final_seconds = node.final_wait_s = 0;
+        node.model_accuracy.reset();
+      }
+      life_has_lines = true;
       node.mode = object.string("mode").value_or("");
       node.backup = object.string("backup").value_or("");
       if (node.mode == "ps") node.staleness = stalenessText(object.find("staleness"));
@@ -114,10 +128,27 @@ NodeMetrics readNodeFile(const fs::path& path, uint32_t id, RunMetrics& run, siz
       point.backups = object.number("backups");
       point.staleness_mean = object.number("staleness_mean");
       point.used = object.number("used");
+      point.life = node.lives - 1;
+      // A rejoined life's first step line is where it took up the job (unless a `rejoin`
+      // event said so already).
+      if (first_step_of_life && rejoined) node.last_life_first_step = point.step;
+      first_step_of_life = false;
+      life_has_lines = true;
       node.steps.push_back(point);
+    } else if (*event == "rejoin") {
+      rejoined = true;
+      if (auto clock = object.number("clock"); clock && isStepNumber(*clock)) {
+        node.last_life_first_step = static_cast<int64_t>(*clock);
+        first_step_of_life = false;
+      }
     } else if (*event == "target") {
-      if (!node.target_seconds) node.target_seconds = object.number("seconds");
+      if (rejoined) {
+        node.target_after_rejoin = true;
+      } else if (!node.target_seconds) {
+        node.target_seconds = object.number("seconds");
+      }
     } else if (*event == "final") {
+      life_has_lines = true;
       node.has_final = true;
       node.final_accuracy = object.number("test_accuracy").value_or(0);
       // The round or clock reached, less where a rejoining node took up the run: what this
@@ -127,7 +158,12 @@ NodeMetrics readNodeFile(const fs::path& path, uint32_t id, RunMetrics& run, siz
           object.number("first_round").value_or(object.number("first_clock").value_or(0));
       node.final_seconds = object.number("seconds").value_or(0);
       node.final_wait_s = object.number("wait_s").value_or(0);
-      node.time_to_target = object.number("time_to_target").value_or(-1);
+      const double time_to_target = object.number("time_to_target").value_or(-1);
+      if (time_to_target >= 0 && rejoined) {
+        node.target_after_rejoin = true;
+      } else if (!rejoined) {
+        node.time_to_target = time_to_target;
+      }
       node.model_accuracy = object.number("average_accuracy");
       if (!node.model_accuracy) node.model_accuracy = object.number("owner_accuracy");
     }
@@ -135,6 +171,30 @@ NodeMetrics readNodeFile(const fs::path& path, uint32_t id, RunMetrics& run, siz
   }
   if (in.bad()) throw ReportError(fmt::format("{}: read error", path.string()));
   return node;
+}
+
+// What the last life of a node ran: its `final` line, or (killed) its step lines.
+struct LifeRun {
+  double steps = 0;  // rounds or clocks
+  double seconds = 0;
+  double wait = 0;
+};
+
+LifeRun lastLifeRun(const NodeMetrics& node) {
+  LifeRun run;
+  const int last = node.lives - 1;
+  for (const auto& p : node.steps) {
+    if (p.life == last) run.wait += p.wait_s;
+  }
+  if (node.has_final) {
+    run.steps = node.final_steps;
+    run.seconds = node.final_seconds;
+    if (node.final_wait_s > 0) run.wait = node.final_wait_s;
+  } else if (!node.steps.empty() && node.steps.back().life == last) {
+    run.steps = static_cast<double>(node.steps.back().step + 1 - node.last_life_first_step);
+    run.seconds = node.steps.back().time;
+  }
+  return run;
 }
 
 double meanOf(const std::vector<double>& values) {
@@ -179,6 +239,22 @@ RunMetrics readRunFolder(const fs::path& dir) {
   std::sort(files.begin(), files.end());
   for (const auto& [id, path] : files)
     run.nodes.push_back(readNodeFile(path, id, run, dropped));
+  for (const NodeMetrics& node : run.nodes) {
+    if (node.lives > 1) {
+      addWarning(run, dropped,
+                 fmt::format("{}: node {} rejoined ({} lives in its file); its rate and waiting "
+                             "share are its last life's",
+                             node.file, node.node, node.lives));
+    }
+  }
+  const NodeMetrics& ref = run.nodes.front();
+  if (ref.target_after_rejoin && ref.time_to_target < 0 && !ref.target_seconds) {
+    addWarning(run, dropped,
+               fmt::format("{}: node {} reached the target only after it rejoined; the file does "
+                           "not say how long the node was down, so its time to target since the "
+                           "run started is unknown and left blank",
+                           ref.file, ref.node));
+  }
   if (dropped > 0) run.warnings.push_back(fmt::format("... and {} more skipped lines", dropped));
   return run;
 }
@@ -189,15 +265,13 @@ RunSummary summarizeRun(const RunMetrics& metrics) {
   if (metrics.nodes.empty()) return s;
   const NodeMetrics& ref = metrics.nodes.front();
   s.reference_node = ref.node;
+  const LifeRun ref_run = lastLifeRun(ref);
+  s.steps = ref_run.steps;
+  s.seconds = ref_run.seconds;
   if (ref.has_final) {
     s.final_accuracy = ref.final_accuracy;
     s.model_accuracy = ref.model_accuracy;
-    s.steps = ref.final_steps;
-    s.seconds = ref.final_seconds;
-    if (ref.time_to_target >= 0) s.time_to_target = ref.time_to_target;
-  } else if (!ref.steps.empty()) {
-    s.steps = static_cast<double>(ref.steps.back().step + 1);
-    s.seconds = ref.steps.back().time;
+  } else {
     for (auto it = ref.steps.rbegin(); it != ref.steps.rend(); ++it) {
       if (it->test_accuracy) {
         s.final_accuracy = it->test_accuracy;
@@ -205,7 +279,11 @@ RunSummary summarizeRun(const RunMetrics& metrics) {
       }
     }
   }
-  if (!s.time_to_target && ref.target_seconds) s.time_to_target = ref.target_seconds;
+  if (ref.time_to_target >= 0) {
+    s.time_to_target = ref.time_to_target;
+  } else if (ref.target_seconds) {
+    s.time_to_target = ref.target_seconds;
+  }
 
   std::vector<double> rates, waits, sent;
   std::vector<double> backups;
@@ -213,15 +291,10 @@ RunSummary summarizeRun(const RunMetrics& metrics) {
   // round that mixed none logs a mean of 0, which is no model at all).
   double staleness_sum = 0, models_mixed = 0;
   for (const auto& node : metrics.nodes) {
-    double steps = node.has_final       ? node.final_steps
-                   : node.steps.empty() ? 0
-                                        : static_cast<double>(node.steps.back().step + 1);
-    double seconds = node.has_final       ? node.final_seconds
-                     : node.steps.empty() ? 0
-                                          : node.steps.back().time;
-    double wait = 0, bytes = 0;
+    const LifeRun life = lastLifeRun(node);
+    // Bytes over every life: what the node sent in the run.
+    double bytes = 0;
     for (const auto& p : node.steps) {
-      wait += p.wait_s;
       bytes += p.bytes_sent;
       if (p.backups) backups.push_back(*p.backups);
       if (p.staleness_mean && p.used && *p.used >= 0) {
@@ -229,10 +302,9 @@ RunSummary summarizeRun(const RunMetrics& metrics) {
         models_mixed += *p.used;
       }
     }
-    if (node.has_final && node.final_wait_s > 0) wait = node.final_wait_s;
-    if (seconds > 0) {
-      rates.push_back(steps / seconds);
-      waits.push_back(std::min(1.0, wait / seconds));
+    if (life.seconds > 0) {
+      rates.push_back(life.steps / life.seconds);
+      waits.push_back(std::min(1.0, life.wait / life.seconds));
     }
     sent.push_back(bytes);
   }

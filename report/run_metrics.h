@@ -21,7 +21,8 @@ class ReportError : public std::runtime_error {
 // One `round` (consensus) or `clock` (PS) event.
 struct StepPoint {
   int64_t step = 0;  // round or clock number
-  double time = 0;   // seconds since the node's metrics file was opened
+  double time = 0;   // seconds since this life of the node began (its `start` event)
+  int life = 0;      // which life of the node: 0, or 1.. after each rejoin
   std::optional<double> test_accuracy;
   double wait_s = 0;
   double bytes_sent = 0;
@@ -30,26 +31,37 @@ struct StepPoint {
   std::optional<double> used;            // consensus: how many models were mixed in
 };
 
-// Everything one node's metrics file says.
+// Everything one node's metrics file says. A node that rejoined appended a new life to its file:
+// each life opens with a `start` event and its clock (`time`, `seconds`) restarts at 0. The
+// time the node was down is in no file, so only the first life's times count from the run's
+// start; the `final` fields and the rate are the last life's.
 struct NodeMetrics {
   uint32_t node = 0;
   std::string file;
-  std::string mode;       // "consensus", "ps", or "" when the file has no start event
-  std::string backup;     // consensus: the rule
-  std::string staleness;  // ps: the bound as written ("0", "3", "inf"), "" if not given
-  std::vector<StepPoint> steps;
+  std::string mode;              // "consensus", "ps", or "" when the file has no start event
+  std::string backup;            // consensus: the rule
+  std::string staleness;         // ps: the bound as written ("0", "3", "inf"), "" if not given
+  std::vector<StepPoint> steps;  // of every life, in file order
+  int lives = 1;                 // 1 + the rejoins
+  // The round or clock the last life's steps began at: 0 for a node that started with the run,
+  // else the clock of its `rejoin` event (PS) or its first step.
+  int64_t last_life_first_step = 0;
+  // Time to target, seconds since the run's start: from a `target` event or the `final` line of
+  // the first life (when it did not itself rejoin a running job).
   std::optional<double> target_seconds;  // from the `target` event
+  double time_to_target = -1;            // from the `final` line; -1: not reached
+  bool target_after_rejoin = false;      // reached in a rejoined life only: since when unknown
+  // The last life's `final` line.
   bool has_final = false;
   double final_accuracy = 0;
   double final_steps = 0;  // rounds or clocks
   double final_seconds = 0;
   double final_wait_s = 0;
-  double time_to_target = -1;            // -1: not reached
   std::optional<double> model_accuracy;  // node 0: average (consensus) or owner (ps) model
 };
 
 // A run folder as read. `warnings` lists lines that were skipped ("node-2.jsonl:17: ..."),
-// e.g. the last line of a node that was killed while writing it.
+// e.g. the last line of a node that was killed while writing it, and nodes that rejoined.
 struct RunMetrics {
   std::string dir;
   std::vector<NodeMetrics> nodes;  // sorted by node id
@@ -71,10 +83,10 @@ struct RunSummary {
   std::optional<double> time_to_target;  // seconds, reference node; nullopt: not reached
   std::optional<double> final_accuracy;  // reference node's final test accuracy
   std::optional<double> model_accuracy;  // of the average (consensus) / owners' model (ps)
-  double steps = 0;                      // rounds or clocks of the reference node
-  double seconds = 0;                    // run time of the reference node
-  double steps_per_s = 0;                // mean over nodes of steps / run time
-  double wait_share = 0;                 // mean over nodes of waiting time / run time
+  double steps = 0;                      // rounds or clocks of the reference node's last life
+  double seconds = 0;                    // run time of the reference node's last life
+  double steps_per_s = 0;                // mean over nodes of steps / run time (last lives)
+  double wait_share = 0;                 // mean over nodes of waiting time / run time (same)
   double bytes_sent_per_node = 0;        // mean over nodes of all bytes sent
   std::optional<double> mean_backups;    // consensus: mean b_i over all rounds and nodes
   std::optional<double> mean_staleness;  // consensus: mean staleness of every mixed-in model

@@ -243,6 +243,90 @@ TEST_F(ReportTest, MeanStalenessIsWeightedByTheModelsMixed) {
   EXPECT_FALSE(summarizeRun(readRunFolder(dir_ / "none")).mean_staleness.has_value());
 }
 
+// A node that rejoined appends a new life to its file, whose `time` and `seconds` restart at 0.
+// Its rate and waiting share are its last life's; its time to target counts only when the first
+// life reached it (the time the node was down is in no file).
+TEST_F(ReportTest, ARejoinedNodesFileIsSplitIntoLives) {
+  auto clock = [](int c, double time, double wait) {
+    return "{\"event\":\"clock\",\"time\":" + std::to_string(time) +
+           ",\"clock\":" + std::to_string(c) + ",\"wait_s\":" + std::to_string(wait) + "}\n";
+  };
+  const std::string ps_start = R"({"event":"start","time":0,"mode":"ps","staleness":2})"
+                               "\n";
+  // Node 1: clocks 0-3 in 4 s, killed; rejoined at clock 4 and ran clocks 4-9 in 3 s, killed.
+  std::string node1 = ps_start;
+  for (int c = 0; c < 4; ++c)
+    node1 += clock(c, c + 1, 0.1);
+  node1 += ps_start + R"({"event":"rejoin","time":0.2,"from":0,"clock":4,"read_clock":3})"
+                      "\n";
+  for (int c = 4; c < 10; ++c)
+    node1 += clock(c, 0.5 * (c - 3), 0.3);
+  write("ps/node-0.jsonl", psNode(0.5, ""));
+  write("ps/node-1.jsonl", node1);
+  RunMetrics ps = readRunFolder(dir_ / "ps");
+  EXPECT_EQ(ps.nodes[1].lives, 2);
+  EXPECT_EQ(ps.nodes[1].last_life_first_step, 4);
+  ASSERT_EQ(ps.warnings.size(), 1u);
+  EXPECT_TRUE(contains(ps.warnings[0], "node-1.jsonl: node 1 rejoined (2 lives")) << ps.warnings[0];
+  RunSummary s = summarizeRun(ps);
+  EXPECT_DOUBLE_EQ(s.steps_per_s, (5.0 / 5 + 6.0 / 3) / 2);
+  EXPECT_DOUBLE_EQ(s.wait_share, (0.5 / 5 + 1.8 / 3) / 2);
+  EXPECT_DOUBLE_EQ(s.bytes_sent_per_node, 10000.0 / 2);  // node 1's lines carry no bytes
+
+  // Node 0 (the reference) of a consensus run: rounds 0-1 with an accuracy at round 1, killed;
+  // rejoined at round 2, reached the target at round 3 (2 s into its second life), finished.
+  const std::string consensus_start =
+      R"({"event":"start","time":0,"mode":"consensus","node":0,"backup":"dynamic"})"
+      "\n";
+  auto round = [](int r, double time, const std::string& extra) {
+    return "{\"event\":\"round\",\"time\":" + std::to_string(time) +
+           ",\"round\":" + std::to_string(r) + ",\"wait_s\":0.1" + extra + "}\n";
+  };
+  const std::string life0 =
+      consensus_start + round(0, 1, "") + round(1, 2, R"(,"test_accuracy":0.6)");
+  const std::string life1 =
+      consensus_start + round(2, 1, "") + round(3, 2, R"(,"test_accuracy":0.8)") +
+      R"({"event":"target","time":2,"round":3,"test_accuracy":0.8,"seconds":2})"
+      "\n" +
+      round(4, 3, "") + round(5, 4, "") +
+      R"({"event":"final","time":4,"test_accuracy":0.85,"rounds":6,"first_round":2,)"
+      R"("seconds":4,"wait_s":0.4,"time_to_target":2})"
+      "\n";
+  const std::string node1_final = R"("test_accuracy":0.9,"rounds":4,"seconds":4,"wait_s":0.4)";
+  write("late/node-0.jsonl", life0 + life1);
+  write("late/node-1.jsonl", consensusNode({0, 0, 0, 0}, {0, 0, 0, 0}, 0.1, 500, node1_final));
+  RunMetrics late = readRunFolder(dir_ / "late");
+  s = summarizeRun(late);
+  EXPECT_FALSE(s.time_to_target.has_value()) << *s.time_to_target;
+  EXPECT_DOUBLE_EQ(s.steps, 4);
+  EXPECT_DOUBLE_EQ(s.seconds, 4);
+  EXPECT_DOUBLE_EQ(*s.final_accuracy, 0.85);
+  ASSERT_EQ(late.warnings.size(), 2u);
+  EXPECT_TRUE(contains(late.warnings[1], "node 0 reached the target only after it rejoined"))
+      << late.warnings[1];
+
+  // The first life reached the target after 1.5 s: that is the time since the run's start, not
+  // the second life's 2 s.
+  const std::string early_life0 =
+      consensus_start + round(0, 1, R"(,"test_accuracy":0.8)") +
+      R"({"event":"target","time":1.5,"round":0,"test_accuracy":0.8,"seconds":1.5})"
+      "\n" +
+      round(1, 2, "");
+  write("early/node-0.jsonl", early_life0 + life1);
+  write("early/node-1.jsonl", consensusNode({0, 0, 0, 0}, {0, 0, 0, 0}, 0.1, 500, node1_final));
+  RunMetrics early = readRunFolder(dir_ / "early");
+  s = summarizeRun(early);
+  ASSERT_TRUE(s.time_to_target.has_value());
+  EXPECT_DOUBLE_EQ(*s.time_to_target, 1.5);
+  EXPECT_EQ(early.warnings.size(), 1u);  // the rejoin only
+
+  // The accuracy plot draws the first life only: the second's clock restarts at 0.
+  writePlots(buildReport(loadReportInput(dir_ / "late")), dir_ / "late");
+  std::ifstream gp(dir_ / "late" / "plots" / "accuracy-vs-time.gp");
+  const std::string script((std::istreambuf_iterator<char>(gp)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(contains(script, "$run0 << EOD\n2 60\nEOD\n")) << script;
+}
+
 TEST_F(ReportTest, CompareFolderGivesTheExpectedCsvTableAndPlots) {
   writeCompareFolder();
   ReportInput input = loadReportInput(dir_);
