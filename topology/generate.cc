@@ -3,6 +3,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cctype>
 #include <random>
 #include <set>
 #include <stdexcept>
@@ -286,6 +287,92 @@ std::string tomlString(std::string_view text) {
   return out + "\"";
 }
 
+// True when `text` is well-formed UTF-8 (no overlong forms, surrogates or code points past
+// U+10FFFF), as a TOML file must be.
+bool isUtf8(std::string_view text) {
+  size_t i = 0;
+  while (i < text.size()) {
+    const auto lead = static_cast<unsigned char>(text[i]);
+    if (lead < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t length = 0;
+    uint32_t code = 0;
+    uint32_t smallest = 0;
+    if ((lead & 0xE0) == 0xC0) {
+      length = 2;
+      code = lead & 0x1F;
+      smallest = 0x80;
+    } else if ((lead & 0xF0) == 0xE0) {
+      length = 3;
+      code = lead & 0x0F;
+      smallest = 0x800;
+    } else if ((lead & 0xF8) == 0xF0) {
+      length = 4;
+      code = lead & 0x07;
+      smallest = 0x10000;
+    } else {
+      return false;
+    }
+    if (length > text.size() - i) {
+      return false;
+    }
+    for (size_t k = 1; k < length; ++k) {
+      const auto next = static_cast<unsigned char>(text[i + k]);
+      if ((next & 0xC0) != 0x80) {
+        return false;
+      }
+      code = (code << 6) | (next & 0x3F);
+    }
+    if (code < smallest || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) {
+      return false;
+    }
+    i += length;
+  }
+  return true;
+}
+
+// Throws std::invalid_argument when `name` cannot be a generated cluster's name. It is written
+// into a TOML string and into the header comment, where a newline would end the comment and turn
+// the rest of the name into TOML, and a TOML file must be UTF-8.
+void checkClusterName(std::string_view name) {
+  for (size_t i = 0; i < name.size(); ++i) {
+    const auto byte = static_cast<unsigned char>(name[i]);
+    if (byte < 0x20 || byte == 0x7f) {
+      throw std::invalid_argument(
+          fmt::format("the cluster name has a control character (byte 0x{:02X} at offset {}); "
+                      "use printable characters only",
+                      byte, i));
+    }
+  }
+  if (!isUtf8(name)) {
+    throw std::invalid_argument(
+        "the cluster name is not valid UTF-8 (a topology file is UTF-8 text)");
+  }
+}
+
+// `text` as one POSIX shell word: as is when no shell treats any of its characters specially,
+// else in single quotes (a quote inside becomes '\'').
+std::string shellWord(std::string_view text) {
+  const bool plain = !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) ||
+           std::string_view("@%+=:,./_-").find(c) != std::string_view::npos;
+  });
+  if (plain) {
+    return std::string(text);
+  }
+  std::string out = "'";
+  for (char c : text) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
 }  // namespace
 
 std::optional<GraphKind> parseGraphKind(std::string_view name) {
@@ -343,6 +430,7 @@ Topology generate(const GenerateOptions& options) {
   if (auto* problem = std::get_if<AddressProblem>(&host)) {
     throw std::invalid_argument(fmt::format("host: {} ({})", problem->message, problem->fix));
   }
+  checkClusterName(options.name);
 
   Adjacency graph;
   switch (options.kind) {
@@ -382,14 +470,15 @@ Topology generate(const GenerateOptions& options) {
 }
 
 std::string generateCommandLine(const GenerateOptions& options) {
+  checkClusterName(options.name);  // a newline would end the header comment it goes into
   std::string line =
       fmt::format("chorus topo gen {} --nodes {}", graphKindName(options.kind), options.nodes);
   if (options.kind == GraphKind::kRegular) {
     line += fmt::format(" --degree {} --seed {}", options.degree, options.seed);
   }
-  line += fmt::format(" --base-port {} --host {}", options.base_port, options.host);
+  line += fmt::format(" --base-port {} --host {}", options.base_port, shellWord(options.host));
   if (!options.name.empty()) {
-    line += fmt::format(" --name {}", options.name);
+    line += fmt::format(" --name {}", shellWord(options.name));
   }
   line += fmt::format(" --mode {}", modeName(options.mode));
   return line;

@@ -101,14 +101,17 @@ struct GenerateOptions {
   Mode mode = Mode::kConsensus;
 };
 // Throws std::invalid_argument with a clear message for impossible parameters
-// (e.g. a 3-regular graph on 5 nodes, a torus on a prime number of nodes), and
+// (e.g. a 3-regular graph on 5 nodes, a torus on a prime number of nodes, a name with a control
+// character or invalid UTF-8), and
 // std::runtime_error when no connected random regular graph turned up for the seed.
 Topology generate(const GenerateOptions& options);
 // The kind named "ring", "torus", "complete", "regular", "exponential" or "star"; else nullopt.
 std::optional<GraphKind> parseGraphKind(std::string_view name);
 // The name parseGraphKind() accepts for `kind`.
 const char* graphKindName(GraphKind kind);
-// The `chorus topo gen ...` command line that reproduces `options` (for file headers).
+// The `chorus topo gen ...` command line that reproduces `options` (for file headers), with the
+// host and name quoted for a POSIX shell. Throws std::invalid_argument for a name generate()
+// refuses (control characters, invalid UTF-8), which could not stay on one comment line.
 std::string generateCommandLine(const GenerateOptions& options);
 
 // Writes a topology as TOML that loadTopology() reads back to an equivalent Topology.

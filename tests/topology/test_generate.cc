@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -251,6 +252,38 @@ TEST(TopologyGenerate, KindNamesRoundTrip) {
   EXPECT_EQ(parseGraphKind("hypercube"), std::nullopt);
   EXPECT_EQ(parseMode("ps"), Mode::kPs);
   EXPECT_EQ(parseMode("PS"), std::nullopt);
+}
+
+TEST(TopologyGenerate, NamesWithControlCharactersOrBadUtf8AreRefused) {
+  for (std::string name : {std::string("lab\n[cluster]"), std::string("tab\there"),
+                           std::string("nul\0x", 5), std::string("del\x7f"), std::string("cr\r")}) {
+    GenerateOptions options = optionsFor(GraphKind::kRing, 3);
+    options.name = name;
+    try {
+      generate(options);
+      ADD_FAILURE() << "accepted a name with a control character";
+    } catch (const std::invalid_argument& error) {
+      EXPECT_THAT(error.what(), HasSubstr("the cluster name has a control character"));
+    }
+  }
+  GenerateOptions options = optionsFor(GraphKind::kRing, 3);
+  options.name = "bad \xff utf-8";
+  EXPECT_THROW(generate(options), std::invalid_argument);
+  // Printable text of any script is fine, and reads back.
+  options.name = "lab \"A\" \\ caf\xc3\xa9 #1 's";
+  Topology named = generate(options);
+  EXPECT_EQ(parseTopology(toToml(named), "named").name, options.name);
+}
+
+TEST(TopologyGenerate, CommandLineIsShellQuoted) {
+  GenerateOptions options = optionsFor(GraphKind::kRing, 3);
+  options.name = "a b";
+  EXPECT_THAT(generateCommandLine(options), HasSubstr(" --name 'a b' "));
+  options.name = "it's $HOME";
+  EXPECT_THAT(generateCommandLine(options), HasSubstr(" --name 'it'\\''s $HOME' "));
+  options.name = "plain-name_1.x";
+  options.host = "[::1]";
+  EXPECT_THAT(generateCommandLine(options), HasSubstr(" --host '[::1]' --name plain-name_1.x "));
 }
 
 TEST(TopologyGenerate, CommandLineReproducesOptions) {

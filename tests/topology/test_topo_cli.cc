@@ -106,6 +106,28 @@ TEST_F(TopoCommand, GenExplainsImpossibleRequests) {
   EXPECT_TRUE(kind.out.empty());
 }
 
+TEST_F(TopoCommand, GenRefusesANameThatWouldBreakTheFile) {
+  const std::filesystem::path file = directory_ / "nl.toml";
+  // A newline would end the header comment and make "[cluster]" a second table.
+  CommandResult run = chorus("topo gen ring -n 3 --name \"$(printf 'lab\\n[cluster]')\" -o '" +
+                             file.string() + "'");
+  EXPECT_EQ(run.status, 1);
+  EXPECT_THAT(run.err, HasSubstr("the cluster name has a control character"));
+  EXPECT_FALSE(std::filesystem::exists(file));
+}
+
+TEST_F(TopoCommand, GenHeaderReproducesTheFile) {
+  CommandResult first = chorus("topo gen ring -n 3 --host '[::1]' --name \"it's a \\\"lab\\\"\"");
+  ASSERT_EQ(first.status, 0) << first.err;
+  EXPECT_EQ(parseTopology(first.out, "stdout").name, "it's a \"lab\"");
+  // The header's first line, run through the shell again, writes the same file.
+  const std::string header = first.out.substr(0, first.out.find('\n'));
+  ASSERT_THAT(header, ::testing::StartsWith("# chorus "));
+  CommandResult again = chorus(header.substr(std::string("# chorus ").size()));
+  ASSERT_EQ(again.status, 0) << header << "\n" << again.err;
+  EXPECT_EQ(again.out, first.out);
+}
+
 TEST_F(TopoCommand, CheckReportsEveryFile) {
   const std::string good = (directory_ / "good.toml").string();
   ASSERT_EQ(chorus("topo gen torus --nodes 8 -o '" + good + "'").status, 0);
