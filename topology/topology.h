@@ -35,7 +35,7 @@ struct NodeSpec {
   std::vector<uint32_t> neighbors;
   // Optional per-node attributes for experiments (empty / unset when absent).
   std::string stragglers;  // a straggler profile string for this node only
-  double weight = 1.0;     // relative weight (e.g. data share); > 0
+  double weight = 1.0;     // > 0; reserved (e.g. a data share): nothing uses it yet
   int line = 0;            // line of the [[node]] table in the file, 0 when generated
 
   // "host:port", with an IPv6 host in brackets ("[::1]:7100").
