@@ -63,6 +63,20 @@ std::optional<double> medianOfOptionals(const std::vector<std::optional<double>>
   return median(std::move(present));
 }
 
+// The runs whose reference node is not node 0 (its metrics file was missing).
+std::vector<const RunSummary*> runsWithoutNodeZero(const Report& report) {
+  std::vector<const RunSummary*> runs;
+  for (const auto& run : report.runs) {
+    if (run.ok() && run.nodes > 0 && run.reference_node != 0) runs.push_back(&run);
+  }
+  return runs;
+}
+
+// Whose accuracy the plots show.
+std::string referenceText(const Report& report) {
+  return runsWithoutNodeZero(report).empty() ? "node 0" : "reference node";
+}
+
 bool hasNodeFiles(const fs::path& folder) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(folder, ec)) {
@@ -457,7 +471,8 @@ PlotSet writePlots(const Report& report, const fs::path& folder, const std::stri
   // Test accuracy of each run's reference node against its wall time.
   {
     const fs::path png = dir / "accuracy-vs-time.png";
-    std::string script = scriptHeader(png, "Test accuracy (node 0) against wall time");
+    std::string script = scriptHeader(
+        png, fmt::format("Test accuracy ({}) against wall time", referenceText(report)));
     script +=
         "set xlabel \"seconds since the node started training\"\n"
         "set ylabel \"test accuracy (%)\"\nset key bottom right\n";
@@ -505,8 +520,8 @@ PlotSet writePlots(const Report& report, const fs::path& folder, const std::stri
   {
     const fs::path png = dir / "time-to-target.png";
     std::string script = scriptHeader(
-        png,
-        fmt::format("Time to {} test accuracy (node 0): median, min and max over seeds", target));
+        png, fmt::format("Time to {} test accuracy ({}): median, min and max over seeds", target,
+                         referenceText(report)));
     script += fmt::format(
         "set ylabel \"seconds\"\nset style fill solid 0.5\nset boxwidth 0.6\n"
         "set xrange [-0.5:{}]\nset key top left\n",
@@ -616,6 +631,18 @@ std::string reportMarkdown(const Report& report, const PlotSet& plots) {
       "- **mean backups**: consensus b_i (neighbors not waited for) over all rounds and nodes; "
       "**staleness**: consensus: mean staleness (rounds) of the models mixed in; PS: the bound.\n",
       target);
+  if (const auto others = runsWithoutNodeZero(report); !others.empty()) {
+    std::vector<std::string> named;
+    named.reserve(others.size());
+    for (const RunSummary* run : others) {
+      named.push_back(
+          fmt::format("{} seed {} uses node {}", run->variant, run->seed, run->reference_node));
+    }
+    out += fmt::format(
+        "- **node 0** above is the reference node, node 0 of each run, except where node 0's "
+        "metrics file was missing and the lowest id present stands in: {}.\n",
+        fmt::join(named, "; "));
+  }
   if (!plots.pngs.empty()) {
     out += "\n## Plots\n\n";
     for (const auto& png : plots.pngs) {

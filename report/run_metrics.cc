@@ -248,6 +248,12 @@ RunMetrics readRunFolder(const fs::path& dir) {
     }
   }
   const NodeMetrics& ref = run.nodes.front();
+  if (ref.node != 0) {
+    addWarning(run, dropped,
+               fmt::format("{}: no node-0.jsonl; node {} (the lowest id present) is the reference "
+                           "node of this run",
+                           dir.string(), ref.node));
+  }
   if (ref.target_after_rejoin && ref.time_to_target < 0 && !ref.target_seconds) {
     addWarning(run, dropped,
                fmt::format("{}: node {} reached the target only after it rejoined; the file does "

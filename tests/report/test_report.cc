@@ -327,6 +327,28 @@ TEST_F(ReportTest, ARejoinedNodesFileIsSplitIntoLives) {
   EXPECT_TRUE(contains(script, "$run0 << EOD\n2 60\nEOD\n")) << script;
 }
 
+// Without node-0.jsonl the lowest id present is the reference node: the report says which
+// instead of calling it node 0.
+TEST_F(ReportTest, AMissingNodeZeroNamesTheRealReferenceNode) {
+  write("node-2.jsonl", psNode(0.5, R"(,"time_to_target":3)"));
+  write("node-3.jsonl", psNode(0.5, R"(,"time_to_target":4)"));
+  RunMetrics metrics = readRunFolder(dir_);
+  ASSERT_EQ(metrics.warnings.size(), 1u);
+  EXPECT_TRUE(contains(metrics.warnings[0],
+                       "no node-0.jsonl; node 2 (the lowest id present) is the reference node"))
+      << metrics.warnings[0];
+  EXPECT_EQ(summarizeRun(metrics).reference_node, 2u);
+  Report report = buildReport(loadReportInput(dir_));
+  ASSERT_EQ(report.warnings.size(), 1u);
+  const PlotSet plots = writeReportFiles(report, dir_);
+  const std::string md = reportMarkdown(report, plots);
+  EXPECT_TRUE(contains(md, "ps:ssp:2 seed 0 uses node 2")) << md;
+  std::ifstream gp(dir_ / "plots" / "accuracy-vs-time.gp");
+  const std::string script((std::istreambuf_iterator<char>(gp)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(contains(script, "Test accuracy (reference node)")) << script;
+  EXPECT_FALSE(contains(script, "node 0")) << script;
+}
+
 TEST_F(ReportTest, CompareFolderGivesTheExpectedCsvTableAndPlots) {
   writeCompareFolder();
   ReportInput input = loadReportInput(dir_);
