@@ -25,7 +25,6 @@
 #include "cli/launcher.h"
 #include "consensus/consensus_peer.h"
 #include "faults/link_delay.h"
-#include "faults/straggler.h"
 #include "ml/dataset.h"
 #include "node/launch_env.h"
 #include "node/node.h"
@@ -378,12 +377,6 @@ void runTraining(const NodeArgs& args, const NodeSetup& setup, const std::string
     validate_mode();
   } catch (const std::invalid_argument& e) {
     throw CommandFailure(2, e.what());
-  }
-  try {
-    faults::StragglerProfile::parse(setup.me->stragglers);
-  } catch (const std::invalid_argument& e) {
-    throw CommandFailure(
-        2, fmt::format("{}: node {}'s stragglers attribute: {}", args.topology, self, e.what()));
   }
   // The data and the model come before the listener: once this node accepts connections its
   // peers may send models or requests, and the handlers must be in place by then.

@@ -18,6 +18,7 @@
 #include <sstream>
 #include <system_error>
 
+#include "faults/straggler.h"
 #include "topology/address.h"
 
 namespace chorus::topology {
@@ -347,6 +348,14 @@ class Validator {
         wrongType(*stragglers, "stragglers", "a string", "write stragglers = \"fixed:20\"");
       } else {
         raw.stragglers = text->get();
+        // Checked here, so that `topo check` and every command that loads the file refuse a
+        // profile that would only fail once a node starts.
+        try {
+          (void)faults::StragglerProfile::parse(raw.stragglers);
+        } catch (const std::invalid_argument& e) {
+          report(positionOf(stragglers->source()), e.what(),
+                 "write a profile as in docs/stragglers.md, e.g. stragglers = \"fixed:20\"");
+        }
       }
     }
     if (const toml::node* weight = table.get("weight"); weight != nullptr) {

@@ -203,6 +203,13 @@ TEST(TopologyValidation, NonPositiveWeight) {
                                         {18, "weight nan is not positive"}});
 }
 
+// A profile the fault layer cannot parse is refused with the file, not when the node starts.
+TEST(TopologyValidation, BadStragglerProfiles) {
+  expectDiagnostics("bad_stragglers.toml",
+                    {{8, "bad straggler term 'bogus:1': unknown kind 'bogus'"},
+                     {18, "bad straggler term 'fixed:-3': MS must be >= 0 and at most"}});
+}
+
 TEST(TopologyValidation, NodeWrittenAsSingleTable) {
   expectDiagnostics("node_not_array.toml",
                     {{5,
