@@ -275,6 +275,9 @@ ReportInput loadReportInput(const fs::path& folder) {
     RunMetrics metrics = readRunFolder(folder);
     RunRecord run;
     run.variant = variantNameOf(metrics);
+    // A launch folder has no manifest: its seed is the one the nodes started with.
+    if (!metrics.nodes.empty() && metrics.nodes.front().seed)
+      run.seed = *metrics.nodes.front().seed;
     run.dir = folder;
     input.variants.push_back(run.variant);
     input.runs.push_back(run);

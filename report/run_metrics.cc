@@ -104,6 +104,10 @@ NodeMetrics readNodeFile(const fs::path& path, uint32_t id, RunMetrics& run, siz
       node.mode = object.string("mode").value_or("");
       node.backup = object.string("backup").value_or("");
       if (node.mode == "ps") node.staleness = stalenessText(object.find("staleness"));
+      // A seed beyond 2^53 does not survive the trip through a double: better none than wrong.
+      if (auto seed = object.number("seed"); seed && isStepNumber(*seed)) {
+        node.seed = static_cast<uint64_t>(*seed);
+      }
     } else if (*event == "round" || *event == "clock") {
       auto step = object.number(*event);
       auto time = object.number("time");

@@ -41,6 +41,7 @@ struct NodeMetrics {
   std::string mode;              // "consensus", "ps", or "" when the file has no start event
   std::string backup;            // consensus: the rule
   std::string staleness;         // ps: the bound as written ("0", "3", "inf"), "" if not given
+  std::optional<uint64_t> seed;  // the run's --seed, from the start event
   std::vector<StepPoint> steps;  // of every life, in file order
   int lives = 1;                 // 1 + the rejoins
   // The round or clock the last life's steps began at: 0 for a node that started with the run,

@@ -427,6 +427,15 @@ TEST_F(ReportTest, ALaunchFolderIsOneRunNamedAfterItsMode) {
   EXPECT_TRUE(fs::exists(dir_ / "plots" / "time-to-target.png"));
 }
 
+// A launch folder has no manifest to say its seed: the nodes' start events do.
+TEST_F(ReportTest, ALaunchFolderTakesItsSeedFromTheStartEvent) {
+  write("node-0.jsonl", R"({"event":"start","time":0,"mode":"ps","staleness":2,"seed":7})"
+                        "\n");
+  ReportInput input = loadReportInput(dir_);
+  ASSERT_EQ(input.runs.size(), 1u);
+  EXPECT_EQ(input.runs[0].seed, 7u);
+}
+
 TEST_F(ReportTest, PsStalenessSpellingsNameTheVariant) {
   write("a/node-0.jsonl", R"({"event":"start","mode":"ps","staleness":"inf"})"
                           "\n");
