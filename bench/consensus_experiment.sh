@@ -6,8 +6,8 @@
 # table (medians over seeds) and gnuplot plots into the output directory.
 #
 # Usage: bench/consensus_experiment.sh [--seeds N] [--quick] [--out DIR] [--rounds R]
-#          [--rules "wait-all static:1 ..."] [--stragglers PROFILE] [--chorus PATH]
-#          [--eval-every N] [--base-port P] [--first-seed S] [--summarize-only]
+#          [--rules "wait-all static:1 ..."] [--stragglers PROFILE] [--link-delay MS[,JITTER]]
+#          [--chorus PATH] [--eval-every N] [--base-port P] [--first-seed S] [--summarize-only]
 # Defaults: 3 seeds (1..3), out runs/consensus-experiment, see below for the rest. --quick runs
 # 1 seed. --first-seed S runs seeds S..N only (to add seeds to a DIR that already holds the
 # earlier ones). --summarize-only rebuilds table and plots from the metrics already in DIR.
@@ -25,6 +25,9 @@ rules="wait-all static:1 static:2 deadline:0.75 dynamic"
 # step of 8 processes takes only a few ms of CPU, so the delays must dominate it, or the runs
 # would measure CPU contention instead of stragglers (docs/consensus-experiment.md).
 stragglers="shifted-exp:20,40+slow:5=4"
+# --link-delay: every frame waits this long before it is sent (docs/stragglers.md); none by
+# default, as on loopback.
+link_delay=none
 chorus="${CHORUS:-$here/build/cli/chorus}"
 data_dir="${CHORUS_MNIST:-$here/../shared/datasets/mnist}"
 base_port=27100
@@ -39,6 +42,7 @@ while [[ $# -gt 0 ]]; do
     --rounds) rounds="$2"; shift 2 ;;
     --rules) rules="$2"; shift 2 ;;
     --stragglers) stragglers="$2"; shift 2 ;;
+    --link-delay) link_delay="$2"; shift 2 ;;
     --chorus) chorus="$2"; shift 2 ;;
     --eval-every) eval_every="$2"; shift 2 ;;
     --base-port) base_port="$2"; shift 2 ;;
@@ -71,7 +75,7 @@ if [[ $summarize_only -eq 0 ]]; then
   {
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "host: $(uname -srm), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
-    echo "stragglers: $stragglers; rounds: $rounds; eval-every: $eval_every; seeds: $seeds"
+    echo "stragglers: $stragglers; link delay: $link_delay; rounds: $rounds; eval-every: $eval_every; seeds: $seeds"
   } > "$out/machine.txt"
   for seed in $(seq "$first_seed" "$seeds"); do
     for rule in $rules; do
@@ -80,7 +84,8 @@ if [[ $summarize_only -eq 0 ]]; then
       mkdir -p "$run"
       cmd=("$chorus" launch "$topo" --timeout 1200 --data mnist --data-dir "$data_dir"
            --model mlp --shard iid --batch 64 --lr 0.05 --momentum 0.9 --rounds "$rounds"
-           --backup "$rule" --stragglers "$stragglers" --seed "$seed" --target-acc "$target"
+           --backup "$rule" --stragglers "$stragglers" --link-delay "$link_delay"
+           --seed "$seed" --target-acc "$target"
            --eval-every "$eval_every" --out "$run")
       echo "$(date -u +%H:%M:%S) rule $rule seed $seed: ${cmd[*]}"
       printf '%q ' "${cmd[@]}" > "$run/command.txt"

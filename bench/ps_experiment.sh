@@ -7,8 +7,8 @@
 # a Markdown table (medians over seeds) and a gnuplot plot of accuracy against wall time.
 #
 # Usage: bench/ps_experiment.sh [--seeds N] [--first-seed S] [--out DIR] [--rounds R]
-#          [--variants "0 1 3 inf"] [--stragglers PROFILE] [--shard iid|dirichlet:ALPHA]
-#          [--lr LR] [--momentum M] [--owner-momentum clock|push]
+#          [--variants "0 1 3 inf"] [--stragglers PROFILE] [--link-delay MS[,JITTER]]
+#          [--shard iid|dirichlet:ALPHA] [--lr LR] [--momentum M] [--owner-momentum clock|push]
 #          [--async-rounds cluster|worker] [--chorus PATH] [--summarize-only]
 # --first-seed S runs seeds S..N only (to add seeds to a DIR that holds the earlier ones).
 set -euo pipefail
@@ -22,6 +22,9 @@ variants="0 1 3 inf"
 # The same profile as the consensus experiment (docs/consensus-experiment.md): every step
 # sleeps 20 ms + Exp(mean 40 ms), and node 5 takes 4x as long for its whole step.
 stragglers="shifted-exp:20,40+slow:5=4"
+# --link-delay: every frame waits this long before it is sent (docs/stragglers.md); none by
+# default, as on loopback.
+link_delay=none
 chorus="${CHORUS:-$here/build/cli/chorus}"
 data_dir="${CHORUS_MNIST:-$here/../shared/datasets/mnist}"
 base_port=27300
@@ -41,6 +44,7 @@ while [[ $# -gt 0 ]]; do
     --rounds) rounds="$2"; shift 2 ;;
     --variants) variants="$2"; shift 2 ;;
     --stragglers) stragglers="$2"; shift 2 ;;
+    --link-delay) link_delay="$2"; shift 2 ;;
     --shard) shard="$2"; shift 2 ;;
     --lr) lr="$2"; shift 2 ;;
     --momentum) momentum="$2"; shift 2 ;;
@@ -67,7 +71,7 @@ if [[ $summarize_only -eq 0 ]]; then
   {
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "host: $(uname -srm), $(nproc) cores"
-    echo "stragglers: $stragglers; shard: $shard; rounds: $rounds; seeds: $seeds; lr: $lr; momentum: $momentum ($owner_momentum); async rounds: $async_rounds"
+    echo "stragglers: $stragglers; link delay: $link_delay; shard: $shard; rounds: $rounds; seeds: $seeds; lr: $lr; momentum: $momentum ($owner_momentum); async rounds: $async_rounds"
   } > "$out/machine.txt"
   # Seed-major order: load drift on a shared machine hits every variant alike.
   for seed in $(seq "$first_seed" "$seeds"); do
@@ -78,7 +82,8 @@ if [[ $summarize_only -eq 0 ]]; then
       cmd=("$chorus" launch "$topo" --mode ps --staleness "$s" --timeout 1200 --data mnist
            --data-dir "$data_dir" --model mlp --shard "$shard" --batch 64 --lr "$lr" --momentum "$momentum"
            --owner-momentum "$owner_momentum" --async-rounds "$async_rounds"
-           --rounds "$rounds" --stragglers "$stragglers" --seed "$seed" --target-acc "$target"
+           --rounds "$rounds" --stragglers "$stragglers" --link-delay "$link_delay"
+           --seed "$seed" --target-acc "$target"
            --eval-every 25 --out "$run")
       echo "$(date -u +%H:%M:%S) staleness $s seed $seed"
       printf '%q ' "${cmd[@]}" > "$run/command.txt"
