@@ -233,11 +233,16 @@ Checkpoint loadCheckpoint(const std::string& path) {
                     "writes 0 or one per parameter)",
                     path, stateCount, paramCount));
   }
+  // memcpy into an empty vector's data() (null) is undefined even for zero bytes.
   checkpoint.params.resize(paramCount);
-  std::memcpy(checkpoint.params.data(), data.data() + offset, 4 * paramCount);
+  if (paramCount > 0) {
+    std::memcpy(checkpoint.params.data(), data.data() + offset, 4 * paramCount);
+  }
   offset += 4 * paramCount;
   checkpoint.optimizerState.resize(stateCount);
-  std::memcpy(checkpoint.optimizerState.data(), data.data() + offset, 4 * stateCount);
+  if (stateCount > 0) {
+    std::memcpy(checkpoint.optimizerState.data(), data.data() + offset, 4 * stateCount);
+  }
   return checkpoint;
 }
 
