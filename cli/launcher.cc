@@ -282,9 +282,11 @@ class Cluster {
     if (self->signals_seen_ == 1) {
       self->first_signal_ms_ = now;
       self->result_.signal = signum;
-      self->err(fmt::format("[launch] {}: passing it to every node (again to kill them)",
-                            signalName(signum)));
-      // SIGHUP's default would end a node without Leave: the nodes get SIGTERM instead.
+      self->err(fmt::format(
+          "[launch] {}: passing it to every node (another signal a second later kills them)",
+          signalName(signum)));
+      // A hang-up means the terminal is gone: the nodes are asked to stop with SIGTERM, the
+      // signal every launcher and scheduler uses for that.
       self->terminateAll(signum == SIGHUP ? SIGTERM : signum);
     } else if (now - self->first_signal_ms_ < kRepeatIgnoredMs) {
       // The same interrupt seen twice: `timeout` signals both this process and its group,
