@@ -203,8 +203,10 @@ TEST(PsPeer, AsyncRunsEndOnTheClustersClockTotal) {
   EXPECT_GE(total, kNodes * kRounds);
   EXPECT_LE(total, kNodes * kRounds + 2 * kNodes);
   EXPECT_LE(run.reports[3].clocks_done, 2);
-  for (NodeId i = 0; i < 3; ++i)
-    EXPECT_GT(run.reports[i].clocks_done, kRounds) << "node " << i;
+  // The three that kept going did node 3's share between them. How they split it depends on
+  // the scheduler (one of them may do exactly kRounds), so only their sum is checked.
+  EXPECT_GT(run.reports[0].clocks_done + run.reports[1].clocks_done + run.reports[2].clocks_done,
+            3 * kRounds + kRounds / 2);
   for (NodeId i = 0; i < kNodes; ++i) {
     const PsReport& r = run.reports[i];
     // Every worker's every clock pushed to every owner, and each owner applied them all.
