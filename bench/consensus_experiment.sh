@@ -99,32 +99,11 @@ if [[ $summarize_only -eq 0 ]]; then
 fi
 
 # Summary: one row per rule, medians over the seeds that ran.
-python3 - "$out" "$rules" "$target" <<'PY'
+PYTHONPATH="$here/bench${PYTHONPATH:+:$PYTHONPATH}" python3 - "$out" "$rules" "$target" <<'PY'
 import glob, json, os, statistics, sys
+from metrics_lines import load  # bench/metrics_lines.py
 
 out, rules, target = sys.argv[1], sys.argv[2].split(), float(sys.argv[3])
-
-def load(path, _cache={}):
-    # A node killed while writing leaves its last line cut short: such a line (or any that is
-    # not a JSON object with an "event") is skipped with a note on stderr, as chorus report
-    # does (report/run_metrics.cc). Each file is read once.
-    if path not in _cache:
-        events = []
-        with open(path) as f:
-            for number, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    event = json.loads(line)
-                except ValueError as e:
-                    print(f"{path}:{number}: not a JSON object ({e}), skipped", file=sys.stderr)
-                    continue
-                if not isinstance(event, dict) or "event" not in event:
-                    print(f'{path}:{number}: no "event" field, skipped', file=sys.stderr)
-                    continue
-                events.append(event)
-        _cache[path] = events
-    return _cache[path]
 
 def med(xs):
     xs = [x for x in xs if x is not None]
