@@ -1,8 +1,10 @@
 // The `chorus` command line: each command family registers itself on the root CLI11 app.
 #pragma once
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace CLI {
 class App;
@@ -27,6 +29,11 @@ void addTopoCommands(CLI::App& app);
 void addNodeCommands(CLI::App& app);
 // `chorus launch`: every node of a topology file as child processes of this one
 void addLaunchCommand(CLI::App& app);
+// What `chorus node --topology <topology> --id <id> <node_args>` checks before it reads data or
+// binds a port, run in this process: throws CommandFailure(2, ...) naming the bad flag. So that
+// `chorus launch` refuses a bad node option once, instead of every node failing with it.
+void checkNodeArguments(const std::string& topology, uint32_t id,
+                        const std::vector<std::string>& node_args);
 // `chorus train` (single node)
 void addTrainCommand(CLI::App& app);
 // `chorus compare`: runs training variants on the same work and reports them side by side

@@ -73,6 +73,19 @@ void runLaunchCommand(CLI::App& cmd, const LaunchArgs& args) {
                        "--rejoin to start a new job",
                        args.topology));
   }
+  // launch gives each node its file and id itself; a second one would be refused by every node.
+  for (const std::string& arg : options.node_args) {
+    for (const char* own : {"--id", "--topology"}) {
+      if (arg == own || arg.rfind(std::string(own) + "=", 0) == 0) {
+        throw CommandFailure(2, fmt::format("{}: chorus launch passes each node the topology file "
+                                            "and its id itself; choose nodes with --ids",
+                                            own));
+      }
+    }
+  }
+  // The same options go to every node: one check here says once what each node would say.
+  if (!options.ids.empty())
+    checkNodeArguments(args.topology, options.ids.front(), options.node_args);
   fmt::print("[launch] cluster '{}' ({} mode) from {}: starting {} node(s){}\n", topo.name,
              topology::modeName(topo.mode), args.topology, options.ids.size(),
              options.node_args.empty()
@@ -105,7 +118,8 @@ void addLaunchCommand(CLI::App& app) {
       "launch",
       "Start every node of a topology file on this machine as child processes.\n"
       "Each child runs `chorus node --topology FILE --id I` followed by every option this command\n"
-      "does not know itself (so: `chorus launch FILE --log-level debug` passes --log-level on).\n"
+      "does not know itself (so: `chorus launch FILE --log-level debug` passes --log-level on);\n"
+      "those options are checked once before any node starts.\n"
       "Output lines are prefixed with [node I]; Ctrl-C, SIGTERM or SIGHUP is passed to every node\n"
       "once (another one more than a second later kills them), and a node whose launcher dies\n"
       "leaves in order. Exits 0 only when every node exits 0; 128+N when signal N interrupted\n"

@@ -251,7 +251,10 @@ NodeSetup setUpNode(const NodeArgs& args, spdlog::level::level_enum level) {
     if (node::Status loaded = node::loadClusterKey(secret_file, &key, &warning); !loaded.ok()) {
       throw CommandFailure(2, loaded.message());
     }
-    if (!warning.empty()) spdlog::warn("node {}: {}", self, warning);
+    // `level` is off for launch's check: the nodes warn themselves.
+    if (!warning.empty() && level != spdlog::level::off) {
+      spdlog::warn("node {}: {}", self, warning);
+    }
     options.cluster_key = key;
   }
   if (node::Status valid = node::validateOptions(options); !valid.ok()) {
@@ -265,19 +268,48 @@ NodeSetup setUpNode(const NodeArgs& args, spdlog::level::level_enum level) {
   return setup;
 }
 
+// --rejoin is one flag for both modes; it is registered with consensus mode's options.
+ps::PsOptions psOptions(const NodeArgs& args) {
+  ps::PsOptions options = args.ps;
+  options.rejoin = args.consensus.rejoin;
+  return options;
+}
+
+// Every check of the flags that needs no data and no port, for the mode the node will run in
+// (exit 2). `chorus launch` runs the same checks once before it starts any node.
+void checkModeArgs(const NodeArgs& args, const NodeSetup& setup, const std::string& mode) {
+  if (mode == "ping") {
+    // A ping larger than a frame may be would close every connection it is sent on.
+    constexpr size_t kPingEnvelopeBytes = 4096;  // header, nonce and vector prefix, with room
+    if (args.payload_bytes + kPingEnvelopeBytes > setup.options.max_frame_bytes) {
+      throw CommandFailure(2, fmt::format("--payload-bytes {} plus a frame's envelope is more "
+                                          "than --max-frame-mib {} accepts: lower "
+                                          "--payload-bytes or raise --max-frame-mib",
+                                          args.payload_bytes, args.max_frame_mib));
+    }
+    return;
+  }
+  if (mode != "consensus" && mode != "ps") {
+    throw CommandFailure(2, fmt::format("unknown mode \"{}\": use consensus, ps or ping", mode));
+  }
+  try {
+    run::validateRunOptions(args.run);
+    if (mode == "consensus") {
+      consensus::validateConsensusOptions(args.consensus);
+      consensus::validateChunkFitsFrames(args.consensus, setup.options.max_frame_bytes);
+    } else {
+      ps::validatePsOptions(psOptions(args));
+    }
+  } catch (const std::invalid_argument& e) {
+    throw CommandFailure(2, e.what());
+  }
+}
+
 void runPing(const NodeArgs& args, const NodeSetup& setup) {
   const node::NodeId self = setup.self;
   const topology::Topology& topo = setup.topo;
   const topology::NodeSpec* me = setup.me;
   const std::vector<node::PeerAddress>& peers = setup.peers;
-  // A ping larger than a frame may be would close every connection it is sent on.
-  constexpr size_t kPingEnvelopeBytes = 4096;  // header, nonce and vector prefix, with room
-  if (args.payload_bytes + kPingEnvelopeBytes > setup.options.max_frame_bytes) {
-    throw CommandFailure(2, fmt::format("--payload-bytes {} plus a frame's envelope is more than "
-                                        "--max-frame-mib {} accepts: lower --payload-bytes or "
-                                        "raise --max-frame-mib",
-                                        args.payload_bytes, args.max_frame_mib));
-  }
 
   SignalWatcher signals;
   node::Node node(setup.options);
@@ -364,20 +396,12 @@ class TrainingSession {
 using SessionFactory =
     std::function<std::unique_ptr<TrainingSession>(node::Node&, run::NodeJob job)>;
 
-// Validates the shared flags (and the mode's, through `validate_mode`), loads the data, builds
-// the mode's session, joins the cluster, trains and leaves in order.
+// Loads the data, builds the mode's session, joins the cluster, trains and leaves in order.
+// The flags were checked before (checkModeArgs).
 void runTraining(const NodeArgs& args, const NodeSetup& setup, const std::string& mode,
-                 const std::function<void()>& validate_mode, const SessionFactory& make_session,
-                 const std::string& peers_description) {
+                 const SessionFactory& make_session, const std::string& peers_description) {
   const node::NodeId self = setup.self;
   const topology::Topology& topo = setup.topo;
-  // Bad flags first (exit 2), before any data is read or port bound.
-  try {
-    run::validateRunOptions(args.run);
-    validate_mode();
-  } catch (const std::invalid_argument& e) {
-    throw CommandFailure(2, e.what());
-  }
   // The data and the model come before the listener: once this node accepts connections its
   // peers may send models or requests, and the handlers must be in place by then.
   run::NodeJob job;
@@ -486,10 +510,6 @@ void runConsensus(const NodeArgs& args, const NodeSetup& setup) {
   }
   runTraining(
       args, setup, "consensus",
-      [&] {
-        consensus::validateConsensusOptions(args.consensus);
-        consensus::validateChunkFitsFrames(args.consensus, setup.options.max_frame_bytes);
-      },
       [&](node::Node& node, run::NodeJob job) {
         return std::make_unique<ConsensusSession>(node, std::move(job), layout, args.consensus,
                                                   args.run.target_acc);
@@ -557,11 +577,9 @@ void runPs(const NodeArgs& args, const NodeSetup& setup) {
   std::vector<node::NodeId> members;
   for (const auto& n : setup.topo.nodes)
     members.push_back(n.id);
-  // --rejoin is one flag for both modes; it is registered with consensus mode's options.
-  ps::PsOptions options = args.ps;
-  options.rejoin = args.consensus.rejoin;
+  const ps::PsOptions options = psOptions(args);
   runTraining(
-      args, setup, "ps", [&] { ps::validatePsOptions(options); },
+      args, setup, "ps",
       [&](node::Node& node, run::NodeJob job) {
         return std::make_unique<PsSession>(node, std::move(job), members, options,
                                            args.run.target_acc);
@@ -569,21 +587,37 @@ void runPs(const NodeArgs& args, const NodeSetup& setup) {
       fmt::format("owning its shard of the parameters, staleness {}", args.ps.staleness));
 }
 
+std::string modeOf(const NodeArgs& args, const NodeSetup& setup) {
+  return args.mode.empty() ? topology::modeName(setup.topo.mode) : args.mode;
+}
+
 void runNode(const NodeArgs& args) {
   followLauncher();
   const auto level = spdlog::level::from_str(args.log_level);
   spdlog::set_level(level);
   NodeSetup setup = setUpNode(args, level);
-  std::string mode = args.mode.empty() ? topology::modeName(setup.topo.mode) : args.mode;
+  const std::string mode = modeOf(args, setup);
+  // Bad flags first (exit 2), before any data is read or port bound.
+  checkModeArgs(args, setup, mode);
   if (mode == "ping") return runPing(args, setup);
   if (mode == "consensus") return runConsensus(args, setup);
-  if (mode == "ps") return runPs(args, setup);
-  throw CommandFailure(2, fmt::format("unknown mode \"{}\": use consensus, ps or ping", mode));
+  return runPs(args, setup);
+}
+
+// The callback of `chorus launch`'s check: everything runNode does before it reads data, binds
+// a port or starts a thread, and nothing after.
+void checkNode(const NodeArgs& args) {
+  NodeSetup setup = setUpNode(args, spdlog::level::off);
+  checkModeArgs(args, setup, modeOf(args, setup));
 }
 
 }  // namespace
 
-void addNodeCommands(CLI::App& app) {
+namespace {
+
+// Registers `chorus node` on `app`. With `check_only` its callback checks the flags and returns
+// (checkNodeArguments) instead of running the node.
+void registerNodeCommand(CLI::App& app, bool check_only) {
   auto args = std::make_shared<NodeArgs>();
   args->run.data.name = "fashion-mnist";
   args->run.model.name = "mlp";
@@ -672,7 +706,29 @@ void addNodeCommands(CLI::App& app) {
   run::addRunOptions(*cmd, args->run);
   consensus::addConsensusOptions(*cmd, args->consensus);
   ps::addPsOptions(*cmd, args->ps);
-  cmd->callback([args] { runNode(*args); });
+  cmd->callback([args, check_only] { check_only ? checkNode(*args) : runNode(*args); });
+}
+
+}  // namespace
+
+void addNodeCommands(CLI::App& app) {
+  registerNodeCommand(app, /*check_only=*/false);
+}
+
+void checkNodeArguments(const std::string& topology, uint32_t id,
+                        const std::vector<std::string>& node_args) {
+  CLI::App app{"", "chorus"};
+  app.require_subcommand(1);
+  registerNodeCommand(app, /*check_only=*/true);
+  std::vector<std::string> argv = {"node", "--topology", topology, "--id", std::to_string(id)};
+  argv.insert(argv.end(), node_args.begin(), node_args.end());
+  std::reverse(argv.begin(), argv.end());  // CLI11 takes the words last to first
+  try {
+    app.parse(argv);
+  } catch (const CLI::ParseError& e) {
+    throw CommandFailure(
+        2, fmt::format("{} (passed on to the nodes: see chorus node --help)", e.what()));
+  }
 }
 
 }  // namespace chorus::cli

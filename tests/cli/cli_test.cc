@@ -260,6 +260,35 @@ TEST(ChorusLaunch, DuplicateIdsAndPingsLargerThanAFrameAreRefused) {
   std::filesystem::remove(topo);
 }
 
+// The options launch passes on are the same for every node: a bad one is refused once, with
+// status 2, before any node starts (it used to come back from every node, as a failed launch).
+TEST(ChorusLaunch, ABadNodeOptionIsRefusedOnceBeforeAnyNodeStarts) {
+  const std::vector<uint16_t> ports = freePorts(3);
+  std::string topo = writeCluster("launch-badopt", ports);
+  // Each case: the options after the topology file, and what the one error must say.
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--mode", "ps", "--no-such-flag"}, "--no-such-flag"},
+      {{"--mode", "ps", "--staleness", "-2"}, "bad staleness '-2'"},
+      {{"--mode", "consensus", "--backup", "sometimes"}, "bad backup rule 'sometimes'"},
+      {{"--mode", "ping", "--link-delay", "30ms"}, "--link-delay: bad link delay '30ms'"},
+      {{"--mode", "ps", "--momentum", "nan"}, "--momentum"},
+      {{"--id", "1"}, "--id: chorus launch passes each node the topology file and its id"},
+      {{"--topology=" + topo}, "--topology: chorus launch passes each node"},
+  };
+  for (const auto& [args, message] : cases) {
+    std::vector<std::string> argv{chorusBinary(), "launch", topo};
+    argv.insert(argv.end(), args.begin(), args.end());
+    CommandResult r = runCommand(argv);
+    EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+    EXPECT_TRUE(contains(r.err, message)) << r.err;
+    // One error line, and no node was started.
+    EXPECT_EQ(r.err.find("chorus: error:"), r.err.rfind("chorus: error:")) << r.err;
+    EXPECT_FALSE(contains(r.out + r.err, "[node ")) << r.out << r.err;
+    EXPECT_FALSE(contains(r.out, "starting")) << r.out;
+  }
+  std::filesystem::remove(topo);
+}
+
 TEST(ChorusLaunch, ANodeThatFailsIsNamedAndTheLaunchFails) {
   std::vector<uint16_t> ports = freePorts(3);
   // Node 3's port is taken by someone else: it cannot listen, and the others never complete
