@@ -1,10 +1,13 @@
 // The `chorus` command line: each command family registers itself on the root CLI11 app.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "faults/link_delay.h"
 
 namespace CLI {
 class App;
@@ -34,6 +37,13 @@ void addLaunchCommand(CLI::App& app);
 // `chorus launch` refuses a bad node option once, instead of every node failing with it.
 void checkNodeArguments(const std::string& topology, uint32_t id,
                         const std::vector<std::string>& node_args);
+// A --link-delay value for nodes with this heartbeat interval and peer time-out: parsed, and
+// refused when a heartbeat held back by it could come later than the time-out (the peer would
+// be called down). Throws CommandFailure(2, ...) naming the flag, `time_out_name` (what sets
+// the time-out) and `remedy` (what to change). Used by `chorus node` and `chorus compare`.
+faults::LinkDelay parseLinkDelayFlag(const std::string& text, std::chrono::milliseconds heartbeat,
+                                     std::chrono::milliseconds peer_timeout,
+                                     const std::string& time_out_name, const std::string& remedy);
 // `chorus train` (single node)
 void addTrainCommand(CLI::App& app);
 // `chorus compare`: runs training variants on the same work and reports them side by side

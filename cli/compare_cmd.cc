@@ -282,22 +282,11 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
     }
   }
   if (!args.link_delay.empty()) {
-    faults::LinkDelay link;
-    try {
-      link = faults::LinkDelay::parse(args.link_delay);
-    } catch (const std::invalid_argument& e) {
-      throw CommandFailure(2, fmt::format("--link-delay: {}", e.what()));
-    }
     // The nodes run with the default heartbeat and peer time-out (compare does not change them).
     const node::NodeOptions defaults;
-    if (link.delay + link.jitter + defaults.heartbeat_interval >= defaults.peer_timeout) {
-      throw CommandFailure(
-          2, fmt::format("--link-delay {}: delay plus jitter must stay below {} ms, or the nodes' "
-                         "heartbeats would arrive after their {} ms peer time-out",
-                         args.link_delay,
-                         (defaults.peer_timeout - defaults.heartbeat_interval).count(),
-                         defaults.peer_timeout.count()));
-    }
+    parseLinkDelayFlag(args.link_delay, defaults.heartbeat_interval, defaults.peer_timeout,
+                       fmt::format("the nodes' {} ms peer time-out", defaults.peer_timeout.count()),
+                       "compare runs the nodes with the default time-outs");
   }
   if (args.run.data.name != "synthetic") {
     try {

@@ -221,20 +221,10 @@ NodeSetup setUpNode(const NodeArgs& args, spdlog::level::level_enum level) {
   options.log_level = level;
   options.cluster_ready_timeout = secondsToMs(args.ready_timeout_s);
   if (!args.link_delay.empty()) {
-    faults::LinkDelay link;
-    try {
-      link = faults::LinkDelay::parse(args.link_delay);
-    } catch (const std::invalid_argument& e) {
-      throw CommandFailure(2, fmt::format("--link-delay: {}", e.what()));
-    }
+    const faults::LinkDelay link = parseLinkDelayFlag(
+        args.link_delay, options.heartbeat_interval, options.peer_timeout,
+        fmt::format("--peer-timeout-ms {}", args.peer_timeout_ms), "raise --peer-timeout-ms");
     const auto worst = link.delay + link.jitter;
-    if (worst + options.heartbeat_interval >= options.peer_timeout) {
-      throw CommandFailure(
-          2, fmt::format("--link-delay {}: a heartbeat could arrive {} ms after the one before, "
-                         "later than --peer-timeout-ms {}; raise --peer-timeout-ms",
-                         args.link_delay, worst.count() / 1000.0 + args.heartbeat_ms,
-                         args.peer_timeout_ms));
-    }
     options.link_delay = link.delay;
     options.link_jitter = link.jitter;
     options.link_seed = args.run.seed;
@@ -710,6 +700,26 @@ void registerNodeCommand(CLI::App& app, bool check_only) {
 }
 
 }  // namespace
+
+faults::LinkDelay parseLinkDelayFlag(const std::string& text, milliseconds heartbeat,
+                                     milliseconds peer_timeout, const std::string& time_out_name,
+                                     const std::string& remedy) {
+  faults::LinkDelay link;
+  try {
+    link = faults::LinkDelay::parse(text);
+  } catch (const std::invalid_argument& e) {
+    throw CommandFailure(2, fmt::format("--link-delay: {}", e.what()));
+  }
+  // A heartbeat is due every `heartbeat`; held back by up to delay + jitter, it could come
+  // later than the time-out after the one before it, and a healthy peer would be called down.
+  if (link.delay + link.jitter + heartbeat >= peer_timeout) {
+    throw CommandFailure(
+        2, fmt::format("--link-delay {}: delay plus jitter must stay below {} ms, "
+                       "or a heartbeat could arrive later than {}; {}",
+                       text, (peer_timeout - heartbeat).count(), time_out_name, remedy));
+  }
+  return link;
+}
 
 void addNodeCommands(CLI::App& app) {
   registerNodeCommand(app, /*check_only=*/false);
