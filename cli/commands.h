@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "faults/link_delay.h"
+#include "topology/topology.h"
 
 namespace CLI {
 class App;
@@ -32,18 +33,22 @@ void addTopoCommands(CLI::App& app);
 void addNodeCommands(CLI::App& app);
 // `chorus launch`: every node of a topology file as child processes of this one
 void addLaunchCommand(CLI::App& app);
-// What `chorus node --topology <topology> --id <id> <node_args>` checks before it reads data or
-// binds a port, run in this process: throws CommandFailure(2, ...) naming the bad flag. So that
-// `chorus launch` refuses a bad node option once, instead of every node failing with it.
-void checkNodeArguments(const std::string& topology, uint32_t id,
+// What `chorus node --topology <topology> --id <id> <node_args>` checks, for each of `ids`, before
+// it reads data or binds a port, run in this process: throws CommandFailure(2, ...) naming the bad
+// flag. So that `chorus launch` refuses a bad node option once, instead of every node failing with
+// it.
+void checkNodeArguments(const std::string& topology, const std::vector<uint32_t>& ids,
                         const std::vector<std::string>& node_args);
-// A --link-delay value for nodes with this heartbeat interval and peer time-out: parsed, and
-// refused when a heartbeat held back by it could come later than the time-out (the peer would
-// be called down). Throws CommandFailure(2, ...) naming the flag, `time_out_name` (what sets
-// the time-out) and `remedy` (what to change). Used by `chorus node` and `chorus compare`.
-faults::LinkDelay parseLinkDelayFlag(const std::string& text, std::chrono::milliseconds heartbeat,
-                                     std::chrono::milliseconds peer_timeout,
-                                     const std::string& time_out_name, const std::string& remedy);
+// The link delay of `node`: --link-delay `flag` (may be empty) plus the node's own link_delay
+// attribute from `topology_path`, refused when a heartbeat held back by it could come later
+// than the peer time-out (the peer would be called down). Throws CommandFailure(2, ...) naming
+// where the delay came from, `time_out_name` (what sets the time-out) and `remedy` (what to
+// change). Used by `chorus node` and `chorus compare`.
+faults::LinkDelay nodeLinkDelay(const std::string& flag, const topology::NodeSpec& node,
+                                const std::string& topology_path,
+                                std::chrono::milliseconds heartbeat,
+                                std::chrono::milliseconds peer_timeout,
+                                const std::string& time_out_name, const std::string& remedy);
 // `chorus train` (single node)
 void addTrainCommand(CLI::App& app);
 // `chorus compare`: runs training variants on the same work and reports them side by side

@@ -281,12 +281,15 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
       throw CommandFailure(2, "--secret-file: " + loaded.message());
     }
   }
-  if (!args.link_delay.empty()) {
+  {
     // The nodes run with the default heartbeat and peer time-out (compare does not change them).
     const node::NodeOptions defaults;
-    parseLinkDelayFlag(args.link_delay, defaults.heartbeat_interval, defaults.peer_timeout,
-                       fmt::format("the nodes' {} ms peer time-out", defaults.peer_timeout.count()),
-                       "compare runs the nodes with the default time-outs");
+    for (const topology::NodeSpec& node : topo.nodes) {
+      nodeLinkDelay(args.link_delay, node, args.topology, defaults.heartbeat_interval,
+                    defaults.peer_timeout,
+                    fmt::format("the nodes' {} ms peer time-out", defaults.peer_timeout.count()),
+                    "compare runs the nodes with the default time-outs");
+    }
   }
   if (args.run.data.name != "synthetic") {
     try {

@@ -83,9 +83,8 @@ void runLaunchCommand(CLI::App& cmd, const LaunchArgs& args) {
       }
     }
   }
-  // The same options go to every node: one check here says once what each node would say.
-  if (!options.ids.empty())
-    checkNodeArguments(args.topology, options.ids.front(), options.node_args);
+  // One check here says once what every node would say.
+  checkNodeArguments(args.topology, options.ids, options.node_args);
   fmt::print("[launch] cluster '{}' ({} mode) from {}: starting {} node(s){}\n", topo.name,
              topology::modeName(topo.mode), args.topology, options.ids.size(),
              options.node_args.empty()

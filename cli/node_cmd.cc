@@ -189,15 +189,21 @@ struct NodeSetup {
   std::vector<node::NodeId> peer_ids;
 };
 
-NodeSetup setUpNode(const NodeArgs& args, spdlog::level::level_enum level) {
-  NodeSetup setup;
-  setup.self = resolveNodeId(args);
-  const node::NodeId self = setup.self;
+topology::Topology loadTopologyFile(const std::string& path) {
   try {
-    setup.topo = topology::loadTopology(args.topology);
+    return topology::loadTopology(path);
   } catch (const topology::TopologyError& e) {
     throw CommandFailure(2, e.what());
   }
+}
+
+// `loaded`: the file, when the caller has it already.
+NodeSetup setUpNode(const NodeArgs& args, spdlog::level::level_enum level,
+                    const topology::Topology* loaded = nullptr) {
+  NodeSetup setup;
+  setup.self = resolveNodeId(args);
+  const node::NodeId self = setup.self;
+  setup.topo = loaded != nullptr ? *loaded : loadTopologyFile(args.topology);
   const topology::Topology& topo = setup.topo;
   setup.me = topo.find(self);
   if (setup.me == nullptr) {
@@ -220,10 +226,10 @@ NodeSetup setUpNode(const NodeArgs& args, spdlog::level::level_enum level) {
   options.peer_timeout = milliseconds(args.peer_timeout_ms);
   options.log_level = level;
   options.cluster_ready_timeout = secondsToMs(args.ready_timeout_s);
-  if (!args.link_delay.empty()) {
-    const faults::LinkDelay link = parseLinkDelayFlag(
-        args.link_delay, options.heartbeat_interval, options.peer_timeout,
-        fmt::format("--peer-timeout-ms {}", args.peer_timeout_ms), "raise --peer-timeout-ms");
+  const faults::LinkDelay link = nodeLinkDelay(
+      args.link_delay, *setup.me, args.topology, options.heartbeat_interval, options.peer_timeout,
+      fmt::format("--peer-timeout-ms {}", args.peer_timeout_ms), "raise --peer-timeout-ms");
+  if (!link.empty()) {
     const auto worst = link.delay + link.jitter;
     options.link_delay = link.delay;
     options.link_jitter = link.jitter;
@@ -594,20 +600,19 @@ void runNode(const NodeArgs& args) {
   return runPs(args, setup);
 }
 
-// The callback of `chorus launch`'s check: everything runNode does before it reads data, binds
-// a port or starts a thread, and nothing after.
-void checkNode(const NodeArgs& args) {
-  NodeSetup setup = setUpNode(args, spdlog::level::off);
-  checkModeArgs(args, setup, modeOf(args, setup));
+// `chorus launch`'s check, for each of `ids`: everything runNode does before it reads data,
+// binds a port or starts a thread, and nothing after. The file is read once.
+void checkNodes(NodeArgs args, const std::vector<uint32_t>& ids) {
+  const topology::Topology topo = loadTopologyFile(args.topology);
+  for (uint32_t id : ids) {
+    args.id = id;
+    NodeSetup setup = setUpNode(args, spdlog::level::off, &topo);
+    checkModeArgs(args, setup, modeOf(args, setup));
+  }
 }
 
-}  // namespace
-
-namespace {
-
-// Registers `chorus node` on `app`. With `check_only` its callback checks the flags and returns
-// (checkNodeArguments) instead of running the node.
-void registerNodeCommand(CLI::App& app, bool check_only) {
+// Registers `chorus node` on `app`; `action` runs with the parsed flags.
+void registerNodeCommand(CLI::App& app, std::function<void(const NodeArgs&)> action) {
   auto args = std::make_shared<NodeArgs>();
   args->run.data.name = "fashion-mnist";
   args->run.model.name = "mlp";
@@ -685,52 +690,69 @@ void registerNodeCommand(CLI::App& app, bool check_only) {
                   "peer that cannot is refused. It authenticates peers at the handshake only: "
                   "traffic is neither signed nor encrypted after it")
       ->check(CLI::ExistingFile);
-  cmd->add_option("--link-delay", args->link_delay,
-                  "Fault injection: every frame this node sends waits MS milliseconds (plus a "
-                  "uniform draw from [0, JITTER_MS), seeded by --seed) before it reaches the "
-                  "socket, in order: MS or MS,JITTER_MS, e.g. 20 or 20,5 (default: none). A round "
-                  "trip then takes at least 2 x MS; see docs/stragglers.md");
+  cmd->add_option(
+      "--link-delay", args->link_delay,
+      "Fault injection: every frame this node sends waits MS milliseconds (plus a "
+      "uniform draw from [0, JITTER_MS), seeded by --seed) before it reaches the "
+      "socket, in order: MS or MS,JITTER_MS, e.g. 20 or 20,5 (default: none; the node's "
+      "link_delay attribute in the topology file adds to it). A round "
+      "trip then takes at least 2 x MS; see docs/stragglers.md");
   cmd->add_option("--max-frame-mib", args->max_frame_mib, "Largest accepted frame, in MiB")
       ->check(CLI::Range(1u, 2047u))
       ->capture_default_str();
   run::addRunOptions(*cmd, args->run);
   consensus::addConsensusOptions(*cmd, args->consensus);
   ps::addPsOptions(*cmd, args->ps);
-  cmd->callback([args, check_only] { check_only ? checkNode(*args) : runNode(*args); });
+  cmd->callback([args, action = std::move(action)] { action(*args); });
 }
 
 }  // namespace
 
-faults::LinkDelay parseLinkDelayFlag(const std::string& text, milliseconds heartbeat,
-                                     milliseconds peer_timeout, const std::string& time_out_name,
-                                     const std::string& remedy) {
+faults::LinkDelay nodeLinkDelay(const std::string& flag, const topology::NodeSpec& node,
+                                const std::string& topology_path, milliseconds heartbeat,
+                                milliseconds peer_timeout, const std::string& time_out_name,
+                                const std::string& remedy) {
   faults::LinkDelay link;
-  try {
-    link = faults::LinkDelay::parse(text);
-  } catch (const std::invalid_argument& e) {
-    throw CommandFailure(2, fmt::format("--link-delay: {}", e.what()));
+  std::string source;
+  if (!flag.empty()) {
+    try {
+      link = faults::LinkDelay::parse(flag);
+    } catch (const std::invalid_argument& e) {
+      throw CommandFailure(2, fmt::format("--link-delay: {}", e.what()));
+    }
+    source = "--link-delay " + flag;
+  }
+  if (!node.link_delay.empty()) {
+    // The loader has checked the attribute already.
+    const faults::LinkDelay own = faults::LinkDelay::parse(node.link_delay);
+    link.delay += own.delay;
+    link.jitter += own.jitter;
+    source += fmt::format("{}node {}'s link_delay \"{}\" in {}", source.empty() ? "" : " plus ",
+                          node.id, node.link_delay, topology_path);
   }
   // A heartbeat is due every `heartbeat`; held back by up to delay + jitter, it could come
   // later than the time-out after the one before it, and a healthy peer would be called down.
   if (link.delay + link.jitter + heartbeat >= peer_timeout) {
     throw CommandFailure(
-        2, fmt::format("--link-delay {}: delay plus jitter must stay below {} ms, "
-                       "or a heartbeat could arrive later than {}; {}",
-                       text, (peer_timeout - heartbeat).count(), time_out_name, remedy));
+        2, fmt::format("{}: delay plus jitter must stay below {} ms, or a heartbeat could arrive "
+                       "later than {}; {}",
+                       source, (peer_timeout - heartbeat).count(), time_out_name, remedy));
   }
   return link;
 }
 
 void addNodeCommands(CLI::App& app) {
-  registerNodeCommand(app, /*check_only=*/false);
+  registerNodeCommand(app, runNode);
 }
 
-void checkNodeArguments(const std::string& topology, uint32_t id,
+void checkNodeArguments(const std::string& topology, const std::vector<uint32_t>& ids,
                         const std::vector<std::string>& node_args) {
+  if (ids.empty()) return;
   CLI::App app{"", "chorus"};
   app.require_subcommand(1);
-  registerNodeCommand(app, /*check_only=*/true);
-  std::vector<std::string> argv = {"node", "--topology", topology, "--id", std::to_string(id)};
+  registerNodeCommand(app, [&ids](const NodeArgs& args) { checkNodes(args, ids); });
+  std::vector<std::string> argv = {"node", "--topology", topology, "--id",
+                                   std::to_string(ids.front())};
   argv.insert(argv.end(), node_args.begin(), node_args.end());
   std::reverse(argv.begin(), argv.end());  // CLI11 takes the words last to first
   try {

@@ -496,6 +496,9 @@ std::string toToml(const Topology& topology) {
     if (!node.stragglers.empty()) {
       out += fmt::format("stragglers = {}\n", tomlString(node.stragglers));
     }
+    if (!node.link_delay.empty()) {
+      out += fmt::format("link_delay = {}\n", tomlString(node.link_delay));
+    }
     if (node.weight != 1.0) {
       // Shortest text that reads back to the same double; TOML needs a '.' or exponent.
       std::string weight = fmt::format("{}", node.weight);
@@ -517,7 +520,7 @@ bool equivalent(const Topology& a, const Topology& b) {
     const NodeSpec& x = a.nodes[i];
     const NodeSpec& y = b.nodes[i];
     if (x.id != y.id || x.host != y.host || x.port != y.port || x.neighbors != y.neighbors ||
-        x.stragglers != y.stragglers || x.weight != y.weight) {
+        x.stragglers != y.stragglers || x.link_delay != y.link_delay || x.weight != y.weight) {
       return false;
     }
   }

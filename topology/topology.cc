@@ -18,6 +18,7 @@
 #include <sstream>
 #include <system_error>
 
+#include "faults/link_delay.h"
 #include "faults/straggler.h"
 #include "topology/address.h"
 
@@ -146,13 +147,14 @@ struct RawNode {
   bool has_neighbors = false;
   std::vector<std::pair<int64_t, Position>> neighbors;  // integer entries only
   std::string stragglers;
+  std::string link_delay;
   double weight = 1.0;
 };
 
 const std::vector<std::string_view> kTopLevelKeys = {"cluster", "node"};
 const std::vector<std::string_view> kClusterKeys = {"name", "mode", "secret_file"};
-const std::vector<std::string_view> kNodeKeys = {"id", "address", "neighbors", "stragglers",
-                                                 "weight"};
+const std::vector<std::string_view> kNodeKeys = {"id",         "address",    "neighbors",
+                                                 "stragglers", "link_delay", "weight"};
 
 class Validator {
  public:
@@ -355,6 +357,19 @@ class Validator {
         } catch (const std::invalid_argument& e) {
           report(positionOf(stragglers->source()), e.what(),
                  "write a profile as in docs/stragglers.md, e.g. stragglers = \"fixed:20\"");
+        }
+      }
+    }
+    if (const toml::node* link_delay = table.get("link_delay"); link_delay != nullptr) {
+      if (const auto* text = link_delay->as_string(); text == nullptr) {
+        wrongType(*link_delay, "link_delay", "a string", "write link_delay = \"20\" or \"20,5\"");
+      } else {
+        raw.link_delay = text->get();
+        try {
+          (void)faults::LinkDelay::parse(raw.link_delay);
+        } catch (const std::invalid_argument& e) {
+          report(positionOf(link_delay->source()), e.what(),
+                 "write milliseconds as in docs/stragglers.md, e.g. link_delay = \"20,5\"");
         }
       }
     }
@@ -603,6 +618,7 @@ class Validator {
       node.host = raw.endpoint->host;
       node.port = raw.endpoint->port;
       node.stragglers = raw.stragglers;
+      node.link_delay = raw.link_delay;
       node.weight = raw.weight;
       node.line = raw.table.line;
       if (complete) {

@@ -35,6 +35,7 @@ struct NodeSpec {
   std::vector<uint32_t> neighbors;
   // Optional per-node attributes for experiments (empty / unset when absent).
   std::string stragglers;  // a straggler profile string for this node only
+  std::string link_delay;  // "MS[,JITTER_MS]": extra delay of every frame this node sends
   double weight = 1.0;     // > 0; reserved (e.g. a data share): nothing uses it yet
   int line = 0;            // line of the [[node]] table in the file, 0 when generated
 

@@ -242,6 +242,38 @@ TEST(ChorusLaunch, LinkDelayLengthensEveryRoundTripAndBadValuesAreRefused) {
   std::filesystem::remove(topo);
 }
 
+// A node's link_delay attribute holds back what that node sends: every round trip on its links
+// crosses it once. With --link-delay the two add up, and the launch checks the sum for every
+// node before it starts any.
+TEST(ChorusLaunch, ANodesLinkDelayAttributeSlowsItsLinks) {
+  const std::vector<uint16_t> ports = freePorts(3);
+  std::string topo = writeCluster("launch-node-delay", ports);
+  std::ofstream(topo, std::ios::app) << "link_delay = \"40\"\n";  // the last table: node 2
+  CommandResult r = runCommand(
+      {chorusBinary(), "launch", topo, "--mode", "ping", "--pings", "3", "--ready-timeout", "60"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  // "[node I]   peer J: ... rtt min/mean/max A/B/C us": every pair with node 2 in it.
+  int slow_links = 0;
+  for (size_t at = r.out.find("rtt min/mean/max "); at != std::string::npos;
+       at = r.out.find("rtt min/mean/max ", at + 1)) {
+    const size_t line = r.out.rfind("[node ", at);
+    const std::string head = r.out.substr(line, at - line);
+    if (head.rfind("[node 2]", 0) != 0 && !contains(head, "peer 2:")) continue;
+    EXPECT_GE(std::stod(r.out.substr(at + std::string("rtt min/mean/max ").size())), 40'000)
+        << head;
+    ++slow_links;
+  }
+  EXPECT_EQ(slow_links, 4) << r.out;
+  r = runCommand({chorusBinary(), "launch", topo, "--mode", "ping", "--link-delay", "470",
+                  "--peer-timeout-ms", "1000"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err, "--link-delay 470 plus node 2's link_delay \"40\" in " + topo +
+                                  ": delay plus jitter must stay below 500 ms"))
+      << r.err;
+  EXPECT_FALSE(contains(r.out + r.err, "[node ")) << r.out << r.err;
+  std::filesystem::remove(topo);
+}
+
 // Inputs that could only fail later (two copies of a node fighting over its port, pings no
 // frame may carry) are refused at once, with status 2.
 TEST(ChorusLaunch, DuplicateIdsAndPingsLargerThanAFrameAreRefused) {

@@ -236,11 +236,13 @@ TEST(TopologyGenerate, HostNameModeAndPortsAreApplied) {
 TEST(TopologyGenerate, OptionalAttributesRoundTrip) {
   Topology topology = generate(optionsFor(GraphKind::kComplete, 3));
   topology.nodes[0].stragglers = "fixed:20";
+  topology.nodes[1].link_delay = "20,5";
   topology.nodes[1].weight = 3.0;
   topology.nodes[2].weight = 0.1;
   std::string text = toToml(topology);
   EXPECT_THAT(text, HasSubstr("weight = 3.0\n"));
   EXPECT_THAT(text, HasSubstr("stragglers = \"fixed:20\"\n"));
+  EXPECT_THAT(text, HasSubstr("link_delay = \"20,5\"\n"));
   EXPECT_TRUE(equivalent(parseTopology(text, "attributes"), topology));
 }
 

@@ -210,6 +210,31 @@ TEST(TopologyValidation, BadStragglerProfiles) {
                      {18, "bad straggler term 'fixed:-3': MS must be >= 0 and at most"}});
 }
 
+// A node's link_delay is checked with the fault layer's parser when the file is loaded, at its
+// line; a good one is kept as written.
+TEST(TopologyValidation, LinkDelayAttribute) {
+  const std::string head = "[cluster]\nname = \"a\"\nmode = \"ps\"\n";
+  std::vector<Diagnostic> found =
+      checkTopology(head + "[[node]]\nid = 0\naddress = \"h:1\"\nlink_delay = \"20ms\"\n" +
+                        "[[node]]\nid = 1\naddress = \"h:2\"\nlink_delay = 20\n" +
+                        "[[node]]\nid = 2\naddress = \"h:3\"\nlink_delay = \"20001\"\n",
+                    "delays");
+  ASSERT_EQ(found.size(), 3u);
+  EXPECT_EQ(found[0].line, 7);
+  EXPECT_THAT(found[0].message, HasSubstr("bad link delay '20ms'"));
+  EXPECT_EQ(found[1].line, 11);
+  EXPECT_THAT(found[1].message, HasSubstr("link_delay must be a string, not an integer"));
+  EXPECT_EQ(found[2].line, 15);
+  EXPECT_THAT(found[2].message, HasSubstr("bad link delay '20001'"));
+
+  Topology topology =
+      parseTopology(head + "[[node]]\nid = 0\naddress = \"h:1\"\nlink_delay = \"20,5\"\n" +
+                        "[[node]]\nid = 1\naddress = \"h:2\"\n",
+                    "delay");
+  EXPECT_EQ(topology.nodes[0].link_delay, "20,5");
+  EXPECT_EQ(topology.nodes[1].link_delay, "");
+}
+
 TEST(TopologyValidation, NodeWrittenAsSingleTable) {
   expectDiagnostics("node_not_array.toml",
                     {{5,
@@ -270,7 +295,7 @@ TEST(TopologyValidation, FarOffKeysListTheKnownOnes) {
   EXPECT_EQ(found[0].line, 7);
   EXPECT_EQ(found[0].fix,
             "remove it; the known keys here are 'id', 'address', 'neighbors', 'stragglers', "
-            "'weight'");
+            "'link_delay', 'weight'");
 }
 
 // [cluster] secret_file names the cluster's secret; a relative path is relative to the file.
