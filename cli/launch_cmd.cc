@@ -118,7 +118,7 @@ void addLaunchCommand(CLI::App& app) {
       "Start every node of a topology file on this machine as child processes.\n"
       "Each child runs `chorus node --topology FILE --id I` followed by every option this command\n"
       "does not know itself (so: `chorus launch FILE --log-level debug` passes --log-level on);\n"
-      "those options are checked once before any node starts.\n"
+      "those options, and the data set, are checked once before any node starts.\n"
       "Output lines are prefixed with [node I]; Ctrl-C, SIGTERM or SIGHUP is passed to every node\n"
       "once (another one more than a second later kills them), and a node whose launcher dies\n"
       "leaves in order. Exits 0 only when every node exits 0; 128+N when signal N interrupted\n"

@@ -604,10 +604,21 @@ void runNode(const NodeArgs& args) {
 // binds a port or starts a thread, and nothing after. The file is read once.
 void checkNodes(NodeArgs args, const std::vector<uint32_t>& ids) {
   const topology::Topology topo = loadTopologyFile(args.topology);
+  bool trains = false;
   for (uint32_t id : ids) {
     args.id = id;
     NodeSetup setup = setUpNode(args, spdlog::level::off, &topo);
-    checkModeArgs(args, setup, modeOf(args, setup));
+    const std::string mode = modeOf(args, setup);
+    checkModeArgs(args, setup, mode);
+    trains = trains || mode != "ping";
+  }
+  // The nodes of a launch share this machine's data folder: a missing data set is said once.
+  if (trains && args.run.data.name != "synthetic") {
+    try {
+      ml::findDataDir(args.run.data.name, args.run.data.dataDir);
+    } catch (const ml::DataError& e) {
+      throw CommandFailure(2, e.what());
+    }
   }
 }
 

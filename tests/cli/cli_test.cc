@@ -292,8 +292,9 @@ TEST(ChorusLaunch, DuplicateIdsAndPingsLargerThanAFrameAreRefused) {
   std::filesystem::remove(topo);
 }
 
-// The options launch passes on are the same for every node: a bad one is refused once, with
-// status 2, before any node starts (it used to come back from every node, as a failed launch).
+// The options launch passes on are the same for every node: a bad one, or a data set that is
+// not there, is refused once, with status 2, before any node starts (it used to come back from
+// every node, as a failed launch).
 TEST(ChorusLaunch, ABadNodeOptionIsRefusedOnceBeforeAnyNodeStarts) {
   const std::vector<uint16_t> ports = freePorts(3);
   std::string topo = writeCluster("launch-badopt", ports);
@@ -304,6 +305,8 @@ TEST(ChorusLaunch, ABadNodeOptionIsRefusedOnceBeforeAnyNodeStarts) {
       {{"--mode", "consensus", "--backup", "sometimes"}, "bad backup rule 'sometimes'"},
       {{"--mode", "ping", "--link-delay", "30ms"}, "--link-delay: bad link delay '30ms'"},
       {{"--mode", "ps", "--momentum", "nan"}, "--momentum"},
+      {{"--mode", "ps", "--data", "mnist", "--data-dir", "/nonexistent/data"},
+       "data set 'mnist' not found"},
       {{"--id", "1"}, "--id: chorus launch passes each node the topology file and its id"},
       {{"--topology=" + topo}, "--topology: chorus launch passes each node"},
   };
