@@ -7,6 +7,8 @@
 #include <cmath>
 #include <thread>
 
+#include "faults/crash.h"
+
 namespace chorus::faults {
 namespace {
 
@@ -17,9 +19,13 @@ constexpr double kMaxSteps = 1e12;    // transient STEPS
 constexpr double kMaxFactor = 1e6;    // slow and transient FACTOR
 constexpr double kMaxDelayMs = 1e12;  // one step's delay (terms combined): 31 years
 
+// crash STEP, the same cap as transient STEPS: a larger one is a typo, not an experiment.
+constexpr int64_t kMaxCrashStep = 1'000'000'000'000;
+
 constexpr std::string_view kForms =
     "accepted terms, joined with '+': none | fixed:MS | shifted-exp:BASE_MS,MEAN_MS | "
-    "slow:NODE=FACTOR[,NODE=FACTOR...] | transient:PROB,STEPS,FACTOR";
+    "slow:NODE=FACTOR[,NODE=FACTOR...] | transient:PROB,STEPS,FACTOR | "
+    "crash:NODE@STEP[,NODE@STEP...]";
 
 [[noreturn]] void fail(std::string_view term, std::string_view what) {
   throw std::invalid_argument(fmt::format("bad straggler term '{}': {} ({})", term, what, kForms));
@@ -52,6 +58,15 @@ double number(std::string_view term, std::string_view text, std::string_view nam
     fail(term, fmt::format("{} '{}' is not a number", name, text));
   }
   return v;
+}
+
+uint32_t nodeId(std::string_view term, std::string_view text) {
+  uint32_t id = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), id);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
+    fail(term, fmt::format("node id '{}' is not a non-negative integer", text));
+  }
+  return id;
 }
 
 std::vector<double> numbers(std::string_view term, std::string_view args,
@@ -90,12 +105,7 @@ StragglerTerm parseTerm(std::string_view term) {
     for (std::string_view pair : split(args, ',')) {
       size_t eq = pair.find('=');
       if (eq == std::string_view::npos) fail(term, fmt::format("'{}' is not NODE=FACTOR", pair));
-      std::string_view id_text = trim(pair.substr(0, eq));
-      uint32_t id = 0;
-      auto [end, ec] = std::from_chars(id_text.data(), id_text.data() + id_text.size(), id);
-      if (ec != std::errc() || end != id_text.data() + id_text.size()) {
-        fail(term, fmt::format("node id '{}' is not a non-negative integer", id_text));
-      }
+      const uint32_t id = nodeId(term, trim(pair.substr(0, eq)));
       double factor = number(term, trim(pair.substr(eq + 1)), "FACTOR");
       if (!(factor >= 1 && factor <= kMaxFactor)) {
         fail(term,
@@ -116,10 +126,45 @@ StragglerTerm parseTerm(std::string_view term) {
       fail(term, "STEPS must be a whole number >= 1 and at most 1000000000000");
     }
     if (!(t.c >= 1 && t.c <= kMaxFactor)) fail(term, "FACTOR must be >= 1 and at most 1000000");
+  } else if (name == "crash") {
+    t.kind = StragglerTerm::Kind::kCrash;
+    for (std::string_view pair : split(args, ',')) {
+      size_t at = pair.find('@');
+      if (at == std::string_view::npos) fail(term, fmt::format("'{}' is not NODE@STEP", pair));
+      const uint32_t id = nodeId(term, trim(pair.substr(0, at)));
+      const std::string_view step_text = trim(pair.substr(at + 1));
+      int64_t step = 0;
+      auto [end, ec] = std::from_chars(step_text.data(), step_text.data() + step_text.size(), step);
+      if (step_text.empty() || ec != std::errc() || end != step_text.data() + step_text.size() ||
+          step < 1 || step > kMaxCrashStep) {
+        fail(term, fmt::format("STEP '{}' must be a whole number from 1 (the node's first step) "
+                               "to 1000000000000",
+                               step_text));
+      }
+      if (!t.crash_steps.emplace(id, step).second) {
+        fail(term, fmt::format("node {} is listed twice", id));
+      }
+    }
   } else {
     fail(term, fmt::format("unknown kind '{}'", name));
   }
   return t;
+}
+
+// A process crashes once: two crash steps for one node are a mistake, whichever terms (or
+// sources: command line and topology file) they come from.
+void checkOneCrashPerNode(const StragglerProfile& profile) {
+  std::map<uint32_t, int64_t> seen;
+  for (const auto& t : profile.terms) {
+    for (const auto& [id, step] : t.crash_steps) {
+      auto [it, inserted] = seen.emplace(id, step);
+      if (!inserted) {
+        fail(profile.text, fmt::format("node {} is given two crash steps ({} and {}); a node "
+                                       "crashes once",
+                                       id, it->second, step));
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -133,6 +178,7 @@ StragglerProfile StragglerProfile::parse(std::string_view text) {
     if (term == "none") continue;
     profile.terms.push_back(parseTerm(term));
   }
+  checkOneCrashPerNode(profile);
   return profile;
 }
 
@@ -144,6 +190,7 @@ StragglerProfile StragglerProfile::combinedWith(const StragglerProfile& other) c
   } else if (!other.text.empty() && other.text != "none") {
     out.text += "+" + other.text;
   }
+  checkOneCrashPerNode(out);
   return out;
 }
 
@@ -153,6 +200,11 @@ StragglerInjector::StragglerInjector(StragglerProfile profile, uint32_t node_id,
   std::seed_seq seq{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32), node_id,
                     0x5354524du};
   rng_.seed(seq);
+  for (const auto& t : profile_.terms) {
+    if (auto it = t.crash_steps.find(node_id_); it != t.crash_steps.end()) {
+      crash_step_ = crash_step_ == 0 ? it->second : std::min(crash_step_, it->second);
+    }
+  }
 }
 
 bool StragglerInjector::inert() const {
@@ -172,12 +224,16 @@ bool StragglerInjector::inert() const {
       case StragglerTerm::Kind::kTransient:
         if (t.a > 0 && t.c > 1) return false;
         break;
+      case StragglerTerm::Kind::kCrash:
+        if (t.crash_steps.contains(node_id_)) return false;
+        break;
     }
   }
   return true;
 }
 
 std::chrono::nanoseconds StragglerInjector::nextDelay(std::chrono::nanoseconds compute) {
+  ++steps_;
   double ms = 0;
   double slow_factor = 1;
   const double compute_ms = std::chrono::duration<double, std::milli>(compute).count();
@@ -213,6 +269,8 @@ std::chrono::nanoseconds StragglerInjector::nextDelay(std::chrono::nanoseconds c
         }
         break;
       }
+      case StragglerTerm::Kind::kCrash:
+        break;  // draws nothing: adding a crash leaves every delay of the run as it was
     }
   }
   // A node F times slower takes F times as long for the whole step: its compute and every
@@ -230,6 +288,10 @@ std::chrono::nanoseconds StragglerInjector::waitAfterStep(std::chrono::nanosecon
   auto delay = nextDelay(compute);
   // Real waiting, on purpose: the straggler must cost wall-clock time like a slow machine does.
   if (delay.count() > 0) std::this_thread::sleep_for(delay);
+  // The crash is taken here, the one call both modes make right after every step, so that
+  // neither mode (nor a future one) can forget it; nextDelay() and crashDue() stay free of
+  // process policy, for tests and for anything that runs nodes as threads.
+  if (crashDue()) crashProcess(node_id_, steps_);
   return delay;
 }
 

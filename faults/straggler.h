@@ -1,6 +1,7 @@
 // Straggler injection shared by both training modes: extra compute time per training step,
 // drawn from a seeded distribution and spent as real waiting on the trainer thread, so that
-// wall-clock results under stragglers are real. Grammar: docs/stragglers.md.
+// wall-clock results under stragglers are real; and injected crashes (crash:NODE@STEP), which
+// end the process after a given step. Grammar: docs/stragglers.md.
 #pragma once
 
 #include <chrono>
@@ -22,10 +23,12 @@ struct StragglerTerm {
     kSlow,        // slow:N=F[,N=F...]        node N computes F times slower (F >= 1)
     kTransient,   // transient:P,LEN,F        with probability P per step a slowdown of LEN
                   //                          steps starts, during which compute is F times slower
+    kCrash,       // crash:N@S[,N@S...]       node N's process dies right after its step S
   };
   Kind kind = Kind::kFixed;
-  double a = 0, b = 0, c = 0;          // the numbers of the term, in the order written
-  std::map<uint32_t, double> factors;  // kSlow: node id -> factor
+  double a = 0, b = 0, c = 0;               // the numbers of the term, in the order written
+  std::map<uint32_t, double> factors;       // kSlow: node id -> factor
+  std::map<uint32_t, int64_t> crash_steps;  // kCrash: node id -> its last step (1-based)
 };
 
 // A parsed straggler profile; the empty profile ("none" or "") injects nothing.
@@ -34,9 +37,11 @@ struct StragglerProfile {
   std::string text;  // as written
 
   bool empty() const { return terms.empty(); }
-  // Throws std::invalid_argument naming the bad term and the accepted forms.
+  // Throws std::invalid_argument naming the bad term and the accepted forms, also when two
+  // crash terms name the same node.
   static StragglerProfile parse(std::string_view text);
-  // Adds the terms of `other` (e.g. a node's own attribute from the topology file).
+  // Adds the terms of `other` (e.g. a node's own attribute from the topology file). Throws
+  // std::invalid_argument when both give a crash step for the same node.
   StragglerProfile combinedWith(const StragglerProfile& other) const;
 };
 
@@ -49,11 +54,19 @@ class StragglerInjector {
   // terms' delays (transient factors multiply the compute time), then slow factors multiply
   // the whole step (compute + that sum). Advances the random stream by one step.
   std::chrono::nanoseconds nextDelay(std::chrono::nanoseconds compute);
-  // nextDelay() spent as real waiting on the calling thread; returns the time waited.
+  // nextDelay() spent as real waiting on the calling thread; returns the time waited. When
+  // the step just counted is this node's crash step, ends the process after the wait
+  // (crashProcess in faults/crash.h) and does not return.
   std::chrono::nanoseconds waitAfterStep(std::chrono::nanoseconds compute);
   // Total extra time drawn so far.
   std::chrono::nanoseconds totalDelay() const { return total_; }
-  // True when no term can ever delay this node.
+  // Steps counted so far: one per nextDelay() call.
+  int64_t steps() const { return steps_; }
+  // The step after which this node crashes (1-based), or 0 when no term crashes it.
+  int64_t crashStep() const { return crash_step_; }
+  // True when the step nextDelay() counted last is this node's crash step.
+  bool crashDue() const { return crash_step_ > 0 && steps_ == crash_step_; }
+  // True when no term can ever delay this node or end its process.
   bool inert() const;
 
  private:
@@ -62,6 +75,8 @@ class StragglerInjector {
   std::mt19937_64 rng_;
   std::vector<int64_t> transient_left_;  // per term: steps left in its current slowdown
   std::chrono::nanoseconds total_{0};
+  int64_t steps_ = 0;
+  int64_t crash_step_ = 0;  // 0: never
 };
 
 }  // namespace chorus::faults

@@ -2,7 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <map>
 #include <string>
+
+#include "faults/crash.h"
 
 namespace chorus::faults {
 namespace {
@@ -188,6 +193,125 @@ TEST(StragglerInjector, WaitAfterStepReallyWaits) {
   // A lower bound only: sleeping never returns early, but the machine may be slow.
   EXPECT_GE(std::chrono::steady_clock::now() - start, milliseconds(20));
   EXPECT_EQ(waited, milliseconds(20));
+}
+
+TEST(StragglerProfile, ParsesCrashTerms) {
+  auto p = StragglerProfile::parse("fixed:1 + crash: 3@30 , 0@1 + crash:7@1000000000000");
+  ASSERT_EQ(p.terms.size(), 3u);
+  EXPECT_EQ(p.terms[1].kind, StragglerTerm::Kind::kCrash);
+  EXPECT_EQ(p.terms[1].crash_steps, (std::map<uint32_t, int64_t>{{3, 30}, {0, 1}}));
+  EXPECT_EQ(p.terms[2].crash_steps, (std::map<uint32_t, int64_t>{{7, 1000000000000}}));
+}
+
+TEST(StragglerProfile, BadCrashTermsAreNamedWithTheAcceptedForm) {
+  struct Case {
+    const char* text;
+    const char* expect;
+  };
+  for (const Case& c : {
+           Case{"crash:", "'' is not NODE@STEP"},
+           Case{"crash:2", "'2' is not NODE@STEP"},
+           Case{"crash:2=10", "'2=10' is not NODE@STEP"},
+           Case{"crash:x@10", "node id 'x' is not a non-negative integer"},
+           Case{"crash:-1@10", "node id '-1' is not a non-negative integer"},
+           Case{"crash:@10", "node id '' is not a non-negative integer"},
+           Case{"crash:2@0", "STEP '0' must be a whole number from 1 (the node's first step)"},
+           Case{"crash:2@-3", "STEP '-3' must be a whole number from 1"},
+           Case{"crash:2@", "STEP '' must be a whole number from 1"},
+           Case{"crash:2@2.5", "STEP '2.5' must be a whole number"},
+           Case{"crash:2@1e3", "STEP '1e3' must be a whole number"},
+           Case{"crash:2@1000000000001", "to 1000000000000"},
+           Case{"crash:2@99999999999999999999999", "to 1000000000000"},
+           Case{"crash:2@10,2@20", "node 2 is listed twice"},
+           Case{"crash:2@10,", "'' is not NODE@STEP"},
+           Case{"crash:2@10+fixed:1+crash:1@5,2@20",
+                "node 2 is given two crash steps (10 and 20); a node crashes once"},
+       }) {
+    try {
+      StragglerProfile::parse(c.text);
+      ADD_FAILURE() << "accepted: " << c.text;
+    } catch (const std::invalid_argument& e) {
+      std::string what = e.what();
+      EXPECT_NE(what.find(c.expect), std::string::npos) << c.text << " -> " << what;
+      EXPECT_NE(what.find("crash:NODE@STEP[,NODE@STEP...]"), std::string::npos) << what;
+    }
+  }
+}
+
+// The command line's terms and a node's own attribute from the topology file meet here.
+TEST(StragglerProfile, CrashTermsCombineAndAConflictIsRefused) {
+  auto p = StragglerProfile::parse("crash:1@5")
+               .combinedWith(StragglerProfile::parse("fixed:2+crash:3@30"));
+  EXPECT_EQ(p.text, "crash:1@5+fixed:2+crash:3@30");
+  EXPECT_EQ(StragglerInjector(p, 1, 1).crashStep(), 5);
+  EXPECT_EQ(StragglerInjector(p, 3, 1).crashStep(), 30);
+  EXPECT_EQ(StragglerInjector(p, 0, 1).crashStep(), 0);
+  auto from_none =
+      StragglerProfile::parse("none").combinedWith(StragglerProfile::parse("crash:2@4"));
+  EXPECT_EQ(from_none.text, "crash:2@4");
+  EXPECT_EQ(StragglerInjector(from_none, 2, 1).crashStep(), 4);
+  try {
+    (void)StragglerProfile::parse("crash:2@10").combinedWith(StragglerProfile::parse("crash:2@20"));
+    ADD_FAILURE() << "two crash steps for node 2 were combined";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("node 2 is given two crash steps (10 and 20)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(StragglerInjector, TheCrashIsDueAtItsStepOnlyAndOnlyOnItsNode) {
+  auto p = StragglerProfile::parse("crash:3@4,5@1");
+  StragglerInjector crashing(p, 3, 1), first(p, 5, 1), spared(p, 2, 1);
+  EXPECT_FALSE(crashing.inert());
+  EXPECT_FALSE(first.inert());
+  EXPECT_TRUE(spared.inert());
+  EXPECT_FALSE(crashing.crashDue());  // no step counted yet
+  for (int64_t step = 1; step <= 6; ++step) {
+    EXPECT_EQ(crashing.nextDelay(milliseconds(2)).count(), 0) << step;
+    EXPECT_EQ(crashing.steps(), step);
+    EXPECT_EQ(crashing.crashDue(), step == 4) << step;
+    spared.nextDelay(milliseconds(2));
+    EXPECT_FALSE(spared.crashDue()) << step;
+  }
+  first.nextDelay(milliseconds(2));
+  EXPECT_TRUE(first.crashDue());
+}
+
+// A crash draws nothing: with it, every delay of the run is the same as without it.
+TEST(StragglerInjector, ACrashTermLeavesTheDelaysAsTheyWere) {
+  StragglerInjector plain(StragglerProfile::parse("shifted-exp:2,10+transient:0.2,3,2"), 1, 42);
+  StragglerInjector with_crash(
+      StragglerProfile::parse("crash:1@500+shifted-exp:2,10+crash:0@3+transient:0.2,3,2"), 1, 42);
+  for (int step = 0; step < 200; ++step) {
+    EXPECT_EQ(plain.nextDelay(milliseconds(4)), with_crash.nextDelay(milliseconds(4))) << step;
+  }
+}
+
+TEST(StragglerInjector, WaitAfterStepReturnsWhenNoCrashIsDue) {
+  StragglerInjector inj(StragglerProfile::parse("crash:3@1"), 2, 1);
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(inj.waitAfterStep(milliseconds(1)).count(), 0);
+  EXPECT_EQ(inj.steps(), 3);
+}
+
+// The real thing, in a child process: the line on stderr, then the dedicated exit status, and
+// not one step early.
+TEST(StragglerInjectorDeathTest, WaitAfterStepEndsTheProcessAfterTheCrashStep) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        StragglerInjector inj(StragglerProfile::parse("fixed:1+crash:3@4"), 3, 1);
+        for (int i = 0; i < 3; ++i)
+          inj.waitAfterStep(milliseconds(1));
+        std::fputs("three steps done\n", stderr);
+        inj.waitAfterStep(milliseconds(1));
+        std::fputs("still alive after step 4\n", stderr);
+        std::_Exit(0);
+      },
+      ::testing::ExitedWithCode(kInjectedCrashExitStatus),
+      "three steps done\n"
+      "chorus: injected crash of node 3 after step 4 \\(stragglers crash:3@4\\)\n");
 }
 
 }  // namespace
