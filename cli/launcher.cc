@@ -8,6 +8,8 @@
 #include <cstring>
 #include <memory>
 
+#include "faults/crash.h"
+
 extern char** environ;
 
 namespace chorus::cli {
@@ -20,8 +22,13 @@ const char* signalName(int signum) {
 }
 }  // namespace
 
+bool NodeOutcome::crashedAsInjected() const {
+  return spawn_error.empty() && term_signal == 0 && exit_status == faults::kInjectedCrashExitStatus;
+}
+
 std::string NodeOutcome::describe() const {
   if (!spawn_error.empty()) return "could not start: " + spawn_error;
+  if (crashedAsInjected()) return fmt::format("crashed as injected (exit status {})", exit_status);
   if (term_signal != 0)
     return fmt::format("killed by signal {} ({})", term_signal, signalName(term_signal));
   return fmt::format("exited with status {}", exit_status);
@@ -30,7 +37,7 @@ std::string NodeOutcome::describe() const {
 bool LaunchResult::ok() const {
   if (timed_out || interrupted) return false;
   for (const auto& n : nodes) {
-    if (!n.ok()) return false;
+    if (n.failed()) return false;
   }
   return !nodes.empty();
 }
@@ -38,7 +45,15 @@ bool LaunchResult::ok() const {
 std::vector<std::string> LaunchResult::failures() const {
   std::vector<std::string> lines;
   for (const auto& n : nodes) {
-    if (!n.ok()) lines.push_back(fmt::format("node {} {}", n.id, n.describe()));
+    if (n.failed()) lines.push_back(fmt::format("node {} {}", n.id, n.describe()));
+  }
+  return lines;
+}
+
+std::vector<std::string> LaunchResult::injectedCrashes() const {
+  std::vector<std::string> lines;
+  for (const auto& n : nodes) {
+    if (n.crashedAsInjected()) lines.push_back(fmt::format("node {} crashed as injected", n.id));
   }
   return lines;
 }
@@ -252,7 +267,8 @@ class Cluster {
     outcome.term_signal = term_signal;
     child->running = false;
     --self->running_;
-    if (!outcome.ok() && self->options_.fail_fast && !self->stopping_) {
+    // An injected crash is the experiment, not a failure: the others must go on without it.
+    if (outcome.failed() && self->options_.fail_fast && !self->stopping_) {
       self->err(fmt::format("[launch] node {} {}; --fail-fast: stopping the other nodes",
                             outcome.id, outcome.describe()));
       self->terminateAll(SIGTERM);
@@ -269,6 +285,10 @@ class Cluster {
     const NodeOutcome& outcome = result_.nodes[child.index];
     if (outcome.ok()) {
       out(fmt::format("[launch] node {} finished", outcome.id));
+    } else if (outcome.crashedAsInjected()) {
+      // On stdout with the other expected endings: stderr is for what went wrong.
+      out(fmt::format("[launch] node {} crashed as injected (exit status {})", outcome.id,
+                      outcome.exit_status));
     } else {
       err(fmt::format("[launch] node {} {}", outcome.id, outcome.describe()));
     }

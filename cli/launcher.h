@@ -28,7 +28,7 @@ struct LaunchOptions {
   // SIGTERM, then SIGKILL after `kill_grace`.
   std::chrono::milliseconds timeout{0};
   std::chrono::milliseconds kill_grace{5000};
-  // Stop the remaining nodes (SIGTERM) as soon as one fails.
+  // Stop the remaining nodes (SIGTERM) as soon as one fails (an injected crash is no failure).
   bool fail_fast = false;
   // Where prefixed child output goes; defaults write to this process's stdout / stderr.
   std::function<void(std::string_view line)> out;
@@ -40,8 +40,15 @@ struct NodeOutcome {
   int64_t exit_status = -1;  // -1 when the child could not be started
   int term_signal = 0;       // signal that ended it, 0 when it exited
   std::string spawn_error;   // why it could not be started, empty otherwise
+  // It exited with status 0.
   bool ok() const { return spawn_error.empty() && exit_status == 0 && term_signal == 0; }
-  // "exited with status 3", "killed by signal 9 (Killed)", "could not start: ...".
+  // It ended with the status of an injected crash (crash:NODE@STEP, faults/crash.h): the
+  // experiment asked for it, so it is not a failure.
+  bool crashedAsInjected() const;
+  // Neither ok() nor crashedAsInjected(): what makes a launch fail.
+  bool failed() const { return !ok() && !crashedAsInjected(); }
+  // "exited with status 3", "killed by signal 9 (Killed)", "could not start: ...",
+  // "crashed as injected (exit status 86)".
   std::string describe() const;
 };
 
@@ -51,9 +58,12 @@ struct LaunchResult {
   bool interrupted = false;  // a SIGINT / SIGTERM / SIGHUP reached the launcher
   int signal = 0;            // the first such signal
   double seconds = 0;
+  // No time-out, no interrupt, and no node failed() (injected crashes do not count).
   bool ok() const;
   // One line per failed node, e.g. "node 2 exited with status 3".
   std::vector<std::string> failures() const;
+  // One line per node that crashed as injected, e.g. "node 2 crashed as injected".
+  std::vector<std::string> injectedCrashes() const;
 };
 
 // Runs the cluster to completion. Blocks; installs SIGINT/SIGTERM/SIGHUP handlers while it runs.

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "faults/crash.h"
+
 namespace chorus::cli {
 namespace {
 
@@ -158,6 +160,60 @@ TEST_F(LauncherTest, NodeIgnoringSigtermIsKilledAfterGrace) {
   LaunchResult r = launch(o);
   EXPECT_TRUE(r.timed_out);
   EXPECT_EQ(r.nodes[0].term_signal, SIGKILL);
+}
+
+// A node that ends with the injected-crash status did what the experiment asked: it is named,
+// it is no failure, and --fail-fast does not stop the others, who go on without it.
+TEST_F(LauncherTest, AnInjectedCrashIsNamedAndIsNoFailure) {
+  const std::string crashed = std::to_string(faults::kInjectedCrashExitStatus);
+  LaunchOptions o;
+  // Node 2 writes its pid and crashes; the others end only once the launcher has reaped it (a
+  // zombie still answers kill -0), so they are still running when its exit is handled.
+  o.binary = script("pidfile=" + (dir_ / "pid-2").string() + "\n" +
+                    "if [ \"$id\" = 2 ]; then echo $$ > $pidfile.tmp; mv $pidfile.tmp $pidfile; "
+                    "exit " +
+                    crashed +
+                    "; fi\n"
+                    "n=0; while [ ! -s $pidfile ] || kill -0 $(cat $pidfile) 2>/dev/null; do\n"
+                    "  n=$((n+1)); [ $n -gt 6000 ] && exit 9; sleep 0.01\n"
+                    "done\n"
+                    "echo \"$id saw node 2 gone\"");
+  o.ids = {0, 1, 2, 3};
+  o.fail_fast = true;
+  LaunchResult r = launch(o);
+  EXPECT_TRUE(r.ok());
+  EXPECT_TRUE(r.failures().empty()) << r.failures()[0];
+  EXPECT_EQ(r.injectedCrashes(), std::vector<std::string>{"node 2 crashed as injected"});
+  ASSERT_EQ(r.nodes.size(), 4u);
+  EXPECT_TRUE(r.nodes[2].crashedAsInjected());
+  EXPECT_FALSE(r.nodes[2].failed());
+  EXPECT_FALSE(r.nodes[2].ok());
+  EXPECT_EQ(r.nodes[2].describe(), "crashed as injected (exit status " + crashed + ")");
+  EXPECT_TRUE(saw(out_, "[launch] node 2 crashed as injected (exit status " + crashed + ")"));
+  for (uint32_t id : {0u, 1u, 3u}) {
+    EXPECT_TRUE(r.nodes[id].ok()) << id << ": " << r.nodes[id].describe();
+    EXPECT_TRUE(
+        saw(out_, "[node " + std::to_string(id) + "] " + std::to_string(id) + " saw node 2 gone"));
+  }
+  for (const auto& line : err_)
+    EXPECT_EQ(line.find("--fail-fast"), std::string::npos) << line;
+}
+
+// Only the injected-crash status is excused: another failure next to it still fails the launch,
+// and a node killed by a signal is no injected crash.
+TEST_F(LauncherTest, OtherFailuresNextToAnInjectedCrashStillFail) {
+  LaunchOptions o;
+  o.binary = script("case $id in 0) exit " + std::to_string(faults::kInjectedCrashExitStatus) +
+                    ";; 1) exit 1;; 2) kill -9 $$;; esac");
+  o.ids = {0, 1, 2, 3};
+  LaunchResult r = launch(o);
+  EXPECT_FALSE(r.ok());
+  ASSERT_EQ(r.failures().size(), 2u);
+  EXPECT_EQ(r.failures()[0], "node 1 exited with status 1");
+  EXPECT_EQ(r.failures()[1].rfind("node 2 killed by signal 9", 0), 0u) << r.failures()[1];
+  EXPECT_EQ(r.injectedCrashes(), std::vector<std::string>{"node 0 crashed as injected"});
+  EXPECT_TRUE(r.nodes[3].ok());
+  EXPECT_FALSE(r.nodes[2].crashedAsInjected());
 }
 
 }  // namespace
