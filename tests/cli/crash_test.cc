@@ -1,0 +1,213 @@
+// Injected crashes (crash:NODE@STEP, docs/stragglers.md "Crashes") end to end: a real
+// `chorus launch` whose node dies mid-run the way a crashed machine does, in both modes.
+#include "faults/crash.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tests/cli/run_command.h"
+
+namespace chorus::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> out;
+  size_t begin = 0;
+  for (size_t nl; (nl = text.find('\n', begin)) != std::string::npos; begin = nl + 1)
+    out.push_back(text.substr(begin, nl - begin));
+  if (begin < text.size()) out.push_back(text.substr(begin));
+  return out;
+}
+
+// Whether a line of `text` starts with `prefix` and contains `part`.
+bool hasLine(const std::string& text, const std::string& prefix, const std::string& part) {
+  for (const std::string& line : lines(text)) {
+    if (line.starts_with(prefix) && contains(line, part)) return true;
+  }
+  return false;
+}
+
+size_t count(const std::string& text, const std::string& part) {
+  size_t n = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1))
+    ++n;
+  return n;
+}
+
+// A complete graph of `nodes` nodes on loopback ports in `mode`; `stragglers` gives some nodes
+// their own attribute. Cleans up after itself.
+class CrashCluster {
+ public:
+  CrashCluster(const std::string& name, int nodes, const std::string& mode,
+               const std::map<int, std::string>& stragglers = {})
+      : nodes_(nodes) {
+    const std::string unique = name + "-" + std::to_string(getpid());
+    topology_ = fs::temp_directory_path() / (unique + ".toml");
+    out_ = fs::temp_directory_path() / (unique + "-out");
+    std::ofstream f(topology_);
+    f << "[cluster]\nname = \"" << name << "\"\nmode = \"" << mode << "\"\n";
+    for (int i = 0; i < nodes; ++i) {
+      f << "\n[[node]]\nid = " << i << "\naddress = \"127.0.0.1:" << freeLoopbackPort()
+        << "\"\nneighbors = [";
+      for (int j = 0, listed = 0; j < nodes; ++j) {
+        if (j != i) f << (listed++ > 0 ? ", " : "") << j;
+      }
+      f << "]\n";
+      if (auto it = stragglers.find(i); it != stragglers.end())
+        f << "stragglers = \"" << it->second << "\"\n";
+    }
+  }
+  ~CrashCluster() {
+    std::error_code ec;
+    fs::remove(topology_, ec);
+    fs::remove_all(out_, ec);
+  }
+
+  // `chorus launch` of this cluster on a small synthetic data set, with `extra` options.
+  CommandResult launch(const std::vector<std::string>& extra) const {
+    std::vector<std::string> argv = {chorusBinary(),
+                                     "launch",
+                                     topology_.string(),
+                                     "--timeout",
+                                     "120",
+                                     "--data",
+                                     "synthetic",
+                                     "--synthetic-train",
+                                     "2000",
+                                     "--synthetic-test",
+                                     "200",
+                                     "--model",
+                                     "softmax",
+                                     "--ready-timeout",
+                                     "60",
+                                     "--out",
+                                     out_.string()};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return runCommand(argv, 180);
+  }
+
+  std::string metrics(int id) const {
+    return slurp(out_ / ("node-" + std::to_string(id) + ".jsonl"));
+  }
+  std::string topology() const { return topology_.string(); }
+  int nodes() const { return nodes_; }
+
+ private:
+  int nodes_;
+  fs::path topology_, out_;
+};
+
+const std::string kCrashed = "[launch] node 2 crashed as injected (exit status " +
+                             std::to_string(faults::kInjectedCrashExitStatus) + ")";
+
+// Node 2 dies after its 10th step; its neighbors see the connection drop (no Leave), go on
+// without it, finish every round and name it as departed. The launch succeeds.
+TEST(ChorusCrash, ConsensusNeighborsGoOnWithoutTheCrashedNode) {
+  CrashCluster cluster("crash-consensus", 4, "consensus");
+  CommandResult r =
+      cluster.launch({"--rounds", "40", "--eval-every", "20", "--stragglers", "crash:2@10"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, kCrashed)) << r.out;
+  EXPECT_TRUE(contains(r.err,
+                       "[node 2] chorus: injected crash of node 2 after step 10 "
+                       "(stragglers crash:2@10)"))
+      << r.err;
+  EXPECT_FALSE(contains(r.out, "node 2: final test accuracy")) << r.out;
+  EXPECT_FALSE(contains(r.out, "node 2: left the cluster")) << r.out;
+  for (int id : {0, 1, 3}) {
+    const std::string n = std::to_string(id);
+    EXPECT_TRUE(contains(r.out, "[launch] node " + n + " finished")) << r.out;
+    const std::string says = fmt::format("[node {}] node {}: ", id, id);
+    EXPECT_TRUE(hasLine(r.out, says + "final test accuracy", "after 40 rounds")) << r.out;
+    EXPECT_TRUE(contains(r.out, says + "node(s) 2 left before the end")) << r.out;
+    // No Leave came: the connection dropped, and the peers saw node 2 go down.
+    EXPECT_TRUE(hasLine(r.err, "[node " + n + "] ", "[warning] peer 2 (")) << r.err;
+    const std::string final_line = lines(cluster.metrics(id)).back();
+    EXPECT_TRUE(contains(final_line, "\"event\":\"final\"")) << final_line;
+    EXPECT_TRUE(contains(final_line, "\"departed_peers\":[2]")) << final_line;
+  }
+  for (const std::string& line : lines(r.err)) {
+    EXPECT_FALSE(contains(line, "peer 2 (") && contains(line, ") left:")) << line;
+  }
+  // Every metrics line of the crashed node was flushed when written: its start line and one
+  // line per round it finished, the 9 before the step it died after; no final line.
+  const std::string crashed = cluster.metrics(2);
+  EXPECT_EQ(count(crashed, "\"event\":\"start\""), 1u) << crashed;
+  EXPECT_EQ(count(crashed, "\"event\":\"round\""), 9u) << crashed;
+  EXPECT_EQ(count(crashed, "\"event\":\"final\""), 0u) << crashed;
+  EXPECT_EQ(crashed.back(), '\n');
+}
+
+// Node 2 (its own topology attribute says so) owned a shard of the keys and was a worker. The
+// owners stop waiting for the dead worker after --down-timeout, the workers train on with the
+// last values they read of its keys, and every survivor says it was dropped. Also a success.
+TEST(ChorusCrash, PsWorkersDropTheCrashedOwnerAfterTheDownTimeoutAndFinish) {
+  CrashCluster cluster("crash-ps", 4, "ps", {{2, "crash:2@10"}});
+  CommandResult r = cluster.launch(
+      {"--rounds", "30", "--eval-every", "0", "--staleness", "1", "--down-timeout", "1"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, kCrashed)) << r.out;
+  EXPECT_TRUE(contains(r.err,
+                       "[node 2] chorus: injected crash of node 2 after step 10 "
+                       "(stragglers crash:2@10)"))
+      << r.err;
+  for (int id : {0, 1, 3}) {
+    const std::string n = std::to_string(id);
+    EXPECT_TRUE(contains(r.out, "[launch] node " + n + " finished")) << r.out;
+    EXPECT_TRUE(contains(r.out, "node " + n + ": final test accuracy")) << r.out;
+    EXPECT_TRUE(
+        contains(r.out, fmt::format("[node {}] node {}: node 2 was dropped at clock ", id, id)))
+        << r.out;
+    EXPECT_TRUE(hasLine(r.err, "[node " + n + "] ", "[warning] peer 2 (")) << r.err;
+  }
+  EXPECT_TRUE(contains(r.out, "node 0: test accuracy of the model as held by the owners")) << r.out;
+  const std::string crashed = cluster.metrics(2);
+  EXPECT_EQ(count(crashed, "\"event\":\"clock\""), 9u) << crashed;
+  EXPECT_EQ(count(crashed, "\"event\":\"final\""), 0u) << crashed;
+}
+
+// Bad crash terms are refused before any node starts, from the command line and from the
+// topology file, naming the term and the accepted form.
+TEST(ChorusCrash, BadCrashTermsAreRefusedBeforeAnyNodeStarts) {
+  {
+    CrashCluster cluster("crash-bad-flag", 2, "consensus");
+    CommandResult r = cluster.launch({"--rounds", "5", "--stragglers", "crash:1@0"});
+    EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+    EXPECT_TRUE(contains(r.err,
+                         "bad straggler term 'crash:1@0': STEP '0' must be a whole number "
+                         "from 1"))
+        << r.err;
+    EXPECT_TRUE(contains(r.err, "crash:NODE@STEP[,NODE@STEP...]")) << r.err;
+    EXPECT_FALSE(contains(r.out, "[launch] node 0 started")) << r.out;
+  }
+  {
+    CrashCluster cluster("crash-bad-attribute", 2, "consensus", {{1, "crash:1@5,1@7"}});
+    CommandResult r = cluster.launch({"--rounds", "5"});
+    EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+    EXPECT_TRUE(contains(r.err, "bad straggler term 'crash:1@5,1@7': node 1 is listed twice"))
+        << r.err;
+    EXPECT_FALSE(contains(r.out, "[launch] node 0 started")) << r.out;
+  }
+}
+
+}  // namespace
+}  // namespace chorus::testing
