@@ -119,7 +119,8 @@ void addRunOptions(CLI::App& cmd, RunOptions& o) {
       ->capture_default_str();
   cmd.add_option("--stragglers", o.stragglers,
                  "Straggler profile (docs/stragglers.md), added to each node's own attribute "
-                 "from the topology file, e.g. shifted-exp:5,20+slow:3=4");
+                 "from the topology file, e.g. shifted-exp:5,20+slow:3=4; crash:N@S ends node "
+                 "N's process right after its S-th step (a real crash)");
   cmd.add_option("--eval-every", o.eval_every, "Test accuracy every N rounds (0: only at the end)")
       ->check(CLI::Range(int64_t{0}, int64_t{1'000'000'000}))
       ->capture_default_str();
