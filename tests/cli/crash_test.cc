@@ -141,7 +141,9 @@ TEST(ChorusCrash, ConsensusNeighborsGoOnWithoutTheCrashedNode) {
     EXPECT_TRUE(contains(r.out, says + "node(s) 2 left before the end")) << r.out;
     // No Leave came: the connection dropped, and the peers saw node 2 go down.
     EXPECT_TRUE(hasLine(r.err, "[node " + n + "] ", "[warning] peer 2 (")) << r.err;
-    const std::string final_line = lines(cluster.metrics(id)).back();
+    const std::vector<std::string> written = lines(cluster.metrics(id));
+    ASSERT_FALSE(written.empty()) << "node " << id << " wrote no metrics";
+    const std::string& final_line = written.back();
     EXPECT_TRUE(contains(final_line, "\"event\":\"final\"")) << final_line;
     EXPECT_TRUE(contains(final_line, "\"departed_peers\":[2]")) << final_line;
   }
@@ -151,6 +153,7 @@ TEST(ChorusCrash, ConsensusNeighborsGoOnWithoutTheCrashedNode) {
   // Every metrics line of the crashed node was flushed when written: its start line and one
   // line per round it finished, the 9 before the step it died after; no final line.
   const std::string crashed = cluster.metrics(2);
+  ASSERT_FALSE(crashed.empty());
   EXPECT_EQ(count(crashed, "\"event\":\"start\""), 1u) << crashed;
   EXPECT_EQ(count(crashed, "\"event\":\"round\""), 9u) << crashed;
   EXPECT_EQ(count(crashed, "\"event\":\"final\""), 0u) << crashed;
