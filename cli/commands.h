@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "faults/link_delay.h"
+#include "node/node.h"
 #include "topology/topology.h"
 
 namespace CLI {
@@ -39,16 +40,24 @@ void addLaunchCommand(CLI::App& app);
 // it.
 void checkNodeArguments(const std::string& topology, const std::vector<uint32_t>& ids,
                         const std::vector<std::string>& node_args);
-// The link delay of `node`: --link-delay `flag` (may be empty) plus the node's own link_delay
-// attribute from `topology_path`, refused when a heartbeat held back by it could come later
-// than the peer time-out (the peer would be called down). Throws CommandFailure(2, ...) naming
-// where the delay came from, `time_out_name` (what sets the time-out) and `remedy` (what to
-// change). Used by `chorus node` and `chorus compare`.
-faults::LinkDelay nodeLinkDelay(const std::string& flag, const topology::NodeSpec& node,
-                                const std::string& topology_path,
-                                std::chrono::milliseconds heartbeat,
-                                std::chrono::milliseconds peer_timeout,
-                                const std::string& time_out_name, const std::string& remedy);
+// The link faults of one node, as its flags and its topology entry give them.
+struct LinkFaults {
+  faults::LinkDelay delay;  // --link-delay plus the node's link_delay attribute
+  faults::LinkLoss loss;    // --link-loss
+  // Sets the runtime's link_delay, link_jitter, link_loss and link_rto.
+  void applyTo(node::NodeOptions& options) const;
+};
+// The link faults of `node`: --link-delay `delay_flag` (may be empty) plus the node's own
+// link_delay attribute from `topology_path`, and --link-loss `loss_flag`; refused when a
+// heartbeat held back as long as they can hold a frame could come later than the peer time-out
+// (the peer would be called down). Throws CommandFailure(2, ...) naming where the faults came
+// from, `time_out_name` (what sets the time-out) and `remedy` (what to change). Used by
+// `chorus node` and `chorus compare`.
+LinkFaults nodeLinkFaults(const std::string& delay_flag, const std::string& loss_flag,
+                          const topology::NodeSpec& node, const std::string& topology_path,
+                          std::chrono::milliseconds heartbeat,
+                          std::chrono::milliseconds peer_timeout, const std::string& time_out_name,
+                          const std::string& remedy);
 // `chorus train` (single node)
 void addTrainCommand(CLI::App& app);
 // `chorus compare`: runs training variants on the same work and reports them side by side

@@ -47,6 +47,7 @@ struct CompareArgs {
   std::string variants;
   std::string secret_file;  // empty: the topology's [cluster] secret_file, if any
   std::string link_delay;   // forwarded to every node; checked here first
+  std::string link_loss;    // the same
   int seeds = 1;
   bool force = false;
   double run_timeout_s = 0;
@@ -285,10 +286,10 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
     // The nodes run with the default heartbeat and peer time-out (compare does not change them).
     const node::NodeOptions defaults;
     for (const topology::NodeSpec& node : topo.nodes) {
-      nodeLinkDelay(args.link_delay, node, args.topology, defaults.heartbeat_interval,
-                    defaults.peer_timeout,
-                    fmt::format("the nodes' {} ms peer time-out", defaults.peer_timeout.count()),
-                    "compare runs the nodes with the default time-outs");
+      nodeLinkFaults(args.link_delay, args.link_loss, node, args.topology,
+                     defaults.heartbeat_interval, defaults.peer_timeout,
+                     fmt::format("the nodes' {} ms peer time-out", defaults.peer_timeout.count()),
+                     "compare runs the nodes with the default time-outs");
     }
   }
   if (args.run.data.name != "synthetic") {
@@ -470,6 +471,10 @@ void addCompareCommand(CLI::App& app) {
   cmd->add_option("--link-delay", args->link_delay,
                   "Fault injection passed to every node: each frame waits MS (plus a uniform "
                   "draw from [0, JITTER_MS)) before it is sent; MS or MS,JITTER_MS; see "
+                  "`chorus node --help`");
+  cmd->add_option("--link-loss", args->link_loss,
+                  "Fault injection passed to every node: each frame is lost with probability P "
+                  "and sent again after RTO_MS (default 200), as TCP would; P or P,RTO_MS; see "
                   "`chorus node --help`");
   cmd->add_option("--run-timeout", args->run_timeout_s,
                   "Stop a run (and count it as failed) after this many seconds (0: no limit)")

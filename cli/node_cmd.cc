@@ -26,6 +26,7 @@
 #include "consensus/consensus_peer.h"
 #include "faults/link_delay.h"
 #include "ml/dataset.h"
+#include "node/connection.h"
 #include "node/launch_env.h"
 #include "node/node.h"
 #include "node/ping_exchange.h"
@@ -54,6 +55,7 @@ struct NodeArgs {
   uint32_t max_frame_mib = 256;
   std::string secret_file;  // empty: no shared secret
   std::string link_delay;   // faults::LinkDelay grammar; empty: none
+  std::string link_loss;    // faults::LinkLoss grammar; empty: none
   std::string mode;         // ping | consensus | ps; empty: the topology's mode
   run::RunOptions run;
   consensus::ConsensusOptions consensus;
@@ -226,13 +228,13 @@ NodeSetup setUpNode(const NodeArgs& args, spdlog::level::level_enum level,
   options.peer_timeout = milliseconds(args.peer_timeout_ms);
   options.log_level = level;
   options.cluster_ready_timeout = secondsToMs(args.ready_timeout_s);
-  const faults::LinkDelay link = nodeLinkDelay(
-      args.link_delay, *setup.me, args.topology, options.heartbeat_interval, options.peer_timeout,
-      fmt::format("--peer-timeout-ms {}", args.peer_timeout_ms), "raise --peer-timeout-ms");
-  if (!link.empty()) {
-    const auto worst = link.delay + link.jitter;
-    options.link_delay = link.delay;
-    options.link_jitter = link.jitter;
+  const LinkFaults link = nodeLinkFaults(args.link_delay, args.link_loss, *setup.me, args.topology,
+                                         options.heartbeat_interval, options.peer_timeout,
+                                         fmt::format("--peer-timeout-ms {}", args.peer_timeout_ms),
+                                         "raise --peer-timeout-ms");
+  link.applyTo(options);
+  if (!link.delay.empty() || !link.loss.empty()) {
+    const auto worst = node::linkWorstCase(options);
     options.link_seed = args.run.seed;
     // A handshake crosses the link up to four times: its time-out grows with the delay.
     options.handshake_timeout =
@@ -350,10 +352,13 @@ void runPing(const NodeArgs& args, const NodeSetup& setup) {
     const node::PeerStats stats = node.stats(peer.peer);
     fmt::print(
         "  peer {}: {} of {} pongs verified, {} pings answered, rtt min/mean/max "
-        "{:.0f}/{:.0f}/{:.0f} us; {} frames / {} bytes out, {} frames / {} bytes in\n",
+        "{:.0f}/{:.0f}/{:.0f} us; {} frames / {} bytes out, {} frames / {} bytes in{}\n",
         peer.peer, peer.pongs_verified, args.pings, peer.pings_answered, peer.rtt_min_us,
         peer.rtt_mean_us, peer.rtt_max_us, stats.frames_out, stats.bytes_out, stats.frames_in,
-        stats.bytes_in);
+        stats.bytes_in,
+        stats.frames_lost > 0
+            ? fmt::format("; {} frames out lost and sent again (--link-loss)", stats.frames_lost)
+            : "");
   }
   if (!report.status.ok()) {
     finish(5, fmt::format("node {}: {}", self, report.status.message()));
@@ -708,6 +713,12 @@ void registerNodeCommand(CLI::App& app, std::function<void(const NodeArgs&)> act
       "socket, in order: MS or MS,JITTER_MS, e.g. 20 or 20,5 (default: none; the node's "
       "link_delay attribute in the topology file adds to it). A round "
       "trip then takes at least 2 x MS; see docs/stragglers.md");
+  cmd->add_option("--link-loss", args->link_loss,
+                  "Fault injection: each frame this node sends is lost with probability P, as "
+                  "TCP loses a segment: it is sent again after a retransmission time-out of "
+                  "RTO_MS (default 200, Linux's smallest), doubled for each further loss (at "
+                  "most 3), and nothing behind it on that link arrives before it: P or P,RTO_MS, "
+                  "e.g. 0.01 or 0.01,200 (default: none); P at most 0.5; see docs/stragglers.md");
   cmd->add_option("--max-frame-mib", args->max_frame_mib, "Largest accepted frame, in MiB")
       ->check(CLI::Range(1u, 2047u))
       ->capture_default_str();
@@ -719,37 +730,61 @@ void registerNodeCommand(CLI::App& app, std::function<void(const NodeArgs&)> act
 
 }  // namespace
 
-faults::LinkDelay nodeLinkDelay(const std::string& flag, const topology::NodeSpec& node,
-                                const std::string& topology_path, milliseconds heartbeat,
-                                milliseconds peer_timeout, const std::string& time_out_name,
-                                const std::string& remedy) {
-  faults::LinkDelay link;
+LinkFaults nodeLinkFaults(const std::string& delay_flag, const std::string& loss_flag,
+                          const topology::NodeSpec& node, const std::string& topology_path,
+                          milliseconds heartbeat, milliseconds peer_timeout,
+                          const std::string& time_out_name, const std::string& remedy) {
+  LinkFaults link;
   std::string source;
-  if (!flag.empty()) {
+  if (!delay_flag.empty()) {
     try {
-      link = faults::LinkDelay::parse(flag);
+      link.delay = faults::LinkDelay::parse(delay_flag);
     } catch (const std::invalid_argument& e) {
       throw CommandFailure(2, fmt::format("--link-delay: {}", e.what()));
     }
-    source = "--link-delay " + flag;
+    source = "--link-delay " + delay_flag;
   }
   if (!node.link_delay.empty()) {
     // The loader has checked the attribute already.
     const faults::LinkDelay own = faults::LinkDelay::parse(node.link_delay);
-    link.delay += own.delay;
-    link.jitter += own.jitter;
+    link.delay.delay += own.delay;
+    link.delay.jitter += own.jitter;
     source += fmt::format("{}node {}'s link_delay \"{}\" in {}", source.empty() ? "" : " plus ",
                           node.id, node.link_delay, topology_path);
   }
-  // A heartbeat is due every `heartbeat`; held back by up to delay + jitter, it could come
-  // later than the time-out after the one before it, and a healthy peer would be called down.
-  if (link.delay + link.jitter + heartbeat >= peer_timeout) {
+  if (!loss_flag.empty()) {
+    try {
+      link.loss = faults::LinkLoss::parse(loss_flag);
+    } catch (const std::invalid_argument& e) {
+      throw CommandFailure(2, fmt::format("--link-loss: {}", e.what()));
+    }
+    if (!link.loss.empty()) {
+      source += fmt::format("{}--link-loss {}", source.empty() ? "" : " plus ", loss_flag);
+    }
+  }
+  // A heartbeat is due every `heartbeat`; held back as long as the link faults can hold a
+  // frame, it could come later than the time-out after the one before it, and a healthy peer
+  // would be called down.
+  node::NodeOptions faulty;
+  link.applyTo(faulty);
+  if (node::linkWorstCase(faulty) + heartbeat >= peer_timeout) {
     throw CommandFailure(
-        2, fmt::format("{}: delay plus jitter must stay below {} ms, or a heartbeat could arrive "
+        2, fmt::format("{}: delay plus jitter{} must stay below {} ms, or a heartbeat could arrive "
                        "later than {}; {}",
-                       source, (peer_timeout - heartbeat).count(), time_out_name, remedy));
+                       source,
+                       link.loss.empty() ? ""
+                                         : fmt::format(" plus {} retransmission time-outs",
+                                                       (1 << node::kMaxLinkRetransmissions) - 1),
+                       (peer_timeout - heartbeat).count(), time_out_name, remedy));
   }
   return link;
+}
+
+void LinkFaults::applyTo(node::NodeOptions& options) const {
+  options.link_delay = delay.delay;
+  options.link_jitter = delay.jitter;
+  options.link_loss = loss.probability;
+  options.link_rto = loss.rto;
 }
 
 void addNodeCommands(CLI::App& app) {

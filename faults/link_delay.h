@@ -26,4 +26,22 @@ struct LinkDelay {
   static LinkDelay parse(std::string_view text);
 };
 
+// Packet loss as TCP lives it: nothing is lost for good, but a lost segment is sent again after
+// a retransmission time-out, and the link delivers nothing behind it until then
+// (node::NodeOptions::link_loss). Grammar: docs/stragglers.md.
+inline constexpr double kMaxLinkLoss = 0.5;       // the largest probability accepted
+inline constexpr double kMaxLinkRtoMs = 10'000;   // the longest time-out accepted
+inline constexpr double kDefaultLinkRtoMs = 200;  // Linux's smallest retransmission time-out
+
+struct LinkLoss {
+  double probability = 0;  // per frame sent
+  std::chrono::microseconds rto{static_cast<int64_t>(kDefaultLinkRtoMs * 1000)};
+  std::string text;  // as written
+
+  bool empty() const { return probability == 0; }
+  // "none", "P" or "P,RTO_MS", with P from 0 to kMaxLinkLoss and RTO_MS above 0 and at most
+  // kMaxLinkRtoMs. Throws std::invalid_argument naming the text and the accepted forms.
+  static LinkLoss parse(std::string_view text);
+};
+
 }  // namespace chorus::faults

@@ -70,7 +70,7 @@ void Connection::writeFromLoop(SharedFrame frame, std::function<void(const Statu
 void Connection::queueFromLoop(PendingWrite write) {
   queued_bytes_ += write.frame->size();
   last_send = Clock::now();
-  if (link_delay_.count() > 0 || link_jitter_.count() > 0) {
+  if (faultyLink()) {
     delayFromLoop(std::move(write));
   } else {
     pending_.push_back(std::move(write));
@@ -84,6 +84,19 @@ void Connection::delayFromLoop(PendingWrite write) {
   if (link_jitter_.count() > 0) {
     extra = std::chrono::microseconds(
         std::uniform_int_distribution<int64_t>(0, link_jitter_.count() - 1)(link_rng_));
+  }
+  // A lost segment stalls the link until it is retransmitted; each further loss of the same
+  // segment doubles the time-out, as TCP's back-off does.
+  if (link_loss_ > 0) {
+    std::uniform_real_distribution<double> coin(0.0, 1.0);
+    bool lost = false;
+    for (int retransmission = 0;
+         retransmission < kMaxLinkRetransmissions && coin(link_rng_) < link_loss_;
+         ++retransmission) {
+      extra += link_rto_ * (int64_t{1} << retransmission);
+      lost = true;
+    }
+    if (lost && hooks_.on_frame_lost) hooks_.on_frame_lost(*this);
   }
   Clock::time_point due = Clock::now() + link_delay_ + extra;
   // A TCP link delivers in order: a frame with a shorter draw waits for the one before it.
@@ -123,8 +136,7 @@ void Connection::writeTransientFromLoop(const SharedFrame& frame,
   size_t written = 0;
   // Only with nothing queued or in flight (then libuv holds no write of ours either) may bytes
   // go straight to the socket; with a link delay nothing does.
-  const bool delayed_link = link_delay_.count() > 0 || link_jitter_.count() > 0;
-  if (!delayed_link && pending_.empty() && writes_in_flight_ == 0) {
+  if (!faultyLink() && pending_.empty() && writes_in_flight_ == 0) {
     const Status status = tcp_->tryWriteFromLoop(frame, &written);
     if (!status.ok()) {
       if (done) done(status);

@@ -17,6 +17,10 @@
 
 namespace chorus::node {
 
+// Connection::setLinkLoss: the most retransmissions one frame may wait for (1 + 2 + 4
+// time-outs), so that the longest stall is known and can be kept below the peer time-out.
+inline constexpr int kMaxLinkRetransmissions = 3;
+
 class Connection {
  public:
   enum class Role { kDialer, kAcceptor };
@@ -34,6 +38,8 @@ class Connection {
     // Bytes moved, for the per-peer counters.
     std::function<void(Connection&, size_t bytes)> on_bytes_in;
     std::function<void(Connection&, size_t bytes)> on_bytes_out;
+    // A frame drew a loss (setLinkLoss) and waits for its retransmissions.
+    std::function<void(Connection&)> on_frame_lost;
   };
 
   Connection(uv_loop_t* loop, uv::HandlePtr<uv::Tcp> tcp, Role role, FrameLimits limits,
@@ -48,6 +54,13 @@ class Connection {
   // experiments; docs/stragglers.md). Zero: frames go at once. Set before start.
   void setLinkDelay(std::chrono::microseconds delay, std::chrono::microseconds jitter,
                     uint64_t seed);
+  // Fault injection: with `probability` a frame is lost as TCP would lose a segment, and waits
+  // `rto` more, doubled for each further loss (at most kMaxLinkRetransmissions); the frames
+  // behind it wait too. Draws from setLinkDelay's seed. Set before start.
+  void setLinkLoss(double probability, std::chrono::microseconds rto) {
+    link_loss_ = probability;
+    link_rto_ = rto;
+  }
   // Where inbound attachments go (FrameDecoder::setPlacer). Set before start.
   void setPlacer(FrameDecoder::Placer placer) { decoder_.setPlacer(std::move(placer)); }
   // Starts reading, TCP_NODELAY and the write slice. The socket must be connected.
@@ -127,6 +140,12 @@ class Connection {
   int writes_in_flight_ = 0;
   std::chrono::microseconds link_delay_{0};
   std::chrono::microseconds link_jitter_{0};
+  double link_loss_ = 0;
+  std::chrono::microseconds link_rto_{0};
+  // Any link fault is set: every frame goes through delayed_.
+  bool faultyLink() const {
+    return link_delay_.count() > 0 || link_jitter_.count() > 0 || link_loss_ > 0;
+  }
   std::mt19937_64 link_rng_;
   std::deque<DelayedWrite> delayed_;  // due times never decrease
   uv::HandlePtr<uv::Timer> delay_timer_;

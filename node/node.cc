@@ -84,6 +84,7 @@ struct PeerCounters {
   std::atomic<uint64_t> frames_out{0};
   std::atomic<uint64_t> queued_bytes{0};
   std::atomic<uint64_t> times_up{0};
+  std::atomic<uint64_t> frames_lost{0};
 };
 
 }  // namespace
@@ -104,6 +105,12 @@ const char* peerEventName(PeerEventKind kind) {
       return "drained";
   }
   return "unknown";
+}
+
+std::chrono::microseconds linkWorstCase(const NodeOptions& o) {
+  const auto retransmissions = o.link_loss > 0 ? o.link_rto * ((1 << kMaxLinkRetransmissions) - 1)
+                                               : std::chrono::microseconds(0);
+  return o.link_delay + o.link_jitter + retransmissions;
 }
 
 Status validateOptions(const NodeOptions& o) {
@@ -143,21 +150,27 @@ Status validateOptions(const NodeOptions& o) {
   if (o.link_delay.count() < 0 || o.link_jitter.count() < 0) {
     return bad("link_delay and link_jitter must not be negative");
   }
+  if (!(o.link_loss >= 0 && o.link_loss <= kMaxLinkLoss)) {
+    return bad(fmt::format("link_loss {} is outside 0..{}", o.link_loss, kMaxLinkLoss));
+  }
+  if (o.link_loss > 0 && (o.link_rto.count() <= 0 || o.link_rto > std::chrono::seconds(10))) {
+    return bad("link_rto must be above 0 and at most 10 s");
+  }
   // A handshake takes up to four one-way trips (Hello, Challenge, Proof, Welcome), and a
   // heartbeat must still land within peer_timeout: a longer link delay would turn healthy
   // peers into failed ones.
-  const auto link_worst = o.link_delay + o.link_jitter;
+  const auto link_worst = linkWorstCase(o);
+  const char* link_terms = o.link_loss > 0
+                               ? "link_delay + link_jitter + link_loss's retransmissions"
+                               : "link_delay + link_jitter";
   if (link_worst * 4 >= o.handshake_timeout) {
-    return bad(
-        fmt::format("link_delay + link_jitter ({} ms) must be below a quarter of "
-                    "handshake_timeout ({} ms)",
-                    link_worst.count() / 1000.0, o.handshake_timeout.count()));
+    return bad(fmt::format("{} ({} ms) must be below a quarter of handshake_timeout ({} ms)",
+                           link_terms, link_worst.count() / 1000.0, o.handshake_timeout.count()));
   }
   if (link_worst + o.heartbeat_interval >= o.peer_timeout) {
-    return bad(fmt::format(
-        "link_delay + link_jitter + heartbeat_interval ({} ms) must be below "
-        "peer_timeout ({} ms)",
-        link_worst.count() / 1000.0 + o.heartbeat_interval.count(), o.peer_timeout.count()));
+    return bad(fmt::format("{} + heartbeat_interval ({} ms) must be below peer_timeout ({} ms)",
+                           link_terms, link_worst.count() / 1000.0 + o.heartbeat_interval.count(),
+                           o.peer_timeout.count()));
   }
   if (o.low_watermark > o.high_watermark || o.high_watermark == 0) {
     return bad("watermarks need 0 <= low_watermark <= high_watermark and high_watermark > 0");
@@ -363,6 +376,7 @@ class Node::Impl {
     out.frames_out = c.frames_out.load();
     out.queued_bytes = c.queued_bytes.load();
     out.times_up = c.times_up.load();
+    out.frames_lost = c.frames_lost.load();
     return out;
   }
 
@@ -375,6 +389,7 @@ class Node::Impl {
       out.frames_out += c->frames_out.load();
       out.queued_bytes += c->queued_bytes.load();
       out.times_up += c->times_up.load();
+      out.frames_lost += c->frames_lost.load();
     }
     return out;
   }
@@ -474,6 +489,9 @@ class Node::Impl {
     hooks.on_bytes_in = [this](Connection& c, size_t n) {
       if (PeerCounters* counters = countersFor(c)) counters->bytes_in += n;
     };
+    hooks.on_frame_lost = [this](Connection& c) {
+      if (PeerCounters* counters = countersFor(c)) counters->frames_lost += 1;
+    };
     hooks.on_bytes_out = [this](Connection& c, size_t n) {
       if (PeerCounters* counters = countersFor(c)) {
         counters->bytes_out += n;
@@ -489,6 +507,7 @@ class Node::Impl {
     raw->setLinkDelay(options_.link_delay, options_.link_jitter,
                       options_.link_seed * 0x9E3779B97F4A7C15ULL + options_.self * 1'000'003ULL +
                           ++connections_created_);
+    raw->setLinkLoss(options_.link_loss, options_.link_rto);
     raw->setPlacer([this, raw](const wire::Envelope& envelope,
                                size_t bytes) -> std::unique_ptr<AttachmentLanding> {
       // Only an established peer's frames may land in a receiver's memory; anything else is

@@ -34,6 +34,8 @@ struct PeerAddress {
 
 // The largest NodeOptions::write_slice_packets: 1024 packets are 64 MiB, more than any batch.
 inline constexpr size_t kMaxWriteSlicePackets = 1024;
+// The largest NodeOptions::link_loss.
+inline constexpr double kMaxLinkLoss = 0.5;
 
 // Everything a node needs to know; tests shrink the timings to reach edge cases quickly.
 struct NodeOptions {
@@ -61,7 +63,12 @@ struct NodeOptions {
   // uniform draw from [0, link_jitter) before it reaches the socket, in order. Zero: none.
   std::chrono::microseconds link_delay{0};
   std::chrono::microseconds link_jitter{0};
-  uint64_t link_seed = 1;  // seeds the jitter draws, with the node id
+  // And with probability link_loss a frame counts as lost: what a lost segment costs TCP, one
+  // retransmission time-out (link_rto) more, doubled for each further loss (at most
+  // kMaxLinkRetransmissions), and since TCP delivers in order, the frames behind it wait too.
+  double link_loss = 0;
+  std::chrono::microseconds link_rto{200'000};  // Linux's smallest retransmission time-out
+  uint64_t link_seed = 1;                       // seeds the jitter and loss draws, with the node id
   // The cluster's shared secret (loadClusterKey): peers must prove they know it at the
   // handshake, and this node proves it to them. Empty: no proof asked or given.
   std::optional<ClusterKey> cluster_key;
@@ -71,6 +78,9 @@ struct NodeOptions {
 
 // Checks the options; an error names the offending field.
 Status validateOptions(const NodeOptions& options);
+// The longest the link faults can hold one frame back: link_delay, link_jitter and, with
+// link_loss, every retransmission time-out a frame may wait for.
+std::chrono::microseconds linkWorstCase(const NodeOptions& options);
 
 enum class PeerEventKind {
   kUp,       // handshake completed (again)
@@ -98,7 +108,8 @@ struct PeerStats {
   uint64_t frames_in = 0;
   uint64_t frames_out = 0;
   uint64_t queued_bytes = 0;
-  uint64_t times_up = 0;  // completed handshakes
+  uint64_t times_up = 0;     // completed handshakes
+  uint64_t frames_lost = 0;  // frames held back by link_loss (fault injection)
 };
 
 // Runs on the loop thread with the sender and the verified Envelope (valid during the call).

@@ -242,6 +242,31 @@ TEST(ChorusLaunch, LinkDelayLengthensEveryRoundTripAndBadValuesAreRefused) {
   std::filesystem::remove(topo);
 }
 
+// --link-loss delays a lost frame by a retransmission time-out and loses nothing: every ping is
+// answered, and the nodes say how many frames they sent again.
+TEST(ChorusLaunch, LinkLossLosesNothingAndSaysWhatItHeldBack) {
+  const std::vector<uint16_t> ports = freePorts(2);
+  std::string topo = writeCluster("launch-loss", ports);
+  // Two nodes, about 50 frames each way: no loss at all has probability 0.8^100, about 2e-10.
+  CommandResult r = runCommand({chorusBinary(), "launch", topo, "--mode", "ping", "--pings", "20",
+                                "--ready-timeout", "60", "--link-loss", "0.2,20"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "[node 0]   peer 1: 20 of 20 pongs verified")) << r.out;
+  EXPECT_TRUE(contains(r.out, "[node 1]   peer 0: 20 of 20 pongs verified")) << r.out;
+  EXPECT_TRUE(contains(r.out, "frames out lost and sent again (--link-loss)")) << r.out;
+  r = runCommand({chorusBinary(), "launch", topo, "--mode", "ping", "--link-loss", "1%"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err, "--link-loss: bad link loss '1%'")) << r.err;
+  // 1 + 2 + 4 time-outs of 700 ms cannot fit below the 5 s peer time-out with a heartbeat.
+  r = runCommand({chorusBinary(), "launch", topo, "--mode", "ping", "--link-loss", "0.01,700"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err,
+                       "--link-loss 0.01,700: delay plus jitter plus 7 retransmission time-outs "
+                       "must stay below 4500 ms"))
+      << r.err;
+  std::filesystem::remove(topo);
+}
+
 // A node's link_delay attribute holds back what that node sends: every round trip on its links
 // crosses it once. With --link-delay the two add up, and the launch checks the sum for every
 // node before it starts any.

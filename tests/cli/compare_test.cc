@@ -268,6 +268,11 @@ TEST_F(CompareTest, ALinkDelayNoNodeCouldUseIsRefusedBeforeAnyRun) {
                      "--link-delay: bad link delay '-3'");
   expectOneLineError(compare("ps:bsp", dir_ / "h", {"--link-delay", "4000,600"}),
                      "--link-delay 4000,600: delay plus jitter must stay below 4500 ms");
+  expectOneLineError(compare("ps:bsp", dir_ / "h", {"--link-loss", "0.9"}),
+                     "--link-loss: bad link loss '0.9'");
+  expectOneLineError(compare("ps:bsp", dir_ / "h", {"--link-delay", "3500", "--link-loss", "0.1"}),
+                     "--link-delay 3500 plus --link-loss 0.1: delay plus jitter plus 7 "
+                     "retransmission time-outs must stay below 4500 ms");
   EXPECT_FALSE(fs::exists(dir_ / "h"));
 }
 

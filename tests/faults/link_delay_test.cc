@@ -42,5 +42,33 @@ TEST(LinkDelay, GarbageIsRefusedWithTheAcceptedForms) {
   }
 }
 
+TEST(LinkLoss, ProbabilityAndTimeOut) {
+  for (const char* text : {"", "none", "0", "0,50"}) {
+    EXPECT_TRUE(LinkLoss::parse(text).empty()) << text;
+  }
+  LinkLoss loss = LinkLoss::parse("0.01");
+  EXPECT_DOUBLE_EQ(loss.probability, 0.01);
+  EXPECT_EQ(loss.rto, microseconds(200'000));  // Linux's smallest retransmission time-out
+  EXPECT_FALSE(loss.empty());
+  loss = LinkLoss::parse("0.5,2.5");
+  EXPECT_DOUBLE_EQ(loss.probability, 0.5);
+  EXPECT_EQ(loss.rto, microseconds(2'500));
+  EXPECT_EQ(loss.text, "0.5,2.5");
+}
+
+TEST(LinkLoss, GarbageIsRefusedWithTheAcceptedForms) {
+  for (const char* text : {"abc", "1%", "-0.1", "0.51", "1", "nan", "0.1,", ",200", "0.1,0",
+                           "0.1,-5", "0.1,10001", "0.1,200,3", "0.1,0.0001", "0.1,inf"}) {
+    try {
+      (void)LinkLoss::parse(text);
+      ADD_FAILURE() << "accepted '" << text << "'";
+    } catch (const std::invalid_argument& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find(std::string("'") + text + "'"), std::string::npos) << message;
+      EXPECT_NE(message.find("P,RTO_MS"), std::string::npos) << message;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace chorus::faults

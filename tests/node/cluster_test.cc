@@ -224,6 +224,15 @@ TEST(Cluster, OptionsAreValidated) {
   o.heartbeat_interval = 800ms;  // a heartbeat could land after the 1 s peer time-out
   EXPECT_NE(validateOptions(o).message().find("peer_timeout"), std::string::npos);
   o = fastOptions("x", 0, {0, 1});
+  o.link_loss = 0.6;
+  EXPECT_NE(validateOptions(o).message().find("link_loss 0.6 is outside 0..0.5"),
+            std::string::npos);
+  o.link_loss = 0.1;
+  o.link_rto = 100ms;  // 1 + 2 + 4 time-outs: a handshake of four trips would take 2.8 s
+  EXPECT_NE(validateOptions(o).message().find("link_loss's retransmissions"), std::string::npos);
+  o.link_rto = 10ms;
+  EXPECT_TRUE(validateOptions(o).ok());
+  o = fastOptions("x", 0, {0, 1});
   ASSERT_TRUE(validateOptions(o).ok());
   Node ok(o);
   ASSERT_TRUE(ok.listen().ok());
@@ -351,6 +360,49 @@ TEST(Cluster, LinkDelayHoldsEveryFrameBackInOrder) {
   pair.high->shutdown(2s);
   ASSERT_TRUE(pair.low_events.waitFor(PeerEventKind::kLeft, 1));
   EXPECT_EQ(pair.low_events.count(PeerEventKind::kDown, 1), 0u);
+  pair.low->shutdown(2s);
+  EXPECT_EQ(pair.low->loopCloseResult(), 0);
+  EXPECT_EQ(pair.high->loopCloseResult(), 0);
+}
+
+// A lost frame waits for its retransmission time-out, and TCP delivers nothing behind it before
+// it: every frame still arrives, in order, later; the peers stay up.
+TEST(Cluster, LinkLossHoldsALostFrameAndTheFramesBehindIt) {
+  constexpr auto kRto = 20ms;
+  constexpr int kFrames = 200;
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<float> received;
+  std::chrono::steady_clock::time_point last_arrival;
+  Pair pair("mu", [&](NodeOptions& o) {
+    o.link_loss = 0.2;  // 200 frames: no loss at all has probability 0.8^200, about 4e-20
+    o.link_rto = kRto;
+  });
+  pair.high->setHandler(wire::Body::Tensor, [&](NodeId, const wire::Envelope& e) {
+    std::lock_guard lock(mutex);
+    received.push_back(e.body_as_Tensor()->values()->Get(0));
+    last_arrival = std::chrono::steady_clock::now();
+    changed.notify_all();
+  });
+  const auto first_send = std::chrono::steady_clock::now();
+  for (int i = 0; i < kFrames; ++i) {
+    std::vector<float> values{static_cast<float>(i)};
+    pair.low->send(1, pair.low->encode(wire::Body::Tensor, [&](flatbuffers::FlatBufferBuilder& b) {
+      return wire::CreateTensorDirect(b, 1, &values).Union();
+    }));
+  }
+  {
+    std::unique_lock lock(mutex);
+    ASSERT_TRUE(changed.wait_for(lock, kSoon, [&] { return received.size() == kFrames; }));
+    for (int i = 0; i < kFrames; ++i)
+      ASSERT_EQ(received[i], static_cast<float>(i)) << "frame " << i << " arrived out of order";
+    // At least one frame was lost, and the last one waited for it.
+    EXPECT_GE(last_arrival - first_send, kRto);
+  }
+  EXPECT_GT(pair.low->stats(1).frames_lost, 0u);
+  EXPECT_EQ(pair.low->totals().frames_lost, pair.low->stats(1).frames_lost);
+  EXPECT_EQ(pair.low_events.count(PeerEventKind::kDown, 1), 0u);
+  pair.high->shutdown(2s);
   pair.low->shutdown(2s);
   EXPECT_EQ(pair.low->loopCloseResult(), 0);
   EXPECT_EQ(pair.high->loopCloseResult(), 0);
