@@ -389,6 +389,9 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
         } catch (const report::ReportError& e) {
           summary += fmt::format(" (metrics unreadable: {})", e.what());
         }
+        // A crash the profile asked for is part of the run, but it should not go unsaid.
+        for (const std::string& crash : result.injectedCrashes())
+          summary += "; " + crash;
         fmt::print("[compare] {}: {}\n", label, summary);
       } else {
         auto lines = result.failures();

@@ -94,8 +94,15 @@ void runLaunchCommand(CLI::App& cmd, const LaunchArgs& args) {
   LaunchResult result = runLaunch(options);
   auto failures = result.failures();
   if (result.ok()) {
-    fmt::print("[launch] all {} node(s) finished cleanly in {:.1f} s\n", result.nodes.size(),
-               result.seconds);
+    const auto crashes = result.injectedCrashes();
+    if (crashes.empty()) {
+      fmt::print("[launch] all {} node(s) finished cleanly in {:.1f} s\n", result.nodes.size(),
+                 result.seconds);
+    } else {
+      fmt::print("[launch] {} of {} node(s) finished cleanly in {:.1f} s; {}\n",
+                 result.nodes.size() - crashes.size(), result.nodes.size(), result.seconds,
+                 fmt::join(crashes, "; "));
+    }
     return;
   }
   std::string why = result.timed_out     ? "the --timeout passed"
@@ -121,8 +128,9 @@ void addLaunchCommand(CLI::App& app) {
       "those options, and the data set, are checked once before any node starts.\n"
       "Output lines are prefixed with [node I]; Ctrl-C, SIGTERM or SIGHUP is passed to every node\n"
       "once (another one more than a second later kills them), and a node whose launcher dies\n"
-      "leaves in order. Exits 0 only when every node exits 0; 128+N when signal N interrupted\n"
-      "it; otherwise 1, naming the nodes that failed (2: bad arguments or topology).");
+      "leaves in order. Exits 0 only when every node exits 0 (or 86, a crash injected with\n"
+      "--stragglers crash:NODE@STEP); 128+N when signal N interrupted it; otherwise 1, naming\n"
+      "the nodes that failed (2: bad arguments or topology).");
   cmd->add_option("topology", args->topology, "Topology file (TOML); see docs/topology.md")
       ->required()
       ->check(CLI::ExistingFile);

@@ -25,6 +25,7 @@
 #include "cli/launcher.h"
 #include "consensus/consensus_peer.h"
 #include "faults/link_delay.h"
+#include "faults/straggler.h"
 #include "ml/dataset.h"
 #include "node/connection.h"
 #include "node/launch_env.h"
@@ -615,7 +616,17 @@ void checkNodes(NodeArgs args, const std::vector<uint32_t>& ids) {
     NodeSetup setup = setUpNode(args, spdlog::level::off, &topo);
     const std::string mode = modeOf(args, setup);
     checkModeArgs(args, setup, mode);
-    trains = trains || mode != "ping";
+    if (mode != "ping") {
+      trains = true;
+      // The node joins --stragglers with its own attribute only once its data is loaded; two
+      // crash steps for one node, say, would stop it there while the others wait for it.
+      try {
+        (void)faults::StragglerProfile::parse(args.run.stragglers)
+            .combinedWith(faults::StragglerProfile::parse(setup.me->stragglers));
+      } catch (const std::invalid_argument& e) {
+        throw CommandFailure(2, fmt::format("node {}: {}", id, e.what()));
+      }
+    }
   }
   // The nodes of a launch share this machine's data folder: a missing data set is said once.
   if (trains && args.run.data.name != "synthetic") {
@@ -654,7 +665,8 @@ void registerNodeCommand(CLI::App& app, std::function<void(const NodeArgs&)> act
       "Example: chorus launch ring4.toml --data synthetic --model mlp --rounds 300 --out runs/a\n"
       "Exit status: 0 on success; 1 training failed or data unreadable; 2 bad arguments or\n"
       "topology; 3 cannot listen; 4 cluster not ready in time (the message names the missing\n"
-      "peers); 5 ping exchange failed; 128+N interrupted by signal N (SIGINT, SIGTERM and SIGHUP\n"
+      "peers); 5 ping exchange failed; 86 crashed as injected (--stragglers crash:NODE@STEP);\n"
+      "128+N interrupted by signal N (SIGINT, SIGTERM and SIGHUP\n"
       "make the node leave in order; under `chorus launch` the node also leaves when the\n"
       "launcher dies).");
   cmd->add_option("--mode", args->mode, "consensus, ping or ps (default: the topology file's mode)")

@@ -276,6 +276,16 @@ TEST_F(CompareTest, ALinkDelayNoNodeCouldUseIsRefusedBeforeAnyRun) {
   EXPECT_FALSE(fs::exists(dir_ / "h"));
 }
 
+// A crash the profile injects is part of the experiment: the run finishes with the other
+// nodes, counts as ok, and its result line says which node crashed.
+TEST_F(CompareTest, AnInjectedCrashIsNamedAndTheRunStillCounts) {
+  CommandResult r = compare("consensus:wait-all", dir_ / "crash", {"--stragglers", "crash:2@20"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "consensus:wait-all seed 1: finished in ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "; node 2 crashed as injected")) << r.out;
+  EXPECT_FALSE(contains(r.out, "FAILED")) << r.out;
+}
+
 TEST_F(CompareTest, UnknownVariantIsRefused) {
   expectOneLineError(compare("single,ps:sometimes", dir_ / "a"), "unknown variant 'ps:sometimes'");
   EXPECT_FALSE(fs::exists(dir_ / "a"));

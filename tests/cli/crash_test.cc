@@ -127,6 +127,8 @@ TEST(ChorusCrash, ConsensusNeighborsGoOnWithoutTheCrashedNode) {
       cluster.launch({"--rounds", "40", "--eval-every", "20", "--stragglers", "crash:2@10"});
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_TRUE(contains(r.out, kCrashed)) << r.out;
+  EXPECT_TRUE(contains(r.out, "[launch] 3 of 4 node(s) finished cleanly in ")) << r.out;
+  EXPECT_TRUE(contains(r.out, " s; node 2 crashed as injected\n")) << r.out;
   EXPECT_TRUE(contains(r.err,
                        "[node 2] chorus: injected crash of node 2 after step 10 "
                        "(stragglers crash:2@10)"))
@@ -208,6 +210,14 @@ TEST(ChorusCrash, BadCrashTermsAreRefusedBeforeAnyNodeStarts) {
     EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
     EXPECT_TRUE(contains(r.err, "bad straggler term 'crash:1@5,1@7': node 1 is listed twice"))
         << r.err;
+    EXPECT_FALSE(contains(r.out, "[launch] node 0 started")) << r.out;
+  }
+  {
+    // Each is fine alone; together they give node 1 two crash steps.
+    CrashCluster cluster("crash-clash", 2, "consensus", {{1, "crash:1@5"}});
+    CommandResult r = cluster.launch({"--rounds", "5", "--stragglers", "crash:1@7"});
+    EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+    EXPECT_TRUE(contains(r.err, "node 1: bad straggler term 'crash:1@7+crash:1@5'")) << r.err;
     EXPECT_FALSE(contains(r.out, "[launch] node 0 started")) << r.out;
   }
 }
