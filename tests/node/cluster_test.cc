@@ -313,6 +313,22 @@ TEST(Cluster, OrderlyShutdownIsReportedAsLeaveNotDown) {
   EXPECT_EQ(pair.low->loopCloseResult(), 0);
 }
 
+// Sends `count` Tensor frames to `peer`, frame i carrying the one value i.
+void sendNumberedTensors(Node& node, NodeId peer, int count) {
+  for (int i = 0; i < count; ++i) {
+    std::vector<float> values{static_cast<float>(i)};
+    node.send(peer, node.encode(wire::Body::Tensor, [&](flatbuffers::FlatBufferBuilder& b) {
+      return wire::CreateTensorDirect(b, 1, &values).Union();
+    }));
+  }
+}
+
+// The values of sendNumberedTensors' frames in the order they arrived: 0, 1, 2, ...
+void expectInOrder(const std::vector<float>& received) {
+  for (size_t i = 0; i < received.size(); ++i)
+    ASSERT_EQ(received[i], static_cast<float>(i)) << "frame " << i << " arrived out of order";
+}
+
 TEST(Cluster, LinkDelayHoldsEveryFrameBackInOrder) {
   constexpr auto kDelay = 40ms;
   constexpr int kFrames = 200;
@@ -331,17 +347,11 @@ TEST(Cluster, LinkDelayHoldsEveryFrameBackInOrder) {
     changed.notify_all();
   });
   const auto first_send = std::chrono::steady_clock::now();
-  for (int i = 0; i < kFrames; ++i) {
-    std::vector<float> values{static_cast<float>(i)};
-    pair.low->send(1, pair.low->encode(wire::Body::Tensor, [&](flatbuffers::FlatBufferBuilder& b) {
-      return wire::CreateTensorDirect(b, 1, &values).Union();
-    }));
-  }
+  sendNumberedTensors(*pair.low, 1, kFrames);
   {
     std::unique_lock lock(mutex);
     ASSERT_TRUE(changed.wait_for(lock, kSoon, [&] { return received.size() == kFrames; }));
-    for (int i = 0; i < kFrames; ++i)
-      ASSERT_EQ(received[i], static_cast<float>(i)) << "frame " << i << " arrived out of order";
+    expectInOrder(received);
     EXPECT_GE(first_arrival - first_send, kDelay);
   }
   // A round trip crosses the link twice.
@@ -385,17 +395,11 @@ TEST(Cluster, LinkLossHoldsALostFrameAndTheFramesBehindIt) {
     changed.notify_all();
   });
   const auto first_send = std::chrono::steady_clock::now();
-  for (int i = 0; i < kFrames; ++i) {
-    std::vector<float> values{static_cast<float>(i)};
-    pair.low->send(1, pair.low->encode(wire::Body::Tensor, [&](flatbuffers::FlatBufferBuilder& b) {
-      return wire::CreateTensorDirect(b, 1, &values).Union();
-    }));
-  }
+  sendNumberedTensors(*pair.low, 1, kFrames);
   {
     std::unique_lock lock(mutex);
     ASSERT_TRUE(changed.wait_for(lock, kSoon, [&] { return received.size() == kFrames; }));
-    for (int i = 0; i < kFrames; ++i)
-      ASSERT_EQ(received[i], static_cast<float>(i)) << "frame " << i << " arrived out of order";
+    expectInOrder(received);
     // At least one frame was lost, and the last one waited for it.
     EXPECT_GE(last_arrival - first_send, kRto);
   }
