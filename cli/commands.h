@@ -58,6 +58,11 @@ LinkFaults nodeLinkFaults(const std::string& delay_flag, const std::string& loss
                           std::chrono::milliseconds heartbeat,
                           std::chrono::milliseconds peer_timeout, const std::string& time_out_name,
                           const std::string& remedy);
+// Refuses (CommandFailure 2) a --stragglers profile whose slow or crash terms name a node that
+// `topo` does not have: such a term would silently never act. A profile that does not parse
+// is left to the flag's own check.
+void checkStragglersNameMembers(const std::string& stragglers, const topology::Topology& topo,
+                                const std::string& topology_path);
 // `chorus train` (single node)
 void addTrainCommand(CLI::App& app);
 // `chorus compare`: runs training variants on the same work and reports them side by side

@@ -282,6 +282,7 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
       throw CommandFailure(2, "--secret-file: " + loaded.message());
     }
   }
+  checkStragglersNameMembers(args.run.stragglers, topo, args.topology);
   {
     // The nodes run with the default heartbeat and peer time-out (compare does not change them).
     const node::NodeOptions defaults;

@@ -291,6 +291,7 @@ void checkModeArgs(const NodeArgs& args, const NodeSetup& setup, const std::stri
   if (mode != "consensus" && mode != "ps") {
     throw CommandFailure(2, fmt::format("unknown mode \"{}\": use consensus, ps or ping", mode));
   }
+  checkStragglersNameMembers(args.run.stragglers, setup.topo, args.topology);
   try {
     run::validateRunOptions(args.run);
     if (mode == "consensus") {
@@ -797,6 +798,23 @@ void LinkFaults::applyTo(node::NodeOptions& options) const {
   options.link_jitter = delay.jitter;
   options.link_loss = loss.probability;
   options.link_rto = loss.rto;
+}
+
+void checkStragglersNameMembers(const std::string& stragglers, const topology::Topology& topo,
+                                const std::string& topology_path) {
+  faults::StragglerProfile profile;
+  try {
+    profile = faults::StragglerProfile::parse(stragglers);
+  } catch (const std::invalid_argument&) {
+    return;  // the flag's own check says what is wrong with it
+  }
+  for (const uint32_t named : profile.namedNodes()) {
+    if (topo.find(named) == nullptr) {
+      throw CommandFailure(2, fmt::format("--stragglers {}: names node {}, which is not in {} (its "
+                                          "ids are 0 to {}); a term for no node would never act",
+                                          stragglers, named, topology_path, topo.nodes.size() - 1));
+    }
+  }
 }
 
 void addNodeCommands(CLI::App& app) {

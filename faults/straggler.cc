@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <set>
 #include <thread>
 
 #include "faults/crash.h"
@@ -192,6 +193,17 @@ StragglerProfile StragglerProfile::combinedWith(const StragglerProfile& other) c
   }
   checkOneCrashPerNode(out);
   return out;
+}
+
+std::vector<uint32_t> StragglerProfile::namedNodes() const {
+  std::set<uint32_t> named;
+  for (const auto& t : terms) {
+    for (const auto& [id, factor] : t.factors)
+      named.insert(id);
+    for (const auto& [id, step] : t.crash_steps)
+      named.insert(id);
+  }
+  return {named.begin(), named.end()};
 }
 
 StragglerInjector::StragglerInjector(StragglerProfile profile, uint32_t node_id, uint64_t seed)

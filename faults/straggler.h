@@ -43,6 +43,8 @@ struct StragglerProfile {
   // Adds the terms of `other` (e.g. a node's own attribute from the topology file). Throws
   // std::invalid_argument when both give a crash step for the same node.
   StragglerProfile combinedWith(const StragglerProfile& other) const;
+  // The node ids its slow and crash terms name, sorted, each once.
+  std::vector<uint32_t> namedNodes() const;
 };
 
 // Draws the delays of one node. Same profile, seed and node id: same delays, step by step.

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -209,6 +210,50 @@ class Validator {
            std::move(fix));
   }
 
+  // A string attribute of a node that the fault-injection layer reads: `parse` (which throws
+  // std::invalid_argument) checks it here, so that `topo check` and every command that loads
+  // the file refuse a value that would only fail once a node starts. Returns it as written
+  // ("" when absent or not a string).
+  std::string faultAttribute(const toml::table& table, std::string_view key,
+                             const std::function<void(std::string_view)>& parse,
+                             std::string wrong_type_fix, std::string bad_value_fix) {
+    const toml::node* node = table.get(key);
+    if (node == nullptr) return "";
+    const auto* text = node->as_string();
+    if (text == nullptr) {
+      wrongType(*node, key, "a string", std::move(wrong_type_fix));
+      return "";
+    }
+    try {
+      parse(text->get());
+    } catch (const std::invalid_argument& e) {
+      report(positionOf(node->source()), e.what(), std::move(bad_value_fix));
+    }
+    return text->get();
+  }
+
+  // A node reads only its own stragglers attribute: a slow or crash term there that names
+  // another node would never act.
+  void checkOwnStragglers(const toml::table& table, const RawNode& raw) {
+    faults::StragglerProfile profile;
+    try {
+      profile = faults::StragglerProfile::parse(raw.stragglers);
+    } catch (const std::invalid_argument&) {
+      return;  // reported by faultAttribute
+    }
+    for (const uint32_t named : profile.namedNodes()) {
+      if (named == *raw.id) continue;
+      report(positionOf(table.get("stragglers")->source()),
+             fmt::format("stragglers \"{}\" of node {} names node {}, and a node's own "
+                         "attribute acts on that node only",
+                         raw.stragglers, *raw.id, named),
+             fmt::format("name node {} in it, or put the term in node {}'s stragglers or in "
+                         "--stragglers",
+                         *raw.id, named));
+      return;
+    }
+  }
+
   void readCluster(const toml::table& root) {
     const toml::node* cluster_node = root.get("cluster");
     if (cluster_node == nullptr) {
@@ -345,34 +390,15 @@ class Validator {
         }
       }
     }
-    if (const toml::node* stragglers = table.get("stragglers"); stragglers != nullptr) {
-      if (const auto* text = stragglers->as_string(); text == nullptr) {
-        wrongType(*stragglers, "stragglers", "a string", "write stragglers = \"fixed:20\"");
-      } else {
-        raw.stragglers = text->get();
-        // Checked here, so that `topo check` and every command that loads the file refuse a
-        // profile that would only fail once a node starts.
-        try {
-          (void)faults::StragglerProfile::parse(raw.stragglers);
-        } catch (const std::invalid_argument& e) {
-          report(positionOf(stragglers->source()), e.what(),
-                 "write a profile as in docs/stragglers.md, e.g. stragglers = \"fixed:20\"");
-        }
-      }
-    }
-    if (const toml::node* link_delay = table.get("link_delay"); link_delay != nullptr) {
-      if (const auto* text = link_delay->as_string(); text == nullptr) {
-        wrongType(*link_delay, "link_delay", "a string", "write link_delay = \"20\" or \"20,5\"");
-      } else {
-        raw.link_delay = text->get();
-        try {
-          (void)faults::LinkDelay::parse(raw.link_delay);
-        } catch (const std::invalid_argument& e) {
-          report(positionOf(link_delay->source()), e.what(),
-                 "write milliseconds as in docs/stragglers.md, e.g. link_delay = \"20,5\"");
-        }
-      }
-    }
+    raw.stragglers = faultAttribute(
+        table, "stragglers", [](std::string_view v) { (void)faults::StragglerProfile::parse(v); },
+        "write stragglers = \"fixed:20\"",
+        "write a profile as in docs/stragglers.md, e.g. stragglers = \"fixed:20\"");
+    if (raw.id && !raw.stragglers.empty()) checkOwnStragglers(table, raw);
+    raw.link_delay = faultAttribute(
+        table, "link_delay", [](std::string_view v) { (void)faults::LinkDelay::parse(v); },
+        "write link_delay = \"20\" or \"20,5\"",
+        "write milliseconds as in docs/stragglers.md, e.g. link_delay = \"20,5\"");
     if (const toml::node* weight = table.get("weight"); weight != nullptr) {
       std::optional<double> value = weight->is_integer()
                                         ? std::optional<double>(weight->as_integer()->get())

@@ -333,6 +333,10 @@ TEST(ChorusLaunch, ABadNodeOptionIsRefusedOnceBeforeAnyNodeStarts) {
       {{"--mode", "ps", "--data", "mnist", "--data-dir", "/nonexistent/data"},
        "data set 'mnist' not found"},
       {{"--id", "1"}, "--id: chorus launch passes each node the topology file and its id"},
+      {{"--mode", "ps", "--stragglers", "fixed:1+slow:3=4"},
+       "--stragglers fixed:1+slow:3=4: names node 3, which is not in " + topo +
+           " (its ids are 0 "
+           "to 2)"},
       {{"--topology=" + topo}, "--topology: chorus launch passes each node"},
   };
   for (const auto& [args, message] : cases) {

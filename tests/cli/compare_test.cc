@@ -286,6 +286,12 @@ TEST_F(CompareTest, AnInjectedCrashIsNamedAndTheRunStillCounts) {
   EXPECT_FALSE(contains(r.out, "FAILED")) << r.out;
 }
 
+TEST_F(CompareTest, StragglersNamingANodeTheClusterDoesNotHaveAreRefused) {
+  expectOneLineError(compare("ps:bsp", dir_ / "s", {"--stragglers", "crash:7@3"}),
+                     "--stragglers crash:7@3: names node 7, which is not in");
+  EXPECT_FALSE(fs::exists(dir_ / "s"));
+}
+
 TEST_F(CompareTest, UnknownVariantIsRefused) {
   expectOneLineError(compare("single,ps:sometimes", dir_ / "a"), "unknown variant 'ps:sometimes'");
   EXPECT_FALSE(fs::exists(dir_ / "a"));

@@ -6,11 +6,24 @@
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "faults/crash.h"
 
 namespace chorus::faults {
 namespace {
+
+// StragglerProfile::parse(text) throws, and its message holds `expect` and `also`.
+void expectRefused(const std::string& text, const std::string& expect, const std::string& also) {
+  try {
+    StragglerProfile::parse(text);
+    ADD_FAILURE() << "accepted: " << text;
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(expect), std::string::npos) << text << " -> " << what;
+    EXPECT_NE(what.find(also), std::string::npos) << what;
+  }
+}
 
 using std::chrono::milliseconds;
 using std::chrono::nanoseconds;
@@ -63,14 +76,7 @@ TEST(StragglerProfile, BadTermsAreNamed) {
            Case{"transient:0.5,2.5,2", "STEPS must be a whole number"},
            Case{"fixed:1++fixed:2", "empty term"},
        }) {
-    try {
-      StragglerProfile::parse(c.text);
-      ADD_FAILURE() << "accepted: " << c.text;
-    } catch (const std::invalid_argument& e) {
-      std::string what = e.what();
-      EXPECT_NE(what.find(c.expect), std::string::npos) << c.text << " -> " << what;
-      EXPECT_NE(what.find("accepted terms"), std::string::npos) << what;
-    }
+    expectRefused(c.text, c.expect, "accepted terms");
   }
 }
 
@@ -90,13 +96,7 @@ TEST(StragglerProfile, HugeValuesAreRefusedNamingTheLimit) {
            Case{"transient:1,1e300,2", "STEPS must be a whole number >= 1 and at most"},
            Case{"transient:1,3,1e7", "FACTOR must be >= 1 and at most 1000000"},
        }) {
-    try {
-      StragglerProfile::parse(c.text);
-      ADD_FAILURE() << "accepted: " << c.text;
-    } catch (const std::invalid_argument& e) {
-      std::string what = e.what();
-      EXPECT_NE(what.find(c.expect), std::string::npos) << c.text << " -> " << what;
-    }
+    expectRefused(c.text, c.expect, "");
   }
   EXPECT_NO_THROW(StragglerProfile::parse("fixed:1e9+shifted-exp:1e9,1e9+slow:0=1e6"));
   EXPECT_NO_THROW(StragglerProfile::parse("transient:1,1e12,1e6"));
@@ -227,15 +227,15 @@ TEST(StragglerProfile, BadCrashTermsAreNamedWithTheAcceptedForm) {
            Case{"crash:2@10+fixed:1+crash:1@5,2@20",
                 "node 2 is given two crash steps (10 and 20); a node crashes once"},
        }) {
-    try {
-      StragglerProfile::parse(c.text);
-      ADD_FAILURE() << "accepted: " << c.text;
-    } catch (const std::invalid_argument& e) {
-      std::string what = e.what();
-      EXPECT_NE(what.find(c.expect), std::string::npos) << c.text << " -> " << what;
-      EXPECT_NE(what.find("crash:NODE@STEP[,NODE@STEP...]"), std::string::npos) << what;
-    }
+    expectRefused(c.text, c.expect, "crash:NODE@STEP[,NODE@STEP...]");
   }
+}
+
+// What the launcher and the topology loader check against the cluster's ids.
+TEST(StragglerProfile, NamedNodesAreTheSlowAndCrashTermsIds) {
+  EXPECT_EQ(StragglerProfile::parse("slow:3=2,1=4+crash:3@5+fixed:1").namedNodes(),
+            (std::vector<uint32_t>{1, 3}));
+  EXPECT_TRUE(StragglerProfile::parse("shifted-exp:1,2+transient:0.1,3,2").namedNodes().empty());
 }
 
 // The command line's terms and a node's own attribute from the topology file meet here.

@@ -235,6 +235,21 @@ TEST(TopologyValidation, LinkDelayAttribute) {
   EXPECT_EQ(topology.nodes[1].link_delay, "");
 }
 
+// A node reads only its own stragglers attribute: a slow or crash term in it for another node
+// would never act, so it is refused at its line.
+TEST(TopologyValidation, AStragglersAttributeNamingAnotherNodeIsRefused) {
+  const std::string head = "[cluster]\nname = \"a\"\nmode = \"ps\"\n";
+  std::vector<Diagnostic> found = checkTopology(
+      head + "[[node]]\nid = 0\naddress = \"h:1\"\nstragglers = \"fixed:2+slow:1=4\"\n" +
+          "[[node]]\nid = 1\naddress = \"h:2\"\nstragglers = \"slow:1=4+crash:1@9\"\n",
+      "others");
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].line, 7);
+  EXPECT_THAT(found[0].message,
+              HasSubstr("stragglers \"fixed:2+slow:1=4\" of node 0 names node 1"));
+  EXPECT_THAT(found[0].fix, HasSubstr("name node 0 in it, or put the term in node 1's stragglers"));
+}
+
 TEST(TopologyValidation, NodeWrittenAsSingleTable) {
   expectDiagnostics("node_not_array.toml",
                     {{5,
