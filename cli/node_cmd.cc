@@ -303,6 +303,14 @@ void checkModeArgs(const NodeArgs& args, const NodeSetup& setup, const std::stri
   } catch (const std::invalid_argument& e) {
     throw CommandFailure(2, e.what());
   }
+  // The flag's terms with the node's own attribute (two crash steps for one node, say): found
+  // here, before the data is loaded, and by launch before any node starts.
+  try {
+    (void)faults::StragglerProfile::parse(args.run.stragglers)
+        .combinedWith(faults::StragglerProfile::parse(setup.me->stragglers));
+  } catch (const std::invalid_argument& e) {
+    throw CommandFailure(2, fmt::format("node {}: {}", setup.self, e.what()));
+  }
 }
 
 void runPing(const NodeArgs& args, const NodeSetup& setup) {
@@ -617,17 +625,7 @@ void checkNodes(NodeArgs args, const std::vector<uint32_t>& ids) {
     NodeSetup setup = setUpNode(args, spdlog::level::off, &topo);
     const std::string mode = modeOf(args, setup);
     checkModeArgs(args, setup, mode);
-    if (mode != "ping") {
-      trains = true;
-      // The node joins --stragglers with its own attribute only once its data is loaded; two
-      // crash steps for one node, say, would stop it there while the others wait for it.
-      try {
-        (void)faults::StragglerProfile::parse(args.run.stragglers)
-            .combinedWith(faults::StragglerProfile::parse(setup.me->stragglers));
-      } catch (const std::invalid_argument& e) {
-        throw CommandFailure(2, fmt::format("node {}: {}", id, e.what()));
-      }
-    }
+    trains = trains || mode != "ping";
   }
   // The nodes of a launch share this machine's data folder: a missing data set is said once.
   if (trains && args.run.data.name != "synthetic") {
