@@ -323,37 +323,55 @@ void sendNumberedTensors(Node& node, NodeId peer, int count) {
   }
 }
 
-// The values of sendNumberedTensors' frames in the order they arrived: 0, 1, 2, ...
-void expectInOrder(const std::vector<float>& received) {
-  for (size_t i = 0; i < received.size(); ++i)
-    ASSERT_EQ(received[i], static_cast<float>(i)) << "frame " << i << " arrived out of order";
-}
+// Takes sendNumberedTensors' frames on the receiving node and remembers when they came.
+// Declare it before the nodes: it must outlive the handler it installs.
+class NumberedTensorSink {
+ public:
+  void attach(Node& node) {
+    node.setHandler(wire::Body::Tensor, [this](NodeId, const wire::Envelope& e) {
+      std::lock_guard lock(mutex_);
+      last_arrival_ = std::chrono::steady_clock::now();
+      if (received_.empty()) first_arrival_ = last_arrival_;
+      received_.push_back(e.body_as_Tensor()->values()->Get(0));
+      changed_.notify_all();
+    });
+  }
+  // Waits for `count` frames and checks that they came in the order sent.
+  void expectAllInOrder(size_t count) {
+    std::unique_lock lock(mutex_);
+    ASSERT_TRUE(changed_.wait_for(lock, kSoon, [&] { return received_.size() == count; }));
+    for (size_t i = 0; i < count; ++i)
+      ASSERT_EQ(received_[i], static_cast<float>(i)) << "frame " << i << " arrived out of order";
+  }
+  std::chrono::steady_clock::time_point firstArrival() const {
+    std::lock_guard lock(mutex_);
+    return first_arrival_;
+  }
+  std::chrono::steady_clock::time_point lastArrival() const {
+    std::lock_guard lock(mutex_);
+    return last_arrival_;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<float> received_;  // the value each frame carried, in arrival order
+  std::chrono::steady_clock::time_point first_arrival_, last_arrival_;
+};
 
 TEST(Cluster, LinkDelayHoldsEveryFrameBackInOrder) {
   constexpr auto kDelay = 40ms;
   constexpr int kFrames = 200;
-  std::mutex mutex;
-  std::condition_variable changed;
-  std::vector<float> received;  // the index each Tensor frame carried, in arrival order
-  std::chrono::steady_clock::time_point first_arrival;
+  NumberedTensorSink sink;
   Pair pair("kappa", [&](NodeOptions& o) {
     o.link_delay = kDelay;
     o.link_jitter = 30ms;  // draws larger than the gap between two sends: they must not reorder
   });
-  pair.high->setHandler(wire::Body::Tensor, [&](NodeId, const wire::Envelope& e) {
-    std::lock_guard lock(mutex);
-    if (received.empty()) first_arrival = std::chrono::steady_clock::now();
-    received.push_back(e.body_as_Tensor()->values()->Get(0));
-    changed.notify_all();
-  });
+  sink.attach(*pair.high);
   const auto first_send = std::chrono::steady_clock::now();
   sendNumberedTensors(*pair.low, 1, kFrames);
-  {
-    std::unique_lock lock(mutex);
-    ASSERT_TRUE(changed.wait_for(lock, kSoon, [&] { return received.size() == kFrames; }));
-    expectInOrder(received);
-    EXPECT_GE(first_arrival - first_send, kDelay);
-  }
+  sink.expectAllInOrder(kFrames);
+  EXPECT_GE(sink.firstArrival() - first_send, kDelay);
   // A round trip crosses the link twice.
   PingOptions ping;
   ping.pings_per_peer = 3;
@@ -380,29 +398,17 @@ TEST(Cluster, LinkDelayHoldsEveryFrameBackInOrder) {
 TEST(Cluster, LinkLossHoldsALostFrameAndTheFramesBehindIt) {
   constexpr auto kRto = 20ms;
   constexpr int kFrames = 200;
-  std::mutex mutex;
-  std::condition_variable changed;
-  std::vector<float> received;
-  std::chrono::steady_clock::time_point last_arrival;
+  NumberedTensorSink sink;
   Pair pair("mu", [&](NodeOptions& o) {
     o.link_loss = 0.2;  // 200 frames: no loss at all has probability 0.8^200, about 4e-20
     o.link_rto = kRto;
   });
-  pair.high->setHandler(wire::Body::Tensor, [&](NodeId, const wire::Envelope& e) {
-    std::lock_guard lock(mutex);
-    received.push_back(e.body_as_Tensor()->values()->Get(0));
-    last_arrival = std::chrono::steady_clock::now();
-    changed.notify_all();
-  });
+  sink.attach(*pair.high);
   const auto first_send = std::chrono::steady_clock::now();
   sendNumberedTensors(*pair.low, 1, kFrames);
-  {
-    std::unique_lock lock(mutex);
-    ASSERT_TRUE(changed.wait_for(lock, kSoon, [&] { return received.size() == kFrames; }));
-    expectInOrder(received);
-    // At least one frame was lost, and the last one waited for it.
-    EXPECT_GE(last_arrival - first_send, kRto);
-  }
+  sink.expectAllInOrder(kFrames);
+  // At least one frame was lost, and the last one waited for it.
+  EXPECT_GE(sink.lastArrival() - first_send, kRto);
   EXPECT_GT(pair.low->stats(1).frames_lost, 0u);
   EXPECT_EQ(pair.low->totals().frames_lost, pair.low->stats(1).frames_lost);
   EXPECT_EQ(pair.low_events.count(PeerEventKind::kDown, 1), 0u);
