@@ -135,7 +135,7 @@ void Connection::writeTransientFromLoop(const SharedFrame& frame,
   }
   size_t written = 0;
   // Only with nothing queued or in flight (then libuv holds no write of ours either) may bytes
-  // go straight to the socket; with a link delay nothing does.
+  // go straight to the socket; with a link fault (delay, jitter or loss) nothing does.
   if (!faultyLink() && pending_.empty() && writes_in_flight_ == 0) {
     const Status status = tcp_->tryWriteFromLoop(frame, &written);
     if (!status.ok()) {
