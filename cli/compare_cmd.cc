@@ -23,6 +23,7 @@
 #include "cli/launcher.h"
 #include "consensus/consensus_peer.h"
 #include "faults/link_delay.h"
+#include "faults/straggler.h"
 #include "ml/dataset.h"
 #include "node/node.h"
 #include "node/secret.h"
@@ -147,6 +148,34 @@ std::vector<report::ForwardedOption> forwardedOptions(CLI::App& cmd, const Compa
     forwarded.insert(forwarded.begin(), {"--data", {run.data.name}, report::OptionScope::kEvery});
   }
   return forwarded;
+}
+
+// The options the single variant gets: `forwarded` with --stragglers narrowed to the terms that
+// act on node 0, the one node it runs (left out when none do). Says what it left out, once.
+std::vector<report::ForwardedOption> singleVariantOptions(
+    const std::vector<report::ForwardedOption>& forwarded, const std::string& stragglers,
+    const std::vector<report::Variant>& variants) {
+  const bool has_single = std::any_of(variants.begin(), variants.end(), [](const auto& v) {
+    return v.kind == report::Variant::Kind::kSingle;
+  });
+  if (!has_single || stragglers.empty()) return forwarded;
+  const auto whole = faults::StragglerProfile::parse(stragglers);  // checked before
+  const auto own = whole.restrictedTo(0);
+  std::vector<report::ForwardedOption> out;
+  for (const auto& option : forwarded) {
+    if (option.flag != "--stragglers") {
+      out.push_back(option);
+    } else if (!own.empty()) {
+      out.push_back({option.flag, {own.text}, option.scope});
+    }
+  }
+  if (own.text != whole.text) {
+    fmt::print(
+        "[compare] single runs node 0 alone, so it takes node 0's straggler terms: {} "
+        "(of --stragglers {})\n",
+        own.text, whole.text);
+  }
+  return out;
 }
 
 // Refuses an existing output folder unless --force, and even then only one that compare made
@@ -329,6 +358,10 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
 
   const int nodes = static_cast<int>(topo.nodes.size());
   report::RunBudget budget{args.run.rounds, args.run.eval_every, nodes};
+  // The single variant is one node, node 0: it takes the --stragglers terms that act on node 0
+  // (a slow or crash term for another node would never act on it, and chorus node refuses
+  // such a term).
+  const auto single_forwarded = singleVariantOptions(forwarded, args.run.stragglers, variants);
   const int total = args.seeds * static_cast<int>(variants.size());
   int index = 0, failed = 0;
   bool interrupted = false;
@@ -362,7 +395,16 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
         for (const auto& n : topo.nodes)
           launch.ids.push_back(n.id);
       }
-      launch.node_args = report::nodeArgs(variant, forwarded, budget, seed, run_dir.string());
+      const bool single = variant.kind == report::Variant::Kind::kSingle;
+      launch.node_args = report::nodeArgs(variant, single ? single_forwarded : forwarded, budget,
+                                          seed, run_dir.string());
+      // --save FILE: each run saves its model as FILE in its own folder.
+      for (size_t i = 0; i + 1 < launch.node_args.size(); ++i) {
+        if (launch.node_args[i] == "--save") {
+          launch.node_args[i + 1] =
+              (run_dir / fs::path(launch.node_args[i + 1]).filename()).string();
+        }
+      }
       std::vector<std::string> shown = {"chorus", "launch", launch.topology_path};
       shown.insert(shown.end(), launch.node_args.begin(), launch.node_args.end());
       std::ofstream(run_dir / "command.txt") << report::shellQuote(shown) << '\n';
@@ -496,8 +538,13 @@ void addCompareCommand(CLI::App& app) {
   // Set by each variant's name; refused with a pointer to the name when given (kVariantFlags).
   for (const auto& [flag, why] : kVariantFlags)
     cmd->get_option(flag)->group("");
-  cmd->get_option("--out")->description(
-      "Output folder: per-run metrics (VARIANT/seed-S/), summary.csv, report.md, plots/");
+  cmd->get_option("--out")
+      ->description(
+          "Output folder: per-run metrics (VARIANT/seed-S/), summary.csv, report.md, plots/")
+      ->required();
+  cmd->get_option("--save")->description(
+      "Each run writes its final model as a checkpoint named FILE in its own folder "
+      "(VARIANT/seed-S/FILE): node 0's model in consensus mode, the owners' model in PS mode");
   cmd->callback([cmd, args] { runCompare(*cmd, *args); });
 }
 

@@ -206,6 +206,50 @@ std::vector<uint32_t> StragglerProfile::namedNodes() const {
   return {named.begin(), named.end()};
 }
 
+namespace {
+// A term in the grammar parse() reads; numbers in their shortest exact form.
+std::string termText(const StragglerTerm& t) {
+  switch (t.kind) {
+    case StragglerTerm::Kind::kFixed:
+      return fmt::format("fixed:{}", t.a);
+    case StragglerTerm::Kind::kShiftedExp:
+      return fmt::format("shifted-exp:{},{}", t.a, t.b);
+    case StragglerTerm::Kind::kTransient:
+      return fmt::format("transient:{},{},{}", t.a, t.b, t.c);
+    case StragglerTerm::Kind::kSlow: {
+      std::vector<std::string> pairs;
+      for (const auto& [id, factor] : t.factors)
+        pairs.push_back(fmt::format("{}={}", id, factor));
+      return fmt::format("slow:{}", fmt::join(pairs, ","));
+    }
+    case StragglerTerm::Kind::kCrash: {
+      std::vector<std::string> pairs;
+      for (const auto& [id, step] : t.crash_steps)
+        pairs.push_back(fmt::format("{}@{}", id, step));
+      return fmt::format("crash:{}", fmt::join(pairs, ","));
+    }
+  }
+  return "none";
+}
+}  // namespace
+
+StragglerProfile StragglerProfile::restrictedTo(uint32_t id) const {
+  StragglerProfile out;
+  std::vector<std::string> texts;
+  for (const auto& t : terms) {
+    StragglerTerm kept = t;
+    if (t.kind == StragglerTerm::Kind::kSlow || t.kind == StragglerTerm::Kind::kCrash) {
+      std::erase_if(kept.factors, [id](const auto& entry) { return entry.first != id; });
+      std::erase_if(kept.crash_steps, [id](const auto& entry) { return entry.first != id; });
+      if (kept.factors.empty() && kept.crash_steps.empty()) continue;
+    }
+    texts.push_back(termText(kept));
+    out.terms.push_back(std::move(kept));
+  }
+  out.text = texts.empty() ? "none" : fmt::format("{}", fmt::join(texts, "+"));
+  return out;
+}
+
 StragglerInjector::StragglerInjector(StragglerProfile profile, uint32_t node_id, uint64_t seed)
     : profile_(std::move(profile)), node_id_(node_id), transient_left_(profile_.terms.size(), 0) {
   // Each node draws from its own stream, fixed by (seed, node id) alone.

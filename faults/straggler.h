@@ -45,6 +45,11 @@ struct StragglerProfile {
   StragglerProfile combinedWith(const StragglerProfile& other) const;
   // The node ids its slow and crash terms name, sorted, each once.
   std::vector<uint32_t> namedNodes() const;
+  // The terms that act on node `id`: slow and crash terms keep only that node's entry (and are
+  // left out when they have none), the others stay as they are. The delays it draws for `id`
+  // are the same as the whole profile's (slow and crash terms draw nothing). Its text is the
+  // canonical form of what is kept ("none" when nothing is).
+  StragglerProfile restrictedTo(uint32_t id) const;
 };
 
 // Draws the delays of one node. Same profile, seed and node id: same delays, step by step.

@@ -286,6 +286,19 @@ TEST_F(CompareTest, AnInjectedCrashIsNamedAndTheRunStillCounts) {
   EXPECT_FALSE(contains(r.out, "FAILED")) << r.out;
 }
 
+// The demo's profile names node 2 of 3; single is node 0 alone and runs with node 0's terms.
+TEST_F(CompareTest, SingleTakesNode0sStragglerTermsAndSaysSo) {
+  CommandResult r = compare("single", dir_ / "single", {"--stragglers", "fixed:1+slow:2=3"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out,
+                       "single runs node 0 alone, so it takes node 0's straggler terms: "
+                       "fixed:1 (of --stragglers fixed:1+slow:2=3)"))
+      << r.out;
+  EXPECT_TRUE(contains(r.out, "| single | 1/1 |")) << r.out;
+  EXPECT_TRUE(contains(readFile(dir_ / "single" / "single" / "seed-1" / "command.txt"),
+                       "--stragglers fixed:1 "));
+}
+
 TEST_F(CompareTest, StragglersNamingANodeTheClusterDoesNotHaveAreRefused) {
   expectOneLineError(compare("ps:bsp", dir_ / "s", {"--stragglers", "crash:7@3"}),
                      "--stragglers crash:7@3: names node 7, which is not in");

@@ -238,6 +238,22 @@ TEST(StragglerProfile, NamedNodesAreTheSlowAndCrashTermsIds) {
   EXPECT_TRUE(StragglerProfile::parse("shifted-exp:1,2+transient:0.1,3,2").namedNodes().empty());
 }
 
+// compare's single variant runs node 0 alone and takes only the terms that act on it.
+TEST(StragglerProfile, RestrictedToANodeKeepsWhatActsOnIt) {
+  const auto whole = StragglerProfile::parse("shifted-exp:5,15+slow:3=3,0=1.5+crash:2@9");
+  const auto own = whole.restrictedTo(0);
+  EXPECT_EQ(own.text, "shifted-exp:5,15+slow:0=1.5");
+  EXPECT_EQ(own.namedNodes(), (std::vector<uint32_t>{0}));
+  EXPECT_EQ(StragglerProfile::parse(own.text).text, own.text);  // the text parses back
+  EXPECT_EQ(whole.restrictedTo(3).text, "shifted-exp:5,15+slow:3=3");
+  EXPECT_EQ(StragglerProfile::parse("slow:3=3").restrictedTo(0).text, "none");
+  EXPECT_TRUE(StragglerProfile::parse("slow:3=3").restrictedTo(0).empty());
+  // Node 0's delays are drawn exactly as under the whole profile.
+  StragglerInjector a(whole, 0, 11), b(own, 0, 11);
+  for (int i = 0; i < 50; ++i)
+    EXPECT_EQ(a.nextDelay(std::chrono::milliseconds(2)), b.nextDelay(std::chrono::milliseconds(2)));
+}
+
 // The command line's terms and a node's own attribute from the topology file meet here.
 TEST(StragglerProfile, CrashTermsCombineAndAConflictIsRefused) {
   auto p = StragglerProfile::parse("crash:1@5")
