@@ -26,6 +26,7 @@
 #include "consensus/consensus_peer.h"
 #include "faults/link_delay.h"
 #include "faults/straggler.h"
+#include "ml/checkpoint.h"
 #include "ml/dataset.h"
 #include "node/connection.h"
 #include "node/launch_env.h"
@@ -397,6 +398,21 @@ class TrainingSession {
     }
   }
 
+  // --save: node 0 writes `params` (the final model) as a checkpoint chorus train --resume reads.
+  // Nothing to write (another node, no model) writes nothing.
+  static void saveFinalModel(node::NodeId self, const run::RunOptions& options,
+                             const std::string& model_spec, int64_t steps,
+                             const std::vector<float>& params) {
+    if (options.save_path.empty() || self != 0 || params.empty()) return;
+    ml::Checkpoint checkpoint;
+    checkpoint.modelSpec = model_spec;
+    checkpoint.step = steps;
+    checkpoint.seed = options.seed;
+    checkpoint.params = params;
+    ml::saveCheckpoint(options.save_path, checkpoint);
+    fmt::print("node {}: saved the final model to {}\n", self, options.save_path);
+  }
+
   virtual ~TrainingSession() = default;
   // Trainer thread: trains, then prints this node's results.
   virtual void run() = 0;
@@ -487,8 +503,11 @@ void runTraining(const NodeArgs& args, const NodeSetup& setup, const std::string
 class ConsensusSession : public TrainingSession {
  public:
   ConsensusSession(node::Node& node, run::NodeJob job, const consensus::PeerLayout& layout,
-                   const consensus::ConsensusOptions& options, double target_acc)
-      : self_(layout.self), target_acc_(target_acc), peer_(node, std::move(job), layout, options) {}
+                   const consensus::ConsensusOptions& options, const run::RunOptions& run)
+      : self_(layout.self),
+        run_(run),
+        model_spec_(job.model->spec().toString()),
+        peer_(node, std::move(job), layout, options) {}
 
   void run() override {
     const consensus::ConsensusReport report = peer_.run();
@@ -497,17 +516,19 @@ class ConsensusSession : public TrainingSession {
         "({:.1f} s waiting)\n",
         self_, 100 * report.final_accuracy, report.final_loss, report.rounds_done, report.seconds,
         report.wait_seconds);
-    printCommon(self_, target_acc_, report.time_to_target, report.departed_peers);
+    printCommon(self_, run_.target_acc, report.time_to_target, report.departed_peers);
     if (report.average_accuracy) {
       fmt::print("node {}: test accuracy of the average of {} final models: {:.2f}%\n", self_,
                  report.averaged_models, 100 * *report.average_accuracy);
     }
+    saveFinalModel(self_, run_, model_spec_, report.rounds_done, report.final_model);
   }
   void stop() override { peer_.stop(); }
 
  private:
   node::NodeId self_;
-  double target_acc_;
+  const run::RunOptions& run_;
+  std::string model_spec_;
   consensus::ConsensusPeer peer_;
 };
 
@@ -523,7 +544,7 @@ void runConsensus(const NodeArgs& args, const NodeSetup& setup) {
       args, setup, "consensus",
       [&](node::Node& node, run::NodeJob job) {
         return std::make_unique<ConsensusSession>(node, std::move(job), layout, args.consensus,
-                                                  args.run.target_acc);
+                                                  args.run);
       },
       fmt::format("training with neighbors [{}]", fmt::join(layout.neighbors, ", ")));
 }
@@ -533,9 +554,10 @@ void runConsensus(const NodeArgs& args, const NodeSetup& setup) {
 class PsSession : public TrainingSession {
  public:
   PsSession(node::Node& node, run::NodeJob job, std::vector<node::NodeId> members,
-            const ps::PsOptions& options, double target_acc)
+            const ps::PsOptions& options, const run::RunOptions& run)
       : self_(node.id()),
-        target_acc_(target_acc),
+        run_(run),
+        model_spec_(job.model->spec().toString()),
         peer_(node, std::move(job), std::move(members), options) {}
 
   void run() override {
@@ -555,7 +577,7 @@ class PsSession : public TrainingSession {
         reads > 0
             ? 100.0 * static_cast<double>(report.worker.cache_hits) / static_cast<double>(reads)
             : 0.0);
-    printCommon(self_, target_acc_, report.time_to_target, report.departed_peers);
+    printCommon(self_, run_.target_acc, report.time_to_target, report.departed_peers);
     if (report.owner_accuracy) {
       fmt::print("node {}: test accuracy of the model as held by the owners: {:.2f}%\n", self_,
                  100 * *report.owner_accuracy);
@@ -575,12 +597,14 @@ class PsSession : public TrainingSession {
       fmt::print("node {}: {} read(s) and {} push(es) failed because an owner was down\n", self_,
                  report.failed_pulls, report.failed_pushes);
     }
+    saveFinalModel(self_, run_, model_spec_, report.clocks_done, report.owner_model);
   }
   void stop() override { peer_.stop(); }
 
  private:
   node::NodeId self_;
-  double target_acc_;
+  const run::RunOptions& run_;
+  std::string model_spec_;
   ps::PsPeer peer_;
 };
 
@@ -592,8 +616,7 @@ void runPs(const NodeArgs& args, const NodeSetup& setup) {
   runTraining(
       args, setup, "ps",
       [&](node::Node& node, run::NodeJob job) {
-        return std::make_unique<PsSession>(node, std::move(job), members, options,
-                                           args.run.target_acc);
+        return std::make_unique<PsSession>(node, std::move(job), members, options, args.run);
       },
       fmt::format("owning its shard of the parameters, staleness {}", args.ps.staleness));
 }

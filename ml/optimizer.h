@@ -34,10 +34,20 @@ struct LrSchedule {
 // epochs is 0, else rounded and at least 1, so a length under half a step is not lost.
 int64_t scheduleSteps(double epochs, int64_t stepsPerEpoch);
 
+// The defaults of the training options that `chorus train`, `node`, `launch` and `compare`
+// share, in one place, so that a distributed run and its single-node baseline train the same
+// optimizer unless told otherwise (tests/cli holds the commands' --help defaults equal).
+namespace defaults {
+inline constexpr double kLearningRate = 0.05;
+inline constexpr double kMomentum = 0.9;
+inline constexpr size_t kBatch = 64;
+inline constexpr int64_t kEpochs = 5;
+}  // namespace defaults
+
 // Hyper-parameters of one SGD update.
 struct SgdConfig {
-  double momentum = 0.9;     // 0 disables the velocity buffer
-  bool nesterov = false;     // Nesterov momentum (requires momentum > 0)
+  double momentum = defaults::kMomentum;  // 0 disables the velocity buffer
+  bool nesterov = false;                  // Nesterov momentum (requires momentum > 0)
   double weightDecay = 0.0;  // L2 penalty added to the gradient (applies to every parameter)
 };
 

@@ -45,9 +45,9 @@ size_t countCorrect(const Matrix& logits, std::span<const int32_t> labels);
 struct TrainOptions {
   DataOptions data;
   ModelSpec model;  // name, hidden, dropout; input and classes come from the data
-  int64_t epochs = 5;
-  size_t batchSize = 64;
-  double learningRate = 0.05;
+  int64_t epochs = defaults::kEpochs;
+  size_t batchSize = defaults::kBatch;
+  double learningRate = defaults::kLearningRate;
   SgdConfig sgd;
   std::string schedule = "constant";  // constant | step | cosine
   double warmupEpochs = 0.0;          // linear warm-up length

@@ -65,6 +65,16 @@ void addRunOptions(CLI::App& cmd, RunOptions& o) {
                  "mlp hidden layer sizes, comma separated (default 256,128)")
       ->delimiter(',')
       ->check(CLI::Range(1, 1'000'000));
+  cmd.add_option("--dropout", o.model.dropout,
+                 "Dropout rate before the output layer (mlp, lenet, cifar-cnn)")
+      ->check(CLI::Range(0.0f, 0.95f))
+      ->capture_default_str();
+  cmd.add_option("--limit", o.train_limit,
+                 "Train on the first N training samples only, before sharding (0 = all)")
+      ->capture_default_str();
+  cmd.add_flag_callback(
+      "--no-normalize", [&o] { o.data.normalize = false; },
+      "Keep pixels in [0, 1] instead of per-channel mean/std standardization");
   cmd.add_option("--shard", o.shard,
                  "How the training set is split over the nodes: iid or dirichlet:ALPHA "
                  "(label-skewed, 0 < ALPHA <= 1e6)")
@@ -83,9 +93,12 @@ void addRunOptions(CLI::App& cmd, RunOptions& o) {
   cmd.add_option("--lr", o.lr, "Learning rate of the local step (0: pure averaging)")
       ->check(CLI::Range(0.0, 100.0))
       ->capture_default_str();
-  cmd.add_option("--momentum", o.momentum, "SGD momentum of the local step (0 = plain SGD)")
+  cmd.add_option("--momentum", o.momentum,
+                 "SGD momentum (0 = plain SGD). Consensus mode: of each node's local step; PS "
+                 "mode: applied by the owners, per clock (see --owner-momentum)")
       ->check(CLI::Range(0.0, 0.999))
       ->capture_default_str();
+  cmd.add_flag("--nesterov", o.nesterov, "Nesterov momentum (needs --momentum > 0)");
   cmd.add_option("--weight-decay", o.weight_decay, "L2 weight decay")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
@@ -129,6 +142,10 @@ void addRunOptions(CLI::App& cmd, RunOptions& o) {
                  "training still runs all rounds")
       ->check(CLI::Range(0.0, 1.0));
   cmd.add_option("--out", o.out_dir, "Write metrics as JSON lines to DIR/node-<id>.jsonl");
+  cmd.add_option("--save", o.save_path,
+                 "Write the final model as a checkpoint (the format of chorus train --save, "
+                 "which --resume reads): node 0's model in consensus mode, the owners' model in "
+                 "PS mode; written by node 0");
 }
 
 void validateRunOptions(const RunOptions& o) {
@@ -138,6 +155,12 @@ void validateRunOptions(const RunOptions& o) {
   // momentum reached the optimizer (a node segfaulted) and a NaN target the compare manifest.
   if (!(o.momentum >= 0 && o.momentum < 1)) {
     throw std::invalid_argument("--momentum must be in [0, 1)");
+  }
+  if (o.nesterov && !(o.momentum > 0)) {
+    throw std::invalid_argument("--nesterov needs --momentum > 0");
+  }
+  if (!(o.model.dropout >= 0 && o.model.dropout <= 0.95f)) {
+    throw std::invalid_argument("--dropout must be in [0, 0.95]");
   }
   if (!(o.weight_decay >= 0 && o.weight_decay <= 1)) {
     throw std::invalid_argument("--weight-decay must be in [0, 1]");
@@ -171,7 +194,13 @@ void validateRunOptions(const RunOptions& o) {
 ml::DataSplit loadRunSplit(const RunOptions& options) {
   ml::DataOptions data = options.data;
   data.syntheticSeed = options.seed;
-  return ml::loadDataset(data);
+  ml::DataSplit split = ml::loadDataset(data);
+  // As chorus train --limit: the first N samples, normalized with the whole set's statistics.
+  if (options.train_limit > 0 && options.train_limit < split.train.size()) {
+    split.train.labels.resize(options.train_limit);
+    split.train.features.resize(options.train_limit * split.train.dim());
+  }
+  return split;
 }
 
 std::shared_ptr<const ml::DataSplit> loadRunData(const RunOptions& options) {
@@ -204,6 +233,7 @@ NodeJob prepareNodeJob(const RunOptions& options, std::shared_ptr<const ml::Data
   spec.classes = data->train.classes;
   job.model = ml::Model::create(spec, options.seed);
   job.sgd.momentum = options.momentum;
+  job.sgd.nesterov = options.nesterov;
   job.sgd.weightDecay = options.weight_decay;
   job.lr = options.lr;
   job.batch = options.batch;

@@ -44,11 +44,12 @@ struct RunOptions {
   ml::DataOptions data;  // --data, --data-dir, --synthetic-train/--synthetic-test
   ml::ModelSpec model;   // --model, --hidden (input and classes come from the data)
   std::string shard = "iid";
-  int64_t rounds = 0;  // 0: derived from --epochs
-  double epochs = 1;   // passes over an average shard (when --rounds is 0)
-  size_t batch = 64;
-  double lr = 0.05;
-  double momentum = 0.0;
+  int64_t rounds = 0;                                          // 0: derived from --epochs
+  double epochs = static_cast<double>(ml::defaults::kEpochs);  // passes over an average shard
+  size_t batch = ml::defaults::kBatch;
+  double lr = ml::defaults::kLearningRate;
+  double momentum = ml::defaults::kMomentum;
+  bool nesterov = false;
   double weight_decay = 0.0;
   std::string schedule = "constant";  // --schedule: constant | step | cosine, over the rounds
   double warmup_epochs = 0;           // linear warm-up, in epochs of an average shard
@@ -62,6 +63,8 @@ struct RunOptions {
   int64_t eval_every = 10;  // test accuracy every this many rounds (0: only at the end)
   double target_acc = 0;    // record when the test accuracy first reaches this (0: off)
   std::string out_dir;      // DIR/node-<id>.jsonl (empty: no metrics file)
+  size_t train_limit = 0;   // --limit: the first N training samples only (0: all)
+  std::string save_path;    // --save: the final model as a checkpoint (empty: none)
 };
 
 // Registers the options above on `cmd` (both modes' commands call this). The defaults written

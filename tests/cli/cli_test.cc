@@ -7,6 +7,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <regex>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,6 +28,50 @@ TEST(ChorusCli, HelpListsEveryCommand) {
   EXPECT_EQ(r.exit_code, 0);
   for (const char* cmd : {"node", "launch", "topo", "train", "compare", "report"}) {
     EXPECT_TRUE(contains(r.out, cmd)) << "missing " << cmd << " in:\n" << r.out;
+  }
+}
+
+// The options of a training command and their defaults, as its --help shows them: CLI11 prints
+// "  --lr FLOAT:FLOAT in [0 - 100]=0.05"; an option without a default maps to "".
+std::map<std::string, std::string> helpDefaults(const std::string& command) {
+  CommandResult r = runCommand({chorusBinary(), command, "--help"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  std::map<std::string, std::string> defaults;
+  std::istringstream lines(r.out);
+  std::string line;
+  const std::regex option(R"(^\s+(--[a-z0-9-]+)(\s+\S+)?)");
+  while (std::getline(lines, line)) {
+    std::smatch m;
+    if (!std::regex_search(line, m, option)) continue;
+    const std::string type = m[2].matched ? m[2].str() : "";
+    const size_t eq = type.rfind('=');
+    defaults[m[1]] = eq == std::string::npos ? "" : type.substr(eq + 1);
+  }
+  return defaults;
+}
+
+// One default per training option, whichever command trains: a distributed run with default
+// flags trains the same optimizer as the single-node baseline it is compared with.
+TEST(ChorusCli, TrainingOptionsHaveOneDefaultInEveryCommand) {
+  const auto train = helpDefaults("train");
+  for (const std::string command : {"node", "compare"}) {
+    const auto other = helpDefaults(command);
+    for (const char* flag : {"--data", "--model", "--epochs", "--batch", "--lr", "--momentum",
+                             "--weight-decay", "--schedule", "--warmup-epochs", "--gamma", "--seed",
+                             "--dropout", "--limit", "--crop-padding"}) {
+      ASSERT_TRUE(train.count(flag)) << "chorus train has no " << flag;
+      ASSERT_TRUE(other.count(flag)) << "chorus " << command << " has no " << flag;
+      EXPECT_EQ(train.at(flag), other.at(flag)) << flag << " in chorus " << command;
+    }
+    // Every training option of chorus train exists there too (the ones below are the
+    // single-node driver's own: it resumes one node and prints its confusion matrix).
+    for (const auto& [flag, value] : train) {
+      if (flag == "--help" || flag == "--resume" || flag == "--confusion" ||
+          flag == "--log-every") {
+        continue;
+      }
+      EXPECT_TRUE(other.count(flag)) << "chorus " << command << " has no " << flag;
+    }
   }
 }
 
@@ -395,10 +442,19 @@ TEST(ChorusLaunch, PsModeTrainsAndNodeZeroReportsTheOwnersModel) {
                                 "--ready-timeout",
                                 "60",
                                 "--out",
-                                out.string()});
+                                out.string(),
+                                "--save",
+                                (out / "owners.ckpt").string()});
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_TRUE(contains(r.out, "[launch] all 3 node(s) finished cleanly")) << r.out;
   EXPECT_TRUE(contains(r.out, "node 0: test accuracy of the model as held by the owners")) << r.out;
+  // --save: node 0 writes the owners' model, and chorus train takes it up.
+  EXPECT_TRUE(contains(r.out, "node 0: saved the final model to ")) << r.out;
+  CommandResult resumed =
+      runCommand({chorusBinary(), "train", "--data", "synthetic", "--synthetic-train", "3000",
+                  "--synthetic-test", "300", "--model", "softmax", "--epochs", "1", "--resume",
+                  (out / "owners.ckpt").string()});
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.out << resumed.err;
   for (int i = 0; i < 3; ++i) {
     std::string id = std::to_string(i);
     EXPECT_TRUE(contains(r.out, "node " + id + ": final test accuracy")) << r.out;
