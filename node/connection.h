@@ -103,6 +103,7 @@ class Connection {
   // acceptor's (sent in Challenge, or received in it; an acceptor holding one awaits the Proof).
   std::vector<uint8_t> dialer_nonce;
   std::vector<uint8_t> acceptor_nonce;
+  std::string peer_run;  // acceptor: the run fingerprint of the dialer's Hello
   Clock::time_point last_receive = Clock::now();
   Clock::time_point last_send = Clock::now();
 

@@ -113,6 +113,47 @@ std::chrono::microseconds linkWorstCase(const NodeOptions& o) {
   return o.link_delay + o.link_jitter + retransmissions;
 }
 
+std::string runDifference(std::string_view ours, std::string_view theirs, NodeId peer,
+                          NodeId self) {
+  if (ours.empty() || theirs.empty() || ours == theirs) return {};
+  using Settings = std::vector<std::pair<std::string, std::string>>;
+  const auto parse = [](std::string_view text) {
+    Settings out;
+    while (!text.empty()) {
+      const size_t end = std::min(text.find('\n'), text.size());
+      const std::string_view line = text.substr(0, end);
+      text.remove_prefix(std::min(end + 1, text.size()));
+      if (line.empty()) continue;
+      const size_t eq = line.find('=');
+      out.emplace_back(std::string(line.substr(0, eq)),
+                       eq == std::string_view::npos ? "" : std::string(line.substr(eq + 1)));
+    }
+    return out;
+  };
+  const Settings mine = parse(ours), other = parse(theirs);
+  const auto lookup = [](const Settings& settings, const std::string& key) -> std::string {
+    for (const auto& [k, v] : settings) {
+      if (k == key) return k + "=" + v;
+    }
+    return key + " unset";
+  };
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : mine)
+    keys.push_back(k);
+  for (const auto& [k, v] : other)
+    keys.push_back(k);
+  for (const std::string& key : keys) {
+    const std::string a = lookup(mine, key), b = lookup(other, key);
+    if (a != b) {
+      return fmt::format(
+          "node {} runs with {}, node {} with {}: every node of a cluster must run with the same "
+          "mode, model, data and training options",
+          peer, b, self, a);
+    }
+  }
+  return {};
+}
+
 Status validateOptions(const NodeOptions& o) {
   auto bad = [](std::string message) {
     return Status{ErrorCode::kInvalidArgument, std::move(message)};
@@ -261,19 +302,43 @@ class Node::Impl {
       }
       return out;
     };
-    ready_cv_.wait_for(lock, timeout, [&] { return missing().empty() || !running_.load(); });
+    const auto describe = [&](const std::vector<NodeId>& ids) {
+      std::string list;
+      for (NodeId id : ids) {
+        auto reason = last_reason_.find(id);
+        // The lower id dials: a lower peer not heard from has not reached this node.
+        const char* none = id < options_.self ? "it dials this node and has not yet: not started?"
+                                              : "no attempt seen yet";
+        list += fmt::format("{}peer {} ({})", list.empty() ? "" : ", ", id,
+                            reason == last_reason_.end() ? none : reason->second);
+      }
+      return list;
+    };
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    const auto done = [&] { return missing().empty() || !running_.load() || !fatal_.empty(); };
+    // Wait in slices, saying every slice whom we still wait for: a person starting machines by
+    // hand sees what is missing and why, instead of silence until the time-out.
+    while (!done()) {
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) break;
+      const auto slice = options_.ready_progress_interval.count() > 0
+                             ? std::min<std::chrono::steady_clock::duration>(
+                                   deadline - now, options_.ready_progress_interval)
+                             : deadline - now;
+      if (ready_cv_.wait_for(lock, slice, done)) break;
+      if (std::chrono::steady_clock::now() < deadline) {
+        const auto still = missing();
+        logger_->info("still waiting for {} of {} peers: {}", still.size(), expected_.size(),
+                      describe(still));
+      }
+    }
+    if (!fatal_.empty()) return {ErrorCode::kRefused, fatal_};
     const auto still = missing();
     if (still.empty()) return {};
-    std::string list;
-    for (NodeId id : still) {
-      auto reason = last_reason_.find(id);
-      list += fmt::format("{}peer {} ({})", list.empty() ? "" : ", ", id,
-                          reason == last_reason_.end() ? "no attempt seen yet" : reason->second);
-    }
-    return {ErrorCode::kTimeout,
-            fmt::format("cluster \"{}\" not ready after {} ms: {} of {} peers "
-                        "missing: {}",
-                        options_.cluster, timeout.count(), still.size(), expected_.size(), list)};
+    return {ErrorCode::kTimeout, fmt::format("cluster \"{}\" not ready after {} ms: {} of {} peers "
+                                             "missing: {}",
+                                             options_.cluster, timeout.count(), still.size(),
+                                             expected_.size(), describe(still))};
   }
 
   SharedFrame encode(wire::Body type, const BodyWriter& write_body, size_t size_hint = 0,
@@ -428,6 +493,7 @@ class Node::Impl {
     NodeId id = 0;
     bool expected = false;  // named in connect()
     bool we_dial = false;   // our id is lower
+    bool gave_up = false;   // a permanent refusal: never dialed again
     bool slow = false;
     sockaddr_storage address{};
     std::string address_text;
@@ -600,7 +666,8 @@ class Node::Impl {
                                     [&](flatbuffers::FlatBufferBuilder& b) {
                                       return wire::CreateHelloDirect(
                                                  b, cluster.c_str(), self, kProtocolVersion,
-                                                 nonce.empty() ? nullptr : &nonce)
+                                                 nonce.empty() ? nullptr : &nonce,
+                                                 options_.run_fingerprint.c_str())
                                           .Union();
                                     }),
                              {});
@@ -724,6 +791,12 @@ class Node::Impl {
       std::lock_guard lock(mutex_);
       last_reason_[connection.peer] = "refused by the peer: " + reason;
     }
+    // A dialer trusts the node at the topology's address to say when a retry is pointless; an
+    // acceptor never ends its wait on the word of a connection that has not proved anything.
+    if (refuse->permanent() && connection.role() == Connection::Role::kDialer) {
+      giveUpFromLoop(connection.peer,
+                     fmt::format("node {} refused this node: {}", connection.peer, reason));
+    }
     connection.closeFromLoop({ErrorCode::kRefused, fmt::format("refused by peer: {}", reason)});
     return false;
   }
@@ -738,6 +811,7 @@ class Node::Impl {
     const NodeId id = hello->node_id();
     const std::string cluster = hello->cluster() ? hello->cluster()->str() : "";
     std::string refusal;
+    bool permanent = false;  // a retry would meet the same refusal
     auto slot = slots_.find(id);
     if (envelope.header()->sender() != id) {
       refusal = fmt::format("Hello for node {} in a frame whose header says sender {}", id,
@@ -745,9 +819,11 @@ class Node::Impl {
     } else if (hello->protocol_version() != kProtocolVersion) {
       refusal = fmt::format("protocol version {} differs from this node's version {}",
                             hello->protocol_version(), kProtocolVersion);
+      permanent = true;
     } else if (cluster != options_.cluster) {
       refusal = fmt::format("cluster \"{}\" differs from this node's cluster \"{}\"", cluster,
                             options_.cluster);
+      permanent = true;
     } else if (id == options_.self) {
       refusal = fmt::format("node id {} is this node's own id", id);
     } else if (slot == slots_.end()) {
@@ -764,20 +840,23 @@ class Node::Impl {
           "cluster \"{}\" has a shared secret and node {} did not offer to prove it: start it "
           "with the cluster's --secret-file",
           options_.cluster, id);
+      permanent = true;
     } else if (!options_.cluster_key && hello->nonce() != nullptr && hello->nonce()->size() > 0) {
       refusal = fmt::format(
           "node {} offers to prove a shared secret, but node {} has none: start every node with "
           "the same --secret-file",
           id, options_.self);
+      permanent = true;
     }
     if (!refusal.empty()) {
       logger_->warn("refusing Hello from {} claiming node {}: {}", connection.description(), id,
                     refusal);
-      refuseFromLoop(connection, id, refusal);
+      refuseFromLoop(connection, id, refusal, permanent);
       return;
     }
+    connection.peer_run = hello->run() ? hello->run()->str() : "";
     if (!options_.cluster_key) {
-      welcomeFromLoop(connection, id);
+      admitFromLoop(connection, id);
       return;
     }
     // Prove the secret over the dialer's nonce and ask it to prove it over ours.
@@ -827,6 +906,9 @@ class Node::Impl {
             "node {} failed the shared-secret challenge: its --secret-file differs from this "
             "node's",
             peer);
+        // The node we dialed, at the topology's address, holds another secret: retrying
+        // cannot help, so stop and say so (see giveUpFromLoop).
+        giveUpFromLoop(peer, refusal);
       } else {
         connection.acceptor_nonce.assign(their_nonce.begin(), their_nonce.end());
       }
@@ -869,20 +951,49 @@ class Node::Impl {
     if (!refusal.empty()) {
       logger_->warn("refusing the Proof from {} claiming node {}: {}", connection.description(), id,
                     refusal);
-      refuseFromLoop(connection, id, refusal);
+      refuseFromLoop(connection, id, refusal, /*permanent=*/proof->mac() != nullptr);
       return;
     }
-    welcomeFromLoop(connection, id);
+    admitFromLoop(connection, id);
+  }
+
+  // Acceptor, once the dialer is who it claims (or no secret is asked): welcomes it unless it
+  // runs with other settings, which no retry would change.
+  void admitFromLoop(Connection& connection, NodeId id) {
+    const std::string difference =
+        runDifference(options_.run_fingerprint, connection.peer_run, id, options_.self);
+    if (difference.empty()) {
+      welcomeFromLoop(connection, id);
+      return;
+    }
+    logger_->error("refusing node {}: {}", id, difference);
+    refuseFromLoop(connection, id, difference, /*permanent=*/true);
+    // Only a peer that proved the secret can end this node's wait: without a secret anyone
+    // could claim a member's id with other settings.
+    if (options_.cluster_key) giveUpFromLoop(id, difference);
+  }
+
+  // A handshake with `peer` failed for a reason no retry changes: stop dialing it and end
+  // waitClusterReady() at once with `reason`.
+  void giveUpFromLoop(NodeId peer, const std::string& reason) {
+    if (auto slot = slots_.find(peer); slot != slots_.end()) slot->second.gave_up = true;
+    {
+      std::lock_guard lock(mutex_);
+      if (fatal_.empty()) fatal_ = reason;
+    }
+    ready_cv_.notify_all();
   }
 
   // Tells the peer why (Refuse), records the reason for waitClusterReady's report, and closes
   // once the Refuse is written (or the handshake time-out passes).
-  void refuseFromLoop(Connection& connection, NodeId id, const std::string& refusal) {
-    connection.writeFromLoop(encode(wire::Body::Refuse,
-                                    [&](flatbuffers::FlatBufferBuilder& b) {
-                                      return wire::CreateRefuseDirect(b, refusal.c_str()).Union();
-                                    }),
-                             {});
+  void refuseFromLoop(Connection& connection, NodeId id, const std::string& refusal,
+                      bool permanent = false) {
+    connection.writeFromLoop(
+        encode(wire::Body::Refuse,
+               [&](flatbuffers::FlatBufferBuilder& b) {
+                 return wire::CreateRefuseDirect(b, refusal.c_str(), permanent).Union();
+               }),
+        {});
     // Only a member's refusal is kept for the report: any host that reaches the port may claim
     // any id, and a record per claimed id would grow without bound.
     if (slots_.count(id) > 0) {
@@ -1005,6 +1116,10 @@ class Node::Impl {
       {
         std::lock_guard lock(mutex_);
         last_reason_[slot.id] = status.toString();
+      }
+      if (slot.gave_up) {
+        logger_->debug("not dialing {} again: {}", connection.description(), status.toString());
+        return;
       }
       if (slot.backoff.count() == 0) slot.backoff = options_.dial_backoff_initial;
       const milliseconds delay = slot.backoff;
@@ -1178,6 +1293,7 @@ class Node::Impl {
   std::set<NodeId> expected_;
   std::set<NodeId> connected_;
   std::map<NodeId, std::string> last_reason_;
+  std::string fatal_;  // why waitClusterReady() fails at once (giveUpFromLoop); guarded by mutex_
   size_t open_connections_ = 0;
 
   std::mutex shutdown_mutex_;

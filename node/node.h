@@ -72,12 +72,22 @@ struct NodeOptions {
   // The cluster's shared secret (loadClusterKey): peers must prove they know it at the
   // handshake, and this node proves it to them. Empty: no proof asked or given.
   std::optional<ClusterKey> cluster_key;
+  // What every member must run alike, as "key=value" lines (mode, model, data, optimizer: see
+  // chorus node). A peer whose lines differ is refused, naming the first difference and both
+  // values, and the dialer stops at once. Empty: not compared.
+  std::string run_fingerprint;
+  // While waitClusterReady() waits, a line naming the missing peers (and why) this often.
+  std::chrono::milliseconds ready_progress_interval{5000};
   spdlog::level::level_enum log_level = spdlog::level::info;
   std::vector<spdlog::sink_ptr> log_sinks;  // empty: stderr
 };
 
 // Checks the options; an error names the offending field.
 Status validateOptions(const NodeOptions& options);
+// The first setting in which two run fingerprints (NodeOptions::run_fingerprint) differ, as a
+// refusal naming it and both values ("node 2 runs with model=softmax, node 0 with model=mlp:
+// ..."); empty when they agree or when either is empty (not compared).
+std::string runDifference(std::string_view ours, std::string_view theirs, NodeId peer, NodeId self);
 // The longest the link faults can hold one frame back: link_delay, link_jitter and, with
 // link_loss, every retransmission time-out a frame may wait for.
 std::chrono::microseconds linkWorstCase(const NodeOptions& options);

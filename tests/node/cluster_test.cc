@@ -188,13 +188,59 @@ TEST(Cluster, ReadyErrorNamesMissingPeers) {
   const Status ready = node.waitClusterReady(300ms);
   EXPECT_EQ(ready.code(), ErrorCode::kTimeout);
   EXPECT_NE(ready.message().find("2 of 2 peers missing"), std::string::npos) << ready.message();
-  EXPECT_NE(ready.message().find("peer 0 (no attempt seen yet)"), std::string::npos)
+  EXPECT_NE(ready.message().find("peer 0 (it dials this node and has not yet: not started?)"),
+            std::string::npos)
       << ready.message();
   EXPECT_NE(ready.message().find("peer 2 (io: connect to peer 2"), std::string::npos)
       << ready.message();
   EXPECT_NE(ready.message().find("ECONNREFUSED"), std::string::npos) << ready.message();
   node.shutdown(100ms);
   EXPECT_EQ(node.loopCloseResult(), 0);
+}
+
+TEST(RunDifference, NamesTheFirstSettingThatDiffersWithBothValues) {
+  EXPECT_EQ(runDifference("mode=ps\nlr=0.05\n", "mode=ps\nlr=0.05\n", 1, 0), "");
+  EXPECT_EQ(runDifference("", "mode=ps\n", 1, 0), "");  // not compared
+  EXPECT_NE(runDifference("mode=ps\nlr=0.05\nseed=1\n", "mode=ps\nlr=0.1\nseed=2\n", 3, 0)
+                .find("node 3 runs with lr=0.1, node 0 with lr=0.05: every node"),
+            std::string::npos);
+  EXPECT_NE(runDifference("mode=ps\n", "mode=ps\ncache=no\n", 2, 1)
+                .find("node 2 runs with cache=no, node 1 with cache unset"),
+            std::string::npos);
+}
+
+// Two nodes started with other settings: the acceptor refuses, naming the first difference; the
+// dialer stops waiting at once. Without a secret the acceptor keeps waiting (anyone could claim
+// a member's id with other settings), and says whom it waits for and why.
+TEST(Cluster, NodesWithOtherRunSettingsAreRefusedAndTheDialerStopsAtOnce) {
+  auto log = std::make_shared<LogCapture>();
+  NodeOptions a = fastOptions("runs", 0, {0, 1});
+  a.run_fingerprint = "mode=ps\nmodel=mlp\nlr=0.05\n";
+  NodeOptions b = fastOptions("runs", 1, {0, 1});
+  b.run_fingerprint = "mode=ps\nmodel=softmax\nlr=0.05\n";
+  b.log_sinks = {log};
+  b.ready_progress_interval = 50ms;
+  Node n0(a), n1(b);
+  ASSERT_TRUE(n0.listen().ok());
+  ASSERT_TRUE(n1.listen().ok());
+  ASSERT_TRUE(n1.connect({{0, "", 0}}).ok());
+  ASSERT_TRUE(n0.connect({{1, "127.0.0.1", n1.port()}}).ok());
+  const Status refused = n0.waitClusterReady(kSoon);
+  EXPECT_EQ(refused.code(), ErrorCode::kRefused);
+  EXPECT_NE(refused.message().find(
+                "node 1 refused this node: node 0 runs with model=mlp, node 1 with model=softmax"),
+            std::string::npos)
+      << refused.message();
+  const Status waited = n1.waitClusterReady(300ms);
+  EXPECT_EQ(waited.code(), ErrorCode::kTimeout);
+  EXPECT_NE(waited.message().find("node 0 runs with model=mlp"), std::string::npos)
+      << waited.message();
+  EXPECT_TRUE(
+      log->waitForLine({"still waiting for 1 of 1 peers: peer 0 (refused: node 0 runs "
+                        "with model=mlp"}))
+      << log->all();
+  n0.shutdown(0ms);
+  n1.shutdown(0ms);
 }
 
 TEST(Cluster, OptionsAreValidated) {
