@@ -22,8 +22,25 @@ struct LaunchArgs {
   std::string topology;
   std::vector<uint32_t> ids;
   double timeout_s = 0;
-  bool fail_fast = false;
+  bool keep_going = false;
+  bool fail_fast_given = false;  // --fail-fast: the default, accepted as before
 };
+
+// True when `flag` (or `flag=VALUE`) is among `args`.
+bool hasFlag(const std::vector<std::string>& args, const std::string& flag) {
+  return std::any_of(args.begin(), args.end(), [&](const std::string& arg) {
+    return arg == flag || arg.rfind(flag + "=", 0) == 0;
+  });
+}
+
+// The value of `flag VALUE` or `flag=VALUE` in `args`, or "" when absent.
+std::string flagValue(const std::vector<std::string>& args, const std::string& flag) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == flag && i + 1 < args.size()) return args[i + 1];
+    if (args[i].rfind(flag + "=", 0) == 0) return args[i].substr(flag.size() + 1);
+  }
+  return "";
+}
 
 std::string selfExecutable() {
   std::error_code ec;
@@ -45,7 +62,13 @@ void runLaunchCommand(CLI::App& cmd, const LaunchArgs& args) {
   options.binary = selfExecutable();
   options.file = "/proc/self/exe";  // this very image, whatever happens to the file on disk
   options.node_args = cmd.remaining();
-  options.fail_fast = args.fail_fast;
+  // The nodes of a launch start together: a minute covers the slowest start-up (64 nodes
+  // connected within 18 s here), where chorus node alone waits longer for people.
+  if (!hasFlag(options.node_args, "--ready-timeout")) {
+    options.node_args.insert(options.node_args.end(), {"--ready-timeout", "60"});
+  }
+  // A node that fails leaves the others waiting for it: stop them at once, unless asked not to.
+  options.fail_fast = !args.keep_going;
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(args.timeout_s * 1000));
   if (args.ids.empty()) {
     for (const auto& n : topo.nodes)
@@ -85,8 +108,9 @@ void runLaunchCommand(CLI::App& cmd, const LaunchArgs& args) {
   }
   // One check here says once what every node would say.
   checkNodeArguments(args.topology, options.ids, options.node_args);
+  const std::string mode = flagValue(options.node_args, "--mode");
   fmt::print("[launch] cluster '{}' ({} mode) from {}: starting {} node(s){}\n", topo.name,
-             topology::modeName(topo.mode), args.topology, options.ids.size(),
+             mode.empty() ? topology::modeName(topo.mode) : mode, args.topology, options.ids.size(),
              options.node_args.empty()
                  ? std::string()
                  : fmt::format(" with: {}", fmt::join(options.node_args, " ")));
@@ -139,7 +163,13 @@ void addLaunchCommand(CLI::App& app) {
   cmd->add_option("--timeout", args->timeout_s,
                   "Stop every node after this many seconds (0: no limit)")
       ->check(run::nonNegative());
-  cmd->add_flag("--fail-fast", args->fail_fast, "Stop the other nodes as soon as one node fails");
+  cmd->add_flag("--keep-going", args->keep_going,
+                "Let the other nodes run on when one node fails (by default they are stopped at "
+                "once: they could only wait for it). An injected crash never stops them");
+  // Stopping the others is the default now; the old flag is still accepted.
+  cmd->add_flag("--fail-fast", args->fail_fast_given,
+                "Stop the other nodes as soon as one node fails (the default)")
+      ->group("");
   cmd->allow_extras();
   cmd->callback([cmd, args] { runLaunchCommand(*cmd, *args); });
 }

@@ -46,7 +46,9 @@ struct NodeArgs {
   std::string topology;
   std::optional<uint32_t> id;
   std::string log_level = "info";
-  double ready_timeout_s = 30;
+  // A person or a scheduler starting machines one by one needs minutes; chorus launch, which
+  // starts every node at once, passes --ready-timeout 60 unless told otherwise.
+  double ready_timeout_s = 300;
   uint32_t pings = 3;
   size_t payload_bytes = 1024;
   double ping_timeout_s = 30;
@@ -63,6 +65,13 @@ struct NodeArgs {
   consensus::ConsensusOptions consensus;
   ps::PsOptions ps;
 };
+
+// Why waitClusterReady() failed, with what to do about a time-out.
+std::string readyFailure(const node::Status& status) {
+  if (status.code() != node::ErrorCode::kTimeout) return status.message();
+  return status.message() +
+         "; start the missing nodes, or give them longer with --ready-timeout SECONDS";
+}
 
 milliseconds secondsToMs(double seconds) {
   return milliseconds(static_cast<int64_t>(seconds * 1000.0));
@@ -352,7 +361,7 @@ void runPing(const NodeArgs& args, const NodeSetup& setup) {
   auto finish = [&](int code, const std::string& message) {
     leaveCluster(node, args.linger_s, signals, self, code, message);
   };
-  if (!ready.ok()) finish(4, fmt::format("node {}: {}", self, ready.message()));
+  if (!ready.ok()) finish(4, fmt::format("node {}: {}", self, readyFailure(ready)));
 
   fmt::print(
       "node {} of cluster \"{}\" ({} nodes) listening on {}: connected to all {} peers "
@@ -481,7 +490,7 @@ void runTraining(const NodeArgs& args, const NodeSetup& setup, const std::string
     throw CommandFailure(3, fmt::format("node {}: {}", self, status.message()));
   }
   node::Status ready = node.waitClusterReady();
-  if (!ready.ok()) finish(4, fmt::format("node {}: {}", self, ready.message()));
+  if (!ready.ok()) finish(4, fmt::format("node {}: {}", self, readyFailure(ready)));
   const auto ready_ms =
       std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start).count();
   fmt::print(
@@ -625,6 +634,58 @@ std::string modeOf(const NodeArgs& args, const NodeSetup& setup) {
   return args.mode.empty() ? topology::modeName(setup.topo.mode) : args.mode;
 }
 
+// What every node of a cluster must run alike, as "key=value" lines for the handshake
+// (NodeOptions::run_fingerprint): a node started with another model, mode or optimizer would
+// otherwise hang the others or train something else. Per-node settings (its output folder,
+// straggler terms, data folder, log level, time-outs) stay out.
+std::string runFingerprint(const NodeArgs& args, const std::string& mode) {
+  std::vector<std::pair<std::string, std::string>> s = {{"mode", mode}};
+  if (mode == "ping") {
+    s.insert(s.end(), {{"pings", fmt::format("{}", args.pings)},
+                       {"payload-bytes", fmt::format("{}", args.payload_bytes)}});
+  } else {
+    const run::RunOptions& r = args.run;
+    s.insert(s.end(),
+             {{"data", r.data.name},
+              {"normalize", r.data.normalize ? "yes" : "no"},
+              {"limit", fmt::format("{}", r.train_limit)},
+              {"model", r.model.toString()},
+              {"shard", r.shard},
+              {"rounds", fmt::format("{}", r.rounds)},
+              {"epochs", fmt::format("{}", r.epochs)},
+              {"batch", fmt::format("{}", r.batch)},
+              {"lr", fmt::format("{}", r.lr)},
+              {"momentum", fmt::format("{}", r.momentum)},
+              {"nesterov", r.nesterov ? "yes" : "no"},
+              {"weight-decay", fmt::format("{}", r.weight_decay)},
+              {"schedule", fmt::format("{} warmup-epochs={} step-epochs={} gamma={}", r.schedule,
+                                       r.warmup_epochs, r.step_epochs, r.gamma)},
+              {"augment", r.augment ? fmt::format("crop-padding={} flip={}", r.crop_padding,
+                                                  r.flip ? "yes" : "no")
+                                    : "no"},
+              {"seed", fmt::format("{}", r.seed)}});
+    if (r.data.name == "synthetic") {
+      s.emplace_back("synthetic",
+                     fmt::format("{},{}", r.data.syntheticTrain, r.data.syntheticTest));
+    }
+    if (mode == "ps") {
+      s.insert(s.end(), {{"staleness", args.ps.staleness},
+                         {"key-floats", fmt::format("{}", args.ps.key_floats)},
+                         {"cache", args.ps.cache ? "yes" : "no"},
+                         {"owner-momentum", args.ps.owner_momentum},
+                         {"async-rounds", args.ps.async_rounds}});
+    } else {
+      s.insert(s.end(), {{"mixing", args.consensus.mixing},
+                         {"staleness-bound", fmt::format("{}", args.consensus.staleness_bound)},
+                         {"chunk-floats", fmt::format("{}", args.consensus.chunk_floats)}});
+    }
+  }
+  std::string text;
+  for (const auto& [key, value] : s)
+    text += key + "=" + value + "\n";
+  return text;
+}
+
 void runNode(const NodeArgs& args) {
   followLauncher();
   const auto level = spdlog::level::from_str(args.log_level);
@@ -633,6 +694,7 @@ void runNode(const NodeArgs& args) {
   const std::string mode = modeOf(args, setup);
   // Bad flags first (exit 2), before any data is read or port bound.
   checkModeArgs(args, setup, mode);
+  setup.options.run_fingerprint = runFingerprint(args, mode);
   if (mode == "ping") return runPing(args, setup);
   if (mode == "consensus") return runConsensus(args, setup);
   return runPs(args, setup);
@@ -703,7 +765,8 @@ void registerNodeCommand(CLI::App& app, std::function<void(const NodeArgs&)> act
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
       ->capture_default_str();
   cmd->add_option("--ready-timeout", args->ready_timeout_s,
-                  "Seconds to wait until every peer is connected")
+                  "Seconds to wait until every peer is connected (a line every 5 s names the "
+                  "peers still missing and why; chorus launch passes 60 unless given)")
       ->check(run::positive())
       ->capture_default_str();
   cmd->add_option("--pings", args->pings,

@@ -17,6 +17,7 @@
 #include "ml/rng.h"
 #include "ml/train.h"
 #include "node/node.h"
+#include "node/repeated_log.h"
 #include "run/cli_checks.h"
 #include "run/peer_settlement.h"
 
@@ -271,13 +272,16 @@ PsReport PsPeer::run() {
   WorkerStats stats_before = worker_->stats();
   std::optional<KvWorker::Handle> pending_push;
   std::string last_pull_error;
+  // An owner lost for good fails one push per clock for the rest of the run: one line, then
+  // counts.
+  node::RepeatedLog lost_pushes(log, spdlog::level::warn, "a push was lost");
   auto settlePush = [&] {
     if (!pending_push) return;
     const node::Status status = worker_->wait(*pending_push);
     pending_push.reset();
     if (!status.ok() && status.code() != node::ErrorCode::kShutdown) {
       ++report.failed_pushes;
-      log.warn("a push was lost: {}", status.message());
+      lost_pushes.add(status.message());
     }
   };
   auto evaluateAndLog = [&](Clock c, ml::MetricsEvent& event, ml::Model& m) {

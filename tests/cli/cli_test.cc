@@ -11,6 +11,7 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -412,6 +413,36 @@ TEST(ChorusLaunch, ANodeThatFailsIsNamedAndTheLaunchFails) {
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   EXPECT_TRUE(contains(r.err, "node 3 exited with status 3")) << r.err;
   EXPECT_TRUE(contains(r.err, "chorus: error: launch of " + topo)) << r.err;
+  std::filesystem::remove(topo);
+}
+
+// Two machines started by hand with different options: before, the cluster hung; now the node
+// that dials stops at once naming the first difference, and the other says why it still waits.
+TEST(ChorusNode, NodesStartedWithOtherOptionsAreRefusedNamingTheDifference) {
+  const std::string topo = writeCluster("run-mismatch", freePorts(2));
+  const std::vector<std::string> common = {"--topology",      topo, "--data",      "synthetic",
+                                           "--rounds",        "5",  "--model",     "softmax",
+                                           "--ready-timeout", "4",  "--log-level", "warn"};
+  CommandResult second;
+  std::thread acceptor([&] {
+    std::vector<std::string> argv = {chorusBinary(), "node", "--id", "1", "--lr", "0.1"};
+    argv.insert(argv.end(), common.begin(), common.end());
+    second = runCommand(argv, 60);
+  });
+  std::vector<std::string> argv = {chorusBinary(), "node", "--id", "0"};
+  argv.insert(argv.end(), common.begin(), common.end());
+  CommandResult first;
+  // Node 1 may not listen yet: node 0 retries the dial until it meets node 1's refusal.
+  first = runCommand(argv, 60);
+  acceptor.join();
+  EXPECT_EQ(first.exit_code, 4) << first.out << first.err;
+  EXPECT_TRUE(contains(first.err,
+                       "node 1 refused this node: node 0 runs with lr=0.05, node 1 "
+                       "with lr=0.1"))
+      << first.err;
+  EXPECT_EQ(second.exit_code, 4) << second.out << second.err;
+  EXPECT_TRUE(contains(second.err, "node 0 runs with lr=0.05")) << second.err;
+  EXPECT_TRUE(contains(second.err, "--ready-timeout")) << second.err;
   std::filesystem::remove(topo);
 }
 
