@@ -2,8 +2,11 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
+#include "cli/suggest.h"
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -23,7 +26,11 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     // CLI11 prints the message (or the help); a bad flag or value then exits 2 like every
     // other bad input of chorus, not with CLI11's own code for the kind of error (105, 106...).
-    return app.exit(e) == 0 ? 0 : 2;
+    if (app.exit(e) == 0) return 0;
+    const std::string hint =
+        chorus::cli::suggestFor(app, std::vector<std::string>(argv + 1, argv + argc));
+    if (!hint.empty()) std::fprintf(stderr, "chorus: %s\n", hint.c_str());
+    return 2;
   } catch (const chorus::cli::CommandFailure& e) {
     if (e.what()[0] != '\0') std::fprintf(stderr, "chorus: error: %s\n", e.what());
     return e.code();

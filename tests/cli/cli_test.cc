@@ -76,6 +76,25 @@ TEST(ChorusCli, TrainingOptionsHaveOneDefaultInEveryCommand) {
   }
 }
 
+// A mistyped command or flag is refused as before, with the nearest known name.
+TEST(ChorusCli, ATypoGetsTheNearestName) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"lauch", "x.toml"}, "chorus: did you mean 'launch' (for 'lauch')?"},
+      {{"train", "--epoch", "3"}, "chorus: did you mean --epochs (for --epoch)?"},
+      {{"node", "--topolgy", "x.toml"}, "chorus: did you mean --topology (for --topolgy)?"},
+      {{"launch", "../examples/none.toml", "--epoch", "3"}, ""},  // no file: that error first
+  };
+  for (const auto& [args, hint] : cases) {
+    std::vector<std::string> argv = {chorusBinary()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    CommandResult r = runCommand(argv);
+    EXPECT_EQ(r.exit_code, 2) << args[0] << r.err;
+    if (!hint.empty()) {
+      EXPECT_TRUE(contains(r.err, hint)) << r.err;
+    }
+  }
+}
+
 TEST(ChorusCli, UnknownCommandIsAnError) {
   CommandResult r = runCommand({chorusBinary(), "frobnicate"});
   EXPECT_EQ(r.exit_code, 2);
