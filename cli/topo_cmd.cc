@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,7 +20,8 @@ struct GenArguments {
   std::string kind;
   uint32_t nodes = 0;
   uint16_t base_port = 7100;
-  std::string host = "127.0.0.1";
+  std::vector<std::string> hosts{"127.0.0.1"};
+  std::string hosts_file;
   uint32_t degree = 4;
   uint64_t seed = 1;
   std::string name;
@@ -30,12 +32,32 @@ struct GenArguments {
   CLI::Option* seed_option = nullptr;
 };
 
+// The hosts of a --hosts-file: one per line; blank lines and '#' comments are skipped.
+std::vector<std::string> readHostsFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw CommandFailure(2, fmt::format("--hosts-file {}: cannot read it", path));
+  std::vector<std::string> hosts;
+  std::string line;
+  while (std::getline(in, line)) {
+    line = line.substr(0, line.find('#'));
+    const size_t begin = line.find_first_not_of(" \t\r");
+    if (begin == std::string::npos) continue;
+    const size_t end = line.find_last_not_of(" \t\r");
+    hosts.push_back(line.substr(begin, end - begin + 1));
+  }
+  if (hosts.empty()) {
+    throw CommandFailure(2, fmt::format("--hosts-file {}: no host in it (one per line)", path));
+  }
+  return hosts;
+}
+
 void runGen(const GenArguments& arguments) {
   topology::GenerateOptions options;
   options.kind = topology::parseGraphKind(arguments.kind).value();  // CLI11 checked the name
   options.nodes = arguments.nodes;
   options.base_port = arguments.base_port;
-  options.host = arguments.host;
+  options.hosts = arguments.hosts;
+  if (!arguments.hosts_file.empty()) options.hosts = readHostsFile(arguments.hosts_file);
   options.degree = arguments.degree;
   options.seed = arguments.seed;
   options.name = arguments.name;
@@ -102,9 +124,16 @@ void addGen(CLI::App& topo) {
                   "Port of node 0; node i uses base port + i (must stay <= 65535)")
       ->capture_default_str()
       ->check(CLI::Range(1, 65535));
-  gen->add_option("--host", arguments->host,
-                  "Host of every node: IPv4 address, host name, or IPv6 in brackets")
-      ->capture_default_str();
+  auto* host_option =
+      gen->add_option("--host", arguments->hosts,
+                      "Host(s), comma separated: IPv4 address, host name, or IPv6 in brackets. "
+                      "Node i runs on host i mod M and listens on --base-port + i / M (one host: "
+                      "every node on it, ports base, base+1, ...)")
+          ->delimiter(',')
+          ->capture_default_str();
+  gen->add_option("--hosts-file", arguments->hosts_file,
+                  "A file with one host per line (# comments), instead of --host")
+      ->excludes(host_option);
   arguments->degree_option =
       gen->add_option("--degree", arguments->degree,
                       "Degree of every node for `regular` (N x degree must be even, degree < N)")

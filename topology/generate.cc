@@ -415,10 +415,13 @@ Topology generate(const GenerateOptions& options) {
   if (options.base_port == 0) {
     throw std::invalid_argument("the base port must be 1..65535 (0 would pick random ports)");
   }
-  if (static_cast<uint32_t>(options.base_port) + n - 1 > 65535) {
-    throw std::invalid_argument(fmt::format(
-        "ports {}..{} for {} nodes go past 65535; use a base port of at most {}", options.base_port,
-        static_cast<uint32_t>(options.base_port) + n - 1, n, 65536 - n));
+  const uint32_t per_host = (n + std::max<uint32_t>(1, options.hosts.size()) - 1) /
+                            std::max<uint32_t>(1, options.hosts.size());
+  if (static_cast<uint32_t>(options.base_port) + per_host - 1 > 65535) {
+    throw std::invalid_argument(
+        fmt::format("ports {}..{} for {} nodes{} go past 65535; use a base port of at most {}",
+                    options.base_port, static_cast<uint32_t>(options.base_port) + per_host - 1,
+                    per_host, options.hosts.size() > 1 ? " per host" : "", 65536 - per_host));
   }
   if (neighborEntries(options) > kMaxNeighborEntries) {
     throw std::invalid_argument(
@@ -426,10 +429,17 @@ Topology generate(const GenerateOptions& options) {
                     "or a sparser kind",
                     graphKindName(options.kind), n, kMaxNeighborEntries));
   }
-  auto host = checkHost(options.host);
-  if (auto* problem = std::get_if<AddressProblem>(&host)) {
-    throw std::invalid_argument(fmt::format("host: {} ({})", problem->message, problem->fix));
+  if (options.hosts.empty()) throw std::invalid_argument("no host given");
+  std::vector<std::string> hosts;
+  for (const std::string& given : options.hosts) {
+    auto host = checkHost(given);
+    if (auto* problem = std::get_if<AddressProblem>(&host)) {
+      throw std::invalid_argument(
+          fmt::format("host '{}': {} ({})", given, problem->message, problem->fix));
+    }
+    hosts.push_back(std::get<std::string>(host));
   }
+  const auto machines = static_cast<uint32_t>(hosts.size());
   checkClusterName(options.name);
 
   Adjacency graph;
@@ -461,8 +471,8 @@ Topology generate(const GenerateOptions& options) {
   for (uint32_t i = 0; i < n; ++i) {
     NodeSpec node;
     node.id = i;
-    node.host = std::get<std::string>(host);
-    node.port = static_cast<uint16_t>(options.base_port + i);
+    node.host = hosts[i % machines];
+    node.port = static_cast<uint16_t>(options.base_port + i / machines);
     node.neighbors.assign(graph[i].begin(), graph[i].end());
     topology.nodes.push_back(std::move(node));
   }
@@ -476,7 +486,8 @@ std::string generateCommandLine(const GenerateOptions& options) {
   if (options.kind == GraphKind::kRegular) {
     line += fmt::format(" --degree {} --seed {}", options.degree, options.seed);
   }
-  line += fmt::format(" --base-port {} --host {}", options.base_port, shellWord(options.host));
+  line += fmt::format(" --base-port {} --host {}", options.base_port,
+                      shellWord(fmt::format("{}", fmt::join(options.hosts, ","))));
   if (!options.name.empty()) {
     line += fmt::format(" --name {}", shellWord(options.name));
   }

@@ -94,11 +94,13 @@ enum class GraphKind { kRing, kTorus, kComplete, kRegular, kExponential, kStar }
 struct GenerateOptions {
   GraphKind kind = GraphKind::kRing;
   uint32_t nodes = 4;
-  std::string host = "127.0.0.1";
-  uint16_t base_port = 7100;  // node i listens on base_port + i
-  uint32_t degree = 4;        // for kRegular
-  uint64_t seed = 1;          // for kRegular
-  std::string name;           // cluster name; derived from kind and size when empty
+  // The machines, in order: node i runs on hosts[i % M] and listens on base_port + i / M (so
+  // with one host, node i on base_port + i; with one host per node, every node on base_port).
+  std::vector<std::string> hosts{"127.0.0.1"};
+  uint16_t base_port = 7100;
+  uint32_t degree = 4;  // for kRegular
+  uint64_t seed = 1;    // for kRegular
+  std::string name;     // cluster name; derived from kind and size when empty
   Mode mode = Mode::kConsensus;
 };
 // Throws std::invalid_argument with a clear message for impossible parameters

@@ -213,13 +213,39 @@ TEST(TopologyGenerate, RefusesBadSizesPortsAndHosts) {
   options.base_port = 1;
   EXPECT_THAT(message(options), HasSubstr("more than 4000000 neighbor entries"));
   options = optionsFor(GraphKind::kRing, 4);
-  options.host = "not a host";
+  options.hosts = {"not a host"};
   EXPECT_THAT(message(options), HasSubstr("'not a host' is not a valid host name"));
+}
+
+// One host per machine: node i on host i mod M, port base + i / M.
+TEST(TopologyGenerate, SeveralHostsTakeTheNodesInTurn) {
+  GenerateOptions options = optionsFor(GraphKind::kRing, 6);
+  options.hosts = {"10.0.0.1", "10.0.0.2", "node-c"};
+  options.base_port = 7100;
+  Topology topology = generate(options);
+  std::vector<std::string> addresses;
+  for (const auto& node : topology.nodes)
+    addresses.push_back(node.address());
+  EXPECT_EQ(addresses, (std::vector<std::string>{"10.0.0.1:7100", "10.0.0.2:7100", "node-c:7100",
+                                                 "10.0.0.1:7101", "10.0.0.2:7101", "node-c:7101"}));
+  EXPECT_THAT(generateCommandLine(options), HasSubstr("--host 10.0.0.1,10.0.0.2,node-c"));
+  options.hosts = {"10.0.0.1", "bad host"};
+  EXPECT_THROW(
+      try { generate(options); } catch (const std::invalid_argument& e) {
+        EXPECT_THAT(e.what(), HasSubstr("host 'bad host'"));
+        throw;
+      },
+      std::invalid_argument);
+  // Ports per host, not per node, are what must fit.
+  options = optionsFor(GraphKind::kRing, 4);
+  options.hosts = {"a", "b", "c", "d"};
+  options.base_port = 65535;
+  EXPECT_EQ(generate(options).nodes.back().address(), "d:65535");
 }
 
 TEST(TopologyGenerate, HostNameModeAndPortsAreApplied) {
   GenerateOptions options = optionsFor(GraphKind::kRing, 4);
-  options.host = "[::1]";
+  options.hosts = {"[::1]"};
   options.base_port = 7200;
   options.mode = Mode::kPs;
   Topology topology = generate(options);
@@ -284,7 +310,7 @@ TEST(TopologyGenerate, CommandLineIsShellQuoted) {
   options.name = "it's $HOME";
   EXPECT_THAT(generateCommandLine(options), HasSubstr(" --name 'it'\\''s $HOME' "));
   options.name = "plain-name_1.x";
-  options.host = "[::1]";
+  options.hosts = {"[::1]"};
   EXPECT_THAT(generateCommandLine(options), HasSubstr(" --host '[::1]' --name plain-name_1.x "));
 }
 
