@@ -23,6 +23,7 @@
 
 #include "cli/commands.h"
 #include "cli/launcher.h"
+#include "cli/suggest.h"
 #include "consensus/consensus_peer.h"
 #include "faults/link_delay.h"
 #include "faults/straggler.h"
@@ -746,7 +747,9 @@ void registerNodeCommand(CLI::App& app, std::function<void(const NodeArgs&)> act
       "             the optimizer; per-clock metrics in --out DIR/node-<id>.jsonl; node 0\n"
       "             also prints the accuracy of the model as held by the owners (docs/ps.md).\n"
       "Then it leaves in order (Leave, wait for the peers' Leave, close).\n"
-      "Example: chorus launch ring4.toml --data synthetic --model mlp --rounds 300 --out runs/a\n"
+      "Example, on each machine with its own id (all nodes of a file on one machine: chorus\n"
+      "launch): chorus node --topology lab.toml --id 0 --data fashion-mnist --model mlp --out "
+      "runs/a\n"
       "Exit status: 0 on success; 1 training failed or data unreadable; 2 bad arguments or\n"
       "topology; 3 cannot listen; 4 cluster not ready in time (the message names the missing\n"
       "peers); 5 ping exchange failed; 86 crashed as injected (--stragglers crash:NODE@STEP);\n"
@@ -914,12 +917,14 @@ void checkNodeArguments(const std::string& topology, const std::vector<uint32_t>
   std::vector<std::string> argv = {"node", "--topology", topology, "--id",
                                    std::to_string(ids.front())};
   argv.insert(argv.end(), node_args.begin(), node_args.end());
+  const std::vector<std::string> words = argv;
   std::reverse(argv.begin(), argv.end());  // CLI11 takes the words last to first
   try {
     app.parse(argv);
   } catch (const CLI::ParseError& e) {
-    throw CommandFailure(
-        2, fmt::format("{} (passed on to the nodes: see chorus node --help)", e.what()));
+    const std::string hint = suggestFor(app, words);
+    throw CommandFailure(2, fmt::format("{} (passed on to the nodes: see chorus node --help){}",
+                                        e.what(), hint.empty() ? "" : "; " + hint));
   }
 }
 

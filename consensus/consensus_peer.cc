@@ -577,7 +577,8 @@ ConsensusReport ConsensusPeer::run() {
   report.final_loss = eval.loss;
   report.final_accuracy = eval.accuracy;
   report.final_model.assign(model.params().begin(), model.params().end());
-  log.info(
+  // chorus node prints the result on stdout; the log repeats it only for debugging.
+  log.debug(
       "final test accuracy {:.2f}% (loss {:.4f}) after {} rounds in {:.1f} s, {:.1f} s of "
       "it waiting for neighbors",
       100 * eval.accuracy, eval.loss, report.rounds_done, report.seconds, report.wait_seconds);
@@ -654,8 +655,8 @@ void ConsensusPeer::finish(ConsensusReport& report) {
     const ml::Evaluation eval = ml::evaluate(*average, job_.data->test);
     report.average_accuracy = eval.accuracy;
     report.averaged_models = count;
-    log.info("test accuracy of the average of {} final models: {:.2f}%", count,
-             100 * eval.accuracy);
+    log.debug("test accuracy of the average of {} final models: {:.2f}%", count,
+              100 * eval.accuracy);
   }
 }
 

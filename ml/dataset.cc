@@ -233,7 +233,12 @@ std::string findDataDir(const std::string& name, const std::string& dataDir) {
         env != nullptr && *env != '\0') {
       candidates.emplace_back(fs::path(env) / layout.folder, "$CHORUS_DATA");
     }
-    candidates.emplace_back(fs::path(CHORUS_SOURCE_DIR) / "data" / layout.folder, "source tree");
+    // The source tree this binary was built from, when it is on this machine: a binary copied
+    // elsewhere would otherwise send its user to the build machine's folders.
+    std::error_code ec;
+    if (fs::is_directory(CHORUS_SOURCE_DIR, ec)) {
+      candidates.emplace_back(fs::path(CHORUS_SOURCE_DIR) / "data" / layout.folder, "source tree");
+    }
     candidates.emplace_back(fs::path("/usr/share/datasets") / layout.folder, "system");
   }
   std::vector<std::string> looked;

@@ -10,6 +10,7 @@
 #include <cassert>
 #include <condition_variable>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <future>
 #include <map>
@@ -19,6 +20,7 @@
 
 #include "node/connection.h"
 #include "node/event_loop.h"
+#include "node/launch_env.h"
 #include "node/uv_handles.h"
 
 namespace chorus::node {
@@ -36,7 +38,16 @@ std::shared_ptr<spdlog::logger> makeLogger(const NodeOptions& options) {
   std::vector<spdlog::sink_ptr> sinks = options.log_sinks;
   if (sinks.empty()) {
     // One stderr sink shared by every node of the process, so lines never interleave.
-    static const auto stderr_sink = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+    static const auto stderr_sink = [] {
+      // Colour only for a person at a terminal: mpirun and srun hand their ranks a pseudo
+      // terminal and then mix the lines into one stream, where the codes show raw. NO_COLOR
+      // (no-color.org) turns it off too.
+      bool launched = std::getenv("NO_COLOR") != nullptr;
+      for (const char* rank : kRankVariables)
+        launched = launched || std::getenv(rank) != nullptr;
+      return std::make_shared<spdlog::sinks::stderr_color_sink_mt>(
+          launched ? spdlog::color_mode::never : spdlog::color_mode::automatic);
+    }();
     sinks.push_back(stderr_sink);
   }
   auto logger = std::make_shared<spdlog::logger>(fmt::format("node {}", options.self),

@@ -379,7 +379,8 @@ PsReport PsPeer::run() {
   const ml::Evaluation eval = evaluateAndLog(report.clocks_done, last, model);
   report.final_loss = eval.loss;
   report.final_accuracy = eval.accuracy;
-  log.info(
+  // chorus node prints the result on stdout; the log repeats it only for debugging.
+  log.debug(
       "final test accuracy {:.2f}% (loss {:.4f}, this worker's last read) after {} clocks in "
       "{:.1f} s, {:.1f} s of it waiting for reads",
       100 * eval.accuracy, eval.loss, report.clocks_done, report.seconds, report.wait_seconds);
@@ -691,7 +692,7 @@ void PsPeer::readOwnersModel(PsReport& report, Clock min_clock) {
   const ml::Evaluation eval = ml::evaluate(*owners, job_.data->test);
   report.owner_accuracy = eval.accuracy;
   report.owner_model.assign(owners->params().begin(), owners->params().end());
-  log.info("test accuracy of the model as held by the owners: {:.2f}%", 100 * eval.accuracy);
+  log.debug("test accuracy of the model as held by the owners: {:.2f}%", 100 * eval.accuracy);
 }
 
 void PsPeer::settle(PsReport& report, const std::vector<NodeId>& others) {
