@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -124,11 +123,15 @@ const std::string kCrashed = "[launch] node 2 crashed as injected (exit status "
 // docs/stragglers.md gives (--mca orte_abort_on_non_zero_status 0) the others train on. The ranks
 // take their node ids from OMPI_COMM_WORLD_RANK. Skipped where Open MPI is not installed.
 TEST(ChorusCrash, UnderMpirunTheOtherRanksTrainOnWithTheDocumentedFlag) {
-  if (std::system("command -v mpirun >/dev/null 2>&1") != 0) {
+  std::string mpirun;
+  for (const char* dir : {"/usr/bin", "/usr/local/bin"}) {
+    if (fs::exists(fs::path(dir) / "mpirun")) mpirun = (fs::path(dir) / "mpirun").string();
+  }
+  if (mpirun.empty()) {
     GTEST_SKIP() << "mpirun is not installed (Debian's openmpi-bin; scripts/setup.sh installs it)";
   }
   CrashCluster cluster("crash-mpirun", 3, "consensus");
-  CommandResult r = runCommand({"mpirun",
+  CommandResult r = runCommand({mpirun,
                                 "--allow-run-as-root",
                                 "--oversubscribe",
                                 "-np",
