@@ -1,0 +1,307 @@
+#include "ml/mf.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <stdexcept>
+
+#include "ml/rng.h"
+
+namespace chorus::ml {
+
+SparseRowsBuilder::SparseRowsBuilder(size_t keySpace, size_t width)
+    : width_(width), slotOf_(keySpace, -1) {}
+
+float* SparseRowsBuilder::rowFor(uint64_t key) {
+  int32_t& slot = slotOf_[key];
+  if (slot < 0) {
+    slot = static_cast<int32_t>(keys_.size());
+    keys_.push_back(key);
+    rows_.resize(keys_.size() * width_, 0.0f);
+  }
+  return rows_.data() + static_cast<size_t>(slot) * width_;
+}
+
+void SparseRowsBuilder::finish(SparseRows& out) {
+  const size_t n = keys_.size();
+  order_.resize(n);
+  std::iota(order_.begin(), order_.end(), size_t{0});
+  std::sort(order_.begin(), order_.end(), [&](size_t a, size_t b) { return keys_[a] < keys_[b]; });
+  out.width = width_;
+  out.keys.resize(n);
+  out.values.resize(n * width_);
+  for (size_t i = 0; i < n; ++i) {
+    const size_t slot = order_[i];
+    out.keys[i] = keys_[slot];
+    std::copy_n(rows_.data() + slot * width_, width_, out.values.data() + i * width_);
+    slotOf_[keys_[slot]] = -1;
+  }
+  keys_.clear();
+  rows_.clear();
+}
+
+MfModel makeMfModel(uint64_t rows, uint64_t cols, int rank, double initStd, bool adagrad,
+                    uint64_t seed) {
+  MfModel model;
+  auto init = [&](FactorTable& table, uint64_t n, uint64_t stream) {
+    table.rows = n;
+    table.width = static_cast<size_t>(rank);
+    table.values.resize(n * table.width);
+    Rng rng(mixSeed(seed, stream));
+    for (float& v : table.values)
+      v = static_cast<float>(initStd * rng.normal());
+    if (adagrad) table.state.assign(table.values.size(), 0.0f);
+  };
+  init(model.rowFactors, rows, 0x3F0);
+  init(model.colFactors, cols, 0x3F1);
+  return model;
+}
+
+float mfPredict(std::span<const float> row, std::span<const float> col, float mean) {
+  float dot = 0.0f;
+  for (size_t k = 0; k < row.size(); ++k)
+    dot += row[k] * col[k];
+  return mean + dot;
+}
+
+MfBatchLoss mfGradient(const MfModel& model, std::span<const Rating> batch, double reg,
+                       SparseRowsBuilder& rowGrads, SparseRowsBuilder& colGrads) {
+  const size_t width = model.rowFactors.width;
+  const auto lambda = static_cast<float>(reg);
+  MfBatchLoss loss;
+  for (const Rating& r : batch) {
+    const float* u = model.rowFactors.values.data() + size_t{r.row} * width;
+    const float* v = model.colFactors.values.data() + size_t{r.col} * width;
+    float dot = 0.0f, uu = 0.0f, vv = 0.0f;
+    for (size_t k = 0; k < width; ++k) {
+      dot += u[k] * v[k];
+      uu += u[k] * u[k];
+      vv += v[k] * v[k];
+    }
+    const float e = model.mean + dot - r.value;
+    loss.squaredError += static_cast<double>(e) * e;
+    loss.loss += 0.5 * (static_cast<double>(e) * e + reg * (static_cast<double>(uu) + vv));
+    float* gu = rowGrads.rowFor(r.row);
+    for (size_t k = 0; k < width; ++k)
+      gu[k] += e * v[k] + lambda * u[k];
+    float* gv = colGrads.rowFor(r.col);
+    for (size_t k = 0; k < width; ++k)
+      gv[k] += e * u[k] + lambda * v[k];
+  }
+  return loss;
+}
+
+void sgdApply(std::span<float> table, const SparseRows& grad, float lr) {
+  const size_t width = grad.width;
+  for (size_t i = 0; i < grad.keys.size(); ++i) {
+    float* w = table.data() + grad.keys[i] * width;
+    const float* g = grad.values.data() + i * width;
+    for (size_t k = 0; k < width; ++k)
+      w[k] -= lr * g[k];
+  }
+}
+
+void adagradApply(std::span<float> table, std::span<float> state, const SparseRows& grad, float lr,
+                  float eps) {
+  const size_t width = grad.width;
+  for (size_t i = 0; i < grad.keys.size(); ++i) {
+    float* w = table.data() + grad.keys[i] * width;
+    float* s = state.data() + grad.keys[i] * width;
+    const float* g = grad.values.data() + i * width;
+    for (size_t k = 0; k < width; ++k) {
+      s[k] += g[k] * g[k];
+      w[k] -= lr * g[k] / (std::sqrt(s[k]) + eps);
+    }
+  }
+}
+
+double mfRmse(const MfModel& model, std::span<const Rating> ratings) {
+  if (ratings.empty()) return 0.0;
+  double sum = 0.0;
+  for (const Rating& r : ratings) {
+    const double e =
+        mfPredict(model.rowFactors.row(r.row), model.colFactors.row(r.col), model.mean) - r.value;
+    sum += e * e;
+  }
+  return std::sqrt(sum / static_cast<double>(ratings.size()));
+}
+
+void validateMfOptions(const MfOptions& o) {
+  if (o.rank < 1 || o.rank > 4096) throw std::invalid_argument("--rank must be in 1..4096");
+  if (!(o.reg >= 0.0 && std::isfinite(o.reg))) throw std::invalid_argument("--reg must be >= 0");
+  if (o.optimizer != "sgd" && o.optimizer != "adagrad") {
+    throw std::invalid_argument(
+        fmt::format("--optimizer must be sgd or adagrad, not '{}'", o.optimizer));
+  }
+  if (!(o.learningRate > 0.0 && std::isfinite(o.learningRate))) {
+    throw std::invalid_argument("--lr must be a positive number");
+  }
+  if (o.batchSize == 0) throw std::invalid_argument("--batch must be > 0");
+  if (o.epochs < 0) throw std::invalid_argument("--epochs must be >= 0");
+  if (!(o.initStd >= 0.0 && std::isfinite(o.initStd))) {
+    throw std::invalid_argument("the initial factor scale must be >= 0");
+  }
+  if (o.logEverySteps <= 0) throw std::invalid_argument("--log-every must be > 0");
+}
+
+namespace {
+
+std::string ratioText(double ratio) {
+  return std::isfinite(ratio) ? fmt::format("{:.3f} x the noise floor", ratio)
+                              : std::string("noise floor unknown");
+}
+
+}  // namespace
+
+MfReport trainMf(const MfOptions& options, const RatingsData& data, ProgressReporter& progress) {
+  validateMfOptions(options);
+  if (data.train.empty()) throw std::invalid_argument("no training ratings");
+  if (data.train.size() >= std::numeric_limits<uint32_t>::max()) {
+    throw std::invalid_argument("more than 2^32 - 1 training ratings: not supported");
+  }
+  const bool adagrad = options.optimizer == "adagrad";
+  MfModel model =
+      makeMfModel(data.rows, data.cols, options.rank, options.initStd, adagrad, options.seed);
+  if (options.globalMean) {
+    double sum = 0.0;
+    for (const Rating& r : data.train)
+      sum += r.value;
+    model.mean = static_cast<float>(sum / static_cast<double>(data.train.size()));
+  }
+  MfReport report;
+  report.parameters = model.rowFactors.values.size() + model.colFactors.values.size();
+  report.modelSpec = fmt::format("mf rank={} optimizer={} reg={} mean={}", options.rank,
+                                 options.optimizer, options.reg, options.globalMean ? "on" : "off");
+  report.noiseSigma = data.noiseSigma;
+
+  MetricsWriter metrics(options.metricsPath);
+  metrics.write(MetricsEvent("start")
+                    .add("model", report.modelSpec)
+                    .add("parameters", static_cast<uint64_t>(report.parameters))
+                    .add("data", data.name)
+                    .add("source", data.source)
+                    .add("rows", data.rows)
+                    .add("cols", data.cols)
+                    .add("train_samples", static_cast<uint64_t>(data.train.size()))
+                    .add("test_samples", static_cast<uint64_t>(data.test.size()))
+                    .add("noise_sigma", data.noiseSigma)
+                    .add("mean", static_cast<double>(model.mean))
+                    .add("batch", static_cast<uint64_t>(options.batchSize))
+                    .add("lr", options.learningRate)
+                    .add("seed", options.seed));
+
+  SparseRowsBuilder rowBuilder(data.rows, model.rowFactors.width);
+  SparseRowsBuilder colBuilder(data.cols, model.colFactors.width);
+  SparseRows rowGrad, colGrad;
+  std::vector<uint32_t> order(data.train.size());
+  std::vector<Rating> batch;
+  batch.reserve(options.batchSize);
+  const auto lr = static_cast<float>(options.learningRate);
+  const int64_t stepsPerEpoch =
+      static_cast<int64_t>((data.train.size() + options.batchSize - 1) / options.batchSize);
+  double windowSquared = 0.0;
+  size_t windowRatings = 0;
+  int64_t steps = 0;
+  for (int64_t epoch = 0; epoch < options.epochs; ++epoch) {
+    // The order of an epoch depends only on (seed, epoch).
+    std::iota(order.begin(), order.end(), uint32_t{0});
+    Rng shuffle(mixSeed(options.seed, 0x5000 + static_cast<uint64_t>(epoch)));
+    shuffle.shuffle(order.begin(), order.end());
+    const auto start = std::chrono::steady_clock::now();
+    double epochSquared = 0.0;
+    int64_t stepInEpoch = 0;
+    for (size_t first = 0; first < order.size(); first += options.batchSize) {
+      const size_t count = std::min(options.batchSize, order.size() - first);
+      batch.clear();
+      for (size_t i = 0; i < count; ++i)
+        batch.push_back(data.train[order[first + i]]);
+      const MfBatchLoss loss = mfGradient(model, batch, options.reg, rowBuilder, colBuilder);
+      if (!std::isfinite(loss.loss)) {
+        throw std::runtime_error(
+            fmt::format("training diverged (loss {}) at epoch {}, step {}: "
+                        "lower --lr",
+                        loss.loss, epoch + 1, stepInEpoch + 1));
+      }
+      rowBuilder.finish(rowGrad);
+      colBuilder.finish(colGrad);
+      if (adagrad) {
+        adagradApply(model.rowFactors.values, model.rowFactors.state, rowGrad, lr);
+        adagradApply(model.colFactors.values, model.colFactors.state, colGrad, lr);
+      } else {
+        sgdApply(model.rowFactors.values, rowGrad, lr);
+        sgdApply(model.colFactors.values, colGrad, lr);
+      }
+      ++steps;
+      ++stepInEpoch;
+      epochSquared += loss.squaredError;
+      windowSquared += loss.squaredError;
+      windowRatings += count;
+      if (steps % options.logEverySteps == 0 || stepInEpoch % 256 == 0) {
+        const double elapsed =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        const double rate = elapsed > 0.0 ? static_cast<double>(first + count) / elapsed : 0.0;
+        if (steps % options.logEverySteps == 0) {
+          metrics.write(
+              MetricsEvent("step")
+                  .add("epoch", epoch + 1)
+                  .add("step", steps)
+                  .add("train_rmse", std::sqrt(windowSquared / static_cast<double>(windowRatings)))
+                  .add("lr", options.learningRate)
+                  .add("samples_per_s", rate));
+          windowSquared = 0.0;
+          windowRatings = 0;
+        }
+        progress.update(fmt::format("epoch {}/{} step {}/{} {:.0f} ratings/s train RMSE {:.4f}",
+                                    epoch + 1, options.epochs, stepInEpoch, stepsPerEpoch, rate,
+                                    std::sqrt(epochSquared / static_cast<double>(first + count))));
+      }
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    report.trainSeconds += seconds;
+    const double trainRmse = std::sqrt(epochSquared / static_cast<double>(order.size()));
+    const double testRmse = mfRmse(model, data.test);
+    const double ratio = testRmse / data.noiseSigma;
+    report.epochTrainRmse.push_back(trainRmse);
+    report.epochTestRmse.push_back(testRmse);
+    progress.line(fmt::format(
+        "epoch {}/{}: train RMSE {:.4f} | test RMSE {:.4f} ({}) | {:.1f} s, {:.0f} ratings/s",
+        epoch + 1, options.epochs, trainRmse, testRmse, ratioText(ratio), seconds,
+        static_cast<double>(order.size()) / seconds));
+    metrics.write(MetricsEvent("epoch")
+                      .add("epoch", epoch + 1)
+                      .add("step", steps)
+                      .add("train_rmse", trainRmse)
+                      .add("test_rmse", testRmse)
+                      .add("noise_floor_ratio", ratio)
+                      .add("epoch_seconds", seconds)
+                      .add("train_seconds", report.trainSeconds));
+  }
+  progress.finish();
+  report.epochs = options.epochs;
+  report.steps = steps;
+  report.testRmse = mfRmse(model, data.test);
+  report.noiseFloorRatio = report.testRmse / data.noiseSigma;
+  report.targetMet = report.noiseFloorRatio <= options.targetRatio;
+  report.ratingsPerSecond = report.trainSeconds > 0.0
+                                ? static_cast<double>(data.train.size()) *
+                                      static_cast<double>(options.epochs) / report.trainSeconds
+                                : 0.0;
+  metrics.write(MetricsEvent("summary")
+                    .add("epochs", report.epochs)
+                    .add("steps", report.steps)
+                    .add("test_rmse", report.testRmse)
+                    .add("noise_sigma", report.noiseSigma)
+                    .add("noise_floor_ratio", report.noiseFloorRatio)
+                    .add("target_ratio", options.targetRatio)
+                    .addBool("target_met", report.targetMet)
+                    .add("train_seconds", report.trainSeconds)
+                    .add("samples_per_s", report.ratingsPerSecond));
+  return report;
+}
+
+}  // namespace chorus::ml
