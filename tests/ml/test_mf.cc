@@ -202,7 +202,8 @@ TEST(MfOptimizers, SgdAndAdagradTouchOnlyTheGradientsRows) {
 }
 
 // A few epochs on small generated data (300 x 200, 60k cells, planted rank 4, Zipf 1.1) reach
-// a test RMSE within 10% of the noise floor, with both optimizers, and the run is deterministic.
+// a test RMSE within 5% of the noise floor (the target), with both optimizers, and the
+// run is deterministic.
 TEST(TrainMf, ReachesTheNoiseFloorOnSmallGeneratedData) {
   ZipfRatingsOptions z;
   z.rows = 300;
@@ -220,7 +221,7 @@ TEST(TrainMf, ReachesTheNoiseFloorOnSmallGeneratedData) {
   o.batchSize = 100;
   o.learningRate = 0.1;
   const MfReport adagrad = trainMf(o, data, progress);
-  EXPECT_LT(adagrad.noiseFloorRatio, 1.10);
+  EXPECT_LT(adagrad.noiseFloorRatio, 1.05);  // measured 1.027
   EXPECT_LT(adagrad.epochTestRmse.back(), adagrad.epochTestRmse.front());
   EXPECT_EQ(adagrad.epochTestRmse.size(), 15u);
   EXPECT_EQ(trainMf(o, data, progress).testRmse, adagrad.testRmse);
@@ -228,7 +229,7 @@ TEST(TrainMf, ReachesTheNoiseFloorOnSmallGeneratedData) {
   o.learningRate = 0.01;
   o.epochs = 30;
   const MfReport sgd = trainMf(o, data, progress);
-  EXPECT_LT(sgd.noiseFloorRatio, 1.10);
+  EXPECT_LT(sgd.noiseFloorRatio, 1.05);  // measured 1.028
   o.optimizer = "rmsprop";
   EXPECT_THROW(trainMf(o, data, progress), std::invalid_argument);
   std::fclose(sink);
