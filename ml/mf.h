@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ml/metrics.h"
@@ -53,10 +54,10 @@ class SparseRowsBuilder {
 
  private:
   size_t width_;
-  std::vector<int32_t> slotOf_;  // key -> slot, -1 when untouched
-  std::vector<uint64_t> keys_;   // touched keys, in order of first touch
-  std::vector<float> rows_;      // slot-major accumulators
-  std::vector<size_t> order_;
+  std::vector<int32_t> slotOf_;                     // key -> slot, -1 when untouched
+  std::vector<uint64_t> keys_;                      // touched keys, in order of first touch
+  std::vector<float> rows_;                         // slot-major accumulators
+  std::vector<std::pair<uint64_t, size_t>> order_;  // (key, slot), sorted by finish()
 };
 
 // The model's parameters: both factor tables and the global mean added to every prediction.
