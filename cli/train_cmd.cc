@@ -87,6 +87,14 @@ void runMfTrain(const CLI::App& app, const TrainFlags& flags) {
     throw CommandFailure(
         2, "--data ratings needs --data-file FILE, and --data-file needs --data ratings");
   }
+  if (o.data.name == "ratings") {
+    for (const char* generator : {"--mf-rows", "--mf-cols", "--mf-cells", "--mf-planted-rank",
+                                  "--zipf-row", "--zipf-col", "--noise-sigma"}) {
+      if (app.count(generator) > 0) {
+        throw CommandFailure(2, std::string(generator) + " applies to --data zipf-mf only");
+      }
+    }
+  }
   ml::MfOptions mf = f.mf;
   mf.epochs = f.epochs->count() > 0 ? o.epochs : kMfEpochs;
   mf.batchSize = f.batch->count() > 0 ? o.batchSize : kMfBatch;
@@ -125,9 +133,12 @@ void runMfTrain(const CLI::App& app, const TrainFlags& flags) {
     throw CommandFailure(1, e.what());
   }
   std::printf("model: %s (%zu parameters)\n", report.modelSpec.c_str(), report.parameters);
-  std::printf("epochs: %lld, steps: %lld, training time: %.1f s, %.0f ratings/s\n",
-              static_cast<long long>(report.epochs), static_cast<long long>(report.steps),
-              report.trainSeconds, report.ratingsPerSecond);
+  std::printf(
+      "epochs: %lld, steps: %lld, training time: %.1f s (%.1f s CPU), %.0f ratings/s (%.0f per "
+      "CPU second)\n",
+      static_cast<long long>(report.epochs), static_cast<long long>(report.steps),
+      report.trainSeconds, report.trainCpuSeconds, report.ratingsPerSecond,
+      report.ratingsPerCpuSecond);
   if (std::isfinite(report.noiseFloorRatio)) {
     std::printf("test: RMSE %.4f, %.3f x the noise floor %.4f (target <= %.2f: %s)\n",
                 report.testRmse, report.noiseFloorRatio, report.noiseSigma, mf.targetRatio,

@@ -126,6 +126,8 @@ struct MfReport {
   int64_t steps = 0;
   double trainSeconds = 0.0;  // training loop only (no evaluation)
   double ratingsPerSecond = 0.0;
+  double trainCpuSeconds = 0.0;  // CPU time of this process in the training loop
+  double ratingsPerCpuSecond = 0.0;
   size_t parameters = 0;
   std::string modelSpec;
 };
