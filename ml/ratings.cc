@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <new>
 #include <random>
 #include <stdexcept>
 #include <string_view>
@@ -71,44 +72,53 @@ RatingsData readRatings(const std::string& path, double testShare, uint64_t seed
   std::vector<std::string_view> fields;
   std::string_view separator;
   const char* form = "";
-  while (lines.next(line)) {
-    if (trimmed(line).empty()) continue;
-    const bool first = separator.empty();
-    if (first) {
-      // The first line decides the form for the whole file.
-      if (line.find("::") != std::string_view::npos) {
-        separator = "::";
-        form = "user::item::rating[::timestamp]";
-      } else if (line.find(',') == std::string_view::npos && line.find('\t') != line.npos) {
-        separator = "\t";
-        form = "user<TAB>item<TAB>rating[<TAB>timestamp]";
-      } else {
-        separator = ",";
-        form = "user,item,rating[,timestamp]";
+  // A file too large for this machine's memory ends with an error naming it, not a crash.
+  try {
+    while (lines.next(line)) {
+      if (trimmed(line).empty()) continue;
+      const bool first = separator.empty();
+      if (first) {
+        // The first line decides the form for the whole file.
+        if (line.find("::") != std::string_view::npos) {
+          separator = "::";
+          form = "user::item::rating[::timestamp]";
+        } else if (line.find(',') == std::string_view::npos && line.find('\t') != line.npos) {
+          separator = "\t";
+          form = "user<TAB>item<TAB>rating[<TAB>timestamp]";
+        } else {
+          separator = ",";
+          form = "user,item,rating[,timestamp]";
+        }
       }
+      splitFields(line, separator, fields);
+      if (fields.size() != 3 && fields.size() != 4) {
+        throw DataError(fmt::format("{}expected {} (3 or 4 fields), found {} field{}",
+                                    lines.where(), form, fields.size(),
+                                    fields.size() == 1 ? "" : "s"));
+      }
+      for (auto& field : fields)
+        field = trimmed(field);
+      double value = 0.0;
+      if (!parseNumber(fields[2], value)) {
+        if (first && separator != "::") continue;  // the header
+        throw DataError(
+            fmt::format("{}rating '{}' is not a finite number", lines.where(), fields[2]));
+      }
+      if (fields[0].empty() || fields[1].empty()) {
+        throw DataError(
+            fmt::format("{}empty {} field", lines.where(), fields[0].empty() ? "user" : "item"));
+      }
+      Rating r;
+      r.row = users.idOf(fields[0], lines);
+      r.col = items.idOf(fields[1], lines);
+      r.value = static_cast<float>(value);
+      (split.uniform() < testShare ? data.test : data.train).push_back(r);
     }
-    splitFields(line, separator, fields);
-    if (fields.size() != 3 && fields.size() != 4) {
-      throw DataError(fmt::format("{}expected {} (3 or 4 fields), found {} field{}", lines.where(),
-                                  form, fields.size(), fields.size() == 1 ? "" : "s"));
-    }
-    for (auto& field : fields)
-      field = trimmed(field);
-    double value = 0.0;
-    if (!parseNumber(fields[2], value)) {
-      if (first && separator != "::") continue;  // the header
-      throw DataError(
-          fmt::format("{}rating '{}' is not a finite number", lines.where(), fields[2]));
-    }
-    if (fields[0].empty() || fields[1].empty()) {
-      throw DataError(
-          fmt::format("{}empty {} field", lines.where(), fields[0].empty() ? "user" : "item"));
-    }
-    Rating r;
-    r.row = users.idOf(fields[0], lines);
-    r.col = items.idOf(fields[1], lines);
-    r.value = static_cast<float>(value);
-    (split.uniform() < testShare ? data.test : data.train).push_back(r);
+  } catch (const std::bad_alloc&) {
+    throw DataError(
+        fmt::format("{}out of memory after {} ratings: the file is too large for this "
+                    "machine",
+                    lines.where(), data.train.size() + data.test.size()));
   }
   if (data.train.empty() && data.test.empty()) {
     throw DataError(fmt::format("{}: empty file, no ratings", path));

@@ -5,6 +5,7 @@
 #include <charconv>
 #include <filesystem>
 #include <limits>
+#include <new>
 #include <optional>
 #include <string_view>
 #include <unordered_map>
@@ -115,23 +116,31 @@ std::vector<Triple> readSplit(const std::string& path, NameIds& entities, NameId
   std::vector<Triple> triples;
   std::string_view line;
   std::vector<std::string_view> fields;
-  while (lines.next(line)) {
-    if (trimmed(line).empty()) continue;
-    splitFields(line, "\t", fields);
-    if (fields.size() != 3) {
-      throw DataError(
-          fmt::format("{}expected `head<TAB>relation<TAB>tail`, found {} tab-separated field{}",
-                      lines.where(), fields.size(), fields.size() == 1 ? "" : "s"));
+  // A file too large for this machine's memory ends with an error naming it, not a crash.
+  try {
+    while (lines.next(line)) {
+      if (trimmed(line).empty()) continue;
+      splitFields(line, "\t", fields);
+      if (fields.size() != 3) {
+        throw DataError(
+            fmt::format("{}expected `head<TAB>relation<TAB>tail`, found {} tab-separated field{}",
+                        lines.where(), fields.size(), fields.size() == 1 ? "" : "s"));
+      }
+      for (auto& field : fields) {
+        field = trimmed(field);
+        if (field.empty()) throw DataError(fmt::format("{}empty field", lines.where()));
+      }
+      Triple t;
+      t.head = entities.idOf(fields[0], lines);
+      t.relation = relations.idOf(fields[1], lines);
+      t.tail = entities.idOf(fields[2], lines);
+      triples.push_back(t);
     }
-    for (auto& field : fields) {
-      field = trimmed(field);
-      if (field.empty()) throw DataError(fmt::format("{}empty field", lines.where()));
-    }
-    Triple t;
-    t.head = entities.idOf(fields[0], lines);
-    t.relation = relations.idOf(fields[1], lines);
-    t.tail = entities.idOf(fields[2], lines);
-    triples.push_back(t);
+  } catch (const std::bad_alloc&) {
+    throw DataError(
+        fmt::format("{}out of memory after {} triples: the file is too large for this "
+                    "machine",
+                    lines.where(), triples.size()));
   }
   if (triples.empty()) throw DataError(fmt::format("{}: empty file, no triples", path));
   return triples;
