@@ -155,8 +155,6 @@ void addMfOptions(CLI::App* train, TrainFlags& flags) {
   MfFlags& f = flags.mf;
   ml::MfOptions& mf = f.mf;
   ml::ZipfRatingsOptions& z = f.zipf;
-  const ml::TrainOptions& o = flags.options;
-  (void)o;
   train
       ->add_option("--data-file", f.dataFile,
                    "--data ratings: the rating file (CSV user,item,rating[,timestamp] with a "
@@ -206,6 +204,11 @@ void runTrain(const CLI::App& app, TrainFlags& flags) {
   if (flags.options.model.name == "mf") return runMfTrain(app, flags);
   if (flags.options.data.name == "zipf-mf" || flags.options.data.name == "ratings") {
     throw CommandFailure(2, "--data " + flags.options.data.name + " needs --model mf");
+  }
+  for (const char* mf : {"--data-file", "--test-share", "--mf-rows", "--mf-cols", "--mf-cells",
+                         "--mf-planted-rank", "--zipf-row", "--zipf-col", "--noise-sigma",
+                         "--write-data", "--rank", "--reg", "--optimizer", "--init-std"}) {
+    if (app.count(mf) > 0) throw CommandFailure(2, std::string(mf) + " applies to --model mf only");
   }
   ml::TrainOptions options = flags.options;
   options.model.hidden = flags.hidden;
