@@ -101,15 +101,21 @@ float mfPredict(std::span<const float> row, std::span<const float> col, float me
 
 MfBatchLoss mfGradient(const MfModel& model, std::span<const Rating> batch, double reg,
                        SparseRowsBuilder& rowGrads, SparseRowsBuilder& colGrads) {
-  const size_t width = model.rowFactors.width;
+  return mfGradient(model.rowFactors.values, model.colFactors.values, model.rowFactors.width,
+                    model.mean, batch, reg, rowGrads, colGrads);
+}
+
+MfBatchLoss mfGradient(std::span<const float> rowTable, std::span<const float> colTable,
+                       size_t width, float mean, std::span<const Rating> batch, double reg,
+                       SparseRowsBuilder& rowGrads, SparseRowsBuilder& colGrads) {
   const auto w = static_cast<Eigen::Index>(width);
   const auto lambda = static_cast<float>(reg);
   return withRowWidth(width, [&]<int W>() {
     MfBatchLoss loss;
     for (const Rating& r : batch) {
-      const ConstRowMap<W> u(model.rowFactors.values.data() + size_t{r.row} * width, w);
-      const ConstRowMap<W> v(model.colFactors.values.data() + size_t{r.col} * width, w);
-      const float e = model.mean + u.dot(v) - r.value;
+      const ConstRowMap<W> u(rowTable.data() + size_t{r.row} * width, w);
+      const ConstRowMap<W> v(colTable.data() + size_t{r.col} * width, w);
+      const float e = mean + u.dot(v) - r.value;
       loss.squaredError += static_cast<double>(e) * e;
       loss.loss += 0.5 * (static_cast<double>(e) * e +
                           reg * (static_cast<double>(u.squaredNorm()) + v.squaredNorm()));

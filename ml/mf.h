@@ -86,6 +86,10 @@ struct MfBatchLoss {
 // (call finish() on them for the SparseRows). Every rating is evaluated at the same parameters.
 MfBatchLoss mfGradient(const MfModel& model, std::span<const Rating> batch, double reg,
                        SparseRowsBuilder& rowGrads, SparseRowsBuilder& colGrads);
+// The same over bare row-major tables of `width` floats per row (any table type can call it).
+MfBatchLoss mfGradient(std::span<const float> rowTable, std::span<const float> colTable,
+                       size_t width, float mean, std::span<const Rating> batch, double reg,
+                       SparseRowsBuilder& rowGrads, SparseRowsBuilder& colGrads);
 
 // w -= lr * g for the gradient's rows of `table` (width grad.width, row-major).
 void sgdApply(std::span<float> table, const SparseRows& grad, float lr);
