@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include <random>
 #include <stdexcept>
 #include <string_view>
+#include <system_error>
 #include <unordered_map>
 #include <vector>
 
@@ -135,7 +137,8 @@ RatingsData readRatings(const std::string& path, double testShare, uint64_t seed
 void writeRatingsCsv(const std::string& path, const std::vector<Rating>& ratings) {
   std::FILE* file = std::fopen(path.c_str(), "wb");
   if (file == nullptr) {
-    throw std::runtime_error(fmt::format("{}: cannot write: {}", path, std::strerror(errno)));
+    throw std::runtime_error(
+        fmt::format("{}: cannot write: {}", path, std::generic_category().message(errno)));
   }
   fmt::memory_buffer out;
   fmt::format_to(std::back_inserter(out), "user,item,rating\n");
