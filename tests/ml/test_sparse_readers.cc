@@ -6,6 +6,7 @@
 #include <zlib.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -191,6 +192,10 @@ TEST(FindDataDir, KnowsWn18rrAndTheDataDirFlag) {
   EXPECT_EQ(findDataDir("wn18rr", dir.file("wn18rr")), dir.file("wn18rr"));
   EXPECT_EQ(loadKnowledgeGraph("wn18rr", dir.path()).train.size(), 1u);
   EXPECT_ERROR_HAS(findDataDir("wn18rr", graph.path()), "data set 'wn18rr' not found");
+  // Without --data-dir a build finds the repository's copy (unless $CHORUS_DATA has one).
+  if (std::getenv("CHORUS_DATA") == nullptr) {
+    EXPECT_EQ(fs::path(findDataDir("wn18rr", "")), fs::path(CHORUS_SOURCE_DIR) / "data" / "wn18rr");
+  }
 }
 
 TEST(KgAccessStats, UniformNegativesAddNOverEntitiesPerTriple) {
