@@ -174,6 +174,9 @@ const std::vector<std::string> kCifarFiles{"data_batch_1.bin", "data_batch_2.bin
                                            "data_batch_3.bin", "data_batch_4.bin",
                                            "data_batch_5.bin", "test_batch.bin"};
 
+// Knowledge graphs (ml/triples.h); the dictionaries are optional.
+const std::vector<std::string> kTripleFiles{"train.txt", "valid.txt", "test.txt"};
+
 DatasetLayout layoutOf(const std::string& name) {
   if (name == "mnist") {
     return {"mnist", kMnistFiles,
@@ -198,8 +201,15 @@ DatasetLayout layoutOf(const std::string& name) {
             "data_batch_1.bin ... data_batch_5.bin and test_batch.bin; *.bin.gz also works), "
             "where DIR is $CHORUS_DATA or data/ in the source tree, or pass --data-dir FOLDER"};
   }
-  throw std::invalid_argument(
-      fmt::format("unknown data set '{}' (known: {})", name, fmt::join(datasetNames(), ", ")));
+  if (name == "wn18rr") {
+    return {"wn18rr", kTripleFiles,
+            "a clone of the chorus repository holds it in data/wn18rr/ (gzip); else download "
+            "data/wn18rr/ of https://github.com/DeepGraphLearning/KnowledgeGraphEmbedding "
+            "(train.txt, valid.txt, test.txt, entities.dict, relations.dict) into DIR/wn18rr/, "
+            "where DIR is $CHORUS_DATA or data/ in the source tree, or pass --data-dir FOLDER"};
+  }
+  throw std::invalid_argument(fmt::format("unknown data set '{}' (known: {}, wn18rr)", name,
+                                          fmt::join(datasetNames(), ", ")));
 }
 
 // Empty when `dir` holds every file, else a note on what is missing.

@@ -62,7 +62,8 @@ DataSplit loadDataset(const DataOptions& options);
 
 // The folder that holds `name`'s files: options.dataDir (itself or its usual sub-folder) when
 // given, else $CHORUS_DATA/<sub>, <source tree>/data/<sub>, /usr/share/datasets/<sub>, where
-// <sub> is mnist, fashion-mnist or cifar-10-batches-bin. Throws DataError listing every place
+// <sub> is mnist, fashion-mnist, cifar-10-batches-bin or wn18rr (knowledge graphs are read by
+// readTriples in ml/triples.h, not by loadDataset). Throws DataError listing every place
 // looked at and how to get the data.
 std::string findDataDir(const std::string& name, const std::string& dataDir);
 

@@ -1,0 +1,112 @@
+// `chorus train --model mf` end to end: a small generated run reaches the noise-floor target and
+// writes its data and metrics; bad flags and bad rating files fail with the flag or file:line.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "tests/cli/run_command.h"
+
+namespace chorus::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "chorus-train-mf-XXXXXX").string();
+    path_ = ::mkdtemp(pattern.data());
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string file(const std::string& name) const { return (fs::path(path_) / name).string(); }
+
+ private:
+  std::string path_;
+};
+
+TEST(ChorusTrainMf, SmallGeneratedRunMeetsTheTargetAndWritesItsData) {
+  TempDir dir;
+  CommandResult r = runCommand({chorusBinary(),
+                                "train",
+                                "--model",
+                                "mf",
+                                "--mf-rows",
+                                "300",
+                                "--mf-cols",
+                                "200",
+                                "--mf-cells",
+                                "60000",
+                                "--mf-planted-rank",
+                                "4",
+                                "--rank",
+                                "4",
+                                "--epochs",
+                                "15",
+                                "--batch",
+                                "100",
+                                "--seed",
+                                "7",
+                                "--write-data",
+                                dir.file("data"),
+                                "--out",
+                                dir.file("m.jsonl")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "(target <= 1.05: met)")) << r.out;
+  EXPECT_TRUE(contains(r.err, "skew of rows (users): 300 keys")) << r.err;
+  EXPECT_TRUE(contains(r.err, "skew of columns (items): 200 keys")) << r.err;
+  EXPECT_TRUE(fs::file_size(dir.file("data/train.csv")) > 0);
+  std::ifstream metrics(dir.file("m.jsonl"));
+  std::string line, last;
+  while (std::getline(metrics, line))
+    last = line;
+  EXPECT_TRUE(contains(last, "\"event\":\"summary\"")) << last;
+  EXPECT_TRUE(contains(last, "\"target_met\":true")) << last;
+  // The written training part reads back through --data ratings (its own 10% test split).
+  r = runCommand({chorusBinary(), "train", "--model", "mf", "--data", "ratings", "--data-file",
+                  dir.file("data/train.csv"), "--rank", "4", "--epochs", "2"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "noise floor unknown")) << r.out;
+}
+
+TEST(ChorusTrainMf, BadFlagsAndFilesAreRefused) {
+  TempDir dir;
+  struct Case {
+    std::vector<std::string> args;
+    int code;
+    std::string says;
+  };
+  std::ofstream(dir.file("bad.csv")) << "user,item,rating\n1,2,3\n1,2,x\n";
+  const Case cases[] = {
+      {{"--model", "mf", "--momentum", "0.5"}, 2, "--momentum does not apply to --model mf"},
+      {{"--model", "mf", "--data", "mnist"}, 2, "--model mf trains on --data zipf-mf"},
+      {{"--data", "zipf-mf"}, 2, "--data zipf-mf needs --model mf"},
+      {{"--model", "mlp", "--rank", "8"}, 2, "--rank applies to --model mf only"},
+      {{"--model", "mf", "--data", "ratings", "--data-file", dir.file("bad.csv"), "--mf-rows", "5"},
+       2,
+       "--mf-rows applies to --data zipf-mf only"},
+      {{"--model", "mf", "--data", "ratings"}, 2, "--data ratings needs --data-file"},
+      {{"--model", "mf", "--mf-rows", "0"}, 2, "--mf-rows must be in"},
+      {{"--model", "mf", "--mf-cells", "100000000000000"}, 2, "lower --mf-cells"},
+      {{"--model", "mf", "--optimizer", "adam"}, 2, "--optimizer"},
+      {{"--model", "mf", "--data", "ratings", "--data-file", dir.file("bad.csv")},
+       1,
+       "bad.csv:3: rating 'x' is not a finite number"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> argv = {chorusBinary(), "train"};
+    argv.insert(argv.end(), c.args.begin(), c.args.end());
+    const CommandResult r = runCommand(argv);
+    EXPECT_EQ(r.exit_code, c.code) << c.says << "\n" << r.err;
+    EXPECT_TRUE(contains(r.err, c.says)) << "expected \"" << c.says << "\" in:\n" << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace chorus::testing
