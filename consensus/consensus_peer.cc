@@ -14,6 +14,7 @@
 #include "ml/metrics.h"
 #include "ml/rng.h"
 #include "ml/train.h"
+#include "node/finite.h"
 #include "node/node.h"
 #include "run/peer_settlement.h"
 
@@ -141,69 +142,138 @@ bool ConsensusPeer::isNeighbor(NodeId id) const {
   return std::binary_search(layout_.neighbors.begin(), layout_.neighbors.end(), id);
 }
 
+std::optional<std::string> ConsensusPeer::refusalOf(NodeId from, const wire::ModelShare& share,
+                                                    spdlog::level::level_enum* level) {
+  constexpr NodeId kCollector = 0;
+  *level = spdlog::level::warn;
+  const size_t size = job_.model->size();
+  if (share.values() == nullptr) return fmt::format("ModelShare from node {} without values", from);
+  if (share.total() != size) {
+    return fmt::format(
+        "ModelShare from node {} is for a model of {} floats, this node's has {} (every node "
+        "must run the same --model and --data)",
+        from, share.total(), size);
+  }
+  const Round round = share.round();
+  // A Final carries the rounds its sender finished (at most every round); the others a round.
+  const Round last = share.purpose() == wire::SharePurpose::Final ? job_.rounds : job_.rounds - 1;
+  switch (share.purpose()) {
+    case wire::SharePurpose::Gossip:
+      if (!isNeighbor(from)) {
+        return fmt::format("round-{} model chunk from node {}, which is not a neighbor", round,
+                           from);
+      }
+      break;
+    case wire::SharePurpose::Final:
+      if (layout_.self != kCollector) {
+        return fmt::format("final model chunk from node {}, but only node {} collects them", from,
+                           kCollector);
+      }
+      break;
+    case wire::SharePurpose::Catchup: {
+      std::lock_guard lock(mu_);
+      if (catchup_from_ != from) {
+        return fmt::format("catch-up model chunk from node {}, which this node did not ask", from);
+      }
+      break;
+    }
+    default:
+      return fmt::format("ModelShare from node {} with purpose {} is not handled", from,
+                         static_cast<int>(share.purpose()));
+  }
+  if (round < 0 || round > last) {
+    return fmt::format("model chunk from node {} for round {}, outside this run's rounds 0..{}",
+                       from, round, last);
+  }
+  if (share.purpose() == wire::SharePurpose::Gossip &&
+      round < current_round_.load() - options_.staleness_bound) {
+    // A slow neighbor's late model: normal, and no longer of use.
+    *level = spdlog::level::debug;
+    return fmt::format(
+        "round-{} model chunk from node {} is too old to be mixed (this node is in round {}, "
+        "tau {})",
+        round, from, current_round_.load(), options_.staleness_bound);
+  }
+  const std::span<const float> values(share.values()->data(), share.values()->size());
+  if (const std::optional<size_t> bad = node::firstNonFinite(values)) {
+    return fmt::format(
+        "round-{} model chunk [{}, {}) from node {} holds {} non-finite value(s) (the first, {}, "
+        "at parameter {}): its round-{} model will not be used",
+        round, share.offset(), share.offset() + values.size(), from, node::countNonFinite(values),
+        values[*bad], share.offset() + *bad, round);
+  }
+  return std::nullopt;
+}
+
+void ConsensusPeer::countHeld() {
+  size_t finals = 0;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, values] : final_models_)
+      finals += values.capacity() * sizeof(float);
+    for (const auto& [id, model] : catchup_models_)
+      finals += model.values.capacity() * sizeof(float);
+  }
+  const uint64_t bytes = gossip_.heldBytes() + finals_.heldBytes() + catchups_.heldBytes() +
+                         board_.heldBytes() + finals;
+  held_bytes_ = bytes;
+  if (bytes > peak_held_bytes_.load()) peak_held_bytes_ = bytes;
+}
+
+HeldModels ConsensusPeer::held() const {
+  return {held_bytes_.load(), peak_held_bytes_.load(), chunks_.load(), refused_chunks_.load()};
+}
+
 void ConsensusPeer::onModelShare(NodeId from, const wire::Envelope& envelope) {
   const wire::ModelShare* share = envelope.body_as_ModelShare();
-  const size_t size = job_.model->size();
-  if (share == nullptr || share->values() == nullptr) {
-    node_.logger().warn("ModelShare from node {} without values: ignored", from);
-    return;
-  }
-  if (share->total() != size) {
-    node_.logger().warn(
-        "ModelShare from node {} is for a model of {} floats, this node's has {}: ignored "
-        "(every node must run the same --model and --data)",
-        from, share->total(), size);
+  chunks_ += 1;
+  auto refuse = [&](spdlog::level::level_enum level, const std::string& why) {
+    refused_chunks_ += 1;
+    if (level < spdlog::level::warn) {  // normal traffic (a late model): not rate-limited
+      node_.logger().log(level, "{}: ignored", why);
+      return;
+    }
+    if (!refusals_.count(from)) return;
+    const uint64_t count = refusals_.countOf(from);
+    node_.logger().log(
+        level, "{}: ignored{}", why,
+        count > 1 ? fmt::format(" ({} chunks refused from node {} so far)", count, from) : "");
+  };
+  spdlog::level::level_enum level = spdlog::level::warn;
+  if (std::optional<std::string> why = refusalOf(from, *share, &level)) {
+    refuse(level, *why);
     return;
   }
   std::span<const float> values(share->values()->data(), share->values()->size());
   bool completed = false;
-  if (share->purpose() == wire::SharePurpose::Final) {
-    if (auto error = finals_.add(from, share->round(), share->offset(), values, &completed)) {
-      node_.logger().warn("final model chunk from node {}: {}", from, *error);
-      return;
-    }
-    if (completed) {
-      {
-        std::lock_guard lock(mu_);
-        final_models_[from] = finals_.latest(from)->values;
-      }
-      changed_.notify_all();
-    }
-    return;
-  }
-  if (share->purpose() == wire::SharePurpose::Catchup) {
-    if (auto error = catchups_.add(from, share->round(), share->offset(), values, &completed)) {
-      node_.logger().warn("catch-up model chunk from node {}: {}", from, *error);
-      return;
-    }
-    if (completed) {
-      {
-        std::lock_guard lock(mu_);
-        catchup_models_[from] = *catchups_.latest(from);
-      }
-      changed_.notify_all();
-    }
-    return;
-  }
-  if (share->purpose() != wire::SharePurpose::Gossip) {
-    node_.logger().warn("ModelShare from node {} with purpose {} is not handled: ignored", from,
-                        static_cast<int>(share->purpose()));
-    return;
-  }
-  if (!isNeighbor(from)) {
-    node_.logger().warn("round-{} model chunk from node {}, which is not a neighbor: ignored",
-                        share->round(), from);
-    return;
-  }
-  if (auto error = gossip_.add(from, share->round(), share->offset(), values, &completed)) {
-    node_.logger().warn("model chunk from node {}: {}", from, *error);
+  const char* what = share->purpose() == wire::SharePurpose::Final     ? "final model chunk"
+                     : share->purpose() == wire::SharePurpose::Catchup ? "catch-up model chunk"
+                                                                       : "model chunk";
+  ModelAssembler& assembler = share->purpose() == wire::SharePurpose::Final     ? finals_
+                              : share->purpose() == wire::SharePurpose::Catchup ? catchups_
+                                                                                : gossip_;
+  if (auto error = assembler.add(from, share->round(), share->offset(), values, &completed)) {
+    refuse(spdlog::level::warn, fmt::format("{} from node {}: {}", what, from, *error));
     return;
   }
   if (completed) {
-    const ModelAssembler::Complete* model = gossip_.latest(from);
-    board_.modelArrived(from, model->round,
-                        std::make_shared<const std::vector<float>>(model->values), Clock::now());
+    if (share->purpose() == wire::SharePurpose::Gossip) {
+      board_.modelArrived(from, share->round(),
+                          std::make_shared<const std::vector<float>>(gossip_.takeLatest(from)),
+                          Clock::now());
+    } else {
+      {
+        std::lock_guard lock(mu_);
+        if (share->purpose() == wire::SharePurpose::Final) {
+          final_models_[from] = finals_.takeLatest(from);
+        } else {
+          catchup_models_[from] = {share->round(), catchups_.takeLatest(from)};
+        }
+      }
+      changed_.notify_all();
+    }
   }
+  countHeld();
 }
 
 void ConsensusPeer::onPeerEvent(const node::PeerEvent& event) {
@@ -214,11 +284,16 @@ void ConsensusPeer::onPeerEvent(const node::PeerEvent& event) {
         board_.neighborDown(event.peer);
         gossip_.forget(event.peer);
       }
+      // What it had half sent goes with it (its complete final model stays: node 0 averages
+      // every model that made it to the end).
+      finals_.forget(event.peer);
+      catchups_.forget(event.peer);
       {
         std::lock_guard lock(mu_);
         down_.insert(event.peer);
       }
       changed_.notify_all();
+      countHeld();
       break;
     case node::PeerEventKind::kUp:
       if (isNeighbor(event.peer)) board_.neighborUp(event.peer);
@@ -283,6 +358,10 @@ Round ConsensusPeer::catchUp() {
   for (NodeId neighbor : layout_.neighbors) {
     if (!std::binary_search(connected.begin(), connected.end(), neighbor)) continue;
     log.info("rejoining: asking node {} for its current model", neighbor);
+    {
+      std::lock_guard lock(mu_);
+      catchup_from_ = neighbor;
+    }
     node::SharedFrame request =
         node_.encode(wire::Body::ModelRequest, [](flatbuffers::FlatBufferBuilder& b) {
           return wire::CreateModelRequest(b, b.CreateString("rejoin")).Union();
@@ -292,6 +371,7 @@ Round ConsensusPeer::catchUp() {
     const bool answered = changed_.wait_for(lock, options_.catchup_timeout, [&] {
       return stopped_ || catchup_models_.count(neighbor) || down_.count(neighbor);
     });
+    catchup_from_.reset();
     if (stopped_) return 0;
     auto it = catchup_models_.find(neighbor);
     if (!answered || it == catchup_models_.end()) {
@@ -384,15 +464,25 @@ ConsensusReport ConsensusPeer::run() {
   const Round first_round = options_.rejoin ? catchUp() : 0;
   report.first_round = first_round;
   report.rounds_done = first_round;
+  // The nodes whose models were mixed in last (a divergence right after says whose).
+  std::vector<NodeId> last_mixed;
   for (Round k = first_round; k < job_.rounds; ++k) {
+    current_round_ = k;
     const Round previous = report.rounds_done - 1;  // the last round finished
     // 1. Local step at x_i: y_i = x_i - lr * (momentum-corrected) g_i.
     const Clock::time_point round_start = Clock::now();
     batcher.next(batch, labels);
     const double loss = model.forwardBackward(batch, labels);
     if (!std::isfinite(loss)) {
-      throw std::runtime_error(
-          fmt::format("training diverged (loss {}) in round {}: lower --lr", loss, k));
+      // Every value from a peer was checked finite on arrival, so the loss went non-finite
+      // here; still, a neighbor's finite but huge model can be the cause: say whose came last.
+      throw std::runtime_error(fmt::format(
+          "training diverged (loss {}) in round {}{}: lower --lr{}", loss, k,
+          last_mixed.empty()
+              ? std::string()
+              : fmt::format(", right after mixing in the model(s) of node(s) {} (checked finite)",
+                            idList(last_mixed)),
+          last_mixed.empty() ? "" : ", or look at those nodes' logs"));
     }
     const std::span<const float> grads = model.grads();
     double norm_sq = 0, diff_sq = 0;
@@ -435,6 +525,7 @@ ConsensusReport ConsensusPeer::run() {
       log.info("round {}: every neighbor is at round {} or later; skipping to round {}", k, *target,
                *target);
       k = *target;
+      current_round_ = k;
       skip_models = board_.takeNewest(k);
       report.skips += 1;
       report.skipped_rounds += skipped;
@@ -535,6 +626,7 @@ ConsensusReport ConsensusPeer::run() {
     used_ids.reserve(all_used.size());
     for (const UsedModel& used : all_used)
       used_ids.push_back(used.from);
+    last_mixed = used_ids;
     ml::MetricsEvent event("round");
     event.add("round", k)
         .add("loss", loss)

@@ -4,6 +4,9 @@
 // The protocol, its options and its metrics are described in docs/consensus.md.
 #pragma once
 
+#include <spdlog/common.h>
+
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -18,6 +21,7 @@
 #include "consensus/backup_rule.h"
 #include "consensus/mixing.h"
 #include "consensus/round_board.h"
+#include "node/refusal_log.h"
 #include "run/training_run.h"
 
 namespace CLI {
@@ -29,7 +33,8 @@ struct PeerEvent;
 }  // namespace chorus::node
 namespace chorus::wire {
 struct Envelope;
-}
+struct ModelShare;
+}  // namespace chorus::wire
 
 namespace chorus::consensus {
 
@@ -102,6 +107,15 @@ struct ConsensusReport {
   int64_t skipped_rounds = 0;   // rounds it jumped over
 };
 
+// What peers' models hold in this node's memory (docs/consensus.md, "What a peer can make a
+// node hold"); any thread.
+struct HeldModels {
+  uint64_t bytes = 0;       // partial and complete models of peers held now
+  uint64_t peak_bytes = 0;  // the most held after any chunk
+  uint64_t chunks = 0;      // ModelShare frames handled
+  uint64_t refused = 0;     // of them refused (logged, rate-limited per peer)
+};
+
 class ConsensusPeer {
  public:
   // Installs the ModelShare / ModelRequest / TrainingDone handlers and the event handler on
@@ -116,6 +130,8 @@ class ConsensusPeer {
   ConsensusReport run();
   // Any thread: the running round and the end-of-run wait return at once.
   void stop();
+  // Any thread: what peers' models hold here.
+  HeldModels held() const;
 
  private:
   void onModelShare(NodeId from, const wire::Envelope& envelope);
@@ -127,6 +143,12 @@ class ConsensusPeer {
   Round catchUp();
   bool isNeighbor(NodeId id) const;
   void finish(ConsensusReport& report);
+  // Loop thread: why a ModelShare cannot be taken (nullopt: it can), checked before any of its
+  // values is copied: the sender's role for its purpose, the round, the values' finiteness.
+  std::optional<std::string> refusalOf(NodeId from, const wire::ModelShare& share,
+                                       spdlog::level::level_enum* level);
+  // Loop thread: recounts what is held after a chunk or a departure.
+  void countHeld();
 
   node::Node& node_;
   run::NodeJob job_;
@@ -139,6 +161,14 @@ class ConsensusPeer {
   ModelAssembler gossip_;
   ModelAssembler finals_;
   ModelAssembler catchups_;
+  node::RefusalLog refusals_;
+  // The round the trainer is in (set before it sends that round's model): gossip of rounds
+  // below it minus tau can no longer be mixed.
+  std::atomic<Round> current_round_{0};
+  std::atomic<uint64_t> held_bytes_{0};
+  std::atomic<uint64_t> peak_held_bytes_{0};
+  std::atomic<uint64_t> chunks_{0};
+  std::atomic<uint64_t> refused_chunks_{0};
   // Shared with the trainer thread: end-of-run bookkeeping.
   std::mutex mu_;
   std::condition_variable changed_;
@@ -146,7 +176,8 @@ class ConsensusPeer {
   std::set<NodeId> done_;
   std::set<NodeId> down_;
   std::map<NodeId, std::vector<float>> final_models_;
-  std::set<NodeId> requests_;  // neighbors waiting for a catch-up model
+  std::set<NodeId> requests_;           // neighbors waiting for a catch-up model
+  std::optional<NodeId> catchup_from_;  // the neighbor asked for a catch-up model, while asked
   std::map<NodeId, ModelAssembler::Complete> catchup_models_;
 };
 

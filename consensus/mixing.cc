@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <utility>
 
 namespace chorus::consensus {
 
@@ -67,7 +68,18 @@ std::optional<std::string> ModelAssembler::add(NodeId from, Round round, size_t 
     return fmt::format("chunk of round {} from node {} arrived after its round {} was complete",
                        round, from, done->second.round);
   }
-  Partial& p = partial_[from][round];
+  auto held = partial_.find(from);
+  if (held != partial_.end() && held->second.first != round) {
+    if (round < held->second.first) {
+      return fmt::format(
+          "chunk of round {} from node {} is older than its round {} being assembled", round, from,
+          held->second.first);
+    }
+    partial_.erase(held);  // the sender moved on: that model can never complete
+    held = partial_.end();
+  }
+  if (held == partial_.end()) held = partial_.emplace(from, std::make_pair(round, Partial{})).first;
+  Partial& p = held->second.second;
   auto pos = std::lower_bound(p.ranges.begin(), p.ranges.end(), std::make_pair(offset, end));
   bool overlaps = (pos != p.ranges.end() && pos->first < end) ||
                   (pos != p.ranges.begin() && std::prev(pos)->second > offset);
@@ -84,9 +96,7 @@ std::optional<std::string> ModelAssembler::add(NodeId from, Round round, size_t 
   Complete& c = latest_[from];
   c.round = round;
   c.values = std::move(p.values);
-  // This round and every older partial one are settled.
-  auto& rounds = partial_[from];
-  rounds.erase(rounds.begin(), rounds.upper_bound(round));
+  partial_.erase(held);
   *completed = true;
   return std::nullopt;
 }
@@ -94,6 +104,21 @@ std::optional<std::string> ModelAssembler::add(NodeId from, Round round, size_t 
 const ModelAssembler::Complete* ModelAssembler::latest(NodeId from) const {
   auto it = latest_.find(from);
   return it == latest_.end() ? nullptr : &it->second;
+}
+
+std::vector<float> ModelAssembler::takeLatest(NodeId from) {
+  auto it = latest_.find(from);
+  if (it == latest_.end()) return {};
+  return std::exchange(it->second.values, {});
+}
+
+size_t ModelAssembler::heldBytes() const {
+  size_t floats = 0;
+  for (const auto& [from, partial] : partial_)
+    floats += partial.second.values.capacity();
+  for (const auto& [from, complete] : latest_)
+    floats += complete.values.capacity();
+  return floats * sizeof(float);
 }
 
 void ModelAssembler::forget(NodeId from) {

@@ -41,7 +41,11 @@ double squaredDistance(std::span<const float> a, std::span<const float> b);
 
 // Collects neighbors' models that arrive in chunks and keeps, per neighbor, the latest model
 // whose chunks have all arrived. A partial model older than the latest complete one is
-// dropped: it could never be used.
+// dropped: it could never be used. A sender writes one model's chunks before the next model's
+// (one connection, in order), so at most one partial model per sender is held: a chunk of a
+// newer round drops the partial one (its sender moved on), a chunk of an older round is refused.
+// What a peer can make this hold is therefore one model per sender, however many chunks it
+// sends.
 class ModelAssembler {
  public:
   explicit ModelAssembler(size_t model_size);
@@ -53,12 +57,18 @@ class ModelAssembler {
 
   // Adds chunk [offset, offset + values.size()) of `from`'s round-`round` model. Returns an
   // error message (and changes nothing) for a chunk outside the model, one that overlaps a
-  // chunk already received, or a round older than `from`'s latest complete model. `completed`
-  // is set when this chunk completed the model.
+  // chunk already received, a round older than `from`'s latest complete model, or one older
+  // than the partial model being assembled. `completed` is set when this chunk completed the
+  // model.
   std::optional<std::string> add(NodeId from, Round round, size_t offset,
                                  std::span<const float> values, bool* completed);
   // The latest complete model of `from`, or nullptr.
   const Complete* latest(NodeId from) const;
+  // Moves the values of `from`'s latest complete model out (its round stays known, so older
+  // chunks are still refused); empty when there is none.
+  std::vector<float> takeLatest(NodeId from);
+  // Bytes of model values held (partial and complete models).
+  size_t heldBytes() const;
   // Forgets everything from `from` (it went down; its old models must not be mixed later).
   void forget(NodeId from);
   size_t modelSize() const { return model_size_; }
@@ -70,7 +80,7 @@ class ModelAssembler {
     size_t received = 0;
   };
   size_t model_size_;
-  std::map<NodeId, std::map<Round, Partial>> partial_;
+  std::map<NodeId, std::pair<Round, Partial>> partial_;  // at most one per sender
   std::map<NodeId, Complete> latest_;
 };
 

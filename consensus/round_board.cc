@@ -43,12 +43,40 @@ void RoundBoard::modelArrived(NodeId from, Round round, ModelPtr values, SteadyT
     n.joined = true;
     n.last_heard = at;
     if (!n.latest_round || round > *n.latest_round) n.latest_round = round;
-    if (!n.last_used || round > *n.last_used) n.models[round] = std::move(values);
+    const Round gathered = wait_start_.empty() ? -1 : wait_start_.rbegin()->first;
+    const bool mixable = gathered < 0 || round >= gathered - options_.staleness_bound;
+    if ((!n.last_used || round > *n.last_used) && mixable) {
+      n.models[round] = std::move(values);
+      while (n.models.size() > modelsHeldPerNeighbor())
+        n.models.erase(n.models.begin());
+    }
     // Late models are measured too (from when this node began waiting in the rounds they
     // cover), so a straggler's lag stays known although nobody waited for it.
     measureLocked(n, at);
   }
   changed_.notify_all();
+}
+
+size_t RoundBoard::modelsHeldPerNeighbor() const {
+  return 2 * static_cast<size_t>(std::max<int64_t>(options_.staleness_bound, 0)) + 2;
+}
+
+size_t RoundBoard::heldModels() const {
+  std::lock_guard lock(mu_);
+  size_t count = 0;
+  for (const auto& [id, n] : neighbors_)
+    count += n.models.size();
+  return count;
+}
+
+size_t RoundBoard::heldBytes() const {
+  std::lock_guard lock(mu_);
+  size_t bytes = 0;
+  for (const auto& [id, n] : neighbors_) {
+    for (const auto& [round, model] : n.models)
+      bytes += model ? model->size() * sizeof(float) : 0;
+  }
+  return bytes;
 }
 
 void RoundBoard::neighborDown(NodeId peer) {

@@ -68,8 +68,18 @@ class RoundBoard {
  public:
   explicit RoundBoard(BoardOptions options);
 
-  // Loop thread: `from`'s complete model of `round` arrived at `at`.
+  // Loop thread: `from`'s complete model of `round` arrived at `at`. A model of a round that
+  // can no longer be mixed (below the last gathered round minus tau) is not kept, and a
+  // neighbor's models are at most modelsHeldPerNeighbor(): the oldest goes first.
   void modelArrived(NodeId from, Round round, ModelPtr values, SteadyTime at);
+  // 2 tau + 2: the models of rounds k - tau .. k + tau + 1 that a neighbor can have sent while
+  // this node is in round k (it runs at most tau + 1 rounds ahead). More are only possible
+  // when this node stalled or rejoined; they are still kept, so that it learns how far ahead
+  // its neighbors are and skips, but only the newest of them.
+  size_t modelsHeldPerNeighbor() const;
+  // Any thread: the models held for every neighbor, and their bytes.
+  size_t heldModels() const;
+  size_t heldBytes() const;
   // Loop thread: the runtime reported `peer` down (or left): it leaves the wait set at once
   // and its old models are dropped.
   void neighborDown(NodeId peer);

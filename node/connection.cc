@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <limits>
 
 #include "node/event_loop.h"
 
@@ -22,6 +23,11 @@ void Connection::setLinkDelay(std::chrono::microseconds delay, std::chrono::micr
   link_delay_ = delay;
   link_jitter_ = jitter;
   link_rng_.seed(seed);
+}
+
+void Connection::liftFrameLimitFromLoop() {
+  assert(EventLoop::onThreadOf(loop_));
+  decoder_.setMaxFrameBytes(std::numeric_limits<uint32_t>::max());
 }
 
 void Connection::startFromLoop() {

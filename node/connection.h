@@ -63,6 +63,16 @@ class Connection {
   }
   // Where inbound attachments go (FrameDecoder::setPlacer). Set before start.
   void setPlacer(FrameDecoder::Placer placer) { decoder_.setPlacer(std::move(placer)); }
+  // The node-wide budget every inbound buffer is reserved from (FrameDecoder::setBudget).
+  // Set before start.
+  void setInboundBudget(InboundBudget* budget) { decoder_.setBudget(budget); }
+  // Frames above `bytes` close the connection until liftFrameLimitFromLoop(): before the
+  // handshake a peer is nobody, and a Hello fits in a few KiB. Set before start.
+  void limitFramesBeforeHandshake(uint32_t bytes) {
+    decoder_.setMaxFrameBytes(bytes, " before the handshake");
+  }
+  // The peer is authenticated: frames up to the full limit from the next one on.
+  void liftFrameLimitFromLoop();
   // Starts reading, TCP_NODELAY and the write slice. The socket must be connected.
   void startFromLoop();
   // Queues a frame; `done` fires exactly once (at once with the sticky error when closed).
@@ -99,6 +109,7 @@ class Connection {
   bool peer_known = false;   // `peer` is meaningful
   bool established = false;  // handshake completed
   bool sent_leave = false;   // we wrote Leave on this connection
+  bool handshaking = false;  // an accepted connection counted against the handshake cap
   // With a cluster secret: the dialer's nonce (sent in Hello, or received in it), and the
   // acceptor's (sent in Challenge, or received in it; an acceptor holding one awaits the Proof).
   std::vector<uint8_t> dialer_nonce;

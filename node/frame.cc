@@ -132,7 +132,27 @@ Status verifyFrame(const uint8_t* frame, size_t frame_size, const FrameLimits& l
 }
 
 FrameDecoder::FrameDecoder(FrameLimits limits)
-    : limits_(limits), scratch_(std::make_unique_for_overwrite<uint8_t[]>(kScratchBytes)) {}
+    : limits_(limits),
+      max_frame_bytes_(limits.max_frame_bytes),
+      scratch_(std::make_unique_for_overwrite<uint8_t[]>(kScratchBytes)) {}
+
+void FrameDecoder::setMaxFrameBytes(uint32_t bytes, std::string note) {
+  max_frame_bytes_ = std::min(bytes, limits_.max_frame_bytes);
+  limit_note_ = std::move(note);
+}
+
+bool FrameDecoder::reserve(size_t bytes, const char* what, BudgetReservation* into) {
+  if (budget_ == nullptr) return true;
+  if (!budget_->tryReserve(bytes)) {
+    error_ = {ErrorCode::kOverloaded,
+              fmt::format("{} of {} bytes would take the node's inbound bytes in flight from {} "
+                          "above its budget of {} bytes",
+                          what, bytes, budget_->reserved(), budget_->budget())};
+    return false;
+  }
+  *into = BudgetReservation(budget_, bytes);
+  return true;
+}
 
 std::span<uint8_t> FrameDecoder::readBuffer() {
   if (frame_ != nullptr) {
@@ -212,13 +232,14 @@ Status FrameDecoder::consume(const uint8_t* data, size_t n, const FrameSink& sin
         error_ = {ErrorCode::kBadFrame, "zero-length frame"};
         return error_;
       }
-      if (length > limits_.max_frame_bytes) {
+      if (length > max_frame_bytes_) {
         error_ = {ErrorCode::kBadFrame,
-                  fmt::format("frame length {} bytes exceeds the maximum of {} bytes", length,
-                              limits_.max_frame_bytes)};
+                  fmt::format("frame length {} bytes exceeds the maximum of {} bytes{}", length,
+                              max_frame_bytes_, limit_note_)};
         return error_;
       }
-      // Allocated only now that the length is known to be within the limit.
+      // Allocated only now that the length is known to be within the limit and the budget.
+      if (!reserve(kFramePrefixBytes + length, "a frame", &body_reservation_)) return error_;
       body_ = std::make_unique_for_overwrite<uint8_t[]>(kFramePrefixBytes + length);
       std::memcpy(body_.get(), prefix_, kFramePrefixBytes);
       body_size_ = length;
@@ -245,6 +266,7 @@ Status FrameDecoder::completeEnvelope(const FrameSink& sink, bool* keep_going) {
     return error_;
   }
   auto frame = std::make_unique<InboundFrame>(std::move(body_), body_size_);
+  frame->reservation_ = std::move(body_reservation_);
   const size_t envelope_size = body_size_;
   body_ = nullptr;
   body_size_ = 0;
@@ -254,11 +276,11 @@ Status FrameDecoder::completeEnvelope(const FrameSink& sink, bool* keep_going) {
     *keep_going = sink(std::move(*frame));
     return {};
   }
-  if (bytes > limits_.max_frame_bytes - envelope_size) {
+  if (bytes > max_frame_bytes_ - envelope_size) {
     error_ = {ErrorCode::kBadFrame,
               fmt::format("attachment of {} bytes after an Envelope of {} bytes exceeds the "
-                          "maximum frame of {} bytes",
-                          bytes, envelope_size, limits_.max_frame_bytes)};
+                          "maximum frame of {} bytes{}",
+                          bytes, envelope_size, max_frame_bytes_, limit_note_)};
     return error_;
   }
   std::unique_ptr<AttachmentLanding> landing =
@@ -270,6 +292,7 @@ Status FrameDecoder::completeEnvelope(const FrameSink& sink, bool* keep_going) {
     pieces_ = landing->pieces();
     frame->landing_ = std::move(landing);
   } else {
+    if (!reserve(bytes, "an attachment", &frame->attachment_reservation_)) return error_;
     frame->attachment_ = std::make_unique_for_overwrite<uint8_t[]>(bytes);
     pieces_ = {std::span<uint8_t>(frame->attachment_.get(), bytes)};
   }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "chorus/chorus_generated.h"
+#include "node/inbound_budget.h"
 #include "node/status.h"
 
 namespace chorus::node {
@@ -166,6 +167,9 @@ class InboundFrame {
   std::unique_ptr<uint8_t[]> attachment_;
   size_t attachment_size_ = 0;
   std::unique_ptr<AttachmentLanding> landing_;
+  // The inbound budget held by bytes_ and attachment_, given back when the frame dies.
+  BudgetReservation reservation_;
+  BudgetReservation attachment_reservation_;
 };
 
 // Checks one complete frame (`frame` points at its length prefix, `frame_size` counts the
@@ -192,6 +196,15 @@ class FrameDecoder {
 
   explicit FrameDecoder(FrameLimits limits);
   void setPlacer(Placer placer) { placer_ = std::move(placer); }
+  // Every buffer the decoder allocates (Envelope, attachment not placed elsewhere) is first
+  // reserved from `budget` (null: none); a frame that does not fit is an error (kOverloaded).
+  // The budget must outlive the decoder and every frame it hands out.
+  void setBudget(InboundBudget* budget) { budget_ = budget; }
+  // Changes the largest frame accepted from the next length prefix on (at most the limits'
+  // max_frame_bytes); `note` ends the error message of a frame above it (" before the
+  // handshake"). Safe to call from the sink, between two frames of one read.
+  void setMaxFrameBytes(uint32_t bytes, std::string note = {});
+  uint32_t maxFrameBytes() const { return max_frame_bytes_; }
 
   // Memory the next socket read may fill: the rest of a large frame's own buffer (so bulk
   // payloads are read in place) or a small scratch buffer.
@@ -214,8 +227,14 @@ class FrameDecoder {
   std::span<uint8_t> nextAttachmentSpan();
   // Hands the frame whose attachment is complete to the sink.
   void deliver(const FrameSink& sink, bool* keep_going);
+  // Reserves `bytes` from the budget for the frame being read (into `into`), or sets error_.
+  bool reserve(size_t bytes, const char* what, BudgetReservation* into);
 
   FrameLimits limits_;
+  uint32_t max_frame_bytes_;
+  std::string limit_note_;
+  InboundBudget* budget_ = nullptr;
+  BudgetReservation body_reservation_;  // held by body_ until the Envelope becomes a frame
   Status error_;
   uint8_t prefix_[kFramePrefixBytes] = {};
   size_t prefix_filled_ = 0;

@@ -170,6 +170,10 @@ Status validateOptions(const NodeOptions& o) {
     return Status{ErrorCode::kInvalidArgument, std::move(message)};
   };
   if (o.cluster.empty()) return bad("cluster name is empty");
+  if (o.cluster.size() > kMaxClusterNameBytes) {
+    return bad(fmt::format("cluster name of {} bytes is longer than {} bytes", o.cluster.size(),
+                           kMaxClusterNameBytes));
+  }
   if (std::find(o.members.begin(), o.members.end(), o.self) == o.members.end()) {
     return bad(fmt::format("own id {} is not in the member list", o.self));
   }
@@ -224,6 +228,12 @@ Status validateOptions(const NodeOptions& o) {
                            link_terms, link_worst.count() / 1000.0 + o.heartbeat_interval.count(),
                            o.peer_timeout.count()));
   }
+  if (o.inbound_budget_bytes != 0 &&
+      o.inbound_budget_bytes < uint64_t{o.max_frame_bytes} + kFramePrefixBytes) {
+    return bad(fmt::format("inbound_budget_bytes {} is below one frame of max_frame_bytes {}",
+                           o.inbound_budget_bytes, o.max_frame_bytes));
+  }
+  if (o.max_handshaking_connections == 0) return bad("max_handshaking_connections must be >= 1");
   if (o.low_watermark > o.high_watermark || o.high_watermark == 0) {
     return bad("watermarks need 0 <= low_watermark <= high_watermark and high_watermark > 0");
   }
@@ -237,6 +247,9 @@ class Node::Impl {
         logger_(makeLogger(options_)),
         limits_{options_.max_frame_bytes, options_.max_verifier_depth,
                 options_.max_verifier_tables},
+        budget_(options_.inbound_budget_bytes != 0
+                    ? options_.inbound_budget_bytes
+                    : 2 * (uint64_t{options_.max_frame_bytes} + kFramePrefixBytes)),
         loop_(logger_),
         members_(options_.members.begin(), options_.members.end()) {
     for (NodeId id : options_.members) {
@@ -475,6 +488,18 @@ class Node::Impl {
     return {connected_.begin(), connected_.end()};
   }
 
+  InboundStats inboundStats() const {
+    InboundStats out;
+    out.budget_bytes = budget_.budget();
+    out.reserved_bytes = budget_.reserved();
+    out.peak_reserved_bytes = budget_.peak();
+    out.refused_frames = budget_.refused();
+    out.oversized_handshakes = oversized_handshakes_.load();
+    out.handshaking = handshaking_.load();
+    out.refused_connections = refused_connections_.load();
+    return out;
+  }
+
   void shutdown(milliseconds linger) {
     assert(!loop_.onLoopThread());
     std::lock_guard shutdown_lock(shutdown_mutex_);
@@ -585,6 +610,8 @@ class Node::Impl {
                       options_.link_seed * 0x9E3779B97F4A7C15ULL + options_.self * 1'000'003ULL +
                           ++connections_created_);
     raw->setLinkLoss(options_.link_loss, options_.link_rto);
+    raw->setInboundBudget(&budget_);
+    raw->limitFramesBeforeHandshake(std::min(kHandshakeFrameBytes, options_.max_frame_bytes));
     raw->setPlacer([this, raw](const wire::Envelope& envelope,
                                size_t bytes) -> std::unique_ptr<AttachmentLanding> {
       // Only an established peer's frames may land in a receiver's memory; anything else is
@@ -624,6 +651,18 @@ class Node::Impl {
       connection->closeFromLoop({ErrorCode::kShutdown, "node is shutting down"});
       return;
     }
+    // Anyone who reaches the port can open connections and say nothing: they are bounded, and
+    // each has the handshake time-out.
+    if (handshaking_.load() >= options_.max_handshaking_connections) {
+      refused_connections_ += 1;
+      connection->closeFromLoop(
+          {ErrorCode::kOverloaded,
+           fmt::format("{} connections are still in their handshake (at most {}): refused",
+                       handshaking_.load(), options_.max_handshaking_connections)});
+      return;
+    }
+    connection->handshaking = true;
+    handshaking_ += 1;
     logger_->debug("accepted a connection from {}", connection->description());
     connection->armDeadlineFromLoop(
         options_.handshake_timeout,
@@ -1030,8 +1069,17 @@ class Node::Impl {
     establishFromLoop(connection);
   }
 
+  // An accepted connection left its handshake (established or closing).
+  void endHandshakeFromLoop(Connection& connection) {
+    if (!connection.handshaking) return;
+    connection.handshaking = false;
+    handshaking_ -= 1;
+  }
+
   void establishFromLoop(Connection& connection) {
     PeerSlot& slot = slots_.at(connection.peer);
+    endHandshakeFromLoop(connection);
+    connection.liftFrameLimitFromLoop();
     connection.established = true;
     connection.disarmDeadlineFromLoop();
     connection.last_receive = Clock::now();
@@ -1076,10 +1124,15 @@ class Node::Impl {
 
   void onClosingFromLoop(Connection& connection, const Status& status) {
     checkLoopThread();
+    endHandshakeFromLoop(connection);
+    if (!connection.established && status.code() == ErrorCode::kBadFrame &&
+        status.message().find(" before the handshake") != std::string::npos) {
+      oversized_handshakes_ += 1;
+    }
     if (!connection.peer_known) {
-      const bool noisy = status.code() == ErrorCode::kBadFrame ||
-                         status.code() == ErrorCode::kProtocol ||
-                         status.code() == ErrorCode::kTimeout;
+      const bool noisy =
+          status.code() == ErrorCode::kBadFrame || status.code() == ErrorCode::kProtocol ||
+          status.code() == ErrorCode::kTimeout || status.code() == ErrorCode::kOverloaded;
       logger_->log(noisy ? spdlog::level::warn : spdlog::level::debug,
                    "closing connection from {} before its handshake: {}", connection.description(),
                    status.toString());
@@ -1292,6 +1345,11 @@ class Node::Impl {
   }
 
   FrameLimits limits_;
+  // Declared before loop_: frames handed to handlers hold reservations until they die.
+  InboundBudget budget_;
+  std::atomic<uint64_t> oversized_handshakes_{0};
+  std::atomic<uint64_t> handshaking_{0};  // written on the loop thread only
+  std::atomic<uint64_t> refused_connections_{0};
   EventLoop loop_;
   const std::set<NodeId> members_;
   std::map<NodeId, std::unique_ptr<PeerCounters>> counters_;  // fixed after construction
@@ -1392,6 +1450,9 @@ PeerStats Node::totals() const {
 }
 std::vector<NodeId> Node::connectedPeers() const {
   return impl_->connectedPeers();
+}
+InboundStats Node::inboundStats() const {
+  return impl_->inboundStats();
 }
 void Node::shutdown(std::chrono::milliseconds linger) {
   impl_->shutdown(linger);

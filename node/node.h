@@ -44,7 +44,13 @@ struct NodeOptions {
   std::string listen_host = "127.0.0.1";
   uint16_t listen_port = 0;     // 0 picks a free port (read it back with port())
   std::vector<NodeId> members;  // every id of the cluster (self included)
+  // Largest inbound frame from an established peer (kHandshakeFrameBytes before that).
   uint32_t max_frame_bytes = 256u << 20;
+  // Node-wide bound on inbound bytes in flight (frames being read, docs/wire-format.md); a frame
+  // that would exceed it closes its connection. 0: twice max_frame_bytes.
+  uint64_t inbound_budget_bytes = 0;
+  // Accepted connections still in their handshake; more are closed at once.
+  size_t max_handshaking_connections = 64;
   uint32_t max_verifier_depth = 64;
   uint32_t max_verifier_tables = 1'000'000;
   std::chrono::milliseconds connect_timeout{5000};         // one TCP connect attempt
@@ -192,6 +198,9 @@ class Node {
   PeerStats totals() const;
   // Peers with an established connection, sorted; any thread.
   std::vector<NodeId> connectedPeers() const;
+  // The inbound budget and the handshake cap: what is held now, the peak, what was refused;
+  // any thread.
+  InboundStats inboundStats() const;
 
   // Orderly shutdown: sends Leave to every connected peer, waits up to `linger` for them to
   // answer or close, then closes everything and joins the loop thread. Idempotent; never on

@@ -1,6 +1,7 @@
 // Constants every chorus peer must agree on.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace chorus::node {
@@ -12,5 +13,14 @@ using NodeId = uint32_t;
 // peers with another version are refused at Hello (docs/wire-format.md).
 // 2: frames may carry an attachment after the Envelope (Header.attachment).
 inline constexpr uint32_t kProtocolVersion = 2;
+
+// The longest cluster name (bytes): it travels in every header, and the handshake frames must
+// fit kHandshakeFrameBytes with it.
+inline constexpr size_t kMaxClusterNameBytes = 256;
+// The largest frame accepted on a connection before its handshake completed. The largest
+// legitimate one, a Refuse naming two clusters of kMaxClusterNameBytes, is about 1.1 KiB (a
+// Hello with a secret's nonce about 0.7 KiB; measured in HandshakeLimit.*), so this leaves
+// about four times that.
+inline constexpr uint32_t kHandshakeFrameBytes = 4096;
 
 }  // namespace chorus::node

@@ -26,6 +26,8 @@ const char* errorCodeName(ErrorCode code) {
       return "io";
     case ErrorCode::kInvalidArgument:
       return "invalid-argument";
+    case ErrorCode::kOverloaded:
+      return "overloaded";
   }
   return "unknown";
 }

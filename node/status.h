@@ -19,6 +19,7 @@ enum class ErrorCode {
   kShutdown,         // the node is shutting down or stopped
   kIo,               // a libuv / socket error
   kInvalidArgument,  // bad options or arguments from the caller
+  kOverloaded,       // the node refused to hold more (inbound budget, handshake cap)
 };
 
 // Short name of a code, e.g. "bad-frame".

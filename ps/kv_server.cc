@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "chorus/chorus_generated.h"
+#include "node/finite.h"
 #include "node/node.h"
 
 namespace chorus::ps {
@@ -67,6 +68,25 @@ std::optional<std::string> KvServer::checkClock(WorkerId worker, Clock clock,
   return std::nullopt;
 }
 
+std::optional<std::string> KvServer::checkSender(WorkerId worker, Clock clock,
+                                                 const char* what) const {
+  if (!clocks_.known(worker)) {
+    return fmt::format("{} from node {}, which is not a worker of this run", what, worker);
+  }
+  if (clock < 0 || clock >= kClockCeiling) {
+    return fmt::format("{} at clock {}, which no run reaches", what, clock);
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> KvServer::checkWithinRun(Clock clock, const char* what) const {
+  if (clock > options_.max_clock) {
+    return fmt::format("{} at clock {}, outside this run's clocks 0..{}", what, clock,
+                       options_.max_clock);
+  }
+  return std::nullopt;
+}
+
 void KvServer::checkRunningJob(WorkerId worker, Clock clock, Clock first) {
   if (!options_.on_running_job || options_.hold_until_restored || running_job_reported_) return;
   if (!clocks_.known(worker) || clocks_.clockOf(worker) != 0 || clock <= first) return;
@@ -84,6 +104,14 @@ void KvServer::checkRunningJob(WorkerId worker, Clock clock, Clock first) {
 
 void KvServer::pull(WorkerId worker, Clock clock, Clock min_clock, std::vector<uint64_t> keys,
                     PullAnswer answer) {
+  if (auto error = checkSender(worker, clock, "pull")) {
+    {
+      std::lock_guard lock(mu_);
+      ++summary_.errors;
+    }
+    answer(*error, 0, {}, nullptr);
+    return;
+  }
   checkRunningJob(worker, clock, 0);  // a pull at clock c follows the worker's PsClock(c)
   if (holding_) {
     held_requests_.push_back(
@@ -92,7 +120,8 @@ void KvServer::pull(WorkerId worker, Clock clock, Clock min_clock, std::vector<u
         });
     return;
   }
-  std::optional<std::string> error = checkClock(worker, clock, "pull");
+  std::optional<std::string> error = checkWithinRun(clock, "pull");
+  if (!error) error = checkClock(worker, clock, "pull");
   if (!error && min_clock > clock) {
     error = fmt::format("pull at clock {} asks for min clock {}, above its own", clock, min_clock);
   }
@@ -126,8 +155,19 @@ void KvServer::pull(WorkerId worker, Clock clock, Clock min_clock, std::vector<u
 std::optional<std::string> KvServer::push(WorkerId worker, Clock clock,
                                           std::span<const uint64_t> keys,
                                           std::span<const float> grads) {
-  std::optional<std::string> error = checkClock(worker, clock, "push");
+  std::optional<std::string> error = checkSender(worker, clock, "push");
+  if (!error) error = checkWithinRun(clock, "push");
+  if (!error) error = checkClock(worker, clock, "push");
   if (!error) error = store_.check(keys, grads.size());
+  if (!error) {
+    // One vectorizable pass; a NaN applied here would reach every worker's next read.
+    if (const std::optional<size_t> bad = node::firstNonFinite(grads)) {
+      error = fmt::format(
+          "push at clock {} holds {} non-finite value(s) (the first, {}, is float {} of its {}): "
+          "nothing applied",
+          clock, node::countNonFinite(grads), grads[*bad], *bad, grads.size());
+    }
+  }
   if (error) {
     std::lock_guard lock(mu_);
     ++summary_.errors;
@@ -178,7 +218,17 @@ void KvServer::applyDue() {
 }
 
 std::optional<std::string> KvServer::clock(WorkerId worker, Clock clock) {
+  if (auto error = checkSender(worker, clock, "PsClock")) {
+    std::lock_guard lock(mu_);
+    ++summary_.errors;
+    return error;
+  }
   checkRunningJob(worker, clock, 1);  // every worker announces clock 1 first
+  if (auto error = checkWithinRun(clock, "PsClock")) {
+    std::lock_guard lock(mu_);
+    ++summary_.errors;
+    return error;
+  }
   // Every clock is announced in order on a FIFO connection, so a jump means clocks the worker
   // never ran (a rejoin) or whose announcements were lost with a connection.
   // After restore() the clocks are another owner's view, which may be older or newer than what
@@ -219,8 +269,13 @@ Clock KvServer::othersClockTotal(WorkerId self) const {
 }
 
 void KvServer::replyError(WorkerId to, uint64_t request, int8_t op, const std::string& error) {
-  node_.logger().warn("refused a {} request from node {}: {}",
-                      wire::EnumNamePsOp(static_cast<wire::PsOp>(op)), to, error);
+  if (refusals_.count(to)) {
+    const uint64_t count = refusals_.countOf(to);
+    node_.logger().warn(
+        "refused a {} request from node {}: {}{}", wire::EnumNamePsOp(static_cast<wire::PsOp>(op)),
+        to, error,
+        count > 1 ? fmt::format(" ({} refused from node {} so far)", count, to) : std::string());
+  }
   node::SharedFrame frame =
       node_.encode(wire::Body::PsReply, [&](flatbuffers::FlatBufferBuilder& b) {
         return wire::CreatePsReply(b, request, static_cast<wire::PsOp>(op), b.CreateString(error))
@@ -289,6 +344,14 @@ void KvServer::onPushFrame(WorkerId from, const node::InboundFrame& frame) {
   }
   const std::span<const uint64_t> keys(request->keys()->data(), request->keys()->size());
   const std::span<const float> grads = *values;
+  if (auto error = checkSender(from, request->clock(), "push")) {
+    {
+      std::lock_guard lock(mu_);
+      ++summary_.errors;
+    }
+    replyError(from, request->request(), static_cast<int8_t>(wire::PsOp::Push), *error);
+    return;
+  }
   checkRunningJob(from, request->clock(), 0);
   if (holding_) {
     // The frame is gone after this handler: keep copies.

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "node/frame.h"
+#include "node/refusal_log.h"
 #include "ps/key_store.h"
 #include "ps/ssp.h"
 
@@ -48,6 +49,11 @@ struct ServerOptions {
   // A restarted owner (--rejoin): pulls and pushes wait until restore() gives the keys their
   // values back, then are answered in arrival order.
   bool hold_until_restored = false;
+  // The highest clock a worker of this run can reach (its clock budget, and a little more);
+  // a pull, push or PsClock beyond it is refused without touching the clocks (one below 0 or
+  // from kClockCeiling on always is). A worker's first message beyond it still counts as
+  // evidence of a running job (on_running_job), as any clock it cannot have reached at the start.
+  Clock max_clock = Staleness::kInfinite;
   // When set: called once (loop thread) when a worker's first clock, pull or push heard here is
   // from a clock it cannot have reached yet at the start of the job (FIFO connections: a worker
   // announces each clock before using it). This owner then started after the job did, i.e. its
@@ -146,6 +152,12 @@ class KvServer {
   void applyDue();
   void replyError(WorkerId to, uint64_t request, int8_t op, const std::string& error);
   std::optional<std::string> checkClock(WorkerId worker, Clock clock, const char* what) const;
+  // A request's sender and clock before anything else looks at them: a worker of this run, at a
+  // clock in 0..kClockCeiling (an impostor's INT64_MAX must not move any clock, nor be taken
+  // for a running job).
+  std::optional<std::string> checkSender(WorkerId worker, Clock clock, const char* what) const;
+  // After the running-job check: a clock the run can reach (ServerOptions::max_clock).
+  std::optional<std::string> checkWithinRun(Clock clock, const char* what) const;
   // on_running_job: reports (once) a request of `worker` at `clock` when the job cannot have
   // started with this owner; `first` is the highest clock such a request may have at the start.
   void checkRunningJob(WorkerId worker, Clock clock, Clock first);
@@ -172,7 +184,8 @@ class KvServer {
   std::map<std::pair<Clock, WorkerId>, std::vector<HeldPush>> held_;
   std::optional<std::chrono::steady_clock::time_point> parked_since_;
   std::chrono::steady_clock::time_point next_report_{};
-  mutable std::mutex mu_;  // guards summary_ and heard_
+  node::RefusalLog refusals_;  // rate-limits the log lines of refused requests, per worker
+  mutable std::mutex mu_;      // guards summary_ and heard_
   ServerSummary summary_;
   std::map<WorkerId, Clock> heard_;  // each worker's clock, for other threads
 };

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "chorus/chorus_generated.h"
+#include "node/finite.h"
 #include "node/node.h"
 #include "ps/kv_server.h"
 
@@ -464,6 +465,8 @@ void KvWorker::finishSub(uint64_t request, const node::Status& status, Clock min
                   fmt::format("node {} answered a pull of {} key(s) with {} key(s) and {} floats "
                               "(expected {})",
                               sub.owner, sub.keys.size(), keys.size(), values.size(), floats)};
+      } else if (!node::allFinite(values)) {
+        result = nonFiniteReply(sub.owner, values);
       } else {
         size_t offset = 0;
         for (size_t i = 0; i < sub.keys.size(); ++i) {
@@ -479,6 +482,31 @@ void KvWorker::finishSub(uint64_t request, const node::Status& status, Clock min
   }
   completed_.notify_all();
   if (callback) callback(final_status);
+}
+
+node::Status KvWorker::nonFiniteReply(NodeId owner, std::span<const float> values) const {
+  const size_t first = node::firstNonFinite(values).value_or(0);
+  return {node::ErrorCode::kProtocol,
+          fmt::format("node {} answered a pull with {} non-finite value(s) (the first, {}, is "
+                      "float {} of {}): refused",
+                      owner, node::countNonFinite(values), values[first], first, values.size())};
+}
+
+node::Status KvWorker::checkLandedLocked(const SubRequest& sub) {
+  node::Status result;
+  for (size_t i = 0; i < sub.keys.size(); ++i) {
+    const std::span<const float> row(sub.dest[i], layout_.length(sub.keys[i]));
+    if (node::allFinite(row)) continue;
+    if (result.ok()) result = nonFiniteReply(sub.owner, row);
+    // The values were read in place: put back what this worker last read of the key, when the
+    // cache has it (otherwise the row keeps what came, and the trainer's divergence check names
+    // this refusal).
+    auto cached = cache_.find(sub.keys[i]);
+    if (cached != cache_.end() && cached->second.values.size() == row.size()) {
+      std::copy(cached->second.values.begin(), cached->second.values.end(), sub.dest[i]);
+    }
+  }
+  return result;
 }
 
 void KvWorker::recordPullLocked(const SubRequest& sub, Clock min_clock) {
@@ -575,7 +603,8 @@ void KvWorker::onReply(NodeId from, const node::InboundFrame& frame) {
       if (it == requests_.end()) return;
       SubRequest& sub = it->second;
       sub.busy = false;
-      const node::Status result = sub.outcome.value_or(node::Status{});
+      node::Status result = sub.outcome.value_or(node::Status{});
+      if (result.ok()) result = checkLandedLocked(sub);
       if (result.ok()) recordPullLocked(sub, reply.min_clock());
       callback = settleLocked(reply.request(), result, &final_status);
     }

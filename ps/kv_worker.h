@@ -168,6 +168,11 @@ class KvWorker {
                                                       size_t bytes);
   // A busy sub-request's memory is free again; `status` is how that ended (an error fails it).
   void release(uint64_t request, const node::Status& status);
+  // The error of a pull reply from `owner` whose `values` are not all finite (nothing is used).
+  node::Status nonFiniteReply(NodeId owner, std::span<const float> values) const;
+  // Under mu_: checks the values a reply landed in the caller's buffer; rows that are not all
+  // finite are put back from the cache when it has them, and the pull fails.
+  node::Status checkLandedLocked(const SubRequest& sub);
   // Under mu_: the values of a pull are in the caller's buffer (copied or landed); updates the
   // stamps and the cache.
   void recordPullLocked(const SubRequest& sub, Clock min_clock);

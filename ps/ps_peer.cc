@@ -16,6 +16,7 @@
 #include "ml/metrics.h"
 #include "ml/rng.h"
 #include "ml/train.h"
+#include "node/finite.h"
 #include "node/node.h"
 #include "node/repeated_log.h"
 #include "run/cli_checks.h"
@@ -115,6 +116,11 @@ PsPeer::PsPeer(node::Node& node, run::NodeJob job, std::vector<NodeId> members, 
   server_options.bsp = !staleness_.infinite() && staleness_.bound == 0;
   server_options.lr_by_progress = cluster_budget_;
   server_options.hold_until_restored = options_.rejoin;
+  // A worker announces clocks up to its last one (rounds), a rejoining one may resume one
+  // past it; under a cluster budget one worker may run the whole budget, plus the overshoot.
+  const Clock workers = static_cast<Clock>(members_.size());
+  server_options.max_clock =
+      cluster_budget_ ? job_.rounds * workers + 2 * workers + 1 : job_.rounds + 1;
   server_options.on_running_job = [this](WorkerId worker, Clock clock) {
     const std::string error = fmt::format(
         "node {} started into a running PS job: worker node {} is already at clock {}, and this "
@@ -327,8 +333,14 @@ PsReport PsPeer::run() {
     batcher.next(batch, labels);
     const double loss = model.forwardBackward(batch, labels);
     if (!std::isfinite(loss)) {
-      throw std::runtime_error(
-          fmt::format("training diverged (loss {}) at clock {}: lower --lr", loss, c));
+      // Every value from a peer is checked finite when it arrives; a refused one is named here,
+      // since its keys may have kept what came (docs/errors.md).
+      throw std::runtime_error(fmt::format(
+          "training diverged (loss {}) at clock {}{}", loss, c,
+          last_pull_error.empty()
+              ? std::string(": lower --lr (the parameters read this clock were all finite)")
+              : fmt::format(" after a read failed ({}): look at that node before lowering --lr",
+                            last_pull_error)));
     }
     stragglers.waitAfterStep(
         std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now() - compute_start));
@@ -597,6 +609,10 @@ void PsPeer::onCatchupReply(NodeId from, const wire::PsCatchupReply& reply) {
              reply.clocks()->size() != reply.workers()->size() ||
              reply.counted()->size() != reply.workers()->size()) {
     catchup.error = "malformed PsCatchupReply (fields missing or of different lengths)";
+  } else if (const size_t bad = node::countNonFinite(
+                 std::span<const float>(reply.values()->data(), reply.values()->size()));
+             bad > 0) {
+    catchup.error = fmt::format("PsCatchupReply with {} non-finite value(s)", bad);
   } else {
     catchup.keys.assign(reply.keys()->begin(), reply.keys()->end());
     catchup.values.assign(reply.values()->begin(), reply.values()->end());

@@ -21,6 +21,10 @@ namespace chorus::ps {
 using Clock = int64_t;
 using WorkerId = uint32_t;
 
+// No run reaches this clock (2^40): a clock from a peer at or above it is refused before it is
+// used, which keeps every sum of workers' clocks far from overflowing.
+inline constexpr int64_t kClockCeiling = int64_t{1} << 40;
+
 // The staleness bound s: 0 is BSP, infinite is fully asynchronous.
 struct Staleness {
   static constexpr int64_t kInfinite = std::numeric_limits<int64_t>::max();

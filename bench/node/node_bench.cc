@@ -1,5 +1,6 @@
 // Benchmarks of the peer runtime, each next to its baseline in the same run:
 //  - frame encode + verify + decode of a float payload vs memcpy of the same bytes;
+//  - the finite check of values from peers vs the same memcpy;
 //  - bulk throughput of 4 MiB messages between two nodes vs a blocking TCP socket pair;
 //  - pipelined 64-byte message rate between two nodes vs the same socket pair.
 #include <arpa/inet.h>
@@ -16,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "node/finite.h"
 #include "node/frame.h"
 #include "node/node.h"
 
@@ -81,9 +83,27 @@ void BM_Memcpy(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * state.range(0));
 }
 
-BENCHMARK(BM_FrameEncodeVerifyDecode)->RangeMultiplier(8)->Range(1 << 10, 64 << 20);
+// The finite check every tensor from a peer goes through (node/finite.h), against memcpy of
+// the same bytes: one read-only pass, so it should cost about as much as a copy or less.
+void BM_AllFinite(benchmark::State& state) {
+  const size_t floats = static_cast<size_t>(state.range(0)) / sizeof(float);
+  std::vector<float> values(floats, 1.5f);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(values.data());
+    const bool finite = allFinite(values);
+    benchmark::DoNotOptimize(finite);
+    if (!finite) state.SkipWithError("not finite");
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * state.range(0));
+}
+
+BENCHMARK(BM_FrameEncodeVerifyDecode)
+    ->RangeMultiplier(8)
+    ->Range(1 << 10, 64 << 20)
+    ->Arg(4 << 20);  // a 4 MiB tensor
+BENCHMARK(BM_AllFinite)->RangeMultiplier(8)->Range(1 << 10, 64 << 20)->Arg(4 << 20);
 BENCHMARK(BM_FrameEncodeVerifyDecodeViaDecoderCopy)->RangeMultiplier(8)->Range(1 << 10, 64 << 20);
-BENCHMARK(BM_Memcpy)->RangeMultiplier(8)->Range(1 << 10, 64 << 20);
+BENCHMARK(BM_Memcpy)->RangeMultiplier(8)->Range(1 << 10, 64 << 20)->Arg(4 << 20);
 
 // ---- two nodes on loopback ----
 

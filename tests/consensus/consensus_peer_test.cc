@@ -12,7 +12,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -717,11 +719,141 @@ TEST(ConsensusPeer, ARestartedNodeRejoinsFromANeighborsModel) {
 
 // Sends one ModelShare frame from `node` to `to`.
 void sendShare(node::Node& node, NodeId to, Round round, uint64_t offset, uint64_t total,
-               const std::vector<float>& values) {
+               const std::vector<float>& values,
+               wire::SharePurpose purpose = wire::SharePurpose::Gossip) {
   node.send(to, node.encode(wire::Body::ModelShare, [&](flatbuffers::FlatBufferBuilder& b) {
     auto v = b.CreateVector(values);
-    return wire::CreateModelShare(b, round, offset, total, 0, v).Union();
+    return wire::CreateModelShare(b, round, offset, total, 0, v, purpose).Union();
   }));
+}
+
+// Polls `done` until it holds or `timeout` passes (for counters no event announces).
+bool waitUntil(const std::function<bool()>& done, std::chrono::milliseconds timeout = 30s) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
+// Nodes 0 and 1 train (complete graph of three, one backup); node 2 is a bare runtime node that
+// completed a real handshake and plays a neighbor that misbehaves.
+struct FakeNeighborRun {
+  static constexpr int64_t kRounds = 40;
+  explicit FakeNeighborRun(Cluster& cluster) {
+    auto data = syntheticData(300, 50);
+    const Graph g = complete(3);
+    for (NodeId i = 0; i < 2; ++i) {
+      run::RunOptions options = trainingOptions();
+      options.model.name = "softmax";
+      options.model.hidden.clear();
+      options.rounds = kRounds;
+      options.eval_every = 0;
+      ConsensusOptions co;
+      co.backup = "static:1";
+      co.stall_timeout = 300ms;   // the fake stops holding the staleness gate quickly
+      co.finish_timeout = 500ms;  // it never says TrainingDone
+      run::NodeJob job = makeJob(options, data, i, 3);
+      model_size = job.model->size();
+      cluster.attach(i, std::move(job), layoutOf(g, i), co);
+    }
+    cluster.connect();
+  }
+  // Both honest nodes ran every round and ended with finite parameters.
+  static void expectFinishedFinite(std::vector<std::future<ConsensusReport>>& futures) {
+    for (NodeId i = 0; i < 2; ++i) {
+      ConsensusReport r = getReport(futures[i]);
+      EXPECT_EQ(r.rounds_done, kRounds) << "node " << i;
+      EXPECT_FALSE(r.stopped);
+      ASSERT_FALSE(r.final_model.empty());
+      for (float v : r.final_model)
+        ASSERT_TRUE(std::isfinite(v)) << "node " << i;
+    }
+  }
+  size_t model_size = 0;
+};
+
+// The amplification probe of the hardening issue: a neighbor sends a thousand one-float chunks
+// of models of many rounds and a thousand one-float Final chunks (each once made the victim
+// allocate a whole model). What the victim holds stays within a few models, what the fake half
+// sent is freed when it leaves, and the honest nodes finish.
+TEST(ConsensusPeer, AFloodOfOneFloatChunksAndFinalsHoldsAFewModelsAndIsFreedWhenTheSenderLeaves) {
+  Cluster cluster(3);
+  FakeNeighborRun run(cluster);
+  const size_t size = run.model_size;
+  const uint64_t model_bytes = size * sizeof(float);
+  node::Node& fake = cluster.node(2);
+  // Sent before the victim starts its rounds, so that none of it is merely too old.
+  constexpr int kChunks = 1000;
+  for (int i = 0; i < kChunks; ++i) {
+    // 25 chunks of each round 0..35 (never a whole model), then rounds beyond the run.
+    const Round round = i < 900 ? i / 25 : 1000 + i;
+    sendShare(fake, 0, round, static_cast<uint64_t>(i % 25), size, {0.5f});
+  }
+  for (int i = 0; i < kChunks; ++i) {
+    sendShare(fake, 0, i / 25, static_cast<uint64_t>(i % 25), size, {0.5f},
+              wire::SharePurpose::Final);
+  }
+  // And whole models of every round: the board keeps the newest 2 tau + 2 of them.
+  for (Round round = 0; round < FakeNeighborRun::kRounds; ++round)
+    sendShare(fake, 0, round, 0, size, std::vector<float>(size, 0.5f));
+  ASSERT_TRUE(waitUntil(
+      [&] { return cluster.peer(0).held().chunks >= 2 * kChunks + FakeNeighborRun::kRounds; }));
+  auto futures = cluster.start();
+  const HeldModels held = cluster.peer(0).held();
+  // Per neighbor: its 2 tau + 2 newest models on the board and one partial model, one partial
+  // and one complete final model: 2 x 6 + 2 + 2 + 2 = 18 models at most. Before the fix: one
+  // model per round a chunk named, about 2,000.
+  EXPECT_LE(held.peak_bytes, 18 * model_bytes)
+      << held.peak_bytes / model_bytes << " models' worth at the peak";
+  std::printf("victim held at most %.1f models' worth (%llu bytes) after %d chunks\n",
+              static_cast<double>(held.peak_bytes) / static_cast<double>(model_bytes),
+              static_cast<unsigned long long>(held.peak_bytes), 2 * kChunks);
+  EXPECT_NE(cluster.log(0).find("outside this run's rounds 0..39"), std::string::npos);
+  // The fake leaves: what it had half sent is freed (node 1's models remain: at most 6 on the
+  // board, a partial one and its final model).
+  fake.shutdown(500ms);
+  EXPECT_TRUE(waitUntil([&] { return cluster.peer(0).held().bytes <= 8 * model_bytes; }))
+      << cluster.peer(0).held().bytes / model_bytes << " models' worth still held";
+  FakeNeighborRun::expectFinishedFinite(futures);
+}
+
+// A neighbor's model with NaN in it, and models of rounds no run has (INT64_MAX, -1), are
+// refused with a line naming the sender and what was wrong; the honest nodes finish with finite
+// parameters (before, mixing the NaN model killed the node).
+TEST(ConsensusPeer, ANeighborsNonFiniteModelAndImpossibleRoundsAreRefusedAndNamed) {
+  Cluster cluster(3);
+  FakeNeighborRun run(cluster);
+  const size_t size = run.model_size;
+  auto futures = cluster.start();
+  node::Node& fake = cluster.node(2);
+  std::vector<float> infinite(size, 0.25f);
+  infinite[3] = std::numeric_limits<float>::infinity();
+  sendShare(fake, 0, 6, 0, size, infinite);
+  sendShare(fake, 0, std::numeric_limits<Round>::max(), 0, size, std::vector<float>(size, 1.0f));
+  sendShare(fake, 0, -1, 0, size, std::vector<float>(size, 1.0f));
+  std::vector<float> poisoned(size, 0.25f);
+  poisoned[7] = std::nanf("");
+  for (Round round = 0; round < 5; ++round) {
+    sendShare(fake, 0, round, 0, size, poisoned);
+    sendShare(fake, 1, round, 0, size, poisoned);
+  }
+  ASSERT_TRUE(waitUntil([&] { return cluster.peer(0).held().chunks >= 8; }));
+  FakeNeighborRun::expectFinishedFinite(futures);
+  const std::string log = cluster.log(0);
+  EXPECT_NE(log.find("model chunk [0, " + std::to_string(size) +
+                     ") from node 2 holds 1 non-finite value(s) (the first, nan, at parameter 7)"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("(the first, inf, at parameter 3)"), std::string::npos) << log;
+  EXPECT_NE(log.find("model chunk from node 2 for round 9223372036854775807, outside this run's "
+                     "rounds 0..39"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("for round -1, outside"), std::string::npos) << log;
+  EXPECT_NE(cluster.log(1).find("from node 2 holds 1 non-finite value(s)"), std::string::npos);
+  EXPECT_GE(cluster.peer(0).held().refused, 8u);
 }
 
 // Node 1 is a bare runtime node that sends node 0 broken chunks first: they are logged with the

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 #include <random>
 
@@ -106,6 +107,32 @@ TEST(ModelAssembler, NewerCompleteModelWinsAndForgetClears) {
   asmb.forget(5);
   EXPECT_EQ(asmb.latest(5), nullptr);
   EXPECT_FALSE(asmb.add(5, 2, 0, r2, &done).has_value());  // a rejoined node starts afresh
+}
+
+// A thousand one-float chunks, each of another round: one partial model per sender is held (a
+// newer round replaces it, an older one is refused), never one per round.
+TEST(ModelAssembler, OnePartialModelPerSenderHoweverManyRoundsItsChunksName) {
+  ModelAssembler asmb(1000);
+  const std::vector<float> one = {0.5f};
+  bool done = false;
+  size_t peak = 0;
+  for (Round round = 0; round < 1000; ++round) {
+    EXPECT_FALSE(asmb.add(4, round, static_cast<size_t>(round), one, &done).has_value());
+    peak = std::max(peak, asmb.heldBytes());
+  }
+  EXPECT_FALSE(done);
+  EXPECT_EQ(peak, 1000 * sizeof(float));
+  EXPECT_NE(asmb.add(4, 998, 0, one, &done)->find("older than its round 999 being assembled"),
+            std::string::npos);
+  asmb.forget(4);
+  EXPECT_EQ(asmb.heldBytes(), 0u);
+  // A complete model's values can be moved out; its round still refuses older chunks.
+  std::vector<float> whole(1000, 1.0f);
+  EXPECT_FALSE(asmb.add(4, 5, 0, whole, &done).has_value());
+  EXPECT_TRUE(done);
+  EXPECT_EQ(asmb.takeLatest(4), whole);
+  EXPECT_EQ(asmb.heldBytes(), 0u);
+  EXPECT_TRUE(asmb.add(4, 5, 0, one, &done).has_value());
 }
 
 }  // namespace

@@ -390,5 +390,24 @@ TEST(RoundBoard, AModelFromALaterRoundWaitsForThatRound) {
   EXPECT_EQ((*r1.models[0].values)[0], 11.0f);
 }
 
+// Complete models of a thousand future rounds: a neighbor's newest 2 tau + 2 are kept, and a
+// model of a round that can no longer be mixed is not kept at all.
+TEST(RoundBoard, ANeighborsModelsAreBoundedByTheWindow) {
+  RoundBoard board({.neighbors = {1}, .staleness_bound = 2});
+  EXPECT_EQ(board.modelsHeldPerNeighbor(), 6u);
+  for (Round round = 0; round < 1000; ++round)
+    board.modelArrived(1, round, model(1.0f), now());
+  EXPECT_EQ(board.heldModels(), 6u);
+  EXPECT_EQ(board.heldBytes(), 6 * 4 * sizeof(float));
+  GatherResult r = board.gather(999, waitFor(1));
+  ASSERT_EQ(r.models.size(), 1u);
+  EXPECT_EQ(r.models[0].round, 999);
+  EXPECT_EQ(board.heldModels(), 0u);
+  board.modelArrived(1, 996, model(2.0f), now());  // 999 - tau = 997 is the oldest mixable
+  EXPECT_EQ(board.heldModels(), 0u);
+  board.neighborDown(1);
+  EXPECT_EQ(board.heldBytes(), 0u);
+}
+
 }  // namespace
 }  // namespace chorus::consensus

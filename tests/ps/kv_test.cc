@@ -1,6 +1,7 @@
 // KvServer + KvWorker over the real runtime: nodes as threads in this process on loopback,
 // port 0, seeded delays. Covers the push/pull API, local keys, error replies, BSP against the
 // sequential computation, the SSP guarantee, and workers that stall or go down.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -273,6 +274,91 @@ TEST(KvWorker, AReplyCutOffInsideItsValuesFailsThePull) {
   EXPECT_NE(status.message().find("node 0"), std::string::npos) << status.toString();
   out.reset();
   EXPECT_EQ(worker.stats().failed_requests, 1u);
+  node.shutdown(0ms);
+}
+
+// An owner (here a raw peer after a real handshake) answers pulls with non-finite values: the
+// pull fails naming it, and the keys keep what this worker read before (put back from the row
+// cache when the values landed in place, never copied when they came in the body).
+TEST(KvWorker, AnOwnersNonFiniteReplyIsRefusedAndTheRowsKeepTheirLastRead) {
+  const std::vector<NodeId> members{0, 1};
+  const ChunkLayout layout(64, 4);
+  const ShardMap map(members);
+  OwnerOptimizer optimizer;
+  auto options = nodeOptions(1, 2);
+  options.peer_timeout = 30000ms;  // the raw peer sends no heartbeats
+  node::Node node(options);
+  KvServer server(node, KeyStore(layout, map, 1, std::vector<float>(layout.total()), optimizer),
+                  members, ServerOptions{});
+  WorkerOptions wo;
+  wo.staleness = Staleness{0};
+  KvWorker worker(node, server, map, layout, optimizer, wo);
+  node.setEventHandler([&](const node::PeerEvent& event) { worker.onPeerEvent(event); });
+  ASSERT_TRUE(node.listen().ok());
+  ASSERT_TRUE(node.connect({{0, "", 0}}).ok());
+  node::testing::RawPeer raw(node.port());
+  ASSERT_TRUE(raw.handshake("ps-test", 0));
+  ASSERT_TRUE(node.waitClusterReady(10s).ok());
+  std::vector<Key> keys;
+  for (Key k = 0; k < layout.numKeys(); ++k) {
+    if (map.home(k) == 0) keys.push_back(k);
+  }
+  ASSERT_FALSE(keys.empty());
+  std::vector<float> out(keys.size() * 4, -1.0f);
+  uint64_t sequence = 1;
+  // Answers the next pull with `values`, as an attachment (read in place) or in the body.
+  auto answer = [&](const std::vector<float>& values, bool attached) {
+    uint64_t request = 0;
+    for (;;) {
+      auto frame = raw.readFrame();
+      ASSERT_TRUE(frame.has_value());
+      ASSERT_TRUE(node::verifyFrame(frame->data(), frame->size(), node::FrameLimits{}).ok());
+      const wire::Envelope& e = node::envelopeOf(frame->data());
+      if (e.body_type() != wire::Body::PsPull) continue;
+      request = e.body_as_PsPull()->request();
+      break;
+    }
+    const node::SharedFrame reply = node::encodeFrame(
+        node::EnvelopeHeader{0, "ps-test", ++sequence, 0}, wire::Body::PsReply,
+        [&](flatbuffers::FlatBufferBuilder& b) {
+          auto k = b.CreateVector(keys);
+          auto v = attached ? 0 : b.CreateVector(values);
+          return wire::CreatePsReply(b, request, wire::PsOp::Pull, 0, 0, k, v).Union();
+        },
+        0,
+        attached ? node::Attachment{node::bytesOf(std::span<const float>(values))}
+                 : node::Attachment{});
+    raw.sendFrame(reply);
+  };
+  const std::vector<float> good(out.size(), 2.5f);
+  KvWorker::Handle handle = worker.pull(keys, out);
+  answer(good, true);
+  ASSERT_TRUE(worker.wait(handle).ok());
+  EXPECT_EQ(out, good);
+
+  std::vector<float> poisoned = good;
+  poisoned[1] = std::nanf("");
+  worker.clock();  // the rows read at clock 0 are too old for a read at clock 1 under BSP
+  handle = worker.pull(keys, out);
+  answer(poisoned, true);
+  node::Status status = worker.wait(handle);
+  EXPECT_EQ(status.code(), node::ErrorCode::kProtocol);
+  EXPECT_NE(status.message().find("node 0 answered a pull with 1 non-finite value(s) (the first, "
+                                  "nan, is float 1 of 4): refused"),
+            std::string::npos)
+      << status.toString();
+  EXPECT_EQ(out, good) << "the landed row was not put back from the cache";
+
+  poisoned[1] = std::numeric_limits<float>::infinity();
+  handle = worker.pull(keys, out);
+  answer(poisoned, false);
+  status = worker.wait(handle);
+  EXPECT_NE(status.message().find("node 0 answered a pull with 1 non-finite value(s) (the first, "
+                                  "inf"),
+            std::string::npos)
+      << status.toString();
+  EXPECT_EQ(out, good);
+  EXPECT_EQ(worker.stats().failed_requests, 2u);
   node.shutdown(0ms);
 }
 
@@ -572,6 +658,71 @@ TEST(KvServer, MalformedRequestsGetAnErrorReplyAndTheOwnerKeepsServing) {
     EXPECT_EQ(r.values[i], static_cast<float>(cluster.layout().offset(mine[0]) + i));
   EXPECT_EQ(cluster.server(0).summary().errors, mine.size() >= 2 ? 6u : 5u);
   EXPECT_EQ(cluster.server(0).summary().pushes, 0u);
+  raw.shutdown(std::chrono::milliseconds(0));  // no reply handler runs once `replies` is gone
+}
+
+// Clocks no worker of the run can have reached (an impostor's INT64_MAX, a negative one) are
+// refused before they move anything, as are NaN gradients; the owner keeps serving.
+TEST(KvServer, ImpossibleClocksAndNonFiniteGradientsAreRefusedBeforeTheyMoveAnything) {
+  KvCluster::Config config;
+  config.members = 2;
+  config.served = 1;  // node 1 is a raw peer sending hand-made frames
+  config.layout = ChunkLayout(40, 4);
+  config.server.max_clock = 10;
+  bool running_job = false;
+  config.server.on_running_job = [&](WorkerId, Clock) { running_job = true; };
+  KvCluster cluster(config);
+  ReplyCollector replies(cluster.node(1));
+  node::Node& raw = cluster.node(1);
+  const std::vector<Key> mine = cluster.keysOwnedBy({0});
+  ASSERT_FALSE(mine.empty());
+  // The worker's first clock, as every worker announces it (later jumps are no running job).
+  raw.send(0, raw.encode(wire::Body::PsClock, [&](flatbuffers::FlatBufferBuilder& b) {
+    return wire::CreatePsClock(b, 1).Union();
+  }));
+  for (int64_t clock : {std::numeric_limits<int64_t>::max(), int64_t{11}, int64_t{-1}}) {
+    raw.send(0, raw.encode(wire::Body::PsClock, [&](flatbuffers::FlatBufferBuilder& b) {
+      return wire::CreatePsClock(b, clock).Union();
+    }));
+    const auto r = replies.next();
+    EXPECT_EQ(r.op, wire::PsOp::Clock);
+    EXPECT_NE(r.error.find(fmt::format(
+                  "PsClock at clock {}, {}", clock,
+                  clock == 11 ? "outside this run's clocks 0..10" : "which no run reaches")),
+              std::string::npos)
+        << r.error;
+  }
+  std::vector<float> grads(4, 1.0f);
+  grads[2] = -std::numeric_limits<float>::infinity();
+  raw.send(0, raw.encode(wire::Body::PsPush, [&](flatbuffers::FlatBufferBuilder& b) {
+    return wire::CreatePsPush(b, 7, 1, b.CreateVector(std::vector<uint64_t>{mine[0]}),
+                              b.CreateVector(grads))
+        .Union();
+  }));
+  auto r = replies.next();
+  EXPECT_EQ(r.request, 7u);
+  EXPECT_NE(r.error.find("push at clock 1 holds 1 non-finite value(s) (the first, -inf, is float "
+                         "2 of its 4): nothing applied"),
+            std::string::npos)
+      << r.error;
+  raw.send(0, raw.encode(wire::Body::PsPull, [&](flatbuffers::FlatBufferBuilder& b) {
+    return wire::CreatePsPull(b, 8, std::numeric_limits<int64_t>::max(), 0,
+                              b.CreateVector(std::vector<uint64_t>{mine[0]}))
+        .Union();
+  }));
+  r = replies.next();
+  EXPECT_EQ(r.request, 8u);
+  EXPECT_NE(r.error.find("which no run reaches"), std::string::npos) << r.error;
+  EXPECT_FALSE(running_job) << "an impossible clock was taken for a running job";
+  Clock seen = -1;
+  cluster.onLoop(0, [&] {
+    for (const WorkerView& view : cluster.server(0).workerViews()) {
+      if (view.worker == 1) seen = view.clock;
+    }
+  });
+  EXPECT_EQ(seen, 1);
+  EXPECT_EQ(cluster.server(0).summary().pushes, 0u);
+  EXPECT_EQ(cluster.server(0).summary().errors, 5u);
   raw.shutdown(std::chrono::milliseconds(0));  // no reply handler runs once `replies` is gone
 }
 

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <functional>
 #include <future>
+#include <limits>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -285,6 +286,95 @@ TEST(PsPeer, ANodeThatVanishesMidRunLeavesTheOthersFinishingAndItsLostUpdatesNam
     EXPECT_EQ(r.departed_peers, std::vector<NodeId>{2});
   }
   ASSERT_TRUE(reports[0].owner_accuracy.has_value());
+  EXPECT_GT(*reports[0].owner_accuracy, 0.5);
+}
+
+// The probe of the hardening issue: a member pushes NaN gradients (before, every node that read
+// the keys died within seconds, blaming --lr) and announces clock INT64_MAX, as an impostor on
+// its connection could. The owners refuse both with a line naming node 2 and what was wrong,
+// and every node, node 2 included, trains to the end with finite parameters.
+TEST(PsPeer, ANonFinitePushAndAnImpossibleClockAreRefusedAndEveryNodeFinishes) {
+  constexpr size_t kNodes = 3;
+  constexpr int64_t kClocks = 100;
+  auto data = std::make_shared<const ml::DataSplit>(ml::makeSynthetic(3000, 300, 7));
+  std::vector<NodeId> members{0, 1, 2};
+  std::vector<std::unique_ptr<node::Node>> nodes;
+  std::vector<std::unique_ptr<PsPeer>> peers;
+  std::vector<std::shared_ptr<std::ostringstream>> logs;
+  for (NodeId i = 0; i < kNodes; ++i) {
+    node::NodeOptions o = testNode("ps-poison-test", i, members);
+    logs.push_back(std::make_shared<std::ostringstream>());
+    o.log_sinks = {std::make_shared<spdlog::sinks::ostream_sink_mt>(*logs.back())};
+    nodes.push_back(std::make_unique<node::Node>(o));
+  }
+  for (NodeId i = 0; i < kNodes; ++i) {
+    run::RunOptions options = trainingOptions();
+    options.rounds = kClocks;
+    options.eval_every = 0;
+    PsOptions po;
+    po.staleness = "2";
+    po.key_floats = 1000;
+    if (i == 2) {
+      po.on_clock_end = [&nodes, &peers](Clock c, std::span<const float>) {
+        if (c != 5) return;
+        node::Node& node = *nodes[2];
+        for (NodeId owner : {NodeId{0}, NodeId{1}}) {
+          std::vector<uint64_t> keys;
+          size_t floats = 0;
+          for (Key key = 0; key < peers[2]->layout().numKeys(); ++key) {
+            if (peers[2]->shardMap().home(key) != owner) continue;
+            keys.push_back(key);
+            floats += peers[2]->layout().length(key);
+          }
+          std::vector<float> poisoned(floats, 0.01f);
+          poisoned[floats / 2] = std::nanf("");
+          node.send(owner, node.encode(wire::Body::PsPush, [&](flatbuffers::FlatBufferBuilder& b) {
+            return wire::CreatePsPush(b, uint64_t{1} << 62, c + 1, b.CreateVector(keys),
+                                      b.CreateVector(poisoned))
+                .Union();
+          }));
+          node.send(owner, node.encode(wire::Body::PsClock, [](flatbuffers::FlatBufferBuilder& b) {
+            return wire::CreatePsClock(b, std::numeric_limits<int64_t>::max()).Union();
+          }));
+        }
+      };
+    }
+    peers.push_back(std::make_unique<PsPeer>(
+        *nodes[i], run::prepareNodeJob(options, data, i, kNodes, ""), members, po));
+    EXPECT_TRUE(nodes[i]->listen().ok());
+  }
+  connectAll(nodes);
+  std::vector<std::future<PsReport>> futures;
+  for (auto& p : peers)
+    futures.push_back(std::async(std::launch::async, [peer = p.get()] { return peer->run(); }));
+  std::vector<PsReport> reports;
+  for (auto& f : futures) {
+    ASSERT_EQ(f.wait_for(300s), std::future_status::ready) << "a node did not finish";
+    reports.push_back(f.get());  // rethrows a node's "training diverged"
+  }
+  for (auto& n : nodes)
+    n->shutdown(0ms);
+  for (NodeId i = 0; i < kNodes; ++i) {
+    const PsReport& r = reports[i];
+    EXPECT_EQ(r.clocks_done, kClocks) << "node " << i;
+    EXPECT_TRUE(std::isfinite(r.final_loss)) << "node " << i;
+    EXPECT_EQ(r.finished_peers.size(), 2u) << "node " << i;
+  }
+  for (NodeId owner : {0, 1}) {
+    EXPECT_EQ(reports[owner].server.errors, 2u) << "owner " << owner;
+    const std::string log = logs[owner]->str();
+    EXPECT_NE(log.find("refused a Push request from node 2: push at clock 6 holds 1 non-finite "
+                       "value(s) (the first, nan,"),
+              std::string::npos)
+        << log;
+    EXPECT_NE(log.find("refused a Clock request from node 2: PsClock at clock "
+                       "9223372036854775807, which no run reaches"),
+              std::string::npos)
+        << log;
+  }
+  ASSERT_TRUE(reports[0].owner_accuracy.has_value());
+  for (float v : reports[0].owner_model)
+    ASSERT_TRUE(std::isfinite(v));
   EXPECT_GT(*reports[0].owner_accuracy, 0.5);
 }
 
