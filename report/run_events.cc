@@ -54,7 +54,7 @@ void lifeEvents(const NodeMetrics& node, const NodeMetrics& ref, std::vector<Run
       e.step = info.first_step;
       e.time = referenceTimeAt(ref, info.first_step);
       e.text = fmt::format("node {} rejoined at {} {}", node.node, word, info.first_step);
-      e.label = fmt::format("node {} rejoined", node.node);
+      e.label = fmt::format("node {} rejoined ({} {})", node.node, word, info.first_step);
       events.push_back(std::move(e));
     }
     if (info.has_final) continue;
@@ -70,6 +70,8 @@ void lifeEvents(const NodeMetrics& node, const NodeMetrics& ref, std::vector<Run
     // one is placed where the reference node was at that step.
     if (count > 0)
       e.time = life == 0 ? std::optional<double>(last_time) : referenceTimeAt(ref, last);
+    // The plot's label names the last round or clock written, where the node's line ends.
+    const std::string at = count == 0 ? "" : fmt::format(" ({} {})", word, last);
     const std::string when = count == 0 ? fmt::format("before its first {}", word)
                              : life == 0
                                  ? fmt::format("after {} {}, at {:.1f} s", word, last, last_time)
@@ -77,14 +79,14 @@ void lifeEvents(const NodeMetrics& node, const NodeMetrics& ref, std::vector<Run
     if (injected) {
       e.text = fmt::format("node {} crashed {} (injected: crash:{}@{})", node.node, when, node.node,
                            *info.crash_step);
-      e.label = fmt::format("node {} crashed", node.node);
+      e.label = fmt::format("node {} crashed{}", node.node, at);
     } else {
       e.text = fmt::format("node {} stopped {}{} with no final line (killed, or crashed{})",
                            node.node, when, count > 0 && life == 0 ? "," : "",
                            info.crash_step ? fmt::format("; not at its crash:{}@{} step", node.node,
                                                          *info.crash_step)
                                            : std::string());
-      e.label = fmt::format("node {} stopped", node.node);
+      e.label = fmt::format("node {} stopped{}", node.node, at);
     }
     events.push_back(std::move(e));
   }
@@ -142,7 +144,7 @@ std::vector<RunEvent> runEvents(const RunMetrics& metrics) {
                        "PS owners dropped node {} at clocks {}-{}: its updates from then "
                        "on are lost",
                        worker, range.first, range.second);
-    e.label = fmt::format("node {} dropped", worker);
+    e.label = fmt::format("node {} dropped (clock {})", worker, range.first);
     events.push_back(std::move(e));
   }
   for (const auto& [worker, from, to] : gaps) {

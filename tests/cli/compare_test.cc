@@ -293,7 +293,7 @@ TEST_F(CompareTest, AnInjectedCrashIsNamedAndTheRunStillCounts) {
   EXPECT_TRUE(contains(md, "| 1 crash")) << md;
   EXPECT_TRUE(contains(readFile(out / "summary.csv"), ",\"node 2 crashed after round 18, at "));
   EXPECT_TRUE(contains(readFile(out / "plots" / "accuracy-vs-time.gp"),
-                       "set label \"node 2 crashed\" at first "));
+                       "set label \"node 2 crashed (round 18)\" at first "));
 }
 
 // The demo's profile names node 2 of 3; single is node 0 alone and runs with node 0's terms.

@@ -112,7 +112,7 @@ TEST_F(ReportEventsTest, AnInjectedPsCrashAndItsLostUpdatesAreInTableCsvReportAn
                        "set arrow from first 3, graph 0 to first 3, first 60 nohead dt 2 lw 1.5 "
                        "lc rgb \"#d62728\"\n"))
       << gp;
-  EXPECT_TRUE(contains(gp, "set label \"node 3 crashed\" at first 3, first 60 ")) << gp;
+  EXPECT_TRUE(contains(gp, "set label \"node 3 crashed (clock 2)\" at first 3, first 60 ")) << gp;
   EXPECT_TRUE(contains(gp, "$events0 << EOD\n3 60 2\nEOD\n")) << gp;
   EXPECT_TRUE(contains(gp, "title \"node crashed or stopped (its metrics end)\"")) << gp;
 }
@@ -148,7 +148,7 @@ TEST_F(ReportEventsTest, AKilledNodesRejoinAndItsLostClocksAreEvents) {
   EXPECT_TRUE(contains(summaryCsv(report), ",0,1,1,0,0,0,\"node 2 stopped")) << summaryCsv(report);
   writePlots(report, dir_);
   const std::string gp = read("plots/accuracy-vs-time.gp");
-  EXPECT_TRUE(contains(gp, "set label \"node 2 rejoined\" at first 5, first 75 ")) << gp;
+  EXPECT_TRUE(contains(gp, "set label \"node 2 rejoined (clock 4)\" at first 5, first 75 ")) << gp;
   EXPECT_TRUE(contains(gp, "title \"node rejoined\"")) << gp;
 }
 
