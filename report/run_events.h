@@ -55,6 +55,7 @@ struct EventCounts {
   int rejoins = 0;
   int dropped = 0;  // kDropped and kDeparted: nodes the others went on without
   uint64_t failed_pushes = 0, failed_pulls = 0;
+  // Whether anything was counted.
   bool any() const { return crashes + rejoins + dropped > 0 || failed_pushes + failed_pulls > 0; }
 };
 // Adds the events of one run to `counts`.
