@@ -200,6 +200,17 @@ std::string eventKey(int point) {
   }
 }
 
+// An event drawn on the accuracy plot.
+struct EventMark {
+  double x = 0;
+  uint32_t rgb = 0;
+  std::string label;
+};
+// The rows of event labels, in graph coordinates: the top 20% that `set offsets` keeps free.
+constexpr double kLabelTop = 0.965;
+constexpr double kLabelStep = 0.045;
+constexpr size_t kLabelRows = 4;
+
 void accuracyPlot(const Report& report, const fs::path& dir, const std::string& gnuplot,
                   PlotSet& plots) {
   const fs::path png = dir / "accuracy-vs-time.png";
@@ -213,11 +224,17 @@ void accuracyPlot(const Report& report, const fs::path& dir, const std::string& 
   std::vector<std::string> curves;
   std::vector<std::string> titled;
   std::map<int, bool> kinds_marked;
-  int marks = 0;
+  std::vector<EventMark> marks;
+  double x_max = 0;                  // the curves' last time
+  std::map<std::string, int> seeds;  // runs per variant
+  for (const RunSummary& run : report.runs)
+    ++seeds[run.variant];
   for (size_t r = 0; r < report.runs.size(); ++r) {
     if (!report.runs[r].ok() || report.metrics[r].nodes.empty()) continue;
     const auto curve = accuracyCurve(report.metrics[r].nodes.front());
     if (curve.empty()) continue;
+    for (const auto& point : curve)
+      x_max = std::max(x_max, point.first);
     const std::string& name = report.runs[r].variant;
     const VariantStyle style = variantStyle(name);
     std::string data;
@@ -230,8 +247,8 @@ void accuracyPlot(const Report& report, const fs::path& dir, const std::string& 
                                  first ? "title " + gnuplotString(name) : std::string("notitle")));
     if (first) titled.push_back(name);
 
-    // The run's crashes, rejoins and drops: a dashed line up to the curve, a mark and a label
-    // on it, in the variant's color.
+    // The run's crashes, rejoins and drops: a mark on the curve in the variant's color; the
+    // dashed line and the label come after the loop, when every run's marks are known.
     std::string events;
     for (const RunEvent& e : report.events[r]) {
       if (!e.marked()) continue;
@@ -239,13 +256,10 @@ void accuracyPlot(const Report& report, const fs::path& dir, const std::string& 
       const int point = eventPoint(e.kind);
       kinds_marked[point] = true;
       events += fmt::format("{:.6g} {:.6g} {}\n", x, y, point);
-      script += fmt::format(
-          "set arrow from first {0:.6g}, graph 0 to first {0:.6g}, first {1:.6g} nohead dt 2 "
-          "lw 1.5 lc {2}\n"
-          "set label {3} at first {0:.6g}, first {1:.6g} offset char 1, char {4:.1f} tc {2} "
-          "boxed front\n",
-          x, y, colorSpec(style.rgb), gnuplotString(e.label), 1.0 + 1.2 * (marks % 3));
-      ++marks;
+      // With several seeds of the variant, the label says which run it was.
+      marks.push_back(EventMark{
+          x, style.rgb,
+          seeds[name] > 1 ? fmt::format("seed {}: {}", report.runs[r].seed, e.label) : e.label});
     }
     if (!events.empty()) {
       script += fmt::format("$events{} << EOD\n{}EOD\n", r, events);
@@ -254,6 +268,25 @@ void accuracyPlot(const Report& report, const fs::path& dir, const std::string& 
                       colorSpec(style.rgb)));
     }
   }
+  // Labels go in rows above the data (the y range gets that much headroom), each at the top of
+  // its dashed line: marks next to each other in time get different rows, so the labels of
+  // several runs that crashed at about the same time stay readable.
+  std::sort(marks.begin(), marks.end(),
+            [](const EventMark& a, const EventMark& b) { return a.x < b.x; });
+  for (size_t k = 0; k < marks.size(); ++k) {
+    const double row = kLabelTop - kLabelStep * static_cast<double>(k % kLabelRows);
+    // Right of the middle a label reads leftwards from its line, so the image's edge cannot cut
+    // it off.
+    const bool right = marks[k].x > 0.6 * x_max;
+    script += fmt::format(
+        "set arrow from first {0:.6g}, graph 0 to first {0:.6g}, graph {1:.3g} nohead dt 2 lw 1.5 "
+        "lc {2}\n"
+        "set label {3} at first {0:.6g}, graph {1:.3g} offset char {4}, char 0 {5} tc {2} boxed "
+        "front\n",
+        marks[k].x, row, colorSpec(marks[k].rgb), gnuplotString(marks[k].label),
+        right ? "-0.5" : "0.5", right ? "right" : "left");
+  }
+  if (!marks.empty()) script += "set offsets 0, 0, graph 0.25, 0\n";
   for (const auto& [point, marked] : kinds_marked) {
     curves.push_back(fmt::format("NaN with points pt {} ps 2 lw 2 lc rgb \"black\" title {}", point,
                                  gnuplotString(eventKey(point))));

@@ -106,14 +106,17 @@ TEST_F(ReportEventsTest, AnInjectedPsCrashAndItsLostUpdatesAreInTableCsvReportAn
   const std::string md = read("report.md");
   EXPECT_TRUE(contains(md, "## Events")) << md;
   EXPECT_TRUE(contains(md, "- ps:bsp seed 1: node 3 crashed after clock 2, at 3.0 s")) << md;
-  // On node 0's curve (50% at 2 s, 70% at 4 s): 60% at the crash's 3 s, in ps:bsp's red.
+  // A mark on node 0's curve (50% at 2 s, 70% at 4 s): 60% at the crash's 3 s; a dashed line
+  // and the label above the data, in ps:bsp's red.
   const std::string gp = read("plots/accuracy-vs-time.gp");
+  EXPECT_TRUE(contains(gp, "$events0 << EOD\n3 60 2\nEOD\n")) << gp;
   EXPECT_TRUE(contains(gp,
-                       "set arrow from first 3, graph 0 to first 3, first 60 nohead dt 2 lw 1.5 "
+                       "set arrow from first 3, graph 0 to first 3, graph 0.965 nohead dt 2 lw 1.5 "
                        "lc rgb \"#d62728\"\n"))
       << gp;
-  EXPECT_TRUE(contains(gp, "set label \"node 3 crashed (clock 2)\" at first 3, first 60 ")) << gp;
-  EXPECT_TRUE(contains(gp, "$events0 << EOD\n3 60 2\nEOD\n")) << gp;
+  EXPECT_TRUE(contains(gp, "set label \"node 3 crashed (clock 2)\" at first 3, graph 0.965 "))
+      << gp;
+  EXPECT_TRUE(contains(gp, "set offsets 0, 0, graph 0.25, 0\n")) << gp;
   EXPECT_TRUE(contains(gp, "title \"node crashed or stopped (its metrics end)\"")) << gp;
 }
 
@@ -148,7 +151,12 @@ TEST_F(ReportEventsTest, AKilledNodesRejoinAndItsLostClocksAreEvents) {
   EXPECT_TRUE(contains(summaryCsv(report), ",0,1,1,0,0,0,\"node 2 stopped")) << summaryCsv(report);
   writePlots(report, dir_);
   const std::string gp = read("plots/accuracy-vs-time.gp");
-  EXPECT_TRUE(contains(gp, "set label \"node 2 rejoined (clock 4)\" at first 5, first 75 ")) << gp;
+  // Its stop (at 2 s, its own clock) and its rejoin: next to each other, in two label rows.
+  EXPECT_TRUE(contains(gp, "$events0 << EOD\n2 50 2\n5 75 6\nEOD\n")) << gp;
+  EXPECT_TRUE(contains(gp, "set label \"node 2 stopped (clock 1)\" at first 2, graph 0.965 "))
+      << gp;
+  EXPECT_TRUE(contains(gp, "set label \"node 2 rejoined (clock 4)\" at first 5, graph 0.92 "))
+      << gp;
   EXPECT_TRUE(contains(gp, "title \"node rejoined\"")) << gp;
 }
 
