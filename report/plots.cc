@@ -12,6 +12,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
 #include <system_error>
 #include <utility>
 
@@ -223,7 +224,7 @@ void accuracyPlot(const Report& report, const fs::path& dir, const std::string& 
       "set style textbox opaque noborder\n";
   std::vector<std::string> curves;
   std::vector<std::string> titled;
-  std::map<int, bool> kinds_marked;
+  std::set<int> kinds_marked;  // the point types of the marks drawn, for the key
   std::vector<EventMark> marks;
   double x_max = 0;                  // the curves' last time
   std::map<std::string, int> seeds;  // runs per variant
@@ -254,7 +255,7 @@ void accuracyPlot(const Report& report, const fs::path& dir, const std::string& 
       if (!e.marked()) continue;
       const double x = *e.time, y = heightAt(curve, x);
       const int point = eventPoint(e.kind);
-      kinds_marked[point] = true;
+      kinds_marked.insert(point);
       events += fmt::format("{:.6g} {:.6g} {}\n", x, y, point);
       // With several seeds of the variant, the label says which run it was.
       marks.push_back(EventMark{
@@ -287,7 +288,7 @@ void accuracyPlot(const Report& report, const fs::path& dir, const std::string& 
         right ? "-0.5" : "0.5", right ? "right" : "left");
   }
   if (!marks.empty()) script += "set offsets 0, 0, graph 0.25, 0\n";
-  for (const auto& [point, marked] : kinds_marked) {
+  for (int point : kinds_marked) {
     curves.push_back(fmt::format("NaN with points pt {} ps 2 lw 2 lc rgb \"black\" title {}", point,
                                  gnuplotString(eventKey(point))));
   }

@@ -75,6 +75,23 @@ std::vector<uint32_t> nodeIds(const JsonObject& object, std::string_view key) {
   return ids;
 }
 
+// An array item as a warning quotes it.
+std::string itemText(const JsonValue& item) {
+  switch (item.kind) {
+    case JsonValue::Kind::kNested:
+      return item.text;
+    case JsonValue::Kind::kNumber:
+      return fmt::format("{}", item.number);
+    case JsonValue::Kind::kString:
+      return "\"" + item.text + "\"";
+    case JsonValue::Kind::kBool:
+      return item.number != 0 ? "true" : "false";
+    case JsonValue::Kind::kNull:
+      break;
+  }
+  return "null";
+}
+
 // A PS `final` line's lost_updates: [{"node":N,"from_clock":C[,"to_clock":D]}, ...]. Items
 // that do not have that shape are skipped with a warning.
 std::vector<LostUpdates> lostUpdatesOf(const JsonObject& object, const std::string& where,
@@ -101,8 +118,9 @@ std::vector<LostUpdates> lostUpdatesOf(const JsonObject& object, const std::stri
     if (entry) {
       lost.push_back(*entry);
     } else {
-      problems.push_back(fmt::format(
-          "{}: a lost_updates item without node and from_clock ({}), skipped", where, item.text));
+      problems.push_back(
+          fmt::format("{}: a lost_updates item without node and from_clock ({}), skipped", where,
+                      itemText(item)));
     }
   }
   return lost;

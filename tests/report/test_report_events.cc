@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "report/json_line.h"
 #include "report/report.h"
 #include "report/run_events.h"
 #include "report/run_metrics.h"
@@ -192,19 +193,46 @@ TEST_F(ReportEventsTest, AConsensusCrashIsADepartureWithoutPsCounts) {
 
 // A node whose file ends early without reaching its crash term was not the injected crash; a
 // cut last line (killed while writing) is still skipped with a warning, as before.
+// A lost_updates item of another shape is skipped with a warning too.
 TEST_F(ReportEventsTest, AStopBeforeTheCrashStepIsNotCalledTheInjectedCrash) {
   write("node-0.jsonl", psStart("crash:1@10") + psClocks(0, 3) +
-                            line(R"("event":"final","test_accuracy":0.8,"clocks":4,"seconds":4)"));
+                            line(R"("event":"final","test_accuracy":0.8,"clocks":4,"seconds":4,)"
+                                 R"("lost_updates":[7,{"node":1}])"));
   write("node-1.jsonl", psStart("crash:1@10") + psClocks(0, 1) + R"({"event":"clock","ti)");
   const Report report = buildReport(loadReportInput(dir_));
-  ASSERT_EQ(report.warnings.size(), 1u);
-  EXPECT_TRUE(contains(report.warnings[0], "node-1.jsonl:4: not a JSON object"))
+  ASSERT_EQ(report.warnings.size(), 3u);
+  EXPECT_TRUE(contains(report.warnings[0],
+                       "node-0.jsonl:6: a lost_updates item without node and from_clock (7)"))
       << report.warnings[0];
+  EXPECT_TRUE(contains(report.warnings[1], "without node and from_clock ({\"node\":1})"))
+      << report.warnings[1];
+  EXPECT_TRUE(contains(report.warnings[2], "node-1.jsonl:4: not a JSON object"))
+      << report.warnings[2];
   EXPECT_EQ(texts(report.events[0]),
             (std::vector<std::string>{"node 1 stopped after clock 1, at 2.0 s, with no final line "
                                       "(killed, or crashed; not at its crash:1@10 step)"}));
   EXPECT_EQ(runEvents(readRunFolder(dir_)).size(), 1u);
   EXPECT_EQ(eventCountsText(EventCounts{}), "—");
+}
+
+// departed_peers and lost_updates are arrays: of numbers (consensus writes "[1, 2]" with spaces)
+// and of objects.
+TEST(JsonArray, ItemsOfANestedArrayAreRead) {
+  const JsonObject object = JsonObject::parse(
+      R"({"ids":[1, 2 ,3],"lost":[{"node":3,"from_clock":9}, {"x":[1]}],"empty":[],"s":"a"})");
+  const auto ids = object.array("ids");
+  ASSERT_TRUE(ids.has_value());
+  ASSERT_EQ(ids->size(), 3u);
+  EXPECT_DOUBLE_EQ((*ids)[2].number, 3);
+  const auto lost = object.array("lost");
+  ASSERT_TRUE(lost.has_value());
+  ASSERT_EQ(lost->size(), 2u);
+  EXPECT_EQ((*lost)[0].kind, JsonValue::Kind::kNested);
+  EXPECT_EQ((*lost)[0].text, R"({"node":3,"from_clock":9})");
+  EXPECT_EQ((*lost)[1].text, R"({"x":[1]})");
+  EXPECT_TRUE(object.array("empty")->empty());
+  EXPECT_FALSE(object.array("s").has_value());
+  EXPECT_FALSE(object.array("missing").has_value());
 }
 
 }  // namespace
