@@ -283,6 +283,27 @@ std::optional<double> JsonObject::number(std::string_view key) const {
   return v->number;
 }
 
+std::optional<std::vector<JsonValue>> JsonObject::array(std::string_view key) const {
+  const JsonValue* v = find(key);
+  if (v == nullptr || v->kind != JsonValue::Kind::kNested || !v->text.starts_with('[')) {
+    return std::nullopt;
+  }
+  // The text was checked when the line was parsed, so this cannot fail on it.
+  Parser parser(v->text);
+  std::vector<JsonValue> items;
+  parser.expect('[');
+  parser.skipSpace();
+  if (parser.peek() == ']') return items;
+  while (true) {
+    items.push_back(parser.parseValue());
+    parser.skipSpace();
+    if (parser.peek() != ',') break;
+    ++parser.pos_;
+  }
+  parser.expect(']');
+  return items;
+}
+
 std::optional<std::string> JsonObject::string(std::string_view key) const {
   const JsonValue* v = find(key);
   if (v == nullptr || v->kind != JsonValue::Kind::kString) return std::nullopt;

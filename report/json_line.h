@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace chorus::report {
 
@@ -38,6 +39,9 @@ class JsonObject {
   std::optional<std::string> string(std::string_view key) const;
   // The raw value at `key`, or nullptr.
   const JsonValue* find(std::string_view key) const;
+  // The items of the array at `key` (nested ones as raw text); nullopt when absent or not an
+  // array.
+  std::optional<std::vector<JsonValue>> array(std::string_view key) const;
 
  private:
   std::map<std::string, JsonValue, std::less<>> fields_;

@@ -1,24 +1,14 @@
 #include "report/report.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstring>
 #include <fstream>
-#include <map>
-#include <sstream>
 #include <system_error>
 
 #include "ml/metrics.h"
 #include "report/json_line.h"
-
-extern char** environ;
 
 namespace chorus::report {
 namespace fs = std::filesystem;
@@ -72,11 +62,6 @@ std::vector<const RunSummary*> runsWithoutNodeZero(const Report& report) {
   return runs;
 }
 
-// Whose accuracy the plots show.
-std::string referenceText(const Report& report) {
-  return runsWithoutNodeZero(report).empty() ? "node 0" : "reference node";
-}
-
 bool hasNodeFiles(const fs::path& folder) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(folder, ec)) {
@@ -113,116 +98,36 @@ std::string csvField(const std::string& text) {
   return out;
 }
 
+// summary.csv numbers. Counts (bytes, steps) as whole numbers: "663774208", never "6.63774e+08",
+// which a script reads back rounded to 6 digits. Other numbers with 15 significant digits: a
+// value the metrics files hold (at most 15 digits) comes back exactly as written there, and the
+// noise of arithmetic on it (0.15000000000000002) does not show.
+std::string csvInteger(double value) {
+  return fmt::format("{}", std::llround(value));
+}
+std::string csvNumber(double value) {
+  return fmt::format("{:.15g}", value);
+}
 std::string optionalNumber(const std::optional<double>& value) {
-  return value ? fmt::format("{:.6g}", *value) : std::string();
-}
-
-std::string targetText(const ReportInput& input) {
-  return input.target_acc && *input.target_acc > 0 ? percent(*input.target_acc, 1)
-                                                   : std::string("target");
-}
-
-// A string inside a gnuplot script (double quotes; gnuplot reads backslash escapes there).
-std::string gnuplotString(std::string_view text) {
-  std::string out = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') out.push_back('\\');
-    out.push_back(c == '\n' ? ' ' : c);
-  }
-  out.push_back('"');
-  return out;
-}
-
-// A file name inside a gnuplot script: single quotes, where only '' needs escaping.
-std::string gnuplotPath(const fs::path& path) {
-  std::string out = "'";
-  for (char c : path.string()) {
-    if (c == '\'') out.push_back('\'');
-    out.push_back(c);
-  }
-  out.push_back('\'');
-  return out;
-}
-
-std::string scriptHeader(const fs::path& png, std::string_view title) {
-  return fmt::format(
-      "# Drawn by chorus report; run `gnuplot {}` to redraw.\n"
-      "set terminal pngcairo size 1000,600 noenhanced font \",11\"\n"
-      "set output {}\n"
-      "set title {}\n"
-      "set grid\n",
-      png.stem().string() + ".gp", gnuplotPath(png), gnuplotString(title));
-}
-
-void runGnuplot(const std::string& gnuplot, const fs::path& script) {
-  fs::path log = script;
-  log.replace_extension(".log");
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-  std::string script_arg = script.string();
-  std::vector<char*> argv = {const_cast<char*>(gnuplot.c_str()), script_arg.data(), nullptr};
-  pid_t pid = 0;
-  int rc = posix_spawnp(&pid, gnuplot.c_str(), &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc == ENOENT) {
-    throw ReportError(
-        fmt::format("'{}' not found on PATH: install gnuplot (apt-get install gnuplot-nox; "
-                    "scripts/setup.sh does) to draw the plots",
-                    gnuplot));
-  }
-  if (rc != 0) {
-    throw ReportError(fmt::format("cannot start '{}': {}", gnuplot,
-                                  std::error_code(rc, std::generic_category()).message()));
-  }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR)
-      throw ReportError(fmt::format("waiting for gnuplot: {}",
-                                    std::error_code(errno, std::generic_category()).message()));
-  }
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
-    std::error_code ec;
-    fs::remove(log, ec);  // only a failure's log is worth keeping
-    return;
-  }
-  std::ifstream in(log);
-  std::string line, first;
-  while (std::getline(in, line)) {
-    if (line.find_first_not_of(" \t^") == std::string::npos) continue;
-    if (first.empty() || line.find("error") != std::string::npos) {
-      first = line;
-      if (line.find("error") != std::string::npos) break;
-    }
-  }
-  throw ReportError(
-      fmt::format("gnuplot failed on {} ({}): {}", script.string(),
-                  WIFEXITED(status) ? fmt::format("status {}", WEXITSTATUS(status)) : "killed",
-                  first.empty() ? "no output" : first));
-}
-
-void writeScript(const fs::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::trunc);
-  out << text;
-  out.flush();
-  if (!out) throw ReportError(fmt::format("{}: cannot write", path.string()));
-}
-
-// Eight colors that stay apart on white (gnuplot's own cycle has a pale yellow); every run of one
-// variant gets the variant's color.
-constexpr uint32_t kColors[] = {0x1f77b4, 0xd62728, 0x2ca02c, 0xff7f0e,
-                                0x9467bd, 0x8c564b, 0xe377c2, 0x17becf};
-uint32_t colorOf(size_t variant_index) {
-  return kColors[variant_index % std::size(kColors)];
-}
-std::string colorSpec(size_t variant_index) {
-  return fmt::format("rgb \"#{:06x}\"", colorOf(variant_index));
+  return value ? csvNumber(*value) : std::string();
 }
 
 }  // namespace
+
+bool hasTarget(const Report& report) {
+  if (report.input.target_acc) return *report.input.target_acc > 0;
+  return std::any_of(report.runs.begin(), report.runs.end(),
+                     [](const RunSummary& run) { return run.time_to_target.has_value(); });
+}
+
+std::string targetName(const Report& report) {
+  const auto& target = report.input.target_acc;
+  return target && *target > 0 ? percent(*target, 1) : std::string("target");
+}
+
+std::string referenceNodeName(const Report& report) {
+  return runsWithoutNodeZero(report).empty() ? "node 0" : "reference node";
+}
 
 CompareManifest CompareManifest::create(const fs::path& folder, const std::string& command,
                                         double target_acc,
@@ -359,6 +264,7 @@ Report buildReport(ReportInput input) {
     }
     summary.variant = run.variant;
     summary.seed = run.seed;
+    report.events.push_back(runEvents(metrics));
     report.runs.push_back(std::move(summary));
     report.metrics.push_back(std::move(metrics));
   }
@@ -367,11 +273,13 @@ Report buildReport(ReportInput input) {
     v.variant = name;
     std::vector<double> ttt, rates, waits, sent;
     std::vector<std::optional<double>> finals, models, backups, staleness;
-    for (const auto& run : report.runs) {
+    for (size_t r = 0; r < report.runs.size(); ++r) {
+      const RunSummary& run = report.runs[r];
       if (run.variant != name) continue;
       ++v.runs;
       if (!run.ok()) continue;
       ++v.ok_runs;
+      countEvents(report.events[r], v.events);
       if (run.time_to_target) {
         ++v.reached;
         ttt.push_back(*run.time_to_target);
@@ -407,36 +315,67 @@ std::string summaryCsv(const Report& report) {
   std::string out =
       "variant,seed,status,error,nodes,reached_target,time_to_target_s,final_accuracy,"
       "model_accuracy,steps,seconds,steps_per_s,wait_share,bytes_sent_per_node,mean_backups,"
-      "mean_staleness,staleness_bound\n";
-  for (const auto& r : report.runs) {
-    out += fmt::format("{},{},{},{},{},{},{},{},{},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{},{},{}\n",
-                       csvField(r.variant), r.seed, r.ok() ? "ok" : "failed", csvField(r.error),
-                       r.nodes, r.time_to_target ? 1 : 0, optionalNumber(r.time_to_target),
-                       optionalNumber(r.final_accuracy), optionalNumber(r.model_accuracy), r.steps,
-                       r.seconds, r.steps_per_s, r.wait_share, r.bytes_sent_per_node,
-                       optionalNumber(r.mean_backups), optionalNumber(r.mean_staleness),
-                       csvField(r.staleness_bound));
+      "mean_staleness,staleness_bound,crashes,rejoins,dropped,failed_pushes,failed_pulls,events\n";
+  const bool target = hasTarget(report);
+  for (size_t i = 0; i < report.runs.size(); ++i) {
+    const RunSummary& r = report.runs[i];
+    const std::vector<RunEvent>& events = report.events[i];
+    EventCounts counts;
+    countEvents(events, counts);
+    // PS nodes count failed pushes and reads in their final line; other runs (and files written
+    // before these counts) have none, which is not zero.
+    const auto& nodes = report.metrics[i].nodes;
+    const bool ps = std::any_of(nodes.begin(), nodes.end(), [](const NodeMetrics& node) {
+      return node.failed_pushes.has_value() || node.failed_pulls.has_value();
+    });
+    std::vector<std::string> texts;
+    texts.reserve(events.size());
+    for (const RunEvent& e : events)
+      texts.push_back(e.text);
+    out += fmt::format(
+        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+        csvField(r.variant), r.seed, r.ok() ? "ok" : "failed", csvField(r.error), r.nodes,
+        target ? (r.time_to_target ? "1" : "0") : "", optionalNumber(r.time_to_target),
+        optionalNumber(r.final_accuracy), optionalNumber(r.model_accuracy), csvInteger(r.steps),
+        csvNumber(r.seconds), csvNumber(r.steps_per_s), csvNumber(r.wait_share),
+        csvInteger(r.bytes_sent_per_node), optionalNumber(r.mean_backups),
+        optionalNumber(r.mean_staleness), csvField(r.staleness_bound), counts.crashes,
+        counts.rejoins, counts.dropped, ps ? fmt::format("{}", counts.failed_pushes) : "",
+        ps ? fmt::format("{}", counts.failed_pulls) : "",
+        csvField(fmt::format("{}", fmt::join(texts, "; "))));
   }
   return out;
 }
 
 std::string markdownTable(const Report& report) {
-  const std::string target = targetText(report.input);
-  std::string out = fmt::format(
-      "| variant | runs ok | reached {0} | time to {0} (s), median [min, max] | final accuracy "
-      "| model accuracy | rounds or clocks / s | waiting share | sent per node | mean backups "
-      "| staleness |\n"
-      "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
-      target);
+  // Without a target there is nothing to reach: the two target columns are left out rather than
+  // filled with "not reached".
+  const bool target = hasTarget(report);
+  const std::string name = targetName(report);
+  std::string out = "| variant | runs ok |";
+  std::string rule = "| --- | ---: |";
+  if (target) {
+    out += fmt::format(" reached {0} | time to {0} (s), median [min, max] |", name);
+    rule += " ---: | ---: |";
+  }
+  out +=
+      " final accuracy | model accuracy | rounds or clocks / s | waiting share | sent per node "
+      "| mean backups | staleness | events |\n";
+  rule += " ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n";
+  out += rule;
   const std::string dash = "—";
   for (const auto& v : report.variants) {
-    std::string ttt = dash;
-    if (v.ttt_median) {
-      ttt = v.reached > 1 ? fmt::format("{} [{}, {}]", shortNumber(*v.ttt_median),
-                                        shortNumber(*v.ttt_min), shortNumber(*v.ttt_max))
-                          : shortNumber(*v.ttt_median);
-    } else if (v.ok_runs > 0) {
-      ttt = "not reached";
+    out += fmt::format("| {} | {}/{} |", v.variant, v.ok_runs, v.runs);
+    if (target) {
+      std::string ttt = dash;
+      if (v.ttt_median) {
+        ttt = v.reached > 1 ? fmt::format("{} [{}, {}]", shortNumber(*v.ttt_median),
+                                          shortNumber(*v.ttt_min), shortNumber(*v.ttt_max))
+                            : shortNumber(*v.ttt_median);
+      } else if (v.ok_runs > 0) {
+        ttt = "not reached";
+      }
+      out += fmt::format(" {}/{} | {} |", v.reached, v.ok_runs, ttt);
     }
     std::string staleness = dash;
     if (v.mean_staleness) {
@@ -445,174 +384,19 @@ std::string markdownTable(const Report& report) {
       staleness = v.staleness_bound == "inf" ? "bound ∞" : "bound " + v.staleness_bound;
     }
     const bool any = v.ok_runs > 0;
-    out += fmt::format(
-        "| {} | {}/{} | {}/{} | {} | {} | {} | {} | {} | {} | {} | {} |\n", v.variant, v.ok_runs,
-        v.runs, v.reached, v.ok_runs, ttt, v.final_accuracy ? percent(*v.final_accuracy, 2) : dash,
-        v.model_accuracy ? percent(*v.model_accuracy, 2) : dash,
-        any ? shortNumber(v.steps_per_s) : dash, any ? percent(v.wait_share, 0) : dash,
-        any ? bytesText(v.bytes_sent_per_node) : dash,
-        v.mean_backups ? fmt::format("{:.2f}", *v.mean_backups) : dash, staleness);
+    out +=
+        fmt::format(" {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                    v.final_accuracy ? percent(*v.final_accuracy, 2) : dash,
+                    v.model_accuracy ? percent(*v.model_accuracy, 2) : dash,
+                    any ? shortNumber(v.steps_per_s) : dash, any ? percent(v.wait_share, 0) : dash,
+                    any ? bytesText(v.bytes_sent_per_node) : dash,
+                    v.mean_backups ? fmt::format("{:.2f}", *v.mean_backups) : dash, staleness,
+                    eventCountsText(v.events));
   }
   return out;
 }
 
-PlotSet writePlots(const Report& report, const fs::path& folder, const std::string& gnuplot) {
-  PlotSet plots;
-  const fs::path dir = folder / "plots";
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw ReportError(fmt::format("{}: cannot create: {}", dir.string(), ec.message()));
-  const auto& variants = report.variants;
-  const auto variantIndex = [&](const std::string& name) {
-    for (size_t i = 0; i < variants.size(); ++i) {
-      if (variants[i].variant == name) return i;
-    }
-    return size_t{0};
-  };
-  const std::string target = targetText(report.input);
-
-  // Test accuracy of each run's reference node against its wall time.
-  {
-    const fs::path png = dir / "accuracy-vs-time.png";
-    std::string script = scriptHeader(
-        png, fmt::format("Test accuracy ({}) against wall time", referenceText(report)));
-    script +=
-        "set xlabel \"seconds since the node started training\"\n"
-        "set ylabel \"test accuracy (%)\"\nset key bottom right\n";
-    std::vector<std::string> curves;
-    std::vector<bool> titled(variants.size(), false);
-    for (size_t r = 0; r < report.runs.size(); ++r) {
-      if (!report.runs[r].ok() || report.metrics[r].nodes.empty()) continue;
-      const NodeMetrics& node = report.metrics[r].nodes.front();
-      // The first life only: a rejoined life's clock restarts at 0, and how long the node was
-      // down is in no file.
-      std::string data;
-      for (const auto& p : node.steps) {
-        if (p.life == 0 && p.test_accuracy) {
-          data += fmt::format("{:.6g} {:.6g}\n", p.time, 100 * *p.test_accuracy);
-        }
-      }
-      if (node.has_final && node.lives == 1) {
-        data += fmt::format("{:.6g} {:.6g}\n", node.final_seconds, 100 * node.final_accuracy);
-      }
-      if (data.empty()) continue;
-      const size_t v = variantIndex(report.runs[r].variant);
-      const std::string block = fmt::format("$run{}", r);
-      script += fmt::format("{} << EOD\n{}EOD\n", block, data);
-      curves.push_back(fmt::format(
-          "{} using 1:2 with linespoints lc {} pt 7 ps 0.5 {}", block, colorSpec(v),
-          titled[v] ? std::string("notitle") : "title " + gnuplotString(variants[v].variant)));
-      titled[v] = true;
-    }
-    if (!curves.empty() && report.input.target_acc && *report.input.target_acc > 0) {
-      curves.push_back(fmt::format("{:.6g} with lines dt 2 lc rgb \"black\" title {}",
-                                   100 * *report.input.target_acc, gnuplotString(target)));
-    }
-    if (curves.empty()) {
-      plots.skipped.push_back("accuracy-vs-time.png: no run has a test accuracy");
-    } else {
-      script += "plot " + fmt::format("{}", fmt::join(curves, ", \\\n     ")) + "\n";
-      const fs::path gp = dir / "accuracy-vs-time.gp";
-      writeScript(gp, script);
-      runGnuplot(gnuplot, gp);
-      plots.pngs.push_back(png);
-    }
-  }
-
-  // Time to target: median bars with the spread over seeds.
-  {
-    const fs::path png = dir / "time-to-target.png";
-    std::string script = scriptHeader(
-        png, fmt::format("Time to {} test accuracy ({}): median, min and max over seeds", target,
-                         referenceText(report)));
-    script += fmt::format(
-        "set ylabel \"seconds\"\nset style fill solid 0.5\nset boxwidth 0.6\n"
-        "set xrange [-0.5:{}]\nset key top left\n",
-        static_cast<double>(variants.size()) - 0.5);
-    std::vector<std::string> tics;
-    std::string data;
-    for (size_t i = 0; i < variants.size(); ++i) {
-      const auto& v = variants[i];
-      tics.push_back(fmt::format("{} {}", gnuplotString(v.variant), i));
-      if (v.ttt_median) {
-        data += fmt::format("{} {:.6g} {:.6g} {:.6g} {}\n", i, *v.ttt_median, *v.ttt_min,
-                            *v.ttt_max, colorOf(i));
-      }
-      if (v.reached < v.runs) {
-        std::string label = v.ok_runs == 0   ? "failed"
-                            : v.reached == 0 ? "not reached"
-                                             : fmt::format("{}/{} reached", v.reached, v.runs);
-        script += fmt::format("set label {} at {}, graph 0.04 center\n", gnuplotString(label), i);
-      }
-    }
-    script += fmt::format("set xtics ({})\n", fmt::join(tics, ", "));
-    if (data.empty()) {
-      script += "set yrange [0:1]\nplot NaN notitle\n";
-    } else {
-      script += fmt::format(
-          "set yrange [0:*]\nset offsets 0, 0, graph 0.12, 0\n$ttt << EOD\n{}EOD\n"
-          "plot $ttt using 1:2:(0.6):5 with boxes lc rgb variable notitle, \\\n"
-          "     $ttt using 1:2:3:4 with yerrorbars lc rgb \"black\" pt 0 "
-          "title \"min and max over seeds\"\n",
-          data);
-    }
-    const fs::path gp = dir / "time-to-target.gp";
-    writeScript(gp, script);
-    runGnuplot(gnuplot, gp);
-    plots.pngs.push_back(png);
-  }
-
-  // Backup workers per round of the consensus variants: mean over nodes and seeds.
-  {
-    const fs::path png = dir / "backups-per-round.png";
-    std::string script = scriptHeader(
-        png, "Backup workers per round (consensus variants; mean over nodes and seeds)");
-    script +=
-        "set xlabel \"round\"\nset ylabel \"backup workers b_i\"\nset key top right\n"
-        "set yrange [-0.05:*]\nset offsets 0, 0, 0.3, 0\n";
-    std::vector<std::string> curves;
-    for (size_t i = 0; i < variants.size(); ++i) {
-      std::map<int64_t, std::pair<double, int>> sums;
-      for (size_t r = 0; r < report.runs.size(); ++r) {
-        if (report.runs[r].variant != variants[i].variant || !report.runs[r].ok()) continue;
-        if (report.metrics[r].nodes.empty() ||
-            report.metrics[r].nodes.front().mode != "consensus" ||
-            report.metrics[r].nodes.size() < 2) {
-          continue;
-        }
-        for (const auto& node : report.metrics[r].nodes) {
-          for (const auto& p : node.steps) {
-            if (!p.backups) continue;
-            auto& [sum, count] = sums[p.step];
-            sum += *p.backups;
-            ++count;
-          }
-        }
-      }
-      if (sums.empty()) continue;
-      std::string data;
-      for (const auto& [step, sc] : sums) {
-        data += fmt::format("{} {:.6g}\n", step, sc.first / sc.second);
-      }
-      script += fmt::format("$b{} << EOD\n{}EOD\n", i, data);
-      curves.push_back(fmt::format("$b{} using 1:2 with lines lw 2 lc {} title {}", i, colorSpec(i),
-                                   gnuplotString(variants[i].variant)));
-    }
-    if (curves.empty()) {
-      plots.skipped.push_back("backups-per-round.png: no consensus run with neighbors");
-    } else {
-      script += "plot " + fmt::format("{}", fmt::join(curves, ", \\\n     ")) + "\n";
-      const fs::path gp = dir / "backups-per-round.gp";
-      writeScript(gp, script);
-      runGnuplot(gnuplot, gp);
-      plots.pngs.push_back(png);
-    }
-  }
-  return plots;
-}
-
 std::string reportMarkdown(const Report& report, const PlotSet& plots) {
-  const std::string target = targetText(report.input);
   std::string out =
       fmt::format("# Comparison: {}\n\n",
                   fs::absolute(report.input.folder).lexically_normal().filename().string());
@@ -620,11 +404,15 @@ std::string reportMarkdown(const Report& report, const PlotSet& plots) {
     out += fmt::format("Made by:\n\n```\n{}\n```\n\n", report.input.command);
   }
   out += markdownTable(report);
-  out += fmt::format(
-      "\nHow to read it (medians over the seeds that finished; summary.csv has every run):\n\n"
-      "- **time to {0}**: seconds from when node 0 started training (its metrics file opened, the "
-      "cluster connected) to the first evaluation at which its test accuracy was at least {0}; "
-      "its resolution is --eval-every rounds.\n"
+  out += "\nHow to read it (medians over the seeds that finished; summary.csv has every run):\n\n";
+  if (hasTarget(report)) {
+    out += fmt::format(
+        "- **time to {0}**: seconds from when node 0 started training (its metrics file opened, "
+        "the cluster connected) to the first evaluation at which its test accuracy was at least "
+        "{0}; its resolution is --eval-every rounds.\n",
+        targetName(report));
+  }
+  out +=
       "- **final accuracy**: node 0's test accuracy at the end; **model accuracy**: that of the "
       "average of all final models (consensus) or of the model as the owners hold it (PS).\n"
       "- **rounds or clocks / s**: per node; the single variant runs as many rounds as all nodes "
@@ -632,8 +420,10 @@ std::string reportMarkdown(const Report& report, const PlotSet& plots) {
       "- **waiting share**: time a node spent waiting for others / its run time, mean over nodes.\n"
       "- **sent per node**: bytes each node sent to all peers over the run, mean over nodes.\n"
       "- **mean backups**: consensus b_i (neighbors not waited for) over all rounds and nodes; "
-      "**staleness**: consensus: mean staleness (rounds) of the models mixed in; PS: the bound.\n",
-      target);
+      "**staleness**: consensus: mean staleness (rounds) of the models mixed in; PS: the bound.\n"
+      "- **events**: over the finished runs, nodes whose metrics end without a final line "
+      "(crashes), rejoins, nodes the others went on without (dropped) and PS pushes and reads "
+      "that failed while an owner was down; each run's are listed under Events.\n";
   if (const auto others = runsWithoutNodeZero(report); !others.empty()) {
     std::vector<std::string> named;
     named.reserve(others.size());
@@ -645,6 +435,22 @@ std::string reportMarkdown(const Report& report, const PlotSet& plots) {
         "- **node 0** above is the reference node, node 0 of each run, except where node 0's "
         "metrics file was missing and the lowest id present stands in: {}.\n",
         fmt::join(named, "; "));
+  }
+  bool any_events = false;
+  for (size_t r = 0; r < report.runs.size(); ++r) {
+    if (report.events[r].empty()) continue;
+    if (!any_events) {
+      out +=
+          "\n## Events\n\n"
+          "What happened to each run's nodes, from their metrics files (crashes and rejoins are "
+          "marked on the accuracy plot):\n\n";
+    }
+    any_events = true;
+    std::vector<std::string> texts;
+    for (const RunEvent& e : report.events[r])
+      texts.push_back(e.text);
+    out += fmt::format("- {} seed {}{}: {}.\n", report.runs[r].variant, report.runs[r].seed,
+                       report.runs[r].ok() ? "" : " (failed run)", fmt::join(texts, "; "));
   }
   if (!plots.pngs.empty()) {
     out += "\n## Plots\n\n";

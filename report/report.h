@@ -1,6 +1,6 @@
 // The results of a comparison: which runs a folder holds (a `chorus compare --out` folder or the
 // --out folder of one `chorus launch`), their summary.csv, the Markdown table of report.md and
-// the gnuplot plots. docs/compare.md describes the folder and every column.
+// the gnuplot plots (report/plots.h). docs/compare.md describes the folder and every column.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "report/plots.h"
+#include "report/run_events.h"
 #include "report/run_metrics.h"
 
 namespace chorus::report {
@@ -25,7 +27,7 @@ struct RunRecord {
 struct ReportInput {
   std::filesystem::path folder;
   std::string command;                // the command that made the folder ("" when unknown)
-  std::optional<double> target_acc;   // --target-acc, when known
+  std::optional<double> target_acc;   // --target-acc (0: none), when known
   std::vector<std::string> variants;  // in table order
   std::vector<RunRecord> runs;
 };
@@ -63,13 +65,15 @@ struct VariantSummary {
   std::optional<double> mean_backups;
   std::optional<double> mean_staleness;
   std::string staleness_bound;
+  EventCounts events;  // over its finished runs
 };
 
 // Everything a report shows.
 struct Report {
   ReportInput input;
-  std::vector<RunSummary> runs;     // parallel to input.runs
-  std::vector<RunMetrics> metrics;  // parallel to input.runs (no nodes when unreadable)
+  std::vector<RunSummary> runs;               // parallel to input.runs
+  std::vector<RunMetrics> metrics;            // parallel to input.runs (no nodes when unreadable)
+  std::vector<std::vector<RunEvent>> events;  // parallel to input.runs
   std::vector<VariantSummary> variants;
   std::vector<std::string> warnings;  // skipped metrics lines, unreadable run folders
 };
@@ -78,25 +82,22 @@ struct Report {
 // into a failed one (with the reason); it never aborts the report.
 Report buildReport(ReportInput input);
 
+// Whether the comparison had a target accuracy: --target-acc > 0 in the manifest; for a launch
+// folder, which records no target, whether some run reached one.
+bool hasTarget(const Report& report);
+// The target as the table and plots name it: "85.0%", or "target" when its value is unknown.
+std::string targetName(const Report& report);
+// Whose accuracy the table and plots show: "node 0", or "reference node" when some run lacks
+// node 0's metrics file.
+std::string referenceNodeName(const Report& report);
+
 // summary.csv: a header and one row per run (variant and seed).
 std::string summaryCsv(const Report& report);
 
 // The Markdown table: one row per variant.
 std::string markdownTable(const Report& report);
 
-// The plots, drawn by gnuplot (pngcairo) from scripts written next to them.
-struct PlotSet {
-  std::vector<std::filesystem::path> pngs;  // written
-  std::vector<std::string> skipped;         // plots not drawn and why
-};
-
-// Writes FOLDER/plots/*.gp and runs `gnuplot` on each: accuracy-vs-time.png,
-// time-to-target.png and (with consensus runs) backups-per-round.png. Throws ReportError when
-// gnuplot is missing or fails (naming the script and gnuplot's first error line).
-PlotSet writePlots(const Report& report, const std::filesystem::path& folder,
-                   const std::string& gnuplot = "gnuplot");
-
-// report.md: the table, how to read it, the plots and the failed runs.
+// report.md: the table, how to read it, the runs' events, the plots and the failed runs.
 std::string reportMarkdown(const Report& report, const PlotSet& plots);
 
 // Writes summary.csv, report.md and the plots into FOLDER (atomically replaced files).

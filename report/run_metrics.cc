@@ -5,9 +5,12 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <fstream>
+#include <stdexcept>
 #include <system_error>
 
+#include "faults/straggler.h"
 #include "report/json_line.h"
 
 namespace chorus::report {
@@ -47,6 +50,82 @@ std::string stalenessText(const JsonValue* value) {
   return "";
 }
 
+// S of node `id`'s crash:NODE@S term in a start line's profile. A profile this build cannot
+// read (a newer grammar) names no crash: the report then says the node stopped, not why.
+std::optional<int64_t> crashStepOf(const std::string& stragglers, uint32_t id) {
+  try {
+    const faults::StragglerProfile profile = faults::StragglerProfile::parse(stragglers);
+    for (const auto& term : profile.terms) {
+      if (auto it = term.crash_steps.find(id); it != term.crash_steps.end()) return it->second;
+    }
+  } catch (const std::invalid_argument&) {
+  }
+  return std::nullopt;
+}
+
+// The node ids of a `final` line's id array (departed_peers); other items are ignored.
+std::vector<uint32_t> nodeIds(const JsonObject& object, std::string_view key) {
+  std::vector<uint32_t> ids;
+  for (const JsonValue& item : object.array(key).value_or(std::vector<JsonValue>{})) {
+    if (item.kind == JsonValue::Kind::kNumber && item.number >= 0 && item.number <= UINT32_MAX &&
+        item.number == std::floor(item.number)) {
+      ids.push_back(static_cast<uint32_t>(item.number));
+    }
+  }
+  return ids;
+}
+
+// An array item as a warning quotes it.
+std::string itemText(const JsonValue& item) {
+  switch (item.kind) {
+    case JsonValue::Kind::kNested:
+      return item.text;
+    case JsonValue::Kind::kNumber:
+      return fmt::format("{}", item.number);
+    case JsonValue::Kind::kString:
+      return "\"" + item.text + "\"";
+    case JsonValue::Kind::kBool:
+      return item.number != 0 ? "true" : "false";
+    case JsonValue::Kind::kNull:
+      break;
+  }
+  return "null";
+}
+
+// A PS `final` line's lost_updates: [{"node":N,"from_clock":C[,"to_clock":D]}, ...]. Items
+// that do not have that shape are skipped with a warning.
+std::vector<LostUpdates> lostUpdatesOf(const JsonObject& object, const std::string& where,
+                                       std::vector<std::string>& problems) {
+  std::vector<LostUpdates> lost;
+  for (const JsonValue& item : object.array("lost_updates").value_or(std::vector<JsonValue>{})) {
+    std::optional<LostUpdates> entry;
+    if (item.kind == JsonValue::Kind::kNested) {
+      try {
+        const JsonObject fields = JsonObject::parse(item.text);
+        const auto node = fields.number("node");
+        const auto from = fields.number("from_clock");
+        const auto to = fields.number("to_clock");
+        if (node && *node >= 0 && *node <= UINT32_MAX && from && isStepNumber(*from) &&
+            (!to || isStepNumber(*to))) {
+          entry =
+              LostUpdates{static_cast<uint32_t>(*node), static_cast<int64_t>(*from),
+                          to ? std::optional<int64_t>(static_cast<int64_t>(*to)) : std::nullopt};
+        }
+      } catch (const JsonError&) {
+        // an array item, not an object: reported below
+      }
+    }
+    if (entry) {
+      lost.push_back(*entry);
+    } else {
+      problems.push_back(
+          fmt::format("{}: a lost_updates item without node and from_clock ({}), skipped", where,
+                      itemText(item)));
+    }
+  }
+  return lost;
+}
+
 void addWarning(RunMetrics& run, size_t& dropped, std::string text) {
   if (run.warnings.size() < kMaxWarnings) {
     run.warnings.push_back(std::move(text));
@@ -59,6 +138,7 @@ NodeMetrics readNodeFile(const fs::path& path, uint32_t id, RunMetrics& run, siz
   NodeMetrics node;
   node.node = id;
   node.file = path.filename().string();
+  node.life_info.emplace_back();
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     throw ReportError(fmt::format("{}: cannot open for reading", path.string()));
@@ -99,8 +179,14 @@ NodeMetrics readNodeFile(const fs::path& path, uint32_t id, RunMetrics& run, siz
         node.has_final = false;
         node.final_accuracy = node.final_steps = node.final_seconds = node.final_wait_s = 0;
         node.model_accuracy.reset();
+        node.departed_peers.clear();
+        node.lost_updates.clear();
+        node.failed_pushes.reset();
+        node.failed_pulls.reset();
+        node.life_info.emplace_back();
       }
       life_has_lines = true;
+      node.life_info.back().crash_step = crashStepOf(object.string("stragglers").value_or(""), id);
       node.mode = object.string("mode").value_or("");
       node.backup = object.string("backup").value_or("");
       if (node.mode == "ps") node.staleness = stalenessText(object.find("staleness"));
@@ -135,7 +221,10 @@ NodeMetrics readNodeFile(const fs::path& path, uint32_t id, RunMetrics& run, siz
       point.life = node.lives - 1;
       // A rejoined life's first step line is where it took up the job (unless a `rejoin`
       // event said so already).
-      if (first_step_of_life && rejoined) node.last_life_first_step = point.step;
+      if (first_step_of_life && rejoined) {
+        node.last_life_first_step = point.step;
+        node.life_info.back().first_step = point.step;
+      }
       first_step_of_life = false;
       life_has_lines = true;
       node.steps.push_back(point);
@@ -143,6 +232,7 @@ NodeMetrics readNodeFile(const fs::path& path, uint32_t id, RunMetrics& run, siz
       rejoined = true;
       if (auto clock = object.number("clock"); clock && isStepNumber(*clock)) {
         node.last_life_first_step = static_cast<int64_t>(*clock);
+        node.life_info.back().first_step = node.last_life_first_step;
         first_step_of_life = false;
       }
     } else if (*event == "target") {
@@ -154,6 +244,7 @@ NodeMetrics readNodeFile(const fs::path& path, uint32_t id, RunMetrics& run, siz
     } else if (*event == "final") {
       life_has_lines = true;
       node.has_final = true;
+      node.life_info.back().has_final = true;
       node.final_accuracy = object.number("test_accuracy").value_or(0);
       // The round or clock reached, less where a rejoining node took up the run: what this
       // process ran.
@@ -170,6 +261,13 @@ NodeMetrics readNodeFile(const fs::path& path, uint32_t id, RunMetrics& run, siz
       }
       node.model_accuracy = object.number("average_accuracy");
       if (!node.model_accuracy) node.model_accuracy = object.number("owner_accuracy");
+      node.departed_peers = nodeIds(object, "departed_peers");
+      std::vector<std::string> problems;
+      node.lost_updates = lostUpdatesOf(object, where, problems);
+      for (auto& problem : problems)
+        addWarning(run, dropped, std::move(problem));
+      node.failed_pushes = object.number("failed_pushes");
+      node.failed_pulls = object.number("failed_pulls");
     }
     // Other events (single-node "step", "epoch", ...) carry nothing a comparison uses.
   }

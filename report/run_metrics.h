@@ -31,6 +31,21 @@ struct StepPoint {
   std::optional<double> used;            // consensus: how many models were mixed in
 };
 
+// One life of a node: from a `start` line to its `final` line, or to where its file stops (a
+// crash or a kill leaves no `final` line).
+struct NodeLife {
+  int64_t first_step = 0;             // the round or clock it took up the run at (0: first life)
+  std::optional<int64_t> crash_step;  // S of this node's crash:NODE@S term in its start line
+  bool has_final = false;
+};
+
+// Updates of a PS worker that an owner gave up on, from a `final` line's `lost_updates`.
+struct LostUpdates {
+  uint32_t node = 0;                // the worker
+  int64_t from_clock = 0;           // its updates from this clock on ...
+  std::optional<int64_t> to_clock;  // ... up to this one, excluded (it rejoined); none: to the end
+};
+
 // Everything one node's metrics file says. A node that rejoined appended a new life to its file:
 // each life opens with a `start` event and its clock (`time`, `seconds`) restarts at 0. The
 // time the node was down is in no file, so only the first life's times count from the run's
@@ -59,6 +74,12 @@ struct NodeMetrics {
   double final_seconds = 0;
   double final_wait_s = 0;
   std::optional<double> model_accuracy;  // node 0: average (consensus) or owner (ps) model
+  std::vector<NodeLife> life_info;       // one per life, in file order (lives entries)
+  // From the last life's `final` line: the peers that left before the end, and (PS) what was
+  // lost while an owner or worker was down. Absent in files written before these fields.
+  std::vector<uint32_t> departed_peers;
+  std::vector<LostUpdates> lost_updates;
+  std::optional<double> failed_pushes, failed_pulls;
 };
 
 // A run folder as read. `warnings` lists lines that were skipped ("node-2.jsonl:17: ..."),
