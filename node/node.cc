@@ -418,13 +418,23 @@ class Node::Impl {
         [this, type, placer = std::move(placer)]() mutable { placers_[type] = std::move(placer); });
   }
 
-  // Before the loop starts, or on it: now; else posted to the loop.
+  // Before the loop starts, or on it: now; else on the loop, and returns once it ran there, so
+  // that a handler set from another thread is in place for the next frame that arrives (a
+  // frame arriving between the call and a posted install was dropped as "no handler").
   void onLoopOrNow(std::function<void()> apply) {
     if (!loop_.started() || loop_.onLoopThread()) {
       apply();
-    } else {
-      loop_.post(std::move(apply));
+      return;
     }
+    std::promise<void> applied;
+    std::future<void> done = applied.get_future();
+    if (!loop_.post([&apply, &applied] {
+          apply();
+          applied.set_value();
+        })) {
+      return;  // the loop has stopped: no frame will arrive for the handler
+    }
+    done.wait();
   }
 
   void sendTransient(NodeId to, const SharedFrame& frame, const SendCallback& done) {

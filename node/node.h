@@ -151,7 +151,8 @@ class Node {
   Node& operator=(const Node&) = delete;
 
   // Sets the handler for one body type, replacing any earlier one. Before listen() or from
-  // any thread after (then it takes effect on the loop thread).
+  // any thread after: it is in place when this returns (set on the loop thread; another
+  // thread waits for it, so it must not hold what a loop callback waits for).
   void setHandler(wire::Body type, MessageHandler handler);
   void setFrameHandler(wire::Body type, FrameHandler handler);
   // Sets where attachments of one body type are read to; same threading as setHandler().

@@ -385,7 +385,20 @@ class NumberedTensorSink {
   // Waits for `count` frames and checks that they came in the order sent.
   void expectAllInOrder(size_t count) {
     std::unique_lock lock(mutex_);
-    ASSERT_TRUE(changed_.wait_for(lock, kSoon, [&] { return received_.size() == count; }));
+    ASSERT_TRUE(changed_.wait_for(lock, kSoon, [&] { return received_.size() >= count; }))
+        << received_.size() << " of " << count << " frames arrived, the last "
+        << (received_.empty() ? -1.0f : received_.back()) << "; missing: " << [&] {
+             std::string missing;
+             for (size_t i = 0, j = 0; i < count; ++i) {
+               if (j < received_.size() && received_[j] == static_cast<float>(i)) {
+                 ++j;
+               } else {
+                 missing += std::to_string(i) + " ";
+               }
+             }
+             return missing;
+           }();
+    ASSERT_EQ(received_.size(), count) << "frames arrived twice";
     for (size_t i = 0; i < count; ++i)
       ASSERT_EQ(received_[i], static_cast<float>(i)) << "frame " << i << " arrived out of order";
   }
