@@ -10,6 +10,34 @@
 namespace chorus::node {
 namespace {
 
+// Another program on a chorus port (a web server, ssh) answers with text, whose first four bytes
+// read as a huge frame length: say so and show what it sent, instead of a bare length.
+std::string notChorusNote(const uint8_t (&prefix)[kFramePrefixBytes],
+                          std::span<const uint8_t> more) {
+  const auto printable = [](uint8_t c) { return c >= 0x20 && c < 0x7f; };
+  if (!std::all_of(std::begin(prefix), std::end(prefix), printable)) return {};
+  std::string shown;
+  const auto show = [&](uint8_t c) {
+    if (c == '\r') {
+      shown += "\\r";
+    } else if (c == '\n') {
+      shown += "\\n";
+    } else if (printable(c) && c != '"') {
+      shown += static_cast<char>(c);
+    } else {
+      shown += fmt::format("\\x{:02x}", c);
+    }
+  };
+  for (uint8_t c : prefix)
+    show(c);
+  for (uint8_t c : more)
+    show(c);
+  return fmt::format(
+      "; the peer does not speak chorus: it sent \"{}\"... (is another program listening at "
+      "this address, or is it not a chorus node?)",
+      shown);
+}
+
 // Reads below this many remaining bytes go through the scratch buffer, so several small frames
 // are taken per read; larger remainders are read straight into the frame's own buffer.
 constexpr size_t kScratchBytes = 64 * 1024;
@@ -234,8 +262,9 @@ Status FrameDecoder::consume(const uint8_t* data, size_t n, const FrameSink& sin
       }
       if (length > max_frame_bytes_) {
         error_ = {ErrorCode::kBadFrame,
-                  fmt::format("frame length {} bytes exceeds the maximum of {} bytes{}", length,
-                              max_frame_bytes_, limit_note_)};
+                  fmt::format("frame length {} bytes exceeds the maximum of {} bytes{}{}", length,
+                              max_frame_bytes_, limit_note_,
+                              notChorusNote(prefix_, {data, std::min<size_t>(n, 40)}))};
         return error_;
       }
       // Allocated only now that the length is known to be within the limit and the budget.

@@ -130,6 +130,20 @@ TEST(Frame, LengthOverMaximumIsRejectedBeforeAllocation) {
             std::string::npos);
 }
 
+// Another program on the port answers with text: the error says so and shows what it sent.
+TEST(Frame, TextInsteadOfAFrameIsNamedAsAnotherProtocol) {
+  const std::string http = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+  const Status status = decodeAll(std::vector<uint8_t>(http.begin(), http.end()));
+  EXPECT_EQ(status.code(), ErrorCode::kBadFrame);
+  EXPECT_NE(status.message().find("the peer does not speak chorus: it sent \"GET / "
+                                  "HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n\"..."),
+            std::string::npos)
+      << status.message();
+  // A binary length that is merely too large is not called another protocol.
+  EXPECT_EQ(decodeAll({0xf0, 0xff, 0xff, 0xff}).message().find("does not speak chorus"),
+            std::string::npos);
+}
+
 TEST(Frame, TruncatedFrameIsReportedAtEndOfStream) {
   auto bytes = bytesOf(makePing(1, "alpha", 1, 100));
   bytes.resize(bytes.size() / 2);
