@@ -41,6 +41,9 @@
 namespace chorus::cli {
 namespace {
 
+static_assert(topology::kMaxClusterNameBytes == node::kMaxClusterNameBytes,
+              "a topology file must not accept a cluster name the runtime refuses");
+
 using std::chrono::milliseconds;
 
 struct NodeArgs {

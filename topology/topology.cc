@@ -282,6 +282,12 @@ class Validator {
     } else if (text->get().empty()) {
       report(positionOf(name->source()), "[cluster] name is empty",
              "give the cluster a non-empty name, e.g. name = \"my-cluster\"");
+    } else if (text->get().size() > kMaxClusterNameBytes) {
+      report(positionOf(name->source()),
+             fmt::format("[cluster] name is {} bytes long", text->get().size()),
+             fmt::format("use at most {} bytes: the name travels in every handshake, whose "
+                         "frames are kept small",
+                         kMaxClusterNameBytes));
     } else {
       name_ = text->get();
     }

@@ -20,6 +20,9 @@ std::optional<Mode> parseMode(std::string_view name);
 
 // Node ids are 0..N-1 (a launcher's rank is a node id); no cluster has more than this many nodes.
 inline constexpr uint32_t kMaxNodes = 65536;
+// Longest cluster name: the runtime's limit (node::kMaxClusterNameBytes, which keeps handshake
+// frames small); cli/ checks that the two agree.
+inline constexpr size_t kMaxClusterNameBytes = 256;
 // Neighbor-list entries (the sum of the lengths of all neighbor lists) a generator may write, and
 // that a ps file without neighbor lists may imply (the complete graph, N x (N - 1)): beyond it a
 // file or the graph in memory is hundreds of megabytes, a typo rather than a cluster.

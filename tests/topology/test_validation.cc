@@ -88,6 +88,12 @@ TEST(TopologyValidation, MissingClusterTable) {
               HasSubstr("missing_cluster.toml: error: missing [cluster] table"));
 }
 
+// Nodes would refuse to start with it: the name travels in every (small) handshake frame.
+TEST(TopologyValidation, AClusterNameLongerThanTheRuntimeTakesIsRefused) {
+  expectDiagnostics("long_cluster_name.toml",
+                    {{2, "[cluster] name is 257 bytes long (fix: use at most 256 bytes"}});
+}
+
 TEST(TopologyValidation, MissingNameAndMode) {
   expectDiagnostics("missing_name_and_mode.toml",
                     {{3, "[cluster] has no 'name'"}, {3, "[cluster] has no 'mode'"}});
