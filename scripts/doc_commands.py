@@ -40,6 +40,8 @@ NOT_RUN = {
 # Steps in the short form of a training command (rounds for launch, node and compare).
 SHORT_ROUNDS = 20
 SHORT_TRAIN_SAMPLES = 2000
+SHORT_RATINGS = 200000
+KGE_MODELS = ("complex", "distmult", "transe")
 
 
 def blocks(path):
@@ -102,7 +104,8 @@ def drop_option(argv, flag):
 
 
 def short_form(argv, shared):
-    """The command with fewer steps: chorus train runs one epoch on the first samples; launch,
+    """The command with fewer steps: chorus train runs one epoch (on the first samples, or on
+    fewer generated ratings); launch,
     node and compare run SHORT_ROUNDS rounds and evaluate every 10; crash steps move into those
     rounds; ../shared/ points at the datasets beside this clone."""
     argv = [a.replace("../shared/", shared + "/") for a in argv]
@@ -110,8 +113,15 @@ def short_form(argv, shared):
         return argv
     command = argv[1]
     if command == "train":
-        argv = drop_option(argv, "--epochs") + ["--epochs", "1", "--limit",
-                                                str(SHORT_TRAIN_SAMPLES)]
+        argv = drop_option(argv, "--epochs") + ["--epochs", "1"]
+        model = argv[argv.index("--model") + 1] if "--model" in argv else ""
+        if model == "mf":
+            if "--data-file" not in argv:  # generated ratings: fewer cells
+                argv = drop_option(argv, "--mf-cells") + ["--mf-cells", str(SHORT_RATINGS)]
+        elif model in KGE_MODELS:
+            pass  # one epoch of WN18RR is short already
+        else:
+            argv += ["--limit", str(SHORT_TRAIN_SAMPLES)]
     elif command in ("launch", "node", "compare"):
         argv = drop_option(drop_option(argv, "--eval-every"), "--rounds")
         argv += ["--rounds", str(SHORT_ROUNDS), "--eval-every", "10"]
