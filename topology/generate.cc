@@ -10,6 +10,7 @@
 #include <variant>
 
 #include "topology/address.h"
+#include "topology/text_guard.h"
 #include "topology/topology.h"
 
 namespace chorus::topology {
@@ -287,50 +288,9 @@ std::string tomlString(std::string_view text) {
   return out + "\"";
 }
 
-// True when `text` is well-formed UTF-8 (no overlong forms, surrogates or code points past
-// U+10FFFF), as a TOML file must be.
+// True when `text` is well-formed UTF-8, as a TOML file must be.
 bool isUtf8(std::string_view text) {
-  size_t i = 0;
-  while (i < text.size()) {
-    const auto lead = static_cast<unsigned char>(text[i]);
-    if (lead < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t length = 0;
-    uint32_t code = 0;
-    uint32_t smallest = 0;
-    if ((lead & 0xE0) == 0xC0) {
-      length = 2;
-      code = lead & 0x1F;
-      smallest = 0x80;
-    } else if ((lead & 0xF0) == 0xE0) {
-      length = 3;
-      code = lead & 0x0F;
-      smallest = 0x800;
-    } else if ((lead & 0xF8) == 0xF0) {
-      length = 4;
-      code = lead & 0x07;
-      smallest = 0x10000;
-    } else {
-      return false;
-    }
-    if (length > text.size() - i) {
-      return false;
-    }
-    for (size_t k = 1; k < length; ++k) {
-      const auto next = static_cast<unsigned char>(text[i + k]);
-      if ((next & 0xC0) != 0x80) {
-        return false;
-      }
-      code = (code << 6) | (next & 0x3F);
-    }
-    if (code < smallest || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) {
-      return false;
-    }
-    i += length;
-  }
-  return true;
+  return firstInvalidUtf8(text) == std::string_view::npos;
 }
 
 // Throws std::invalid_argument when `name` cannot be a generated cluster's name. It is written

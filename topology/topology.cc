@@ -22,6 +22,7 @@
 #include "faults/link_delay.h"
 #include "faults/straggler.h"
 #include "topology/address.h"
+#include "topology/text_guard.h"
 
 namespace chorus::topology {
 namespace {
@@ -162,6 +163,11 @@ class Validator {
   explicit Validator(std::string source_name) : source_(std::move(source_name)) {}
 
   std::optional<Topology> run(std::string_view text) {
+    if (const auto problem = checkTopologyText(text)) {
+      report({static_cast<int>(problem->line), static_cast<int>(problem->column)}, problem->message,
+             problem->fix);
+      return std::nullopt;
+    }
     toml::table root;
     try {
       root = toml::parse(text, std::string_view{source_});

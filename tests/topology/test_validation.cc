@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "topology/address.h"
+#include "topology/text_guard.h"
 #include "topology/topology.h"
 
 namespace chorus::topology {
@@ -92,6 +93,29 @@ TEST(TopologyValidation, MissingClusterTable) {
 TEST(TopologyValidation, AClusterNameLongerThanTheRuntimeTakesIsRefused) {
   expectDiagnostics("long_cluster_name.toml",
                     {{2, "[cluster] name is 257 bytes long (fix: use at most 256 bytes"}});
+}
+
+// Bytes Debian's toml++ 3.3 does not handle (a debug assertion, __builtin_unreachable) never
+// reach it: they are refused first, at their line and column.
+TEST(TopologyValidation, NulInvalidUtf8AndNonAsciiOutsideStringsAreRefusedBeforeParsing) {
+  expectDiagnostics("nul_in_header.toml", {{1, "a NUL byte"}});
+  EXPECT_EQ(diagnosticsOf("nul_in_header.toml")[0].column, 5);
+  expectDiagnostics("latin1_name.toml", {{2, "byte 0xE9 is not UTF-8"}});
+  expectDiagnostics("non_ascii_in_array.toml",
+                    {{8, "a non-ASCII character outside a string or comment"}});
+}
+
+TEST(TopologyText, NonAsciiInsideStringsAndCommentsIsFine) {
+  EXPECT_FALSE(
+      checkTopologyText("# caf\xc3\xa9\nname = \"caf\xc3\xa9\" # \xca\xa0\n"
+                        "x = 'caf\xc3\xa9'\ny = \"\"\"a\n\xc3\xa9\"\"\"\n"
+                        "z = \"esc \\\" \xc3\xa9\"\n"));
+  const auto problem = checkTopologyText("a = \"x\"\nb = [\xca\xa0]\n");
+  ASSERT_TRUE(problem);
+  EXPECT_EQ(problem->line, 2u);
+  EXPECT_EQ(problem->column, 6u);
+  EXPECT_EQ(firstInvalidUtf8("ok \xed\xa0\x80"), 3u);  // a surrogate
+  EXPECT_EQ(firstInvalidUtf8("ok \xc3\xa9"), std::string_view::npos);
 }
 
 TEST(TopologyValidation, MissingNameAndMode) {
