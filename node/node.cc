@@ -872,7 +872,7 @@ class Node::Impl {
     const std::string cluster = hello->cluster() ? hello->cluster()->str() : "";
     std::string refusal;
     bool permanent = false;  // a retry would meet the same refusal
-    auto slot = slots_.find(id);
+    const size_t nonce_bytes = hello->nonce() == nullptr ? 0 : hello->nonce()->size();
     if (envelope.header()->sender() != id) {
       refusal = fmt::format("Hello for node {} in a frame whose header says sender {}", id,
                             envelope.header()->sender());
@@ -880,28 +880,27 @@ class Node::Impl {
       refusal = fmt::format("protocol version {} differs from this node's version {}",
                             hello->protocol_version(), kProtocolVersion);
       permanent = true;
+    } else if (options_.cluster_key && nonce_bytes == 0) {
+      // With a secret, nothing about the cluster (its name, members, who is connected) is said
+      // before the dialer has proved it: the membership checks come after the Proof.
+      refusal = fmt::format(
+          "this cluster has a shared secret and node {} did not offer to prove it: start it "
+          "with the cluster's --secret-file",
+          id);
+      permanent = true;
+    } else if (options_.cluster_key && nonce_bytes != kHandshakeNonceBytes) {
+      refusal = fmt::format("the Hello's nonce has {} bytes where a chorus node sends {}",
+                            nonce_bytes, kHandshakeNonceBytes);
+      permanent = true;
+    } else if (options_.cluster_key) {
+      // Checked after the Proof (memberRefusalFromLoop).
     } else if (cluster != options_.cluster) {
       refusal = fmt::format("cluster \"{}\" differs from this node's cluster \"{}\"", cluster,
                             options_.cluster);
       permanent = true;
-    } else if (id == options_.self) {
-      refusal = fmt::format("node id {} is this node's own id", id);
-    } else if (slot == slots_.end()) {
-      refusal = fmt::format("node id {} is not a member of cluster \"{}\"", id, options_.cluster);
-    } else if (id > options_.self) {
-      refusal = fmt::format("node {} must not dial node {}: the lower id dials", id, options_.self);
-    } else if (leaving_) {
-      refusal = "node is shutting down";
-    } else if (slot->second.connection != nullptr) {
-      refusal = fmt::format("node id {} is already connected", id);
-    } else if (options_.cluster_key &&
-               (hello->nonce() == nullptr || hello->nonce()->size() != kHandshakeNonceBytes)) {
-      refusal = fmt::format(
-          "cluster \"{}\" has a shared secret and node {} did not offer to prove it: start it "
-          "with the cluster's --secret-file",
-          options_.cluster, id);
-      permanent = true;
-    } else if (!options_.cluster_key && hello->nonce() != nullptr && hello->nonce()->size() > 0) {
+    } else if (refusal = memberRefusalFromLoop(id); !refusal.empty()) {
+      // as memberRefusalFromLoop says
+    } else if (nonce_bytes > 0) {
       refusal = fmt::format(
           "node {} offers to prove a shared secret, but node {} has none: start every node with "
           "the same --secret-file",
@@ -963,8 +962,8 @@ class Node::Impl {
                        options_.self, connection.dialer_nonce, their_nonce);
       if (!handshakeMacMatches(expected, {challenge->mac()->data(), challenge->mac()->size()})) {
         refusal = fmt::format(
-            "node {} failed the shared-secret challenge: its --secret-file differs from this "
-            "node's",
+            "node {} failed the shared-secret challenge: its --secret-file (or its cluster name) "
+            "differs from this node's",
             peer);
         // The node we dialed, at the topology's address, holds another secret: retrying
         // cannot help, so stop and say so (see giveUpFromLoop).
@@ -1000,12 +999,11 @@ class Node::Impl {
     if (proof->mac() == nullptr ||
         !handshakeMacMatches(expected, {proof->mac()->data(), proof->mac()->size()})) {
       refusal = fmt::format(
-          "node {} failed the shared-secret challenge: its --secret-file differs from this node's",
+          "node {} failed the shared-secret challenge: its --secret-file (or its cluster name) "
+          "differs from this node's",
           id);
-    } else if (leaving_) {
-      refusal = "node is shutting down";
-    } else if (slots_.at(id).connection != nullptr) {
-      refusal = fmt::format("node id {} is already connected", id);  // proved meanwhile
+    } else {
+      refusal = memberRefusalFromLoop(id);
     }
     connection.acceptor_nonce.clear();  // no longer awaiting a Proof
     if (!refusal.empty()) {
@@ -1015,6 +1013,24 @@ class Node::Impl {
       return;
     }
     admitFromLoop(connection, id);
+  }
+
+  // Acceptor: why a dialer claiming `id` (of this cluster) cannot be welcomed now, or "". With a
+  // secret, asked only once the dialer proved it.
+  std::string memberRefusalFromLoop(NodeId id) {
+    auto slot = slots_.find(id);
+    if (id == options_.self) return fmt::format("node id {} is this node's own id", id);
+    if (slot == slots_.end()) {
+      return fmt::format("node id {} is not a member of cluster \"{}\"", id, options_.cluster);
+    }
+    if (id > options_.self) {
+      return fmt::format("node {} must not dial node {}: the lower id dials", id, options_.self);
+    }
+    if (leaving_) return "node is shutting down";
+    if (slot->second.connection != nullptr) {
+      return fmt::format("node id {} is already connected", id);
+    }
+    return {};
   }
 
   // Acceptor, once the dialer is who it claims (or no secret is asked): welcomes it unless it

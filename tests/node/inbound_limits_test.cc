@@ -89,9 +89,14 @@ TEST(HandshakeLimit, TheLargestHandshakeFramesFitWithAMargin) {
   const HandshakeNonce nonce = newHandshakeNonce();
   const std::vector<uint8_t> nonce_bytes(nonce.begin(), nonce.end());
   const SharedFrame hello = makeHello(ours, 0, kProtocolVersion, &nonce_bytes);
-  // A Hello of another cluster: the Refuse names both clusters.
-  RawPeer refused(node.port());
-  refused.sendFrame(makeHello(theirs, 0, kProtocolVersion, &nonce_bytes));
+  // A Hello of another cluster: the Refuse names both clusters (only a node without a secret
+  // says so before a proof; with one, the dialer is challenged first).
+  NodeOptions plain_options = fastOptions(ours, 1, {0, 1});
+  plain_options.log_level = spdlog::level::err;
+  Node plain(plain_options);
+  ASSERT_TRUE(plain.listen().ok());
+  RawPeer refused(plain.port());
+  refused.sendFrame(makeHello(theirs, 0, kProtocolVersion, nullptr));
   const auto refuse = refused.readFrame();
   ASSERT_TRUE(refuse.has_value());
   ASSERT_EQ(envelopeOf(refuse->data()).body_type(), wire::Body::Refuse);

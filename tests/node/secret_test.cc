@@ -189,13 +189,17 @@ TEST(SharedSecret, ANodeWithAnotherSecretIsRefusedAndBothSidesSayWhy) {
   SecretCluster cluster({keyOf("s3cret"), keyOf("another")});
   // Node 0 dials: node 1's Challenge does not check out with node 0's key.
   ASSERT_TRUE(cluster.events(0).waitFor(PeerEventKind::kRefused, 1));
-  EXPECT_NE(cluster.events(0)
-                .lastReason(PeerEventKind::kRefused, 1)
-                .find("node 1 failed the shared-secret challenge: its --secret-file differs"),
-            std::string::npos)
+  EXPECT_NE(
+      cluster.events(0)
+          .lastReason(PeerEventKind::kRefused, 1)
+          .find("node 1 failed the shared-secret challenge: its --secret-file (or its cluster "
+                "name) differs"),
+      std::string::npos)
       << cluster.events(0).lastReason(PeerEventKind::kRefused, 1);
   ASSERT_TRUE(cluster.events(1).waitFor(PeerEventKind::kRefused, 0));
-  EXPECT_NE(cluster.events(1).lastReason(PeerEventKind::kRefused, 0).find("--secret-file differs"),
+  EXPECT_NE(cluster.events(1)
+                .lastReason(PeerEventKind::kRefused, 0)
+                .find("--secret-file (or its cluster name) differs"),
             std::string::npos);
   // A retry would meet the same secret: the dialer stops at once instead of timing out.
   const Status ready = cluster.node(0).waitClusterReady(kSoon);
@@ -211,8 +215,8 @@ TEST(SharedSecret, ANodeWithoutTheSecretIsRefusedAndSoIsOneThatHasOneAlone) {
     SecretCluster cluster({std::nullopt, keyOf("s3cret")});
     ASSERT_TRUE(cluster.events(0).waitFor(PeerEventKind::kRefused, 1));
     const std::string reason = cluster.events(0).lastReason(PeerEventKind::kRefused, 1);
-    EXPECT_NE(reason.find("cluster \"secret-test\" has a shared secret and node 0 did not offer "
-                          "to prove it: start it with the cluster's --secret-file"),
+    EXPECT_NE(reason.find("this cluster has a shared secret and node 0 did not offer to prove it: "
+                          "start it with the cluster's --secret-file"),
               std::string::npos)
         << reason;
   }
@@ -224,6 +228,44 @@ TEST(SharedSecret, ANodeWithoutTheSecretIsRefusedAndSoIsOneThatHasOneAlone) {
               std::string::npos)
         << reason;
   }
+}
+
+// Before a dialer has proved the secret, the node says nothing about the cluster: not its name,
+// not which ids are members or connected. Every such Hello gets a Challenge (or, without a
+// nonce or with a malformed one, a refusal that names only what the Hello lacked).
+TEST(SharedSecret, NothingAboutTheClusterIsSaidBeforeTheProof) {
+  NodeOptions o = fastOptions(kCluster, 1, {0, 1});
+  o.cluster_key = keyOf("s3cret");
+  o.log_level = spdlog::level::off;
+  Node node(o);
+  ASSERT_TRUE(node.listen().ok());
+  const HandshakeNonce fresh = newHandshakeNonce();
+  const std::vector<uint8_t> nonce(fresh.begin(), fresh.end());
+  const std::vector<uint8_t> short_nonce(7, 1);
+  auto firstAnswer = [&](const SharedFrame& hello) -> std::string {
+    RawPeer raw(node.port());
+    raw.sendFrame(hello);
+    auto reply = raw.readFrame();
+    if (!reply || !verifyFrame(reply->data(), reply->size(), FrameLimits{}).ok()) return "<none>";
+    const wire::Envelope& envelope = envelopeOf(reply->data());
+    if (envelope.body_type() == wire::Body::Challenge) return "Challenge";
+    if (envelope.body_type() == wire::Body::Refuse) {
+      return envelope.body_as_Refuse()->reason()->str();
+    }
+    return "<other>";
+  };
+  // Another cluster's name, a non-member id, this node's own id: all challenged alike.
+  EXPECT_EQ(firstAnswer(makeHello("guess", 0, kProtocolVersion, &nonce)), "Challenge");
+  EXPECT_EQ(firstAnswer(makeHello(kCluster, 77, kProtocolVersion, &nonce)), "Challenge");
+  EXPECT_EQ(firstAnswer(makeHello(kCluster, 1, kProtocolVersion, &nonce)), "Challenge");
+  const std::string unproved = firstAnswer(makeHello(kCluster, 0, kProtocolVersion, nullptr));
+  EXPECT_NE(unproved.find("did not offer to prove it"), std::string::npos) << unproved;
+  EXPECT_EQ(unproved.find(kCluster), std::string::npos) << unproved;
+  const std::string malformed = firstAnswer(makeHello(kCluster, 0, kProtocolVersion, &short_nonce));
+  EXPECT_NE(malformed.find("the Hello's nonce has 7 bytes where a chorus node sends 32"),
+            std::string::npos)
+      << malformed;
+  node.shutdown(0ms);
 }
 
 // A raw peer that plays node 0 against node 1 with the secret: the documented exchange works
