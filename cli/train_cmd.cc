@@ -33,6 +33,7 @@ struct TrainFlags {
   std::string optimizer = "adagrad";
   int64_t evalEvery = 1;
   double timeLimit = 0.0;
+  double adagradInitial = 0.0;
   CLI::App* command = nullptr;  // to ask which flags were given
 };
 
@@ -43,9 +44,11 @@ const char* const kDenseOnlyFlags[] = {
     "--dropout",         "--momentum",       "--nesterov", "--weight-decay", "--schedule",
     "--warmup-epochs",   "--step-epochs",    "--gamma",    "--augment",      "--crop-padding",
     "--no-flip",         "--confusion"};
-const char* const kKgeOnlyFlags[] = {"--dim",       "--negatives",  "--loss",
-                                     "--reg",       "--reg-weight", "--adversarial-temperature",
-                                     "--optimizer", "--init-scale", "--eval-every",
+const char* const kKgeOnlyFlags[] = {"--dim",        "--negatives",
+                                     "--loss",       "--reg",
+                                     "--reg-weight", "--adversarial-temperature",
+                                     "--optimizer",  "--init-scale",
+                                     "--eval-every", "--adagrad-initial",
                                      "--time-limit"};
 
 bool isKgeModel(const std::string& model) {
@@ -103,6 +106,7 @@ void runKgeTrain(const TrainFlags& flags) {
     train.batchSize = given(flags, "--batch") ? o.batchSize : 512;
     train.optimizer.kind = ml::parseSparseOptimizer(flags.optimizer);
     train.optimizer.lr = given(flags, "--lr") ? o.learningRate : 0.1;
+    train.optimizer.initialAccumulator = flags.adagradInitial;
     train.seed = o.seed;
     train.evalEvery = flags.evalEvery;
     train.logEverySteps = o.logEverySteps;
@@ -355,6 +359,13 @@ void addTrainCommand(CLI::App& app) {
                    "KGE: adagrad (per-parameter state kept per row) or sgd; both update only "
                    "the rows a step touched")
       ->check(CLI::IsMember({"adagrad", "sgd"}))
+      ->capture_default_str();
+  train
+      ->add_option("--adagrad-initial", flags->adagradInitial,
+                   "KGE, --optimizer adagrad: starting value of every accumulator. With 0 (as "
+                   "torch) the first step moves every parameter with a non-zero gradient by "
+                   "--lr, however small its gradient; TensorFlow starts at 0.1")
+      ->check(CLI::Range(0.0, 1e6))
       ->capture_default_str();
   train->add_option("--init-scale", k.initScale, "KGE: embeddings start as N(0, s^2) values")
       ->check(CLI::Range(1e-12, 1e3))
