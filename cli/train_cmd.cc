@@ -221,8 +221,8 @@ void addTrainCommand(CLI::App& app) {
       "Prints a progress line (live on a terminal), the test accuracy after every epoch and a\n"
       "summary; optional JSON-lines metrics (--out) and checkpoints (--save, --resume).\n"
       "Example: chorus train --data fashion-mnist --model mlp --epochs 5 --batch 64 --lr 0.05\n"
-      "Knowledge graphs: chorus train --data wn18rr --model complex --dim 400 --negatives all\n"
-      "  --loss ce --reg n3 --reg-weight 0.05 (filtered MRR and Hits@k on valid and test)");
+      "Knowledge graphs: chorus train --data wn18rr --model complex --dim 200 --negatives 512\n"
+      "  --loss ce --reg n3 --reg-weight 0.01 (filtered MRR and Hits@k on valid and test)");
   train
       ->add_option("--data", o.data.name,
                    "Data set: mnist, fashion-mnist, cifar10, synthetic (image models); wn18rr "
