@@ -250,5 +250,25 @@ TEST(ReadTriples, ReadsTheThreeSplitsAndNamesABadLine) {
   fs::remove_all(dir);
 }
 
+// --data-dir DIR finds the triples in DIR itself or in DIR/<name>; a miss lists every place.
+TEST(FindTripleDir, LooksInTheFolderThenItsSubFolderAndSaysWhereItLooked) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / "chorus_find_triples";
+  fs::create_directories(root / "mygraph");
+  for (const char* f : {"train.txt", "valid.txt", "test.txt"})
+    std::ofstream(root / "mygraph" / f) << "a\tr\tb\n";
+  EXPECT_EQ(findTripleDir("mygraph", root.string()), (root / "mygraph").string());
+  EXPECT_EQ(findTripleDir("other", (root / "mygraph").string()), (root / "mygraph").string());
+  fs::remove(root / "mygraph" / "valid.txt");
+  try {
+    findTripleDir("mygraph", root.string());
+    ADD_FAILURE() << "a folder without valid.txt was accepted";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("no valid.txt"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--data-dir"), std::string::npos) << e.what();
+  }
+  fs::remove_all(root);
+}
+
 }  // namespace
 }  // namespace chorus::ml
