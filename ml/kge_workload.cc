@@ -28,7 +28,11 @@ std::string findTripleDir(const std::string& name, const std::string& dataDir) {
   for (const auto& [dir, origin] : candidates) {
     std::vector<std::string> missing;
     for (const char* file : {"train.txt", "valid.txt", "test.txt"}) {
-      if (!fs::is_regular_file(dir / file)) missing.emplace_back(file);
+      // The sparse-mf branch's reader also reads gzip-compressed splits (data/wn18rr has them).
+      if (!fs::is_regular_file(dir / file) &&
+          !fs::is_regular_file(dir / (std::string(file) + ".gz"))) {
+        missing.emplace_back(file);
+      }
     }
     if (missing.empty()) return dir.string();
     looked.push_back(

@@ -14,7 +14,8 @@ namespace chorus::ml {
 
 // The folder of the triple data set `name`: `dataDir` itself or `dataDir/<name>` when given,
 // else $CHORUS_DATA/<name>, then <source tree>/data/<name>. A folder qualifies when it holds
-// train.txt, valid.txt and test.txt. Throws DataError listing every place looked at.
+// train.txt, valid.txt and test.txt (each may be .gz). Throws DataError listing every place
+// looked at.
 std::string findTripleDir(const std::string& name, const std::string& dataDir);
 
 // KGE training and evaluation over one graph. Keeps a reference to `data`, which must outlive it.
