@@ -20,14 +20,18 @@
 
 namespace chorus::ml {
 
+// The scoring function (--model).
 enum class KgeModelKind { kDistMult, kComplEx };
+// The loss of one query over its candidates (--loss).
 enum class KgeLossKind { kLogistic, kCrossEntropy };
+// The penalty on the rows a positive uses (--reg).
 enum class KgeRegularizerKind { kNone, kL2, kN3 };
 
 // Parsers for the command line; each throws std::invalid_argument naming its flag.
 KgeModelKind parseKgeModel(const std::string& name);              // distmult | complex
 KgeLossKind parseKgeLoss(const std::string& name);                // logistic | ce
 KgeRegularizerKind parseKgeRegularizer(const std::string& name);  // none | l2 | n3
+// The names the parsers accept.
 const char* kgeModelName(KgeModelKind kind);
 const char* kgeLossName(KgeLossKind kind);
 const char* kgeRegularizerName(KgeRegularizerKind kind);
@@ -102,7 +106,9 @@ class KgeModel {
   // head of each (r, t): out is entities x queries.size(), column j for query j.
   void scoreAllEntities(std::span<const Triple> queries, bool tailDirection, Matrix& out) const;
 
+  // The model's definition.
   const KgeConfig& config() const { return config_; }
+  // The entity table (rows = entity ids) and the relation table (rows = relation ids).
   SparseTable& entities() { return entities_; }
   const SparseTable& entities() const { return entities_; }
   SparseTable& relations() { return relations_; }
