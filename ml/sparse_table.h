@@ -33,7 +33,7 @@ class SparseTable {
   size_t rows() const { return rows_; }
   // Floats per row.
   size_t dim() const { return dim_; }
-  // Row `key` (unchecked: key < rows()).
+  // Row `key` (unchecked: key < rows()). Valid while the table lives (the buffer never moves).
   float* row(RowKey key) { return values_.data() + key * dim_; }
   const float* row(RowKey key) const { return values_.data() + key * dim_; }
   // The whole buffer, rows one after another.
@@ -74,7 +74,8 @@ class SparseGradAccumulator {
   // For a table of `rows` rows of `dim` floats.
   SparseGradAccumulator(size_t rows, size_t dim);
 
-  // The accumulator row of `key` (zeroed on its first touch in this step); add to it.
+  // The accumulator row of `key` (zeroed on its first touch in this step); add to it. The
+  // pointer is valid until the next row() of this accumulator (a new key may grow the buffer).
   float* row(RowKey key) {
     if (dense_) return buffer_.data() + key * dim_;
     uint32_t slot = slotOf_[key];
@@ -135,6 +136,7 @@ class SparseOptimizer {
   // AdaGrad's accumulators (empty for SGD), rows like the table's; saved with checkpoints.
   std::span<float> state() { return state_; }
   std::span<const float> state() const { return state_; }
+  // The rule and its hyper-parameters.
   const SparseOptimizerConfig& config() const { return config_; }
 
  private:
