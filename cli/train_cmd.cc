@@ -3,212 +3,59 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
-#include <chrono>
-#include <cmath>
+#include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/train_sparse.h"
 #include "ml/dataset.h"
-#include "ml/mf.h"
-#include "ml/ratings.h"
-#include "ml/sparse_stats.h"
 #include "ml/train.h"
 
 namespace chorus::cli {
 
 namespace {
 
-// Matrix factorization (--model mf): the generator's and the model's own flags. --epochs,
-// --batch, --lr, --seed, --out and --log-every are shared with the dense models; MF has its own
-// defaults for the first three (kMf*) unless they are given.
-struct MfFlags {
-  ml::MfOptions mf;
-  ml::ZipfRatingsOptions zipf;
-  std::string dataFile;   // --data ratings
-  std::string writeData;  // folder for train.csv and test.csv of the data trained on
-  CLI::Option* epochs = nullptr;
-  CLI::Option* batch = nullptr;
-  CLI::Option* lr = nullptr;
-  CLI::Option* data = nullptr;
-};
-constexpr int64_t kMfEpochs = 10;
-constexpr size_t kMfBatch = 1000;
-constexpr double kMfLr = 0.1;
-
 struct TrainFlags {
   ml::TrainOptions options;
   std::vector<int> hidden;
   bool noNormalize = false;
   bool noFlip = false;
-  MfFlags mf;
+  SparseFlags sparse;
+  CLI::Option* data = nullptr;  // --data, to tell whether it was given
 };
 
-// The data sets of the sparse models, besides the dense ones of ml::datasetNames().
-const std::vector<std::string>& trainDataNames() {
-  static const std::vector<std::string> names = [] {
-    std::vector<std::string> all = ml::datasetNames();
-    all.insert(all.end(), {"zipf-mf", "ratings"});
-    return all;
-  }();
-  return names;
-}
-const std::vector<std::string>& trainModelNames() {
-  static const std::vector<std::string> names = [] {
-    std::vector<std::string> all = ml::modelNames();
-    all.push_back("mf");
-    return all;
-  }();
-  return names;
-}
-
-// `chorus train --model mf`: generate or read ratings, print their skew, train, compare the test
-// RMSE with the noise floor.
-void runMfTrain(const CLI::App& app, const TrainFlags& flags) {
-  const ml::TrainOptions& o = flags.options;
-  const MfFlags& f = flags.mf;
-  if (o.data.name != "zipf-mf" && o.data.name != "ratings") {
-    throw CommandFailure(2, "--model mf trains on --data zipf-mf or --data ratings");
-  }
-  // The dense models' flags would be silently ignored: refuse them.
-  for (const char* dense :
-       {"--data-dir",     "--synthetic-train", "--synthetic-test", "--limit",    "--no-normalize",
-        "--hidden",       "--dropout",         "--momentum",       "--nesterov", "--weight-decay",
-        "--schedule",     "--warmup-epochs",   "--step-epochs",    "--gamma",    "--augment",
-        "--crop-padding", "--no-flip",         "--save",           "--resume",   "--confusion"}) {
-    if (app.count(dense) > 0)
-      throw CommandFailure(2, std::string(dense) + " does not apply to --model mf");
-  }
-  if ((o.data.name == "ratings") != !f.dataFile.empty()) {
-    throw CommandFailure(
-        2, "--data ratings needs --data-file FILE, and --data-file needs --data ratings");
-  }
-  if (o.data.name == "ratings") {
-    for (const char* generator : {"--mf-rows", "--mf-cols", "--mf-cells", "--mf-planted-rank",
-                                  "--zipf-row", "--zipf-col", "--noise-sigma"}) {
-      if (app.count(generator) > 0) {
-        throw CommandFailure(2, std::string(generator) + " applies to --data zipf-mf only");
-      }
-    }
-  }
-  ml::MfOptions mf = f.mf;
-  mf.epochs = f.epochs->count() > 0 ? o.epochs : kMfEpochs;
-  mf.batchSize = f.batch->count() > 0 ? o.batchSize : kMfBatch;
-  mf.learningRate = f.lr->count() > 0 ? o.learningRate : kMfLr;
-  mf.seed = o.seed;
-  mf.metricsPath = o.metricsPath;
-  mf.logEverySteps = o.logEverySteps;
-  ml::ZipfRatingsOptions zipf = f.zipf;
-  zipf.seed = o.seed;
-  ml::ProgressReporter progress(stderr, ml::ProgressReporter::isTerminal(stderr));
-  ml::MfReport report;
-  try {
-    ml::validateMfOptions(mf);
-    const auto start = std::chrono::steady_clock::now();
-    const ml::RatingsData data = o.data.name == "ratings"
-                                     ? ml::readRatings(f.dataFile, zipf.testShare, o.seed)
-                                     : ml::makeZipfRatings(zipf);
-    progress.line(fmt::format(
-        "data: {} from {}: {} x {}, {} training and {} test ratings ({:.1f} s)", data.name,
-        data.source, data.rows, data.cols, data.train.size(), data.test.size(),
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
-    for (const std::string& line : ml::skewLines(ml::mfAccessStats(data)))
-      progress.line(line);
-    if (!f.writeData.empty()) {
-      std::filesystem::create_directories(f.writeData);
-      ml::writeRatingsCsv(f.writeData + "/train.csv", data.train);
-      ml::writeRatingsCsv(f.writeData + "/test.csv", data.test);
-      progress.line(fmt::format("wrote {}/train.csv and {}/test.csv", f.writeData, f.writeData));
-    }
-    report = ml::trainMf(mf, data, progress);
-  } catch (const std::invalid_argument& e) {
-    progress.finish();
-    throw CommandFailure(2, e.what());
-  } catch (const std::exception& e) {
-    progress.finish();
-    throw CommandFailure(1, e.what());
-  }
-  std::printf("model: %s (%zu parameters)\n", report.modelSpec.c_str(), report.parameters);
-  std::printf(
-      "epochs: %lld, steps: %lld, training time: %.1f s (%.1f s CPU), %.0f ratings/s (%.0f per "
-      "CPU second)\n",
-      static_cast<long long>(report.epochs), static_cast<long long>(report.steps),
-      report.trainSeconds, report.trainCpuSeconds, report.ratingsPerSecond,
-      report.ratingsPerCpuSecond);
-  if (std::isfinite(report.noiseFloorRatio)) {
-    std::printf("test: RMSE %.4f, %.3f x the noise floor %.4f (target <= %.2f: %s)\n",
-                report.testRmse, report.noiseFloorRatio, report.noiseSigma, mf.targetRatio,
-                report.targetMet ? "met" : "missed");
-  } else {
-    std::printf("test: RMSE %.4f (noise floor unknown for data read from a file)\n",
-                report.testRmse);
-  }
-  std::fflush(stdout);
-}
-
-// The flags of --model mf and its data sets.
-void addMfOptions(CLI::App* train, TrainFlags& flags) {
-  MfFlags& f = flags.mf;
-  ml::MfOptions& mf = f.mf;
-  ml::ZipfRatingsOptions& z = f.zipf;
-  train
-      ->add_option("--data-file", f.dataFile,
-                   "--data ratings: the rating file (CSV user,item,rating[,timestamp] with a "
-                   "header, or MovieLens user::item::rating::timestamp; plain or .gz)")
-      ->check(CLI::ExistingFile);
-  train
-      ->add_option("--test-share", z.testShare,
-                   "--model mf: share of the ratings held out for the test RMSE")
-      ->check(CLI::Range(0.0, 0.9))
-      ->capture_default_str();
-  train->add_option("--mf-rows", z.rows, "--data zipf-mf: rows (users)")->capture_default_str();
-  train->add_option("--mf-cols", z.cols, "--data zipf-mf: columns (items)")->capture_default_str();
-  train->add_option("--mf-cells", z.cells, "--data zipf-mf: revealed cells (train + test)")
-      ->capture_default_str();
-  train->add_option("--mf-planted-rank", z.rank, "--data zipf-mf: rank of the planted model")
-      ->capture_default_str();
-  train->add_option("--zipf-row", z.rowExponent, "--data zipf-mf: Zipf exponent of the rows")
-      ->capture_default_str();
-  train->add_option("--zipf-col", z.colExponent, "--data zipf-mf: Zipf exponent of the columns")
-      ->capture_default_str();
-  train
-      ->add_option("--noise-sigma", z.noiseSigma,
-                   "--data zipf-mf: sigma of the Gaussian noise on the values (the noise floor "
-                   "of the test RMSE; the signal has variance 1)")
-      ->capture_default_str();
-  train->add_option("--write-data", f.writeData,
-                    "--model mf: write the ratings trained on to FOLDER/train.csv and "
-                    "FOLDER/test.csv (for bench/mf_reference.py)");
-  train->add_option("--rank", mf.rank, "--model mf: rank of the row and column factors")
-      ->check(CLI::Range(1, 4096))
-      ->capture_default_str();
-  train->add_option("--reg", mf.reg, "--model mf: L2 coefficient on the rows each rating touches")
-      ->check(CLI::Range(0.0, 100.0))
-      ->capture_default_str();
-  train->add_option("--optimizer", mf.optimizer, "--model mf: sgd or adagrad")
-      ->check(CLI::IsMember({"sgd", "adagrad"}))
-      ->capture_default_str();
-  train->add_option("--init-std", mf.initStd, "--model mf: factors start as N(0, init-std^2)")
-      ->check(CLI::Range(0.0, 10.0))
-      ->capture_default_str();
-}
-
 void runTrain(const CLI::App& app, TrainFlags& flags) {
-  if (flags.options.model.name == "mf" && flags.mf.data->count() == 0) {
-    flags.options.data.name = "zipf-mf";
+  const std::string& model = flags.options.model.name;
+  if (model == "mf") {
+    if (flags.data->count() == 0) flags.options.data.name = "zipf-mf";
+    return runMfTrain(app, flags.options, flags.sparse);
   }
-  if (flags.options.model.name == "mf") return runMfTrain(app, flags);
-  if (flags.options.data.name == "zipf-mf" || flags.options.data.name == "ratings") {
-    throw CommandFailure(2, "--data " + flags.options.data.name + " needs --model mf");
+  if (isKgeModel(model)) {
+    if (flags.data->count() == 0) flags.options.data.name = "wn18rr";
+    return runKgeTrain(app, flags.options, flags.sparse);
   }
-  for (const char* mf : {"--data-file", "--test-share", "--mf-rows", "--mf-cols", "--mf-cells",
-                         "--mf-planted-rank", "--zipf-row", "--zipf-col", "--noise-sigma",
-                         "--write-data", "--rank", "--reg", "--optimizer", "--init-std"}) {
-    if (app.count(mf) > 0) throw CommandFailure(2, std::string(mf) + " applies to --model mf only");
+  const std::pair<const std::vector<std::string>*, const char*> families[] = {
+      {&kMfOnlyFlags, "--model mf only"},
+      {&kKgeOnlyFlags, "the knowledge-graph models only (--model complex or distmult)"},
+      {&kSparseFlags, "the sparse models only (--model mf, complex or distmult)"}};
+  for (const auto& [flags_of, whom] : families) {
+    for (const std::string& flag : *flags_of) {
+      if (app.count(flag) > 0) throw CommandFailure(2, fmt::format("{} applies to {}", flag, whom));
+    }
+  }
+  const std::string& data = flags.options.data.name;
+  if (data == "zipf-mf" || data == "ratings") {
+    throw CommandFailure(2, fmt::format("--data {} needs --model mf", data));
+  }
+  const auto& imageSets = ml::datasetNames();
+  if (std::find(imageSets.begin(), imageSets.end(), data) == imageSets.end()) {
+    throw CommandFailure(2, fmt::format("--data {}: --model {} takes {}; knowledge graphs are for "
+                                        "--model complex or distmult",
+                                        data, model, fmt::join(imageSets, ", ")));
   }
   ml::TrainOptions options = flags.options;
   options.model.hidden = flags.hidden;
@@ -254,18 +101,23 @@ void addTrainCommand(CLI::App& app) {
       "Prints a progress line (live on a terminal), the test accuracy after every epoch and a\n"
       "summary; optional JSON-lines metrics (--out) and checkpoints (--save, --resume).\n"
       "Example: chorus train --data fashion-mnist --model mlp --epochs 5 --batch 64 --lr 0.05\n"
-      "Matrix factorization on Zipf-skewed ratings: chorus train --model mf --data zipf-mf");
-  flags->mf.data =
-      train
-          ->add_option("--data", o.data.name,
-                       "Data set: mnist, fashion-mnist, cifar10, synthetic; zipf-mf (generated) "
-                       "or ratings (--data-file) for --model mf (its default: zipf-mf)")
-          ->check(CLI::IsMember(trainDataNames()))
-          ->capture_default_str();
+      "Matrix factorization on Zipf-skewed ratings: chorus train --model mf --data zipf-mf\n"
+      "Knowledge graphs: chorus train --data wn18rr --model complex --dim 200 --negatives 512\n"
+      "  --loss ce --reg n3 --reg-weight 0.01 (filtered MRR and Hits@k on valid and test)");
+  flags->data = train
+                    ->add_option("--data", o.data.name,
+                                 "Data set: mnist, fashion-mnist, cifar10, synthetic (image "
+                                 "models); zipf-mf (generated) or ratings (--data-file) for "
+                                 "--model mf, its default zipf-mf; wn18rr or the name of any "
+                                 "triple folder given with --data-dir for the knowledge-graph "
+                                 "models, their default wn18rr")
+                    ->capture_default_str();
   train->add_option("--data-dir", o.data.dataDir,
                     "Folder holding the data files (or their usual sub-folder mnist/, "
-                    "fashion-mnist/, cifar-10-batches-bin/). Default: $CHORUS_DATA, then data/ "
-                    "in the source tree, then /usr/share/datasets/");
+                    "fashion-mnist/, cifar-10-batches-bin/, <--data>/ for triples). Default: "
+                    "$CHORUS_DATA, then data/ in the source tree, then /usr/share/datasets/. A "
+                    "triple folder holds train.txt, valid.txt, test.txt (head<TAB>relation<TAB>"
+                    "tail, plain or .gz), optionally entities.dict, relations.dict");
   train
       ->add_option("--synthetic-train", o.data.syntheticTrain,
                    "Training samples of --data synthetic")
@@ -278,8 +130,14 @@ void addTrainCommand(CLI::App& app) {
       ->capture_default_str();
   train->add_flag("--no-normalize", flags->noNormalize,
                   "Keep pixels in [0, 1] instead of per-channel mean/std standardization");
-  train->add_option("--model", o.model.name, "Model: softmax, mlp, lenet, cifar-cnn, mf")
-      ->check(CLI::IsMember(trainModelNames()))
+  std::vector<std::string> models = ml::modelNames();
+  models.push_back("mf");
+  models.insert(models.end(), ml::kgeModelNames().begin(), ml::kgeModelNames().end());
+  train
+      ->add_option("--model", o.model.name,
+                   "Model: softmax, mlp, lenet, cifar-cnn (images); mf (matrix factorization); "
+                   "complex, distmult (knowledge-graph embeddings)")
+      ->check(CLI::IsMember(models))
       ->capture_default_str();
   train
       ->add_option("--hidden", flags->hidden,
@@ -291,22 +149,17 @@ void addTrainCommand(CLI::App& app) {
                    "Dropout rate before the output layer (mlp, lenet, cifar-cnn)")
       ->check(CLI::Range(0.0, 0.95))
       ->capture_default_str();
-  flags->mf.epochs =
-      train
-          ->add_option("--epochs", o.epochs,
-                       fmt::format("Passes over the training data (mf: default {})", kMfEpochs))
-          ->check(CLI::Range(int64_t{0}, int64_t{1'000'000}))
-          ->capture_default_str();
-  flags->mf.batch = train
-                        ->add_option("--batch", o.batchSize,
-                                     fmt::format("Minibatch size (mf: default {})", kMfBatch))
-                        ->check(CLI::Range(size_t{1}, size_t{1'000'000}))
-                        ->capture_default_str();
-  flags->mf.lr = train
-                     ->add_option("--lr", o.learningRate,
-                                  fmt::format("Base learning rate (mf: default {})", kMfLr))
-                     ->check(CLI::Range(1e-9, 100.0))
-                     ->capture_default_str();
+  train->add_option("--epochs", o.epochs, "Passes over the training data (mf: default 10)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1'000'000}))
+      ->capture_default_str();
+  train
+      ->add_option("--batch", o.batchSize,
+                   "Minibatch size (mf: default 1000 ratings; knowledge graphs: 512 triples)")
+      ->check(CLI::Range(size_t{1}, size_t{1'000'000}))
+      ->capture_default_str();
+  train->add_option("--lr", o.learningRate, "Base learning rate (sparse models: default 0.1)")
+      ->check(CLI::Range(1e-9, 100.0))
+      ->capture_default_str();
   train->add_option("--momentum", o.sgd.momentum, "SGD momentum (0 = plain SGD)")
       ->check(CLI::Range(0.0, 0.999))
       ->capture_default_str();
@@ -330,9 +183,9 @@ void addTrainCommand(CLI::App& app) {
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   train
-      ->add_option(
-          "--seed", o.seed,
-          "Seed of initialization, shuffling, augmentation, dropout, synthetic and zipf-mf data")
+      ->add_option("--seed", o.seed,
+                   "Seed of initialization, shuffling, augmentation, dropout, negative samples, "
+                   "synthetic and zipf-mf data")
       ->capture_default_str();
   train->add_flag("--augment", o.augment,
                   "Augment training images: random crop (see --crop-padding) and horizontal flip");
@@ -355,7 +208,7 @@ void addTrainCommand(CLI::App& app) {
                    "Start from this checkpoint (same model flags); continues at its epoch")
       ->check(CLI::ExistingFile);
   train->add_flag("--confusion", o.confusion, "Print the test confusion matrix at the end");
-  addMfOptions(train, *flags);
+  addSparseOptions(*train, flags->sparse);
   train->callback([flags, train] { runTrain(*train, *flags); });
 }
 

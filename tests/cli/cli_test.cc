@@ -70,10 +70,15 @@ TEST(ChorusCli, TrainingOptionsHaveOneDefaultInEveryCommand) {
     // own (it resumes one node and prints its confusion matrix) and the sparse workloads'
     // (matrix factorization and knowledge-graph embeddings train on one node only so far).
     const std::set<std::string> single_node_only = {
-        "--help",       "--resume",    "--confusion",   "--log-every",  "--data-file",
-        "--test-share", "--mf-rows",   "--mf-cols",     "--mf-cells",   "--mf-planted-rank",
-        "--zipf-row",   "--zipf-col",  "--noise-sigma", "--write-data", "--rank",
-        "--reg",        "--optimizer", "--init-std"};
+        "--help", "--resume", "--confusion", "--log-every",
+        // matrix factorization
+        "--data-file", "--test-share", "--mf-rows", "--mf-cols", "--mf-cells", "--mf-planted-rank",
+        "--zipf-row", "--zipf-col", "--noise-sigma", "--write-data", "--rank",
+        // knowledge-graph embeddings
+        "--dim", "--negatives", "--loss", "--adversarial-temperature", "--adagrad-initial",
+        "--time-limit",
+        // both sparse families
+        "--reg", "--reg-weight", "--optimizer", "--init-scale"};
     for (const auto& [flag, value] : train) {
       if (single_node_only.count(flag) > 0) continue;
       EXPECT_TRUE(other.count(flag)) << "chorus " << command << " has no " << flag;

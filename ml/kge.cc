@@ -1,0 +1,433 @@
+#include "ml/kge.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+namespace chorus::ml {
+
+KgeModelKind parseKgeModel(const std::string& name) {
+  if (name == "distmult") return KgeModelKind::kDistMult;
+  if (name == "complex") return KgeModelKind::kComplEx;
+  throw std::invalid_argument("--model must be distmult or complex for knowledge graphs, not '" +
+                              name + "'");
+}
+
+KgeLossKind parseKgeLoss(const std::string& name) {
+  if (name == "logistic") return KgeLossKind::kLogistic;
+  if (name == "ce") return KgeLossKind::kCrossEntropy;
+  throw std::invalid_argument("--loss must be logistic or ce, not '" + name + "'");
+}
+
+KgeRegularizerKind parseKgeRegularizer(const std::string& name) {
+  if (name == "none") return KgeRegularizerKind::kNone;
+  if (name == "l2") return KgeRegularizerKind::kL2;
+  if (name == "n3") return KgeRegularizerKind::kN3;
+  throw std::invalid_argument("--reg must be none, l2 or n3, not '" + name + "'");
+}
+
+const char* kgeModelName(KgeModelKind kind) {
+  return kind == KgeModelKind::kDistMult ? "distmult" : "complex";
+}
+
+const char* kgeLossName(KgeLossKind kind) {
+  return kind == KgeLossKind::kLogistic ? "logistic" : "ce";
+}
+
+const char* kgeRegularizerName(KgeRegularizerKind kind) {
+  switch (kind) {
+    case KgeRegularizerKind::kNone:
+      return "none";
+    case KgeRegularizerKind::kL2:
+      return "l2";
+    default:
+      return "n3";
+  }
+}
+
+const std::vector<std::string>& kgeModelNames() {
+  static const std::vector<std::string> names = {"complex", "distmult"};
+  return names;
+}
+
+void KgeConfig::validate() const {
+  if (dim == 0 || dim > 100000) throw std::invalid_argument("--dim must be in [1, 100000]");
+  if (model == KgeModelKind::kComplEx && dim % 2 != 0) {
+    throw std::invalid_argument(fmt::format(
+        "--dim {} is odd: ComplEx needs an even --dim (real and imaginary halves)", dim));
+  }
+  if (!allNegatives && (negatives == 0 || negatives > 1'000'000)) {
+    throw std::invalid_argument("--negatives must be 'all' or in [1, 1000000]");
+  }
+  if (!(adversarialTemperature >= 0.0) || !std::isfinite(adversarialTemperature)) {
+    throw std::invalid_argument("--adversarial-temperature must be a number >= 0");
+  }
+  if (adversarialTemperature > 0.0 && loss != KgeLossKind::kLogistic) {
+    throw std::invalid_argument(
+        "--adversarial-temperature weights the negatives of --loss logistic; --loss ce has no "
+        "separate negative term");
+  }
+  if (!(regWeight >= 0.0) || !std::isfinite(regWeight)) {
+    throw std::invalid_argument("--reg-weight must be a number >= 0");
+  }
+  if (!(initScale > 0.0) || !std::isfinite(initScale)) {
+    throw std::invalid_argument("--init-scale must be a positive number");
+  }
+}
+
+std::string KgeConfig::spec(size_t entityCount, size_t relationCount) const {
+  return fmt::format("{} dim={} entities={} relations={}", kgeModelName(model), dim, entityCount,
+                     relationCount);
+}
+
+// --- Model algebra. ComplEx rows are [re(0..k) | im(0..k)], k = dim/2. ---
+
+void kgeTailQuery(KgeModelKind model, size_t dim, const float* h, const float* r, float* q) {
+  if (model == KgeModelKind::kDistMult) {
+    for (size_t i = 0; i < dim; ++i)
+      q[i] = h[i] * r[i];
+    return;
+  }
+  const size_t k = dim / 2;
+  const float *hr = h, *hi = h + k, *rr = r, *ri = r + k;
+  for (size_t i = 0; i < k; ++i) {
+    q[i] = hr[i] * rr[i] - hi[i] * ri[i];
+    q[k + i] = hr[i] * ri[i] + hi[i] * rr[i];
+  }
+}
+
+void kgeHeadQuery(KgeModelKind model, size_t dim, const float* r, const float* t, float* g) {
+  if (model == KgeModelKind::kDistMult) {
+    for (size_t i = 0; i < dim; ++i)
+      g[i] = r[i] * t[i];
+    return;
+  }
+  const size_t k = dim / 2;
+  const float *rr = r, *ri = r + k, *tr = t, *ti = t + k;
+  for (size_t i = 0; i < k; ++i) {
+    g[i] = rr[i] * tr[i] + ri[i] * ti[i];
+    g[k + i] = rr[i] * ti[i] - ri[i] * tr[i];
+  }
+}
+
+void kgeTailQueryBackward(KgeModelKind model, size_t dim, const float* h, const float* r,
+                          const float* dq, float* dh, float* dr) {
+  if (model == KgeModelKind::kDistMult) {
+    for (size_t i = 0; i < dim; ++i) {
+      dh[i] += dq[i] * r[i];
+      dr[i] += dq[i] * h[i];
+    }
+    return;
+  }
+  const size_t k = dim / 2;
+  const float *hr = h, *hi = h + k, *rr = r, *ri = r + k, *dqr = dq, *dqi = dq + k;
+  for (size_t i = 0; i < k; ++i) {
+    dh[i] += dqr[i] * rr[i] + dqi[i] * ri[i];
+    dh[k + i] += -dqr[i] * ri[i] + dqi[i] * rr[i];
+    dr[i] += dqr[i] * hr[i] + dqi[i] * hi[i];
+    dr[k + i] += -dqr[i] * hi[i] + dqi[i] * hr[i];
+  }
+}
+
+void kgeHeadQueryBackward(KgeModelKind model, size_t dim, const float* r, const float* t,
+                          const float* dg, float* dr, float* dt) {
+  if (model == KgeModelKind::kDistMult) {
+    for (size_t i = 0; i < dim; ++i) {
+      dr[i] += dg[i] * t[i];
+      dt[i] += dg[i] * r[i];
+    }
+    return;
+  }
+  const size_t k = dim / 2;
+  const float *rr = r, *ri = r + k, *tr = t, *ti = t + k, *dgr = dg, *dgi = dg + k;
+  for (size_t i = 0; i < k; ++i) {
+    dr[i] += dgr[i] * tr[i] + dgi[i] * ti[i];
+    dr[k + i] += dgr[i] * ti[i] - dgi[i] * tr[i];
+    dt[i] += dgr[i] * rr[i] - dgi[i] * ri[i];
+    dt[k + i] += dgr[i] * ri[i] + dgi[i] * rr[i];
+  }
+}
+
+double kgeScore(KgeModelKind model, size_t dim, const float* h, const float* r, const float* t) {
+  double s = 0.0;
+  if (model == KgeModelKind::kDistMult) {
+    for (size_t i = 0; i < dim; ++i)
+      s += double{h[i]} * r[i] * t[i];
+    return s;
+  }
+  const size_t k = dim / 2;
+  for (size_t i = 0; i < k; ++i) {
+    const double hr = h[i], hi = h[k + i], rr = r[i], ri = r[k + i], tr = t[i], ti = t[k + i];
+    s += hr * rr * tr + hi * rr * ti + hr * ri * ti - hi * ri * tr;
+  }
+  return s;
+}
+
+namespace {
+
+double softplus(double x) {
+  return std::max(x, 0.0) + std::log1p(std::exp(-std::abs(x)));
+}
+
+double sigmoid(double x) {
+  return x >= 0 ? 1.0 / (1.0 + std::exp(-x)) : std::exp(x) / (1.0 + std::exp(x));
+}
+
+}  // namespace
+
+double kgeCandidateLoss(KgeLossKind loss, double adversarialTemperature, std::span<float> scores,
+                        size_t trueIndex) {
+  using Array = Eigen::Map<Eigen::ArrayXf>;
+  const auto n = static_cast<Eigen::Index>(scores.size());
+  Array s(scores.data(), n);
+  const float positive = s[static_cast<Eigen::Index>(trueIndex)];
+  if (loss == KgeLossKind::kCrossEntropy) {
+    // Softmax over every candidate, the true one included (kbc's 1-N loss when all entities are
+    // candidates). Eigen's exp is vectorized: with 1-N scoring this loop sees entities x batch
+    // scores per direction and step.
+    const float top = s.maxCoeff();
+    s = (s - top).exp();
+    const double z = static_cast<double>(s.sum());
+    s *= static_cast<float>(1.0 / z);
+    s[static_cast<Eigen::Index>(trueIndex)] -= 1.0f;
+    return -(double{positive} - top) + std::log(z);
+  }
+  const double positiveLoss = softplus(-double{positive});
+  const double positiveGrad = sigmoid(double{positive}) - 1.0;
+  const Eigen::Index negatives = n - 1;
+  if (negatives == 0) {
+    s[0] = static_cast<float>(0.5 * positiveGrad);
+    return 0.5 * positiveLoss;
+  }
+  // -inf takes the true candidate out of every negative term below: its weight, softplus and
+  // sigmoid all come out 0.
+  s[static_cast<Eigen::Index>(trueIndex)] = -std::numeric_limits<float>::infinity();
+  thread_local Eigen::ArrayXf e, w;
+  e = (-s.abs()).exp();  // exp(-|s|): softplus and sigmoid from one vectorized exp
+  if (adversarialTemperature > 0.0) {
+    const auto a = static_cast<float>(adversarialTemperature);
+    const float top = a * s.maxCoeff();
+    w = (a * s - top).exp();
+    w /= w.sum();
+  } else {
+    w.setConstant(n, 1.0f / static_cast<float>(negatives));
+    w[static_cast<Eigen::Index>(trueIndex)] = 0.0f;
+  }
+  const double negativeLoss = static_cast<double>((w * (s.max(0.0f) + e.log1p())).sum());
+  // sigmoid(s) = 1/(1+e) for s >= 0, e/(1+e) below.
+  s = 0.5f * w * (s >= 0.0f).select(1.0f / (1.0f + e), e / (1.0f + e));
+  s[static_cast<Eigen::Index>(trueIndex)] = static_cast<float>(0.5 * positiveGrad);
+  return 0.5 * (positiveLoss + negativeLoss);
+}
+
+double kgeRegularize(KgeModelKind model, KgeRegularizerKind reg, double weight, size_t dim,
+                     const float* row, float* grad) {
+  if (reg == KgeRegularizerKind::kNone || weight == 0.0) return 0.0;
+  const auto wf = static_cast<float>(weight);
+  double value = 0.0;
+  if (reg == KgeRegularizerKind::kL2) {
+    for (size_t i = 0; i < dim; ++i) {
+      value += double{row[i]} * row[i];
+      if (grad) grad[i] += 2.0f * wf * row[i];
+    }
+    return weight * value;
+  }
+  if (model == KgeModelKind::kDistMult) {
+    for (size_t i = 0; i < dim; ++i) {
+      const float a = std::abs(row[i]);
+      value += double{a} * a * a;
+      if (grad) grad[i] += 3.0f * wf * row[i] * a;
+    }
+    return weight * value;
+  }
+  // ComplEx: |z|^3 of each complex coordinate; d/dre = 3 re |z|, d/dim = 3 im |z|.
+  const size_t k = dim / 2;
+  for (size_t i = 0; i < k; ++i) {
+    const float re = row[i], im = row[k + i];
+    const float modulus = std::sqrt(re * re + im * im);
+    value += double{modulus} * modulus * modulus;
+    if (grad) {
+      grad[i] += 3.0f * wf * re * modulus;
+      grad[k + i] += 3.0f * wf * im * modulus;
+    }
+  }
+  return weight * value;
+}
+
+// --- KgeModel ---
+
+KgeModel::KgeModel(const KgeConfig& config, size_t entityCount, size_t relationCount, uint64_t seed)
+    : config_(config),
+      entities_("entity", entityCount, config.dim),
+      relations_("relation", relationCount, config.dim) {
+  config_.validate();
+  entities_.initNormal(mixSeed(seed, 1), config_.initScale);
+  relations_.initNormal(mixSeed(seed, 2), config_.initScale);
+}
+
+double KgeModel::computeGradients(std::span<const Triple> batch, Rng& rng,
+                                  SparseGradAccumulator& entityGrad,
+                                  SparseGradAccumulator& relationGrad) {
+  if (batch.empty()) return 0.0;
+  double loss = config_.allNegatives ? allEntitiesStep(batch, entityGrad, relationGrad)
+                                     : sampledStep(batch, rng, entityGrad, relationGrad);
+  // The regularizer of each positive's three rows, in the batch mean.
+  const double scale = 1.0 / static_cast<double>(batch.size());
+  const size_t dim = config_.dim;
+  if (config_.regularizer != KgeRegularizerKind::kNone && config_.regWeight > 0.0) {
+    const double w = config_.regWeight * scale;
+    for (const Triple& t : batch) {
+      loss += kgeRegularize(config_.model, config_.regularizer, w, dim, entities_.row(t.head),
+                            entityGrad.row(t.head));
+      loss += kgeRegularize(config_.model, config_.regularizer, w, dim, relations_.row(t.relation),
+                            relationGrad.row(t.relation));
+      loss += kgeRegularize(config_.model, config_.regularizer, w, dim, entities_.row(t.tail),
+                            entityGrad.row(t.tail));
+    }
+  }
+  return loss;
+}
+
+double KgeModel::sampledStep(std::span<const Triple> batch, Rng& rng,
+                             SparseGradAccumulator& entityGrad,
+                             SparseGradAccumulator& relationGrad) {
+  const size_t dim = config_.dim;
+  const size_t n = config_.negatives + 1;  // candidate 0 is the true entity
+  const auto entityCount = static_cast<uint64_t>(entities_.rows());
+  const auto scale = static_cast<float>(1.0 / static_cast<double>(batch.size()));
+  candidates_.resize(n);
+  scores_.resize(n);
+  query_.resize(dim);
+  dquery_.resize(dim);
+  using ConstVec = Eigen::Map<const Vector>;
+  using Vec = Eigen::Map<Vector>;
+  Vec q(query_.data(), static_cast<Eigen::Index>(dim));
+  Vec dq(dquery_.data(), static_cast<Eigen::Index>(dim));
+  const auto d = static_cast<Eigen::Index>(dim);
+  double loss = 0.0;
+  for (const Triple& t : batch) {
+    for (int direction = 0; direction < 2; ++direction) {
+      const bool tail = direction == 0;
+      const float* r = relations_.row(t.relation);
+      if (tail) {
+        kgeTailQuery(config_.model, dim, entities_.row(t.head), r, query_.data());
+      } else {
+        kgeHeadQuery(config_.model, dim, r, entities_.row(t.tail), query_.data());
+      }
+      candidates_[0] = tail ? t.tail : t.head;
+      for (size_t j = 1; j < n; ++j)
+        candidates_[j] = static_cast<uint32_t>(rng.below(entityCount));
+      // Gather and score: one dot product per candidate row, read in place (no copy).
+      for (size_t j = 0; j < n; ++j)
+        scores_[j] = ConstVec(entities_.row(candidates_[j]), d).dot(q);
+      loss += kgeCandidateLoss(config_.loss, config_.adversarialTemperature, scores_, 0);
+      // Scatter-add: d(row_j) = dscore_j * q, and dq = sum_j dscore_j * row_j.
+      dq.setZero();
+      for (size_t j = 0; j < n; ++j) {
+        const float g = scores_[j] * scale;
+        if (g == 0.0f) continue;
+        dq += g * ConstVec(entities_.row(candidates_[j]), d);
+        Vec(entityGrad.row(candidates_[j]), d) += g * q;
+      }
+      if (tail) {
+        kgeTailQueryBackward(config_.model, dim, entities_.row(t.head), r, dquery_.data(),
+                             entityGrad.row(t.head), relationGrad.row(t.relation));
+      } else {
+        kgeHeadQueryBackward(config_.model, dim, r, entities_.row(t.tail), dquery_.data(),
+                             relationGrad.row(t.relation), entityGrad.row(t.tail));
+      }
+    }
+  }
+  return loss / static_cast<double>(batch.size());
+}
+
+void KgeModel::scoreAllEntities(std::span<const Triple> queries, bool tailDirection,
+                                Matrix& out) const {
+  const auto dim = static_cast<Eigen::Index>(config_.dim);
+  const auto entityCount = static_cast<Eigen::Index>(entities_.rows());
+  Matrix q(dim, static_cast<Eigen::Index>(queries.size()));
+  for (size_t j = 0; j < queries.size(); ++j) {
+    const Triple& t = queries[j];
+    float* col = q.col(static_cast<Eigen::Index>(j)).data();
+    if (tailDirection) {
+      kgeTailQuery(config_.model, config_.dim, entities_.row(t.head), relations_.row(t.relation),
+                   col);
+    } else {
+      kgeHeadQuery(config_.model, config_.dim, relations_.row(t.relation), entities_.row(t.tail),
+                   col);
+    }
+  }
+  // The entity table, row-major entities x dim, is the column-major dim x entities matrix.
+  Eigen::Map<const Matrix> table(entities_.values().data(), dim, entityCount);
+  out.resize(entityCount, q.cols());
+  out.noalias() = table.transpose() * q;
+}
+
+double KgeModel::allEntitiesStep(std::span<const Triple> batch, SparseGradAccumulator& entityGrad,
+                                 SparseGradAccumulator& relationGrad) {
+  // 1-N scoring: every entity is a candidate of every query, so a chunk of queries is scored
+  // with one matrix product, and the entity gradient (every row) with another.
+  constexpr size_t kChunk = 128;  // keeps the entities x chunk score matrix near 20 MB on WN18RR
+  const auto dim = static_cast<Eigen::Index>(config_.dim);
+  const auto entityCount = static_cast<Eigen::Index>(entities_.rows());
+  const auto scale = static_cast<float>(1.0 / static_cast<double>(batch.size()));
+  Eigen::Map<const Matrix> table(entities_.values().data(), dim, entityCount);
+  Eigen::Map<Matrix> tableGrad(entityGrad.beginDense(), dim, entityCount);
+  bool first = true;
+  double loss = 0.0;
+  for (int direction = 0; direction < 2; ++direction) {
+    const bool tail = direction == 0;
+    for (size_t begin = 0; begin < batch.size(); begin += kChunk) {
+      const std::span<const Triple> chunk =
+          batch.subspan(begin, std::min(kChunk, batch.size() - begin));
+      const auto cols = static_cast<Eigen::Index>(chunk.size());
+      queries_.resize(dim, cols);
+      for (Eigen::Index j = 0; j < cols; ++j) {
+        const Triple& t = chunk[static_cast<size_t>(j)];
+        if (tail) {
+          kgeTailQuery(config_.model, config_.dim, entities_.row(t.head),
+                       relations_.row(t.relation), queries_.col(j).data());
+        } else {
+          kgeHeadQuery(config_.model, config_.dim, relations_.row(t.relation),
+                       entities_.row(t.tail), queries_.col(j).data());
+        }
+      }
+      scoreMatrix_.resize(entityCount, cols);
+      scoreMatrix_.noalias() = table.transpose() * queries_;
+      for (Eigen::Index j = 0; j < cols; ++j) {
+        const Triple& t = chunk[static_cast<size_t>(j)];
+        loss += kgeCandidateLoss(
+            config_.loss, config_.adversarialTemperature,
+            std::span<float>(scoreMatrix_.col(j).data(), static_cast<size_t>(entityCount)),
+            tail ? t.tail : t.head);
+      }
+      scoreMatrix_ *= scale;
+      dqueries_.resize(dim, cols);
+      dqueries_.noalias() = table * scoreMatrix_;
+      if (first) {
+        tableGrad.noalias() = queries_ * scoreMatrix_.transpose();
+        first = false;
+      } else {
+        tableGrad.noalias() += queries_ * scoreMatrix_.transpose();
+      }
+      for (Eigen::Index j = 0; j < cols; ++j) {
+        const Triple& t = chunk[static_cast<size_t>(j)];
+        if (tail) {
+          kgeTailQueryBackward(config_.model, config_.dim, entities_.row(t.head),
+                               relations_.row(t.relation), dqueries_.col(j).data(),
+                               entityGrad.row(t.head), relationGrad.row(t.relation));
+        } else {
+          kgeHeadQueryBackward(config_.model, config_.dim, relations_.row(t.relation),
+                               entities_.row(t.tail), dqueries_.col(j).data(),
+                               relationGrad.row(t.relation), entityGrad.row(t.tail));
+        }
+      }
+    }
+  }
+  return loss / static_cast<double>(batch.size());
+}
+
+}  // namespace chorus::ml

@@ -1,0 +1,87 @@
+// The single-node training driver of sparse workloads (knowledge-graph embeddings, matrix
+// factorization): a workload owns its tables and computes sparse gradients for a batch of data
+// points; the driver shuffles, batches, applies the sparse optimizer to each table, evaluates,
+// writes metrics and checkpoints. `chorus train` uses it for --model complex|distmult (and mf).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ml/metrics.h"
+#include "ml/rng.h"
+#include "ml/sparse_table.h"
+
+namespace chorus::ml {
+
+// One named quality number ("mrr", "hits@10", "rmse", ...).
+struct NamedMetric {
+  std::string name;
+  double value = 0.0;
+};
+
+// What a workload must provide to be trained by trainSparse(). One thread at a time.
+class SparseWorkload {
+ public:
+  virtual ~SparseWorkload() = default;
+  // The model and its sizes in one line; checkpoints store it and refuse another.
+  virtual std::string spec() const = 0;
+  // The parameter tables, in a fixed order (gradients, optimizer state and checkpoints follow
+  // it). The pointers stay valid for the workload's life.
+  virtual std::vector<SparseTable*> tables() = 0;
+  // Data points in one epoch (a point is a triple, a rating, ...).
+  virtual size_t trainPoints() const = 0;
+  // Computes the mean loss of the training points `points` (indices below trainPoints()) and
+  // accumulates its gradient into one accumulator per table (tables() order). Draws whatever it
+  // samples from `rng`.
+  virtual double computeGradients(std::span<const size_t> points, Rng& rng,
+                                  std::span<SparseGradAccumulator> grads) = 0;
+  // The evaluation splits it has, in order ("valid", "test"); the last one is the final one.
+  virtual std::vector<std::string> evalSplits() const = 0;
+  // Evaluates the current parameters on `split`; the first metric is the headline one.
+  virtual std::vector<NamedMetric> evaluate(const std::string& split) = 0;
+  // Whether a larger headline metric is better (MRR) or a smaller one (RMSE).
+  virtual bool higherIsBetter() const = 0;
+};
+
+// The driver's settings (the model's own are the workload's).
+struct SparseTrainOptions {
+  int64_t epochs = 10;
+  size_t batchSize = 512;
+  SparseOptimizerConfig optimizer;
+  uint64_t seed = 1;              // shuffling and the workload's sampling stream
+  int64_t evalEvery = 1;          // evaluate the first split every this many epochs (0 = end)
+  int64_t logEverySteps = 100;    // a "step" metrics event every this many steps
+  double timeLimitSeconds = 0.0;  // stop after the epoch that passes this training time (0: no)
+  std::string metricsPath;        // JSON lines (empty: none)
+  std::string savePath;           // checkpoint after every epoch (empty: none)
+  std::string resumePath;         // checkpoint to start from
+  std::vector<std::pair<std::string, std::string>> startFields;  // added to the "start" event
+};
+
+// What a run achieved.
+struct SparseTrainReport {
+  int64_t epochsDone = 0;
+  int64_t steps = 0;
+  double trainSeconds = 0.0;  // the training loop only (no evaluation)
+  double pointsPerSecond = 0.0;
+  std::vector<double> epochLosses;
+  // Final evaluation of every split, in evalSplits() order.
+  std::vector<std::pair<std::string, std::vector<NamedMetric>>> final;
+  size_t parameters = 0;
+  std::string spec;
+};
+
+// Throws std::invalid_argument naming the flag when an option is out of range.
+void validateSparseTrainOptions(const SparseTrainOptions& options);
+
+// Trains `workload` for options.epochs epochs (from a checkpoint's epoch with resumePath),
+// evaluating, logging and checkpointing as asked, and evaluates every split at the end. Throws
+// std::invalid_argument for bad options, CheckpointError for a bad --resume file,
+// std::runtime_error for a diverged run (loss not finite) or an unwritable output.
+SparseTrainReport trainSparse(SparseWorkload& workload, const SparseTrainOptions& options,
+                              ProgressReporter& progress);
+
+}  // namespace chorus::ml
