@@ -35,6 +35,8 @@ NOT_RUN = {
     "chorus topo check lab.toml": "lab.toml is the reader's own file; tests/topology check files",
     "chorus node --topology lab.toml": "needs one machine per node; tests/node and tests/cli run "
                                        "the same nodes on loopback",
+    "bench/kge_reference.sh": "a benchmark: the PyTorch side takes minutes per epoch; "
+                              "tests/ml check the same training (KgeTrainingTest)",
 }
 
 # Steps in the short form of a training command (rounds for launch, node and compare).
@@ -67,7 +69,7 @@ def commands(path):
     for start, lines in blocks(path):
         pending, pending_line = "", 0
         for offset, line in enumerate(lines):
-            text = re.sub(r"(^|\s)#.*$", "", line).rstrip() if not pending else line.rstrip()
+            text = re.sub(r"(^|\s)#.*$", "", line).rstrip()
             if not pending:
                 pending_line = start + offset
                 if not text.strip():
