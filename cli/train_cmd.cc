@@ -67,17 +67,7 @@ void runTrain(const CLI::App& app, TrainFlags& flags) {
   }
   ml::ProgressReporter progress(stderr, ml::ProgressReporter::isTerminal(stderr));
   ml::TrainReport report;
-  // Bad flags exit with 2, bad files and failed runs with 1; a live progress line is ended
-  // first so that the error starts on its own line.
-  try {
-    report = ml::trainSingleNode(options, progress);
-  } catch (const std::invalid_argument& e) {
-    progress.finish();
-    throw CommandFailure(2, e.what());
-  } catch (const std::exception& e) {
-    progress.finish();
-    throw CommandFailure(1, e.what());
-  }
+  runTraining(progress, [&] { report = ml::trainSingleNode(options, progress); });
   std::printf("model: %s (%zu parameters)\n", report.modelSpec.c_str(), report.parameters);
   std::printf("epochs: %lld, steps: %lld, training time: %.1f s, %.0f samples/s\n",
               static_cast<long long>(report.epochsDone), static_cast<long long>(report.steps),

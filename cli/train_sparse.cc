@@ -62,6 +62,18 @@ void refuseGiven(const CLI::App& app, const std::vector<std::string>& flags,
 
 }  // namespace
 
+void runTraining(ml::ProgressReporter& progress, const std::function<void()>& work) {
+  try {
+    work();
+  } catch (const std::invalid_argument& e) {
+    progress.finish();
+    throw CommandFailure(2, e.what());
+  } catch (const std::exception& e) {
+    progress.finish();
+    throw CommandFailure(1, e.what());
+  }
+}
+
 bool isKgeModel(const std::string& model) {
   const auto& names = ml::kgeModelNames();
   return std::find(names.begin(), names.end(), model) != names.end();
@@ -110,7 +122,7 @@ void runMfTrain(const CLI::App& app, const ml::TrainOptions& o, const SparseFlag
   zipf.seed = o.seed;
   ml::ProgressReporter progress(stderr, ml::ProgressReporter::isTerminal(stderr));
   ml::MfReport report;
-  try {
+  runTraining(progress, [&] {
     ml::validateMfOptions(mf);
     const auto start = std::chrono::steady_clock::now();
     const ml::RatingsData data = o.data.name == "ratings"
@@ -129,13 +141,7 @@ void runMfTrain(const CLI::App& app, const ml::TrainOptions& o, const SparseFlag
       progress.line(fmt::format("wrote {}/train.csv and {}/test.csv", f.writeData, f.writeData));
     }
     report = ml::trainMf(mf, data, progress);
-  } catch (const std::invalid_argument& e) {
-    progress.finish();
-    throw CommandFailure(2, e.what());
-  } catch (const std::exception& e) {
-    progress.finish();
-    throw CommandFailure(1, e.what());
-  }
+  });
   std::printf("model: %s (%zu parameters)\n", report.modelSpec.c_str(), report.parameters);
   std::printf(
       "epochs: %lld, steps: %lld, training time: %.1f s (%.1f s CPU), %.0f ratings/s (%.0f per "
@@ -208,7 +214,7 @@ void runKgeTrain(const CLI::App& app, const ml::TrainOptions& o, const SparseFla
   }
   ml::ProgressReporter progress(stderr, ml::ProgressReporter::isTerminal(stderr));
   ml::SparseTrainReport report;
-  try {
+  runTraining(progress, [&] {
     const std::string dir = ml::findTripleDir(o.data.name, o.data.dataDir);
     const ml::KgData data = ml::readTriples(dir);
     progress.line(fmt::format(
@@ -228,13 +234,7 @@ void runKgeTrain(const CLI::App& app, const ml::TrainOptions& o, const SparseFla
                          {"reg", reg},
                          {"reg_weight", fmt::format("{}", kge.regWeight)}};
     report = ml::trainSparse(workload, train, progress);
-  } catch (const std::invalid_argument& e) {
-    progress.finish();
-    throw CommandFailure(2, e.what());
-  } catch (const std::exception& e) {
-    progress.finish();
-    throw CommandFailure(1, e.what());
-  }
+  });
   std::printf("model: %s (%zu parameters)\n", report.spec.c_str(), report.parameters);
   std::printf("epochs: %lld, steps: %lld, training time: %.1f s, %.0f triples/s\n",
               static_cast<long long>(report.epochsDone), static_cast<long long>(report.steps),

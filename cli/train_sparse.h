@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,11 @@ extern const std::vector<std::string> kDenseOnlyFlags;
 extern const std::vector<std::string> kMfOnlyFlags;
 extern const std::vector<std::string> kKgeOnlyFlags;
 extern const std::vector<std::string> kSparseFlags;
+
+// Runs `work` (loading and training) and turns what it throws into the command's exit status:
+// bad flags (std::invalid_argument) 2, bad files and failed runs 1. A live progress line is
+// ended first, so that the error starts on its own line.
+void runTraining(ml::ProgressReporter& progress, const std::function<void()>& work);
 
 // True for complex and distmult.
 bool isKgeModel(const std::string& model);
