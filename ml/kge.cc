@@ -262,7 +262,8 @@ double kgeRegularize(KgeModelKind model, KgeRegularizerKind reg, double weight, 
 KgeModel::KgeModel(const KgeConfig& config, size_t entityCount, size_t relationCount, uint64_t seed)
     : config_(config),
       entities_("entity", entityCount, config.dim),
-      relations_("relation", relationCount, config.dim) {
+      relations_("relation", relationCount, config.dim),
+      negatives_(sampling::NegativeSampler::uniform(0, std::max<size_t>(entityCount, 1))) {
   config_.validate();
   entities_.initNormal(mixSeed(seed, 1), config_.initScale);
   relations_.initNormal(mixSeed(seed, 2), config_.initScale);
@@ -296,7 +297,6 @@ double KgeModel::sampledStep(std::span<const Triple> batch, Rng& rng,
                              SparseGradAccumulator& relationGrad) {
   const size_t dim = config_.dim;
   const size_t n = config_.negatives + 1;  // candidate 0 is the true entity
-  const auto entityCount = static_cast<uint64_t>(entities_.rows());
   const auto scale = static_cast<float>(1.0 / static_cast<double>(batch.size()));
   candidates_.resize(n);
   scores_.resize(n);
@@ -319,7 +319,7 @@ double KgeModel::sampledStep(std::span<const Triple> batch, Rng& rng,
       }
       candidates_[0] = tail ? t.tail : t.head;
       for (size_t j = 1; j < n; ++j)
-        candidates_[j] = static_cast<uint32_t>(rng.below(entityCount));
+        candidates_[j] = static_cast<uint32_t>(negatives_(rng.engine()));
       // Gather and score: one dot product per candidate row, read in place (no copy).
       for (size_t j = 0; j < n; ++j)
         scores_[j] = ConstVec(entities_.row(candidates_[j]), d).dot(q);

@@ -17,6 +17,7 @@
 #include "ml/sparse_data.h"
 #include "ml/sparse_table.h"
 #include "ml/tensor.h"
+#include "sampling/negative_sampler.h"
 
 namespace chorus::ml {
 
@@ -97,8 +98,9 @@ class KgeModel {
   // One training step on `batch`: the loss of each positive is its tail-prediction loss plus its
   // head-prediction loss plus the regularizer of its three rows; returns the batch mean (the
   // regularizer included) and accumulates d(mean)/d(rows) into the two accumulators (sized
-  // for the tables). Negatives are drawn from `rng`, uniform over entities, fresh for each
-  // positive and direction (not filtered: a negative may happen to be true).
+  // for the tables). Negatives are drawn from `rng` through sampling::NegativeSampler, uniform
+  // over entities, fresh for each positive and direction (not filtered: a negative may happen to
+  // be true).
   double computeGradients(std::span<const Triple> batch, Rng& rng,
                           SparseGradAccumulator& entityGrad, SparseGradAccumulator& relationGrad);
 
@@ -123,6 +125,8 @@ class KgeModel {
   KgeConfig config_;
   SparseTable entities_;
   SparseTable relations_;
+  // Negatives: uniform over the entities, drawn through the shared sampling layer.
+  sampling::NegativeSampler negatives_;
   // Step scratch, reused.
   std::vector<uint32_t> candidates_;
   std::vector<float> scores_, query_, dquery_;

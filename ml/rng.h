@@ -24,6 +24,8 @@ class Rng {
 
   // Uniform 64 random bits.
   uint64_t bits() { return engine_(); }
+  // The engine itself, for samplers that draw from it (sampling::NegativeSampler).
+  std::mt19937_64& engine() { return engine_; }
   // Uniform double in [0, 1).
   double uniform() { return static_cast<double>(engine_() >> 11) * 0x1.0p-53; }
   // Uniform integer in [0, n); n must be > 0. Lemire's multiply-shift, bias < 2^-32 for n < 2^32.

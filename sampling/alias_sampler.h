@@ -9,6 +9,14 @@
 
 namespace chorus::sampling {
 
+// Uniform in [0, n) from one draw of a 64-bit engine (Lemire's multiply-shift; bias below 2^-32
+// for n < 2^32), written out so that draws do not depend on the standard library.
+template <typename Rng>
+uint64_t uniformBelow(Rng& rng, uint64_t n) {
+  __extension__ using Wide = unsigned __int128;
+  return static_cast<uint64_t>((static_cast<Wide>(rng()) * n) >> 64);
+}
+
 // Draws index i with probability weights[i] / sum(weights) in O(1) per draw after O(n) setup.
 class AliasSampler {
  public:
@@ -19,8 +27,8 @@ class AliasSampler {
   // One draw; `rng` is any 64-bit engine (each caller brings its own, seeded).
   template <typename Rng>
   uint64_t operator()(Rng& rng) const {
-    uint64_t column = std::uniform_int_distribution<uint64_t>(0, prob_.size() - 1)(rng);
-    double coin = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+    const uint64_t column = uniformBelow(rng, prob_.size());
+    const double coin = static_cast<double>(rng() >> 11) * 0x1.0p-53;  // uniform in [0, 1)
     return coin < prob_[column] ? column : alias_[column];
   }
   size_t size() const { return prob_.size(); }

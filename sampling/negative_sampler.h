@@ -21,6 +21,8 @@ namespace chorus::sampling {
 uint64_t workerSeed(uint64_t seed, uint64_t worker);
 
 // A distribution to draw keys from. Immutable after construction; share one between workers.
+// Its draws are the same with every standard library (no std::*_distribution, whose algorithms
+// the standard leaves open): the same seed gives the same negatives everywhere.
 class NegativeSampler {
  public:
   // Uniform over the keys [first, end); end > first (std::invalid_argument otherwise).
@@ -33,7 +35,7 @@ class NegativeSampler {
   // One key; `rng` is the caller's engine (see NegativeStream).
   Key operator()(std::mt19937_64& rng) const {
     if (alias_) return first_ + (*alias_)(rng);
-    return first_ + std::uniform_int_distribution<uint64_t>(0, end_ - first_ - 1)(rng);
+    return first_ + uniformBelow(rng, end_ - first_);
   }
   // The probability of drawing `key`.
   double probability(Key key) const;
