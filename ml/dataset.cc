@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "ml/rng.h"
+#include "ml/text_lines.h"
 
 #ifndef CHORUS_SOURCE_DIR
 #define CHORUS_SOURCE_DIR "."
@@ -29,16 +30,8 @@ namespace {
 // Every read is exact: a short read is reported as truncation with the file name.
 class CompressedFile {
  public:
-  explicit CompressedFile(std::string path) : path_(std::move(path)) {
-    errno = 0;
-    file_ = gzopen(path_.c_str(), "rb");
-    if (file_ == nullptr) {
-      throw DataError(
-          fmt::format("{}: cannot open: {}", path_,
-                      errno != 0 ? std::generic_category().message(errno) : "out of memory"));
-    }
-    gzbuffer(file_, 1 << 17);
-  }
+  explicit CompressedFile(std::string path)
+      : path_(std::move(path)), file_(openCompressedFile(path_)) {}
   ~CompressedFile() {
     if (file_ != nullptr) gzclose(file_);
   }

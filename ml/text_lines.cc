@@ -25,14 +25,19 @@ TextLines::TextLines(std::string path) : path_(std::move(path)), buffer_(kBuffer
   if (std::filesystem::is_directory(path_, ec)) {
     throw DataError(fmt::format("{}: is a folder, not a file", path_));
   }
+  file_ = openCompressedFile(path_);
+}
+
+::gzFile_s* openCompressedFile(const std::string& path) {
   errno = 0;
-  file_ = gzopen(path_.c_str(), "rb");
-  if (file_ == nullptr) {
+  gzFile file = gzopen(path.c_str(), "rb");
+  if (file == nullptr) {
     throw DataError(
-        fmt::format("{}: cannot open: {}", path_,
+        fmt::format("{}: cannot open: {}", path,
                     errno != 0 ? std::generic_category().message(errno) : "out of memory"));
   }
-  gzbuffer(file_, 1 << 17);
+  gzbuffer(file, 1 << 17);
+  return file;
 }
 
 TextLines::~TextLines() {

@@ -12,6 +12,12 @@
 struct gzFile_s;
 
 namespace chorus::ml {
+// Opens `path` for reading through zlib (plain or gzip) with a 128 KiB buffer. Throws DataError
+// naming the file when it cannot. The caller gzclose()s the handle.
+::gzFile_s* openCompressedFile(const std::string& path);
+}  // namespace chorus::ml
+
+namespace chorus::ml {
 
 // Reads a text file one line at a time without holding it whole. A line ends at '\n'; a '\r'
 // before it is dropped, so files written on Windows read alike. The last line needs no '\n'.

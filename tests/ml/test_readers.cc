@@ -11,25 +11,14 @@
 #include <vector>
 
 #include "ml/dataset.h"
+#include "tests/ml/temp_dir.h"
 
 namespace chorus::ml {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "chorus-ml-test-XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return (fs::path(path_) / name).string(); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 using Bytes = std::vector<unsigned char>;
 

@@ -15,6 +15,7 @@
 #include "ml/ratings.h"
 #include "ml/sparse_stats.h"
 #include "ml/triples.h"
+#include "tests/ml/temp_dir.h"
 
 #ifndef CHORUS_SOURCE_DIR
 #define CHORUS_SOURCE_DIR "."
@@ -25,32 +26,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "chorus-sparse-test-XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return (fs::path(path_) / name).string(); }
-  const std::string& path() const { return path_; }
-  // Writes `text` to `name` (gzip-compressed when the name ends in .gz); returns the path.
-  std::string write(const std::string& name, const std::string& text) const {
-    const std::string path = file(name);
-    if (name.size() > 3 && name.substr(name.size() - 3) == ".gz") {
-      gzFile gz = gzopen(path.c_str(), "wb");
-      gzwrite(gz, text.data(), static_cast<unsigned>(text.size()));
-      gzclose(gz);
-    } else {
-      std::ofstream(path, std::ios::binary) << text;
-    }
-    return path;
-  }
-  void remove(const std::string& name) const { fs::remove(file(name)); }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 // The DataError message of `f`, or "" when it does not throw one.
 template <typename F>
