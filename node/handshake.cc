@@ -47,6 +47,22 @@ BodyWriter handshakeBody(const HandshakeMessage& m, const HandshakeSettings& set
   };
 }
 
+namespace {
+
+HandshakeMessage message(wire::Body type, std::vector<uint8_t> nonce = {},
+                         std::vector<uint8_t> mac = {}, std::string text = {},
+                         bool permanent = false) {
+  HandshakeMessage m;
+  m.type = type;
+  m.nonce = std::move(nonce);
+  m.mac = std::move(mac);
+  m.text = std::move(text);
+  m.permanent = permanent;
+  return m;
+}
+
+}  // namespace
+
 Handshake::Handshake(Role role, const HandshakeSettings& settings, NodeId peer)
     : role_(role),
       settings_(settings),
@@ -66,7 +82,7 @@ const char* Handshake::awaited() const {
 
 HandshakeMessage Handshake::start() {
   state_ = HandshakeState::kAwaitingAnswer;
-  HandshakeMessage hello{.type = wire::Body::Hello, .text = settings_.run_fingerprint};
+  HandshakeMessage hello = message(wire::Body::Hello, {}, {}, settings_.run_fingerprint);
   if (settings_.key) {
     const HandshakeNonce nonce = settings_.new_nonce();
     dialer_nonce_.assign(nonce.begin(), nonce.end());
@@ -176,9 +192,8 @@ HandshakeStep Handshake::onHello(const wire::Envelope& envelope, const std::stri
                                         settings_.self, id, dialer_nonce_, acceptor_nonce_);
   state_ = HandshakeState::kAwaitingProof;
   HandshakeStep step;
-  step.reply = HandshakeMessage{.type = wire::Body::Challenge,
-                                .nonce = acceptor_nonce_,
-                                .mac = std::vector<uint8_t>(mac.begin(), mac.end())};
+  step.reply =
+      message(wire::Body::Challenge, acceptor_nonce_, std::vector<uint8_t>(mac.begin(), mac.end()));
   return step;
 }
 
@@ -213,7 +228,7 @@ HandshakeStep Handshake::admit() {
     state_ = HandshakeState::kEstablished;
     HandshakeStep step;
     step.outcome = HandshakeStep::Outcome::kEstablished;
-    step.reply = HandshakeMessage{.type = wire::Body::Welcome};
+    step.reply = message(wire::Body::Welcome);
     return step;
   }
   std::string log = fmt::format("refusing node {}: {}", id, difference);
@@ -268,8 +283,7 @@ HandshakeStep Handshake::onChallenge(const wire::Envelope& envelope,
                                           settings_.self, peer, acceptor_nonce_, dialer_nonce_);
   state_ = HandshakeState::kAwaitingWelcome;
   HandshakeStep step;
-  step.reply = HandshakeMessage{.type = wire::Body::Proof,
-                                .mac = std::vector<uint8_t>(proof.begin(), proof.end())};
+  step.reply = message(wire::Body::Proof, {}, std::vector<uint8_t>(proof.begin(), proof.end()));
   return step;
 }
 
@@ -317,7 +331,7 @@ HandshakeStep Handshake::refuse(std::string reason, bool permanent, std::string 
   state_ = HandshakeState::kFailed;
   HandshakeStep step;
   step.outcome = HandshakeStep::Outcome::kRefuse;
-  step.reply = HandshakeMessage{.type = wire::Body::Refuse, .text = reason, .permanent = permanent};
+  step.reply = message(wire::Body::Refuse, {}, {}, reason, permanent);
   step.reason = std::move(reason);
   step.permanent = permanent;
   step.log = std::move(log);
