@@ -27,6 +27,7 @@ bool Dialer::isAttempt(NodeId peer, const Connection* connection) const {
 }
 
 void Dialer::dialFromLoop(NodeId peer) {
+  assert(EventLoop::onThreadOf(loop_));
   Target& target = targets_.at(peer);
   if (stopped_ || target.connected || target.attempt != nullptr) return;
   log_.debug("dialing peer {} at {}", peer, target.address_text);
@@ -34,6 +35,7 @@ void Dialer::dialFromLoop(NodeId peer) {
 }
 
 void Dialer::onEstablishedFromLoop(NodeId peer, const Connection* connection) {
+  assert(EventLoop::onThreadOf(loop_));
   auto it = targets_.find(peer);
   if (it == targets_.end()) return;
   Target& target = it->second;
@@ -44,6 +46,7 @@ void Dialer::onEstablishedFromLoop(NodeId peer, const Connection* connection) {
 
 void Dialer::onAttemptFailedFromLoop(NodeId peer, const std::string& description,
                                      const Status& why) {
+  assert(EventLoop::onThreadOf(loop_));
   Target& target = targets_.at(peer);
   target.attempt = nullptr;
   if (target.gave_up) {
@@ -59,6 +62,7 @@ void Dialer::onAttemptFailedFromLoop(NodeId peer, const std::string& description
 }
 
 void Dialer::onLostFromLoop(NodeId peer, bool left) {
+  assert(EventLoop::onThreadOf(loop_));
   auto it = targets_.find(peer);
   if (it == targets_.end()) return;
   Target& target = it->second;
@@ -71,16 +75,19 @@ void Dialer::onLostFromLoop(NodeId peer, bool left) {
 }
 
 void Dialer::giveUpFromLoop(NodeId peer) {
+  assert(EventLoop::onThreadOf(loop_));
   if (auto it = targets_.find(peer); it != targets_.end()) it->second.gave_up = true;
 }
 
 void Dialer::stopFromLoop() {
+  assert(EventLoop::onThreadOf(loop_));
   stopped_ = true;
   for (auto& [peer, target] : targets_)
     target.redial_timer.reset();
 }
 
 void Dialer::scheduleFromLoop(NodeId peer, std::chrono::milliseconds delay) {
+  assert(EventLoop::onThreadOf(loop_));
   if (stopped_) return;
   Target& target = targets_.at(peer);
   if (!target.redial_timer) target.redial_timer = uv::Timer::create(loop_);

@@ -88,8 +88,10 @@ class Node::Impl {
 
   // Binds and listens, starts the liveness timer.
   Status listenFromLoop(const sockaddr_storage& address);
-  // A connection with this node's limits, link shape, queue limit and a fresh Handshake.
-  Connection* createConnectionFromLoop(uv::HandlePtr<uv::Tcp> tcp, Connection::Role role);
+  // A connection with this node's limits, link shape, queue limit and a fresh Handshake (a
+  // dialer's with the `dialed` peer).
+  Connection* createConnectionFromLoop(uv::HandlePtr<uv::Tcp> tcp, Connection::Role role,
+                                       NodeId dialed = 0);
   // The counters of an established connection's peer, or null.
   PeerCounters* countersFor(const Connection& c);
   // The established connections (for Liveness).

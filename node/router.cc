@@ -40,8 +40,8 @@ Status Node::Impl::listenFromLoop(const sockaddr_storage& address) {
   return {};
 }
 
-Connection* Node::Impl::createConnectionFromLoop(uv::HandlePtr<uv::Tcp> tcp,
-                                                 Connection::Role role) {
+Connection* Node::Impl::createConnectionFromLoop(uv::HandlePtr<uv::Tcp> tcp, Connection::Role role,
+                                                 NodeId dialed) {
   Connection::Hooks hooks;
   hooks.on_frame = [this](Connection& c, InboundFrame&& f) { return onFrameFromLoop(c, f); };
   hooks.on_closing = [this](Connection& c, const Status& s) { onClosingFromLoop(c, s); };
@@ -84,8 +84,8 @@ Connection* Node::Impl::createConnectionFromLoop(uv::HandlePtr<uv::Tcp> tcp,
   const auto handshake_role =
       role == Connection::Role::kDialer ? Handshake::Role::kDialer : Handshake::Role::kAcceptor;
   connections_.emplace(
-      raw, OpenConnection{std::move(connection),
-                          std::make_unique<Handshake>(handshake_role, handshake_settings_)});
+      raw, OpenConnection{std::move(connection), std::make_unique<Handshake>(
+                                                     handshake_role, handshake_settings_, dialed)});
   membership_.setOpenConnectionsFromLoop(connections_.size());
   return raw;
 }
@@ -142,12 +142,10 @@ Connection* Node::Impl::openAttemptFromLoop(NodeId peer, const sockaddr_storage&
                                             const std::string& address_text) {
   checkLoopThread();
   Connection* connection =
-      createConnectionFromLoop(uv::Tcp::create(loop_.uvLoop()), Connection::Role::kDialer);
+      createConnectionFromLoop(uv::Tcp::create(loop_.uvLoop()), Connection::Role::kDialer, peer);
   connection->peer = peer;
   connection->peer_known = true;
   connection->setDescription(fmt::format("peer {} ({})", peer, address_text));
-  connections_.at(connection).handshake =
-      std::make_unique<Handshake>(Handshake::Role::kDialer, handshake_settings_, peer);
   connection->armDeadlineFromLoop(
       options_.connect_timeout,
       {ErrorCode::kTimeout, fmt::format("connect to {} timed out after {} ms", address_text,

@@ -3,7 +3,9 @@
 // older frames of its kind out (WhenFull::kDropOlderOfKind); every callback still fires once.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <future>
 #include <map>
 #include <mutex>
@@ -22,14 +24,21 @@ using namespace std::chrono_literals;
 constexpr const char* kCluster = "slow";
 constexpr size_t kFrameBytes = 256u << 10;
 constexpr size_t kLimit = 1u << 20;
-// 48 MiB in all: more than loopback's socket buffers on both ends take, so the rest queues.
-constexpr uint64_t kFrames = 192;
+// 64 MiB in all: more than loopback's socket buffers on both ends take (Linux's defaults let
+// them grow to 32 MiB for reading and 4 MiB for writing), so the rest queues.
+constexpr uint64_t kFrames = 256;
 
 // Node 1 and a raw node 0 that completes the handshake and then reads nothing.
 class SlowPeerTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void SetUp() override { start({}); }
+  // Starts node 1 (after SetUp's node was shut down, when called again) with `link_delay`.
+  void start(std::chrono::microseconds link_delay) {
+    if (node_) node_->shutdown(0ms);
+    peer_.reset();
+    node_.reset();
     NodeOptions o = fastOptions(kCluster, 1, {0, 1});
+    o.link_delay = link_delay;
     o.peer_timeout = 60s;  // the raw peer sends no heartbeats
     o.heartbeat_interval = 1s;
     o.high_watermark = 512u << 10;
@@ -76,6 +85,7 @@ class SlowPeerTest : public ::testing::Test {
 
   struct Outcomes {
     std::mutex mutex;
+    std::condition_variable changed;
     std::map<uint64_t, std::vector<Status>> by_nonce;  // every callback, per frame
   };
   SendCallback record(Outcomes& outcomes, uint64_t nonce) {
@@ -83,6 +93,7 @@ class SlowPeerTest : public ::testing::Test {
       EXPECT_EQ(peer, 0u);
       std::lock_guard lock(outcomes.mutex);
       outcomes.by_nonce[nonce].push_back(status);
+      outcomes.changed.notify_all();
     };
   }
 
@@ -99,7 +110,6 @@ TEST_F(SlowPeerTest, AFullQueueRefusesFramesInsteadOfGrowing) {
   const PeerStats stats = node_->stats(0);
   EXPECT_LE(stats.queued_bytes, kLimit) << "the limit is real";
   EXPECT_GT(stats.frames_refused, 0u);
-  EXPECT_TRUE(stats.slow);
   EXPECT_TRUE(events_.waitFor(PeerEventKind::kSlow, 0));
   std::vector<uint64_t> refused;
   {
@@ -141,7 +151,7 @@ TEST_F(SlowPeerTest, NewerFramesOfAKindPushOlderOnesOut) {
   const PeerStats stats = node_->stats(0);
   EXPECT_LE(stats.queued_bytes, kLimit);
   EXPECT_GT(stats.frames_superseded, 0u);
-  uint64_t superseded = 0, refused = 0, last_sent = 0;
+  uint64_t superseded = 0, refused = 0;
   {
     std::lock_guard lock(outcomes.mutex);
     for (const auto& [nonce, statuses] : outcomes.by_nonce) {
@@ -155,24 +165,68 @@ TEST_F(SlowPeerTest, NewerFramesOfAKindPushOlderOnesOut) {
   }
   EXPECT_EQ(superseded, stats.frames_superseded);
   EXPECT_EQ(refused, stats.frames_refused);
-  // What is still queued arrives in order once the peer reads: the frames that were neither
-  // superseded nor refused, ending with the newest of them.
-  for (uint64_t i = kFrames; i-- > 0;) {
+  // What was neither superseded nor refused arrives, in order, once the peer reads (whether
+  // the socket took it before or only now).
+  std::vector<uint64_t> delivered;
+  {
     std::lock_guard lock(outcomes.mutex);
-    if (outcomes.by_nonce[i].empty()) {
-      last_sent = i;
-      break;
+    for (uint64_t i = 0; i < kFrames; ++i) {
+      const auto& statuses = outcomes.by_nonce[i];
+      if (statuses.empty() || statuses[0].ok()) delivered.push_back(i);
     }
   }
-  const std::vector<uint64_t> received = readPingsUntil(last_sent);
-  EXPECT_TRUE(std::is_sorted(received.begin(), received.end()));
-  EXPECT_EQ(received.size() + superseded + refused, kFrames);
-  ASSERT_FALSE(received.empty());
-  EXPECT_EQ(received.back(), last_sent);
+  ASSERT_FALSE(delivered.empty());
+  EXPECT_EQ(readPingsUntil(delivered.back()), delivered);
+  EXPECT_EQ(delivered.size() + superseded + refused, kFrames);
   // Frames of another kind are never pushed out by these.
   std::promise<Status> other;
   node_->send(0, ping(kFrames), [&other](NodeId, const Status& s) { other.set_value(s); });
   EXPECT_TRUE(other.get_future().get().ok());
+}
+
+// With a link delay every frame waits in the link shaper, so nothing leaves while a burst is
+// sent and the outcome is exact: the queue holds kLimit / kFrameBytes frames.
+TEST_F(SlowPeerTest, BehindALinkDelayTheLimitCountsHeldFramesAndDropsTheOldestHeld) {
+  start(400ms);
+  constexpr uint64_t kBurst = 20;
+  constexpr uint64_t kFit = kLimit / kFrameBytes - 1;  // the Envelope makes a frame a bit larger
+  for (const WhenFull policy : {WhenFull::kRefuse, WhenFull::kDropOlderOfKind}) {
+    SCOPED_TRACE(policy == WhenFull::kRefuse ? "refuse" : "drop older");
+    const uint64_t base = policy == WhenFull::kRefuse ? 0 : 1000;
+    const PeerStats before = node_->stats(0);
+    Outcomes outcomes;
+    for (uint64_t i = 0; i < kBurst; ++i)
+      node_->send(0, ping(base + i), SendOptions{policy, 0}, record(outcomes, base + i));
+    drainLoop();
+    const PeerStats stats = node_->stats(0);
+    EXPECT_LE(stats.queued_bytes, kLimit);
+    std::vector<uint64_t> expected;  // what the peer must receive
+    if (policy == WhenFull::kRefuse) {
+      EXPECT_EQ(stats.frames_refused - before.frames_refused, kBurst - kFit);
+      EXPECT_EQ(stats.frames_superseded - before.frames_superseded, 0u);
+      for (uint64_t i = 0; i < kFit; ++i)
+        expected.push_back(base + i);
+    } else {
+      EXPECT_EQ(stats.frames_refused - before.frames_refused, 0u);
+      EXPECT_EQ(stats.frames_superseded - before.frames_superseded, kBurst - kFit);
+      for (uint64_t i = kBurst - kFit; i < kBurst; ++i)
+        expected.push_back(base + i);
+    }
+    EXPECT_EQ(readPingsUntil(expected.back()), expected);
+    // Every callback fires exactly once: the held frames' once they were written.
+    std::unique_lock lock(outcomes.mutex);
+    EXPECT_TRUE(outcomes.changed.wait_for(lock, kSoon, [&] {
+      for (uint64_t i = 0; i < kBurst; ++i) {
+        if (outcomes.by_nonce[base + i].empty()) return false;
+      }
+      return true;
+    }));
+    for (const auto& [nonce, statuses] : outcomes.by_nonce) {
+      ASSERT_EQ(statuses.size(), 1u) << "frame " << nonce;
+      const bool delivered = std::find(expected.begin(), expected.end(), nonce) != expected.end();
+      EXPECT_EQ(statuses[0].ok(), delivered) << "frame " << nonce << ": " << statuses[0].message();
+    }
+  }
 }
 
 TEST(SendPolicy, TheQueueLimitMayNotBeBelowTheHighWatermark) {
