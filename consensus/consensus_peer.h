@@ -21,7 +21,7 @@
 #include "consensus/backup_rule.h"
 #include "consensus/mixing.h"
 #include "consensus/round_board.h"
-#include "node/repeated_log.h"
+#include "node/refusal_log.h"
 #include "run/training_run.h"
 
 namespace CLI {

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "node/frame.h"
-#include "node/repeated_log.h"
+#include "node/refusal_log.h"
 #include "ps/key_store.h"
 #include "ps/ssp.h"
 
