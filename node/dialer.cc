@@ -29,6 +29,7 @@ bool Dialer::isAttempt(NodeId peer, const Connection* connection) const {
 void Dialer::dialFromLoop(NodeId peer) {
   assert(EventLoop::onThreadOf(loop_));
   Target& target = targets_.at(peer);
+  target.armed = std::chrono::milliseconds(0);
   if (stopped_ || target.connected || target.attempt != nullptr) return;
   log_.debug("dialing peer {} at {}", peer, target.address_text);
   target.attempt = open_(peer, target.address, target.address_text);
@@ -82,8 +83,15 @@ void Dialer::giveUpFromLoop(NodeId peer) {
 void Dialer::stopFromLoop() {
   assert(EventLoop::onThreadOf(loop_));
   stopped_ = true;
-  for (auto& [peer, target] : targets_)
+  for (auto& [peer, target] : targets_) {
     target.redial_timer.reset();
+    target.armed = std::chrono::milliseconds(0);
+  }
+}
+
+std::chrono::milliseconds Dialer::armedRetry(NodeId peer) const {
+  auto it = targets_.find(peer);
+  return it == targets_.end() ? std::chrono::milliseconds(0) : it->second.armed;
 }
 
 void Dialer::scheduleFromLoop(NodeId peer, std::chrono::milliseconds delay) {
@@ -91,6 +99,7 @@ void Dialer::scheduleFromLoop(NodeId peer, std::chrono::milliseconds delay) {
   if (stopped_) return;
   Target& target = targets_.at(peer);
   if (!target.redial_timer) target.redial_timer = uv::Timer::create(loop_);
+  target.armed = delay;
   target.redial_timer->startFromLoop(static_cast<uint64_t>(delay.count()), 0,
                                      [this, peer] { dialFromLoop(peer); });
 }

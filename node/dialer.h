@@ -50,6 +50,8 @@ class Dialer {
   void giveUpFromLoop(NodeId peer);
   // No more attempts: stops every redial timer (leaving or stopped).
   void stopFromLoop();
+  // The delay of the retry armed for `peer` (0: none armed); for tests and logs.
+  std::chrono::milliseconds armedRetry(NodeId peer) const;
 
  private:
   struct Target {
@@ -59,6 +61,7 @@ class Dialer {
     bool connected = false;
     bool gave_up = false;
     std::chrono::milliseconds backoff{0};
+    std::chrono::milliseconds armed{0};  // the retry waiting on redial_timer, 0: none
     uv::HandlePtr<uv::Timer> redial_timer;
   };
   void dialFromLoop(NodeId peer);
