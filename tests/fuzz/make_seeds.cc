@@ -236,6 +236,21 @@ void fileSeeds(const fs::path& root) {
   }
 }
 
+// Scripts of fuzz_handshake (see its Script): full handshakes that succeed, with and without a
+// secret, from both ends, so that the fuzzer starts past the proof.
+void handshakeSeeds(const fs::path& root) {
+  Seeds seeds(root, "fuzz_handshake");
+  const std::string nonce(32, '\x11');
+  // acceptor + secret: Hello (node 1, our cluster, a 32-byte nonce, the same run), valid Proof
+  seeds.add(std::string("\x03\x01\x00\x01\x00\x00", 6) + nonce + "\x01\x02\x01");
+  // acceptor, no secret: Hello without a nonce (length byte 40: 40 % 3 != 0, 40 % 40 == 0)
+  seeds.add(std::string("\x01\x01\x00\x01\x00\x28", 6) + "\x01");
+  // dialer + secret: valid Challenge, then Welcome from the dialed node
+  seeds.add(std::string("\x02\x01\x01\x01", 4) + nonce + "\x01\x03\x01");
+  // dialer, no secret: Welcome
+  seeds.add(std::string("\x00\x01\x03\x01", 4));
+}
+
 void topologySeeds(const fs::path& root) {
   Seeds seeds(root, "fuzz_topology");
   for (auto kind : {topology::GraphKind::kRing, topology::GraphKind::kTorus,
@@ -260,5 +275,6 @@ int main(int argc, char** argv) {
   frameSeeds(root);
   fileSeeds(root);
   topologySeeds(root);
+  handshakeSeeds(root);
   return 0;
 }

@@ -371,8 +371,9 @@ TEST(LoadDatasetRows, KeepsExactlyTheFullLoadsSamplesAtTheRows) {
   writeRaw(cifar.file("test_batch.bin"), cifarRecords({7, 3}));
   expectRowsMatchFullLoad({.name = "cifar10", .dataDir = cifar.path()}, {14, 0, 7, 3});
 
-  expectRowsMatchFullLoad({.name = "synthetic", .syntheticTrain = 300, .syntheticTest = 20},
-                          {299, 5, 6});
+  expectRowsMatchFullLoad(
+      {.name = "synthetic", .dataDir = "", .syntheticTrain = 300, .syntheticTest = 20},
+      {299, 5, 6});
 }
 
 TEST(LoadDatasetRows, RefusesARowPastTheEndAndMismatchedFiles) {
