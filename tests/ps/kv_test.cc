@@ -40,11 +40,8 @@ node::NodeOptions nodeOptions(NodeId self, size_t members) {
   return o;
 }
 
-std::vector<Key> allKeys(const ChunkLayout& layout) {
-  std::vector<Key> keys(layout.numKeys());
-  for (Key k = 0; k < keys.size(); ++k)
-    keys[k] = k;
-  return keys;
+std::vector<Key> allKeys(const KeySpace& layout) {
+  return layout.allKeys();
 }
 
 // Full-mesh nodes 0..members-1; `served` of them run a KvServer and a KvWorker (the others are
@@ -54,7 +51,7 @@ class KvCluster {
   struct Config {
     size_t members = 3;
     size_t served = 3;
-    ChunkLayout layout{12, 4};
+    KeySpace layout{ChunkLayout{12, 4}};
     std::vector<float> initial;  // zeros when empty
     OwnerOptimizer optimizer;
     Staleness staleness;
@@ -145,11 +142,11 @@ class KvCluster {
   KvWorker& worker(size_t i) { return *workers_[i]; }
   KvServer& server(size_t i) { return *servers_[i]; }
   const ShardMap& map() const { return *map_; }
-  const ChunkLayout& layout() const { return config_.layout; }
+  const KeySpace& layout() const { return config_.layout; }
   // Keys whose owner is one of `owners`.
   std::vector<Key> keysOwnedBy(const std::vector<NodeId>& owners) const {
     std::vector<Key> keys;
-    for (Key k = 0; k < config_.layout.numKeys(); ++k) {
+    for (Key k : config_.layout.allKeys()) {
       if (std::find(owners.begin(), owners.end(), map_->home(k)) != owners.end()) keys.push_back(k);
     }
     return keys;
@@ -398,6 +395,91 @@ TEST(KvWorker, KeysOwnedLocallyNeverTouchTheNetwork) {
   EXPECT_EQ(stats.keys_remote, remote.size());
   EXPECT_EQ(stats.messages_sent, 1u);
   EXPECT_EQ(cluster.node(0).stats(1).frames_out, frames_before + 1);
+}
+
+// Workers pull the keys a step touches, not every key: in a space of 200,016 keys (6.4 MB), a
+// pull or push of a few keys spread over it moves bytes for those keys only, and 100 times the
+// keys cost about 100 times the bytes.
+TEST(KvWorker, APullOfASparseSubsetMovesBytesForTheSubsetOnly) {
+  KeySpace space;
+  space.addTable("entity", 200000, 8);
+  space.addTable("relation", 16, 32);
+  KvCluster::Config config;
+  config.members = 2;
+  config.served = 2;
+  config.layout = space;
+  config.heartbeat = 60000ms;  // no heartbeats during the test: every byte counted is ours
+  config.peer_timeout = 120000ms;
+  config.optimizer.sgd.momentum = 0;
+  config.optimizer.schedule.baseLr = 0.5;
+  config.staleness = Staleness::parse("inf");  // pushes apply at once, every read goes out
+  KvCluster cluster(config);
+  KvWorker& worker = cluster.worker(0);
+  const std::vector<Key> remote = cluster.keysOwnedBy({1});
+  ASSERT_GT(remote.size(), 50000u);
+  // `n` of node 1's keys, spread over the whole space (the last one a relation row).
+  auto subset = [&](size_t n) {
+    std::vector<Key> keys;
+    for (size_t i = 0; i < n; ++i)
+      keys.push_back(remote[i * (remote.size() - 1) / (n - 1)]);
+    return keys;
+  };
+  struct Bytes {
+    uint64_t request = 0;  // what the owner received
+    uint64_t reply = 0;    // what the worker received
+  };
+  auto measure = [&](const std::vector<Key>& keys, bool push) {
+    const uint64_t in_owner = cluster.node(1).stats(0).bytes_in;
+    const uint64_t in_worker = cluster.node(0).stats(1).bytes_in;
+    std::vector<float> values(cluster.floats(keys), 1.0f);
+    const node::Status status =
+        push ? worker.wait(worker.push(keys, values)) : worker.wait(worker.pull(keys, values));
+    EXPECT_TRUE(status.ok()) << status.toString();
+    return Bytes{cluster.node(1).stats(0).bytes_in - in_owner,
+                 cluster.node(0).stats(1).bytes_in - in_worker};
+  };
+
+  const std::vector<Key> few = subset(10);
+  const std::vector<Key> many = subset(1000);
+  EXPECT_EQ(few.back(), remote.back());
+  const size_t few_values = cluster.floats(few) * sizeof(float);
+  const size_t many_values = cluster.floats(many) * sizeof(float);
+  const Bytes pull_few = measure(few, false);
+  const Bytes pull_many = measure(many, false);
+  const Bytes push_few = measure(few, true);
+  const Bytes push_many = measure(many, true);
+  // A frame's fixed part (prefix, header, table) is well under 256 bytes; keys are 8 bytes.
+  constexpr uint64_t kFrame = 256;
+  EXPECT_LE(pull_few.request, kFrame + 8 * few.size());
+  EXPECT_GE(pull_few.reply, few_values);
+  EXPECT_LE(pull_few.reply, kFrame + 8 * few.size() + few_values);
+  EXPECT_GE(push_few.request, few_values);
+  EXPECT_LE(push_few.request, kFrame + 8 * few.size() + few_values);
+  EXPECT_LE(push_few.reply, kFrame);
+  EXPECT_LE(pull_many.reply, kFrame + 8 * many.size() + many_values);
+  EXPECT_LE(push_many.request, kFrame + 8 * many.size() + many_values);
+  // 100 times the keys: 8 bytes more per key in a pull request, nearly 100 times the bytes
+  // where values travel.
+  EXPECT_GE(pull_many.request - pull_few.request, 8 * (many.size() - few.size()));
+  EXPECT_LE(pull_many.request - pull_few.request, 8 * (many.size() - few.size()) + 64);
+  EXPECT_GT(pull_many.reply, 50 * pull_few.reply);
+  EXPECT_GT(push_many.request, 50 * push_few.request);
+  const WorkerStats stats = worker.stats();
+  EXPECT_EQ(stats.keys_remote, 2 * (few.size() + many.size()));
+  EXPECT_EQ(stats.messages_sent, 4u);
+
+  // The pushes reached the rows they name and no other: `few` is a subset of `many`, so its
+  // rows were pushed twice: w = 0 - 0.5 * 1 - 0.5 * 1.
+  ASSERT_TRUE(std::includes(many.begin(), many.end(), few.begin(), few.end()));
+  std::vector<float> values(cluster.floats(few));
+  ASSERT_TRUE(worker.wait(worker.pull(few, values)).ok());
+  for (float v : values)
+    EXPECT_FLOAT_EQ(v, -1.0f);
+  const std::vector<Key> untouched{remote[1]};
+  std::vector<float> row(cluster.floats(untouched));
+  ASSERT_TRUE(worker.wait(worker.pull(untouched, row)).ok());
+  for (float v : row)
+    EXPECT_EQ(v, 0.0f);
 }
 
 // What a rejoining owner is given back is a helper's last read of its keys, with how fresh it
