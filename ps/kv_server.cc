@@ -28,20 +28,20 @@ GateOptions gateOptions(const ServerOptions& options) {
 
 KvServer::KvServer(node::Node& node, KeyStore store, const std::vector<WorkerId>& workers,
                    ServerOptions options)
-    : KvServer(node, std::move(store),
-               KeyDirectory(ShardMap(workers.empty() ? std::vector<NodeId>{node.id()} : workers),
-                            KeySpace()),
-               workers, std::move(options)) {
-  // Every key at its home among the workers (the directory of an empty space is only a
-  // placeholder above: the store's space is known once it was moved in).
-  directory_ = KeyDirectory(directory_.shardMap(), store_.space());
-}
+    : KvServer(node, std::move(store), std::nullopt, workers, std::move(options)) {}
 
 KvServer::KvServer(node::Node& node, KeyStore store, KeyDirectory directory,
                    const std::vector<WorkerId>& workers, ServerOptions options)
+    : KvServer(node, std::move(store), std::optional<KeyDirectory>(std::move(directory)), workers,
+               std::move(options)) {}
+
+KvServer::KvServer(node::Node& node, KeyStore store, std::optional<KeyDirectory> directory,
+                   const std::vector<WorkerId>& workers, ServerOptions options)
     : node_(node),
       store_(std::move(store)),
-      directory_(std::move(directory)),
+      // Without a directory, every key of the store's space at its home among the workers.
+      directory_(directory ? std::move(*directory)
+                           : KeyDirectory(ShardMap(workers), store_.space())),
       options_(std::move(options)),
       gate_(workers, gateOptions(options_)),
       num_workers_(std::max<Clock>(1, static_cast<Clock>(workers.size()))),

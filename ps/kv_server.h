@@ -136,6 +136,8 @@ class KvServer {
   const KeyDirectory& directory() const { return directory_; }
 
  private:
+  KvServer(node::Node& node, KeyStore store, std::optional<KeyDirectory> directory,
+           const std::vector<WorkerId>& workers, ServerOptions options);
   void onPullFrame(WorkerId from, const wire::Envelope& envelope);
   void onPushFrame(WorkerId from, const node::InboundFrame& frame);
   void onClockFrame(WorkerId from, const wire::Envelope& envelope);
