@@ -18,6 +18,7 @@
 
 #include "chorus/chorus_generated.h"
 #include "node/node.h"
+#include "ps/codec.h"
 #include "ps/kv_server.h"
 #include "ps/kv_worker.h"
 #include "tests/node/test_util.h"
@@ -662,6 +663,25 @@ class ReplyCollector {
   std::deque<Reply> replies_;
 };
 
+// A member node playing a worker that writes its requests to node 0 by hand, through the codec
+// (values in the body), so that a test can send what a KvWorker never would.
+class RawWorker {
+ public:
+  explicit RawWorker(node::Node& node) : node_(node) {}
+  void pull(uint64_t id, Clock clock, Clock min_clock, const std::vector<Key>& keys) {
+    node_.send(0, encode(node_, pullRequest(id, clock, min_clock, keys)));
+  }
+  void push(uint64_t id, Clock clock, const std::vector<Key>& keys,
+            const std::vector<float>& values) {
+    const std::vector<std::span<const float>> rows{values};
+    node_.send(0, encode(node_, pushRequest(id, clock, keys, rows, values.size(), false)));
+  }
+  void clock(Clock clock) { node_.send(0, encode(node_, clockAnnouncement(clock))); }
+
+ private:
+  node::Node& node_;
+};
+
 TEST(KvServer, MalformedRequestsGetAnErrorReplyAndTheOwnerKeepsServing) {
   KvCluster::Config config;
   config.members = 2;
@@ -679,22 +699,13 @@ TEST(KvServer, MalformedRequestsGetAnErrorReplyAndTheOwnerKeepsServing) {
   ASSERT_FALSE(theirs.empty());
   constexpr int64_t kAnyClock = std::numeric_limits<int64_t>::min();
 
+  RawWorker worker(raw);
   auto sendPull = [&](uint64_t id, int64_t clock, std::vector<uint64_t> keys) {
-    raw.send(0, raw.encode(wire::Body::PsPull, [&](flatbuffers::FlatBufferBuilder& b) {
-      return wire::CreatePsPull(b, id, clock, kAnyClock, b.CreateVector(keys)).Union();
-    }));
+    worker.pull(id, clock, kAnyClock, keys);
   };
   auto sendPush = [&](uint64_t id, int64_t clock, std::vector<uint64_t> keys,
-                      std::vector<float> values) {
-    raw.send(0, raw.encode(wire::Body::PsPush, [&](flatbuffers::FlatBufferBuilder& b) {
-      return wire::CreatePsPush(b, id, clock, b.CreateVector(keys), b.CreateVector(values)).Union();
-    }));
-  };
-  auto sendClock = [&](int64_t clock) {
-    raw.send(0, raw.encode(wire::Body::PsClock, [&](flatbuffers::FlatBufferBuilder& b) {
-      return wire::CreatePsClock(b, clock).Union();
-    }));
-  };
+                      std::vector<float> values) { worker.push(id, clock, keys, values); };
+  auto sendClock = [&](int64_t clock) { worker.clock(clock); };
 
   sendPull(1, 0, {999});
   auto r = replies.next();
@@ -758,14 +769,11 @@ TEST(KvServer, ImpossibleClocksAndNonFiniteGradientsAreRefusedBeforeTheyMoveAnyt
   node::Node& raw = cluster.node(1);
   const std::vector<Key> mine = cluster.keysOwnedBy({0});
   ASSERT_FALSE(mine.empty());
+  RawWorker worker(raw);
   // The worker's first clock, as every worker announces it (later jumps are no running job).
-  raw.send(0, raw.encode(wire::Body::PsClock, [&](flatbuffers::FlatBufferBuilder& b) {
-    return wire::CreatePsClock(b, 1).Union();
-  }));
+  worker.clock(1);
   for (int64_t clock : {std::numeric_limits<int64_t>::max(), int64_t{11}, int64_t{-1}}) {
-    raw.send(0, raw.encode(wire::Body::PsClock, [&](flatbuffers::FlatBufferBuilder& b) {
-      return wire::CreatePsClock(b, clock).Union();
-    }));
+    worker.clock(clock);
     const auto r = replies.next();
     EXPECT_EQ(r.op, wire::PsOp::Clock);
     EXPECT_NE(r.error.find(fmt::format(
@@ -776,22 +784,14 @@ TEST(KvServer, ImpossibleClocksAndNonFiniteGradientsAreRefusedBeforeTheyMoveAnyt
   }
   std::vector<float> grads(4, 1.0f);
   grads[2] = -std::numeric_limits<float>::infinity();
-  raw.send(0, raw.encode(wire::Body::PsPush, [&](flatbuffers::FlatBufferBuilder& b) {
-    return wire::CreatePsPush(b, 7, 1, b.CreateVector(std::vector<uint64_t>{mine[0]}),
-                              b.CreateVector(grads))
-        .Union();
-  }));
+  worker.push(7, 1, {mine[0]}, grads);
   auto r = replies.next();
   EXPECT_EQ(r.request, 7u);
   EXPECT_NE(r.error.find("push at clock 1 holds 1 non-finite value(s) (the first, -inf, is float "
                          "2 of its 4): nothing applied"),
             std::string::npos)
       << r.error;
-  raw.send(0, raw.encode(wire::Body::PsPull, [&](flatbuffers::FlatBufferBuilder& b) {
-    return wire::CreatePsPull(b, 8, std::numeric_limits<int64_t>::max(), 0,
-                              b.CreateVector(std::vector<uint64_t>{mine[0]}))
-        .Union();
-  }));
+  worker.pull(8, std::numeric_limits<int64_t>::max(), 0, {mine[0]});
   r = replies.next();
   EXPECT_EQ(r.request, 8u);
   EXPECT_NE(r.error.find("which no run reaches"), std::string::npos) << r.error;
@@ -827,18 +827,11 @@ TEST(KvServer, ARejoinedOwnerAppliesPushesOlderThanItsRestoredView) {
   KvServer& server = cluster.server(0);
   const std::vector<Key> mine = cluster.keysOwnedBy({0});
   ASSERT_FALSE(mine.empty());
+  RawWorker worker(raw);
   auto sendPush = [&](uint64_t id, int64_t clock, Key key, float grad) {
-    raw.send(0, raw.encode(wire::Body::PsPush, [&](flatbuffers::FlatBufferBuilder& b) {
-      std::vector<uint64_t> keys{key};
-      std::vector<float> values(4, grad);
-      return wire::CreatePsPush(b, id, clock, b.CreateVector(keys), b.CreateVector(values)).Union();
-    }));
+    worker.push(id, clock, {key}, std::vector<float>(4, grad));
   };
-  auto sendClock = [&](int64_t clock) {
-    raw.send(0, raw.encode(wire::Body::PsClock, [&](flatbuffers::FlatBufferBuilder& b) {
-      return wire::CreatePsClock(b, clock).Union();
-    }));
-  };
+  auto sendClock = [&](int64_t clock) { worker.clock(clock); };
   sendPush(1, 33, mine[0], 2.0f);  // held until the keys are restored
   const std::vector<float> restored(cluster.floats(mine), 10.0f);
   cluster.onLoop(0, [&] {
