@@ -20,6 +20,12 @@ KeyStore::KeyStore(KeySpace space, std::shared_ptr<const UpdatePolicy> policy)
     : space_(std::move(space)) {
   if (!policy) throw std::invalid_argument("a key store needs an update policy");
   policies_.fill(std::move(policy));
+  if (space_.keyEnd() <= kIndexedKeys) index_.assign(space_.keyEnd(), nullptr);
+}
+
+void KeyStore::add(Key key, KeyEntry row) {
+  KeyEntry& entry = rows_.emplace(key, std::move(row)).first->second;
+  if (!index_.empty()) index_[key] = &entry;
 }
 
 KeyStore::KeyStore(const KeySpace& space, const ShardMap& map, NodeId self,
@@ -35,7 +41,7 @@ KeyStore::KeyStore(const KeySpace& space, const ShardMap& map, NodeId self,
       const auto slice = initial.subspan(space_.offset(key), table.length(key));
       KeyEntry row;
       row.values.assign(slice.begin(), slice.end());
-      rows_.emplace(key, std::move(row));
+      add(key, std::move(row));
     }
   }
   const UpdatePolicy& home = policy(KeyTechnique::kHome);
@@ -48,7 +54,7 @@ KeyStore::KeyStore(const KeySpace& space, const ShardMap& map, NodeId self,
 std::optional<std::string> KeyStore::insert(Key key, KeyEntry row) {
   const size_t len = space_.length(key);
   if (len == 0) return fmt::format("key {} is not in the key space", key);
-  if (rows_.count(key) > 0) return fmt::format("key {} is held here already", key);
+  if (contains(key)) return fmt::format("key {} is held here already", key);
   if (row.values.size() != len) {
     return fmt::format("key {} holds {} floats, not {}", key, len, row.values.size());
   }
@@ -61,13 +67,14 @@ std::optional<std::string> KeyStore::insert(Key key, KeyEntry row) {
     return fmt::format("key {}: {} floats of optimizer state, but {} keeps {}", key,
                        row.state.size(), rule.name(), state);
   }
-  rows_.emplace(key, std::move(row));
+  add(key, std::move(row));
   return std::nullopt;
 }
 
 std::optional<KeyEntry> KeyStore::extract(Key key) {
   auto node = rows_.extract(key);
   if (node.empty()) return std::nullopt;
+  if (!index_.empty()) index_[key] = nullptr;
   return std::move(node.mapped());
 }
 
@@ -81,7 +88,7 @@ std::optional<std::string> KeyStore::check(std::span<const uint64_t> keys,
                                            const KeyDirectory* directory) const {
   if (auto error = space_.check(keys, values)) return error;
   for (Key key : keys) {
-    if (rows_.count(key) > 0) continue;
+    if (lookup(key) != nullptr) continue;
     if (directory) {
       return fmt::format("key {} is not owned here (its owner is node {})", key,
                          directory->owner(key));
@@ -180,8 +187,7 @@ std::vector<Key> KeyStore::ownedKeys() const {
 }
 
 const KeyEntry* KeyStore::find(Key key) const {
-  auto it = rows_.find(key);
-  return it == rows_.end() ? nullptr : &it->second;
+  return lookup(key);
 }
 
 }  // namespace chorus::ps

@@ -39,12 +39,20 @@ struct KeyEntry {
 
 class KeyStore {
  public:
+  // Spaces of up to this many keys get a table from key to row (8 bytes per key).
+  static constexpr size_t kIndexedKeys = size_t{1} << 20;
+
   // An empty store over `space`; rows of every technique are updated with `policy`.
   KeyStore(KeySpace space, std::shared_ptr<const UpdatePolicy> policy);
   // Takes the keys of `space` whose home in `map` is `self`, initialized from `initial` (the
   // whole flat model, identical on every node), updated with SGD as `optimizer` says.
   KeyStore(const KeySpace& space, const ShardMap& map, NodeId self, std::span<const float> initial,
            OwnerOptimizer optimizer);
+  // Movable (the rows stay where they are), not copyable (the index points at them).
+  KeyStore(KeyStore&&) = default;
+  KeyStore& operator=(KeyStore&&) = default;
+  KeyStore(const KeyStore&) = delete;
+  KeyStore& operator=(const KeyStore&) = delete;
 
   // Gains `key` with `row` (its values, its state: as the policy sizes them, or empty for a
   // fresh state). Errors (nothing changed): a key outside the space or held already, values or
@@ -90,7 +98,7 @@ class KeyStore {
   std::vector<Key> ownedKeys() const;
   // Number of keys held here.
   size_t size() const { return rows_.size(); }
-  bool contains(Key key) const { return rows_.count(key) > 0; }
+  bool contains(Key key) const { return lookup(key) != nullptr; }
   const KeyEntry* find(Key key) const;
   const KeySpace& space() const { return space_; }
   const UpdatePolicy& policy(KeyTechnique technique) const {
@@ -99,13 +107,24 @@ class KeyStore {
   uint64_t updatesApplied() const { return updates_; }
 
  private:
-  KeyEntry& at(Key key) { return rows_.find(key)->second; }
-  const KeyEntry& at(Key key) const { return rows_.find(key)->second; }
+  // The row of `key`, or null when it is not held here.
+  KeyEntry* lookup(Key key) const {
+    if (!index_.empty()) return key < index_.size() ? index_[key] : nullptr;
+    auto it = rows_.find(key);
+    return it == rows_.end() ? nullptr : const_cast<KeyEntry*>(&it->second);
+  }
+  KeyEntry& at(Key key) { return *lookup(key); }
+  const KeyEntry& at(Key key) const { return *lookup(key); }
+  // Adds a row (a key in the space, not held yet) to rows_ and the index.
+  void add(Key key, KeyEntry row);
 
   KeySpace space_;
   std::array<std::shared_ptr<const UpdatePolicy>, kKeyTechniques> policies_;
-  // Node-based: a row's buffers stay where they are when other keys come and go.
+  // Node-based: a row and its buffers stay where they are when other keys come and go.
   std::unordered_map<Key, KeyEntry> rows_;
+  // For a space of at most kIndexedKeys keys (a dense model): each key's row or null, so that
+  // the hot path does no hashing. Empty for larger spaces.
+  std::vector<KeyEntry*> index_;
   uint64_t updates_ = 0;
   std::array<std::vector<RowUpdate>, kKeyTechniques> scratch_;  // apply()'s per-technique rows
 };
