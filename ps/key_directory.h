@@ -57,7 +57,9 @@ class KeyDirectory {
   std::vector<Key> ownedBy(NodeId node) const;
   // Keys that are not at their home or have replicas (what a directory message would carry).
   size_t changedKeys() const { return moved_.size(); }
+  // The members and their default placement.
   const ShardMap& shardMap() const { return map_; }
+  // The keys the directory places.
   const KeySpace& space() const { return space_; }
 
  private:

@@ -98,12 +98,17 @@ class KeyStore {
   std::vector<Key> ownedKeys() const;
   // Number of keys held here.
   size_t size() const { return rows_.size(); }
+  // Is `key` held here?
   bool contains(Key key) const { return lookup(key) != nullptr; }
+  // The row of `key`, or null when it is not held here.
   const KeyEntry* find(Key key) const;
+  // Every key that may be held, with its length.
   const KeySpace& space() const { return space_; }
+  // The update policy of `technique`.
   const UpdatePolicy& policy(KeyTechnique technique) const {
     return *policies_[static_cast<size_t>(technique)];
   }
+  // Pushes applied (a BSP clock applied at once counts one).
   uint64_t updatesApplied() const { return updates_; }
 
  private:

@@ -115,12 +115,19 @@ class SspGate {
   void restore(const std::vector<WorkerView>& views);
   std::vector<WorkerView> views() const;
 
+  // The lowest clock among counted workers (Staleness::kInfinite when none counts).
   Clock minClock() const { return clocks_.minClock(); }
+  // The clock `worker` announced last (0 for an unknown worker).
   Clock clockOf(WorkerId worker) const { return clocks_.clockOf(worker); }
+  // Every worker's clock summed: the clocks the cluster has run.
   Clock total() const { return clocks_.total(); }
+  // Every worker, in id order.
   std::vector<WorkerId> workers() const { return clocks_.workers(); }
+  // Is `worker` a worker of this run?
   bool known(WorkerId worker) const { return clocks_.known(worker); }
+  // Do reads wait for `worker` (known, not dropped after its down time-out)?
   bool counted(WorkerId worker) const { return clocks_.live(worker); }
+  // Reads parked now.
   size_t parked() const { return clocks_.parked(); }
   const GateOptions& options() const { return options_; }
 
