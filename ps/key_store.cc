@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 #include <map>
 #include <stdexcept>
 
@@ -17,85 +16,99 @@ const char* keyTechniqueName(KeyTechnique technique) {
   return "unknown";
 }
 
-OwnerOptimizer::Momentum OwnerOptimizer::parseMomentum(std::string_view text) {
-  if (text == "clock") return Momentum::kPerClock;
-  if (text == "push") return Momentum::kPerPush;
-  throw std::invalid_argument(
-      fmt::format("--owner-momentum must be clock or push, not '{}'", text));
+KeyStore::KeyStore(KeySpace space, std::shared_ptr<const UpdatePolicy> policy)
+    : space_(std::move(space)) {
+  if (!policy) throw std::invalid_argument("a key store needs an update policy");
+  policies_.fill(std::move(policy));
+  if (space_.keyEnd() <= kIndexedKeys) index_.assign(space_.keyEnd(), nullptr);
 }
 
-double OwnerOptimizer::pushMomentum() const {
-  return spreadsMomentum() ? std::pow(sgd.momentum, push_scale) : sgd.momentum;
+void KeyStore::add(Key key, KeyEntry row) {
+  KeyEntry& entry = rows_.emplace(key, std::move(row)).first->second;
+  if (!index_.empty()) index_[key] = &entry;
 }
 
-double OwnerOptimizer::pushLr(int64_t clock) const {
-  const double lr = schedule.at(clock) * push_scale;
-  if (!spreadsMomentum()) return lr;
-  // N pushes of (1 - mu') / (1 - mu) * lr / N each add up to the single-node steady state.
-  return lr * (1.0 - pushMomentum()) / (1.0 - sgd.momentum);
-}
-
-ml::SgdConfig OwnerOptimizer::pushSgd() const {
-  ml::SgdConfig config = sgd;
-  config.momentum = pushMomentum();
-  return config;
-}
-
-KeyStore::KeyStore(const ChunkLayout& layout, const ShardMap& map, NodeId self,
+KeyStore::KeyStore(const KeySpace& space, const ShardMap& map, NodeId self,
                    std::span<const float> initial, OwnerOptimizer optimizer)
-    : layout_(layout), map_(map), self_(self), optimizer_(optimizer) {
-  if (initial.size() != layout.total()) {
+    : KeyStore(space, std::make_shared<SgdPolicy>(optimizer)) {
+  if (initial.size() != space_.total()) {
     throw std::invalid_argument(fmt::format("initial model has {} floats, the key layout {}",
-                                            initial.size(), layout.total()));
+                                            initial.size(), space_.total()));
   }
-  entries_.resize(layout.numKeys());
-  for (Key key = 0; key < layout.numKeys(); ++key) {
-    if (map.home(key) != self) continue;
-    entries_[key] = std::make_unique<KeyEntry>();
-    KeyEntry& entry = *entries_[key];
-    const auto slice = initial.subspan(layout.offset(key), layout.length(key));
-    entry.values.assign(slice.begin(), slice.end());
-    if (optimizer_.sgd.momentum != 0.0) entry.velocity.assign(slice.size(), 0.0f);
+  for (const KeyTable& table : space_.tables()) {
+    for (Key key = table.first; key < table.end(); ++key) {
+      if (map.home(key) != self) continue;
+      const auto slice = initial.subspan(space_.offset(key), table.length(key));
+      KeyEntry row;
+      row.values.assign(slice.begin(), slice.end());
+      add(key, std::move(row));
+    }
   }
+  const UpdatePolicy& home = policy(KeyTechnique::kHome);
+  for (auto& [key, row] : rows_) {
+    row.state.resize(home.stateFloats(row.values.size()));
+    home.initState(row.state);
+  }
+}
+
+std::optional<std::string> KeyStore::insert(Key key, KeyEntry row) {
+  const size_t len = space_.length(key);
+  if (len == 0) return fmt::format("key {} is not in the key space", key);
+  if (contains(key)) return fmt::format("key {} is held here already", key);
+  if (row.values.size() != len) {
+    return fmt::format("key {} holds {} floats, not {}", key, len, row.values.size());
+  }
+  const UpdatePolicy& rule = policy(row.technique);
+  const size_t state = rule.stateFloats(len);
+  if (row.state.empty() && state > 0) {
+    row.state.resize(state);
+    rule.initState(row.state);
+  } else if (row.state.size() != state) {
+    return fmt::format("key {}: {} floats of optimizer state, but {} keeps {}", key,
+                       row.state.size(), rule.name(), state);
+  }
+  add(key, std::move(row));
+  return std::nullopt;
+}
+
+std::optional<KeyEntry> KeyStore::extract(Key key) {
+  auto node = rows_.extract(key);
+  if (node.empty()) return std::nullopt;
+  if (!index_.empty()) index_[key] = nullptr;
+  return std::move(node.mapped());
+}
+
+void KeyStore::setPolicy(KeyTechnique technique, std::shared_ptr<const UpdatePolicy> policy) {
+  if (!policy) throw std::invalid_argument("a technique needs an update policy");
+  policies_[static_cast<size_t>(technique)] = std::move(policy);
 }
 
 std::optional<std::string> KeyStore::check(std::span<const uint64_t> keys,
-                                           std::optional<size_t> values) const {
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (i > 0 && keys[i] <= keys[i - 1]) {
-      return fmt::format("keys must be sorted and unique: key {} follows key {}", keys[i],
-                         keys[i - 1]);
+                                           std::optional<size_t> values,
+                                           const KeyDirectory* directory) const {
+  if (auto error = space_.check(keys, values)) return error;
+  for (Key key : keys) {
+    if (lookup(key) != nullptr) continue;
+    if (directory) {
+      return fmt::format("key {} is not owned here (its owner is node {})", key,
+                         directory->owner(key));
     }
-    if (keys[i] >= layout_.numKeys()) {
-      return fmt::format("unknown key {}: the model has keys 0..{}", keys[i],
-                         layout_.numKeys() - 1);
-    }
-    if (!entries_[keys[i]]) {
-      return fmt::format("key {} is not owned here (its owner is node {})", keys[i],
-                         map_.home(keys[i]));
-    }
-  }
-  if (values) {
-    const size_t expected = floatsOf(keys);
-    if (*values != expected) {
-      return fmt::format("wrong length: {} floats for {} key(s), which hold {}", *values,
-                         keys.size(), expected);
-    }
+    return fmt::format("key {} is not owned here", key);
   }
   return std::nullopt;
 }
 
 void KeyStore::read(std::span<const uint64_t> keys, std::vector<float>& out) const {
   for (Key key : keys) {
-    const KeyEntry& entry = *entries_[key];
-    out.insert(out.end(), entry.values.begin(), entry.values.end());
+    const KeyEntry& row = at(key);
+    out.insert(out.end(), row.values.begin(), row.values.end());
   }
 }
 
 void KeyStore::copyTo(std::span<const uint64_t> keys, float* out) const {
   for (Key key : keys) {
-    const KeyEntry& entry = *entries_[key];
-    out = std::copy(entry.values.begin(), entry.values.end(), out);
+    const KeyEntry& row = at(key);
+    out = std::copy(row.values.begin(), row.values.end(), out);
   }
 }
 
@@ -103,55 +116,52 @@ std::vector<std::span<const float>> KeyStore::rows(std::span<const uint64_t> key
   std::vector<std::span<const float>> out;
   out.reserve(keys.size());
   for (Key key : keys)
-    out.emplace_back(entries_[key]->values);
+    out.emplace_back(at(key).values);
   return out;
 }
 
 void KeyStore::apply(std::span<const uint64_t> keys, std::span<const float> grads, int64_t clock) {
-  const double lr = optimizer_.pushLr(clock);
-  const ml::SgdConfig sgd = optimizer_.pushSgd();
   size_t offset = 0;
   for (Key key : keys) {
-    KeyEntry& entry = *entries_[key];
-    const size_t len = entry.values.size();
-    switch (entry.technique) {
-      case KeyTechnique::kHome:
-        ml::sgdUpdate(sgd, lr, entry.values, grads.subspan(offset, len), entry.velocity);
-        break;
-    }
-    ++entry.updates;
+    KeyEntry& row = at(key);
+    const size_t len = row.values.size();
+    scratch_[static_cast<size_t>(row.technique)].push_back(
+        RowUpdate{row.values, row.state, grads.subspan(offset, len)});
+    ++row.updates;
     offset += len;
+  }
+  for (size_t t = 0; t < kKeyTechniques; ++t) {
+    if (scratch_[t].empty()) continue;
+    policies_[t]->applyPush(clock, scratch_[t]);
+    scratch_[t].clear();
   }
   ++updates_;
 }
 
 void KeyStore::applyClock(std::span<const Push> pushes, int64_t clock) {
-  // Per key: the sum of the clock's gradients, then their mean.
-  std::map<Key, std::vector<float>> means;
+  // Per key: the sum of the clock's gradients.
+  std::map<Key, std::vector<float>> sums;
   for (const Push& push : pushes) {
     size_t offset = 0;
     for (Key key : push.keys) {
-      KeyEntry& entry = *entries_[key];
-      const size_t len = entry.values.size();
-      std::vector<float>& sum = means[key];
+      KeyEntry& row = at(key);
+      const size_t len = row.values.size();
+      std::vector<float>& sum = sums[key];
       if (sum.empty()) sum.assign(len, 0.0f);
       for (size_t i = 0; i < len; ++i)
         sum[i] += push.grads[offset + i];
-      ++entry.updates;
+      ++row.updates;
       offset += len;
     }
   }
-  const double lr = optimizer_.schedule.at(clock);
-  const auto scale = static_cast<float>(optimizer_.push_scale);
-  for (auto& [key, mean] : means) {
-    for (float& g : mean)
-      g *= scale;
-    KeyEntry& entry = *entries_[key];
-    switch (entry.technique) {
-      case KeyTechnique::kHome:
-        ml::sgdUpdate(optimizer_.sgd, lr, entry.values, mean, entry.velocity);
-        break;
-    }
+  for (auto& [key, sum] : sums) {
+    KeyEntry& row = at(key);
+    scratch_[static_cast<size_t>(row.technique)].push_back(RowUpdate{row.values, row.state, sum});
+  }
+  for (size_t t = 0; t < kKeyTechniques; ++t) {
+    if (scratch_[t].empty()) continue;
+    policies_[t]->applyClockSum(clock, scratch_[t]);
+    scratch_[t].clear();
   }
   ++updates_;
 }
@@ -159,31 +169,25 @@ void KeyStore::applyClock(std::span<const Push> pushes, int64_t clock) {
 void KeyStore::restore(std::span<const uint64_t> keys, std::span<const float> values) {
   size_t offset = 0;
   for (Key key : keys) {
-    KeyEntry& entry = *entries_[key];
-    const auto slice = values.subspan(offset, entry.values.size());
-    std::copy(slice.begin(), slice.end(), entry.values.begin());
-    std::fill(entry.velocity.begin(), entry.velocity.end(), 0.0f);
-    offset += entry.values.size();
+    KeyEntry& row = at(key);
+    const auto slice = values.subspan(offset, row.values.size());
+    std::copy(slice.begin(), slice.end(), row.values.begin());
+    policy(row.technique).initState(row.state);
+    offset += row.values.size();
   }
-}
-
-size_t KeyStore::floatsOf(std::span<const uint64_t> keys) const {
-  size_t n = 0;
-  for (Key key : keys)
-    n += layout_.length(key);
-  return n;
 }
 
 std::vector<Key> KeyStore::ownedKeys() const {
   std::vector<Key> keys;
-  for (Key key = 0; key < entries_.size(); ++key) {
-    if (entries_[key]) keys.push_back(key);
-  }
+  keys.reserve(rows_.size());
+  for (const auto& [key, row] : rows_)
+    keys.push_back(key);
+  std::sort(keys.begin(), keys.end());
   return keys;
 }
 
 const KeyEntry* KeyStore::find(Key key) const {
-  return key < entries_.size() ? entries_[key].get() : nullptr;
+  return lookup(key);
 }
 
 }  // namespace chorus::ps

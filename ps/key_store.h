@@ -1,128 +1,137 @@
-// The parameters a node owns in PS mode, with the owner-side optimizer. Each key carries its
-// management technique so that a later NuPS layer can replicate hot keys or relocate others
-// while the classic keys stay as they are; today every key is kHome (served by its home node).
+// The rows a node holds in PS mode: per key its floats, its optimizer state and its management
+// technique, in a store that can gain keys (insert, with their state) and lose them (extract,
+// for a transfer to another node), so that relocation (Lapse) and replication (NuPS) move rows
+// in and out without touching the rest. Updates go through the technique's UpdatePolicy
+// (ps/update_policy.h). Free of any networking; single-threaded (the owner's loop thread).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
-#include <string_view>
+#include <unordered_map>
 #include <vector>
 
-#include "ml/optimizer.h"
+#include "ps/key_directory.h"
+#include "ps/key_space.h"
 #include "ps/shard_map.h"
+#include "ps/update_policy.h"
 
 namespace chorus::ps {
 
 // How a key is managed (NuPS, Renz-Wieland et al.): one value per key, so the techniques can
-// coexist in one store.
+// coexist in one store, each with its own UpdatePolicy.
 enum class KeyTechnique : uint8_t {
-  kHome,  // classic: the home node holds the only copy and applies every update
+  kHome,  // classic: the owner holds the only copy and applies every update
 };
+inline constexpr size_t kKeyTechniques = 1;
 const char* keyTechniqueName(KeyTechnique technique);
 
-// The optimizer owners apply to pushed gradients. Each push is scaled by `push_scale` (1/N for
-// N workers), so that one clock of all workers moves the model as far as one step of the
-// averaged gradient: the same progress per clock as consensus mode's averaged local steps.
-// The learning rate follows `schedule` over the clock the push belongs to, so every owner
-// applies the same rate to a worker's push whenever it arrives.
-//
-// Momentum: an owner's velocity sees N pushes per clock, not one step. Applied as given
-// (kPerPush), a velocity decays by mu^N per clock, so the model has N times less momentum
-// memory than one node stepping with the averaged gradient. kPerClock keeps that memory: each
-// push uses mu' = mu^(1/N) and a rate scaled by (1 - mu') / (1 - mu), so over one clock of N
-// pushes the velocity decays by mu and the steady-state step is lr * g / (1 - mu), as for a
-// single node.
-struct OwnerOptimizer {
-  enum class Momentum { kPerClock, kPerPush };
-  ml::SgdConfig sgd;
-  ml::LrSchedule schedule;  // baseLr is --lr
-  double push_scale = 1.0;
-  Momentum momentum_mode = Momentum::kPerClock;
-
-  // Parses --owner-momentum ("clock" or "push"); throws std::invalid_argument naming the flag.
-  static Momentum parseMomentum(std::string_view text);
-
-  // The momentum coefficient applied per push.
-  double pushMomentum() const;
-  // The learning rate applied to one push made at `clock`.
-  double pushLr(int64_t clock) const;
-  // The SGD settings of one push (sgd with pushMomentum()).
-  ml::SgdConfig pushSgd() const;
-  // True when an update is w -= lr * g (no momentum, no weight decay): a worker can
-  // then apply its own push to a cached row exactly as the owner will.
-  bool stateless() const { return sgd.momentum == 0.0 && sgd.weightDecay == 0.0; }
-  // True when a clock's momentum is spread over its N pushes (kPerClock with momentum on). BSP
-  // owners then apply a clock's pushes together instead (KeyStore::applyClock).
-  bool spreadsMomentum() const {
-    return sgd.momentum > 0.0 && momentum_mode == Momentum::kPerClock;
-  }
-};
-
-// One owned key: its floats, optimizer state and technique.
+// One row: its floats, optimizer state and technique.
 struct KeyEntry {
   KeyTechnique technique = KeyTechnique::kHome;
   std::vector<float> values;
-  std::vector<float> velocity;  // empty unless the optimizer uses momentum
-  uint64_t updates = 0;         // pushes applied
+  std::vector<float> state;  // the policy's optimizer state; empty when it keeps none
+  uint64_t updates = 0;      // pushes applied
 };
 
 class KeyStore {
  public:
-  // Takes the keys of `layout` whose home in `map` is `self`, initialized from `initial` (the
-  // whole flat model, identical on every node).
-  KeyStore(const ChunkLayout& layout, const ShardMap& map, NodeId self,
-           std::span<const float> initial, OwnerOptimizer optimizer);
+  // Spaces of up to this many keys get a table from key to row (8 bytes per key).
+  static constexpr size_t kIndexedKeys = size_t{1} << 20;
+
+  // An empty store over `space`; rows of every technique are updated with `policy`.
+  KeyStore(KeySpace space, std::shared_ptr<const UpdatePolicy> policy);
+  // Takes the keys of `space` whose home in `map` is `self`, initialized from `initial` (the
+  // whole flat model, identical on every node), updated with SGD as `optimizer` says.
+  KeyStore(const KeySpace& space, const ShardMap& map, NodeId self, std::span<const float> initial,
+           OwnerOptimizer optimizer);
+  // Movable (the rows stay where they are), not copyable (the index points at them).
+  KeyStore(KeyStore&&) = default;
+  KeyStore& operator=(KeyStore&&) = default;
+  KeyStore(const KeyStore&) = delete;
+  KeyStore& operator=(const KeyStore&) = delete;
+
+  // Gains `key` with `row` (its values, its state: as the policy sizes them, or empty for a
+  // fresh state). Errors (nothing changed): a key outside the space or held already, values or
+  // state of the wrong length.
+  std::optional<std::string> insert(Key key, KeyEntry row);
+  // Loses `key`: its row, state included, for a transfer; nullopt when it is not held.
+  std::optional<KeyEntry> extract(Key key);
+  // Sets the policy of one technique (the constructor's applies to all until then).
+  void setPolicy(KeyTechnique technique, std::shared_ptr<const UpdatePolicy> policy);
 
   // Why `keys` (with `values` floats, or no values when nullopt) cannot be served here, or
-  // nullopt: keys must be sorted and unique, exist in the layout, be owned here, and `values`
-  // must hold exactly their floats.
-  std::optional<std::string> check(std::span<const uint64_t> keys,
-                                   std::optional<size_t> values) const;
+  // nullopt: keys must be sorted and unique, exist in the space, be held here, and `values`
+  // must hold exactly their floats. `directory`, when given, names a missing key's owner.
+  std::optional<std::string> check(std::span<const uint64_t> keys, std::optional<size_t> values,
+                                   const KeyDirectory* directory = nullptr) const;
   // Appends the values of checked `keys` to `out`, in key order.
   void read(std::span<const uint64_t> keys, std::vector<float>& out) const;
   // Writes the values of checked `keys` to `out` (exactly floatsOf(keys) floats), in key order.
   void copyTo(std::span<const uint64_t> keys, float* out) const;
   // The values of checked `keys`, in key order, where they live: valid until the next apply,
-  // applyClock or restore.
+  // applyClock, restore or extract.
   std::vector<std::span<const float>> rows(std::span<const uint64_t> keys) const;
-  // Applies the gradients `grads` (key order, checked), pushed at `clock`, with the owner
-  // optimizer.
+  // Applies the gradients `grads` (key order, checked), pushed at `clock`, with each row's
+  // policy.
   void apply(std::span<const uint64_t> keys, std::span<const float> grads, int64_t clock);
   // One checked push: its keys (key order) and their gradients.
   struct Push {
     std::span<const uint64_t> keys;
     std::span<const float> grads;
   };
-  // BSP with momentum per clock: applies all pushes of `clock` as one step of the owner
-  // optimizer on the workers' mean gradient per key (the sum times 1/N) with the full momentum:
-  // synchronous SGD with momentum, exactly.
+  // BSP: applies all pushes of `clock` as one step per key on their sum (UpdatePolicy::
+  // applyClockSum; with SGD and momentum per clock: synchronous SGD with momentum, exactly).
   void applyClock(std::span<const Push> pushes, int64_t clock);
   // True when BSP owners use applyClock() instead of one apply() per push.
-  bool stepsPerClock() const { return optimizer_.spreadsMomentum(); }
-  // A restarted owner (--rejoin): sets checked `keys` to `values` (key order) and clears their
+  bool stepsPerClock() const { return policies_[0]->stepsPerClock(); }
+  // A restarted owner (--rejoin): sets checked `keys` to `values` (key order) and resets their
   // optimizer state, which died with the previous process.
   void restore(std::span<const uint64_t> keys, std::span<const float> values);
 
-  // Floats of all `keys` together (keys in the layout).
-  size_t floatsOf(std::span<const uint64_t> keys) const;
-  // Keys owned here, sorted.
+  // Floats of all `keys` together (keys in the space).
+  size_t floatsOf(std::span<const uint64_t> keys) const { return space_.floatsOf(keys); }
+  // Keys held here, sorted.
   std::vector<Key> ownedKeys() const;
+  // Number of keys held here.
+  size_t size() const { return rows_.size(); }
+  // Is `key` held here?
+  bool contains(Key key) const { return lookup(key) != nullptr; }
+  // The row of `key`, or null when it is not held here.
   const KeyEntry* find(Key key) const;
-  const ChunkLayout& layout() const { return layout_; }
-  const OwnerOptimizer& optimizer() const { return optimizer_; }
+  // Every key that may be held, with its length.
+  const KeySpace& space() const { return space_; }
+  // The update policy of `technique`.
+  const UpdatePolicy& policy(KeyTechnique technique) const {
+    return *policies_[static_cast<size_t>(technique)];
+  }
+  // Pushes applied (a BSP clock applied at once counts one).
   uint64_t updatesApplied() const { return updates_; }
 
  private:
-  ChunkLayout layout_;
-  ShardMap map_;
-  NodeId self_;
-  OwnerOptimizer optimizer_;
-  // Indexed by key (the layout's keys are dense); null where another node owns the key.
-  std::vector<std::unique_ptr<KeyEntry>> entries_;
+  // The row of `key`, or null when it is not held here.
+  KeyEntry* lookup(Key key) const {
+    if (!index_.empty()) return key < index_.size() ? index_[key] : nullptr;
+    auto it = rows_.find(key);
+    return it == rows_.end() ? nullptr : const_cast<KeyEntry*>(&it->second);
+  }
+  KeyEntry& at(Key key) { return *lookup(key); }
+  const KeyEntry& at(Key key) const { return *lookup(key); }
+  // Adds a row (a key in the space, not held yet) to rows_ and the index.
+  void add(Key key, KeyEntry row);
+
+  KeySpace space_;
+  std::array<std::shared_ptr<const UpdatePolicy>, kKeyTechniques> policies_;
+  // Node-based: a row and its buffers stay where they are when other keys come and go.
+  std::unordered_map<Key, KeyEntry> rows_;
+  // For a space of at most kIndexedKeys keys (a dense model): each key's row or null, so that
+  // the hot path does no hashing. Empty for larger spaces.
+  std::vector<KeyEntry*> index_;
   uint64_t updates_ = 0;
+  std::array<std::vector<RowUpdate>, kKeyTechniques> scratch_;  // apply()'s per-technique rows
 };
 
 }  // namespace chorus::ps

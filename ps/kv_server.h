@@ -1,5 +1,7 @@
-// The owner side of PS mode: serves pulls and pushes for the keys this node owns, tracks every
-// worker's clock and parks pulls until the SSP condition holds. Runs on the node's loop thread;
+// The owner side of PS mode: a request handler over the rows this node holds (KeyStore), where
+// keys live (KeyDirectory), the SSP gate (SspGate: clocks, parked reads, BSP's held pushes) and
+// the wire codec (ps/codec.h). It checks each request, asks the gate when to answer, applies or
+// reads the store and encodes the answer; the cores do the rest. Runs on the node's loop thread;
 // requests from this node's own worker arrive through the same functions without touching the
 // network. Protocol and policies: docs/ps.md.
 #pragma once
@@ -10,15 +12,16 @@
 #include <map>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "node/frame.h"
 #include "node/refusal_log.h"
+#include "ps/key_directory.h"
 #include "ps/key_store.h"
 #include "ps/ssp.h"
+#include "ps/ssp_gate.h"
 
 namespace chorus::node {
 class Node;
@@ -26,7 +29,8 @@ struct PeerEvent;
 }  // namespace chorus::node
 namespace chorus::wire {
 struct Envelope;
-}
+enum class PsOp : int8_t;
+}  // namespace chorus::wire
 
 namespace chorus::ps {
 
@@ -66,13 +70,6 @@ struct ServerOptions {
   std::function<void(const std::vector<WorkerId>&, Clock)> on_waiting;
 };
 
-// An owner's view of one worker, as a rejoining owner takes it over.
-struct WorkerView {
-  WorkerId worker = 0;
-  Clock clock = 0;
-  bool counted = true;  // pulls wait for it (not dropped after its down time-out)
-};
-
 // Answer to a pull: empty `error`, the owner's minimum worker clock and the store to copy the
 // values of `keys` from (valid during the call: KeyStore::copyTo); or an error (no store).
 using PullAnswer = std::function<void(const std::string& error, Clock min_clock,
@@ -85,21 +82,11 @@ struct ServerSummary {
   uint64_t errors = 0;                 // requests refused with an error reply
   uint64_t parked = 0;                 // pulls that had to wait
   std::map<WorkerId, Clock> excluded;  // workers dropped after the down time-out, at this clock
-  // A worker that announced clock `to` right after clock `from` (it rejoined after a restart):
-  // its updates of clocks from .. to - 1 never came.
-  struct SkippedClocks {
-    WorkerId worker = 0;
-    Clock from = 0;
-    Clock to = 0;
-  };
+  // Workers that announced a clock right after a much lower one (they rejoined after a
+  // restart): their updates of the clocks between never came.
+  using SkippedClocks = ClockGap;
   std::vector<SkippedClocks> skipped;
 };
-
-// The floats of a PsPush or PsReply: its `values`, or its frame's attachment when `values` is
-// absent (the attachment buffer is aligned for any scalar); nullopt when both are present or
-// the attachment is not whole floats.
-std::optional<std::span<const float>> valuesOf(const flatbuffers::Vector<float>* values,
-                                               const node::InboundFrame& frame);
 
 class KvServer {
  public:
@@ -107,6 +94,10 @@ class KvServer {
   // handlers on `node`; the node must stop before this object is destroyed.
   KvServer(node::Node& node, KeyStore store, const std::vector<WorkerId>& workers,
            ServerOptions options);
+  // The same with where every key lives (the constructor above places every key at its home
+  // among `workers`). The store must hold the keys the directory gives this node.
+  KvServer(node::Node& node, KeyStore store, KeyDirectory directory,
+           const std::vector<WorkerId>& workers, ServerOptions options);
   KvServer(const KvServer&) = delete;
   KvServer& operator=(const KvServer&) = delete;
 
@@ -140,50 +131,36 @@ class KvServer {
   Clock othersClockTotal(WorkerId self) const;
   // Loop thread: the store (tests and the end-of-run report).
   const KeyStore& store() const { return store_; }
+  // Loop thread: where every key lives.
+  const KeyDirectory& directory() const { return directory_; }
 
  private:
+  KvServer(node::Node& node, KeyStore store, std::optional<KeyDirectory> directory,
+           const std::vector<WorkerId>& workers, ServerOptions options);
   void onPullFrame(WorkerId from, const wire::Envelope& envelope);
   void onPushFrame(WorkerId from, const node::InboundFrame& frame);
   void onClockFrame(WorkerId from, const wire::Envelope& envelope);
   // Applies one push and acknowledges it (or replies with the error).
   void handlePush(WorkerId from, uint64_t request, Clock clock, std::span<const uint64_t> keys,
                   std::span<const float> grads);
-  // Applies the held BSP pushes of every clock below the live workers' minimum clock.
+  // Applies the held BSP pushes of every clock below the live workers' minimum.
   void applyDue();
-  void replyError(WorkerId to, uint64_t request, int8_t op, const std::string& error);
-  std::optional<std::string> checkClock(WorkerId worker, Clock clock, const char* what) const;
-  // A request's sender and clock before anything else looks at them: a worker of this run, at a
-  // clock in 0..kClockCeiling (an impostor's INT64_MAX must not move any clock, nor be taken
-  // for a running job).
-  std::optional<std::string> checkSender(WorkerId worker, Clock clock, const char* what) const;
-  // After the running-job check: a clock the run can reach (ServerOptions::max_clock).
-  std::optional<std::string> checkWithinRun(Clock clock, const char* what) const;
+  void replyError(WorkerId to, uint64_t request, wire::PsOp op, const std::string& error);
+  // Counts a refused request (summary).
+  void countError();
   // on_running_job: reports (once) a request of `worker` at `clock` when the job cannot have
   // started with this owner; `first` is the highest clock such a request may have at the start.
   void checkRunningJob(WorkerId worker, Clock clock, Clock first);
 
   node::Node& node_;
   KeyStore store_;
+  KeyDirectory directory_;
   ServerOptions options_;
-  WorkerClocks clocks_;
+  SspGate gate_;
   Clock num_workers_;
   bool holding_ = false;  // hold_until_restored, until restore()
   bool running_job_reported_ = false;
-  std::set<WorkerId> unanchored_;  // restored clocks not yet confirmed by the worker itself
-  // Workers whose connection to this node dropped at least once: announcements may have been
-  // lost with it, so their first clock heard here says nothing about when this owner started.
-  std::set<WorkerId> dropped_;
   std::vector<std::function<void()>> held_requests_;
-  std::map<WorkerId, std::chrono::steady_clock::time_point> down_since_;
-  std::set<WorkerId> finished_;
-  struct HeldPush {
-    std::vector<uint64_t> keys;
-    std::vector<float> grads;
-  };
-  // BSP: pushes by (clock, worker), in arrival order within one worker's clock.
-  std::map<std::pair<Clock, WorkerId>, std::vector<HeldPush>> held_;
-  std::optional<std::chrono::steady_clock::time_point> parked_since_;
-  std::chrono::steady_clock::time_point next_report_{};
   node::RefusalLog refusals_;  // rate-limits the log lines of refused requests, per worker
   mutable std::mutex mu_;      // guards summary_ and heard_
   ServerSummary summary_;

@@ -10,29 +10,28 @@
 #include "chorus/chorus_generated.h"
 #include "node/finite.h"
 #include "node/node.h"
+#include "ps/codec.h"
 #include "ps/kv_server.h"
 
 namespace chorus::ps {
 
-KvWorker::KvWorker(node::Node& node, KvServer& local, const ShardMap& map,
-                   const ChunkLayout& layout, OwnerOptimizer optimizer, WorkerOptions options)
+KvWorker::KvWorker(node::Node& node, KvServer& local, const ShardMap& map, const KeySpace& space,
+                   OwnerOptimizer optimizer, WorkerOptions options)
+    : KvWorker(node, local, KeyDirectory(map, space), optimizer, std::move(options)) {}
+
+KvWorker::KvWorker(node::Node& node, KvServer& local, KeyDirectory directory,
+                   OwnerOptimizer optimizer, WorkerOptions options)
     : node_(node),
       local_(local),
-      map_(map),
-      layout_(layout),
+      directory_(std::move(directory)),
       optimizer_(optimizer),
       options_(std::move(options)),
       fresh_(options_.staleness),
       self_(node.id()) {
   if (options_.staleness.infinite()) options_.cache = false;
-  for (NodeId n : map_.nodes()) {
+  for (NodeId n : directory_.shardMap().nodes()) {
     if (n != self_) others_.push_back(n);
   }
-  // Every request groups its keys by owner: look each key's owner up once.
-  homes_.resize(layout_.numKeys());
-  for (Key key = 0; key < homes_.size(); ++key)
-    homes_[key] = map_.home(key);
-  read_stamps_.assign(layout_.numKeys(), -1);
   node_.setFrameHandler(wire::Body::PsReply, [this](NodeId from, const node::InboundFrame& frame) {
     onReply(from, frame);
   });
@@ -68,23 +67,8 @@ class KvWorker::ReplyLanding : public node::AttachmentLanding {
 
 void KvWorker::checkRequest(std::span<const Key> keys, size_t floats_given,
                             const char* what) const {
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (i > 0 && keys[i] <= keys[i - 1]) {
-      throw std::invalid_argument(
-          fmt::format("{}: keys must be sorted and unique, but key {} follows key {}", what,
-                      keys[i], keys[i - 1]));
-    }
-    if (keys[i] >= layout_.numKeys()) {
-      throw std::invalid_argument(fmt::format("{}: unknown key {} (the model has keys 0..{})", what,
-                                              keys[i], layout_.numKeys() - 1));
-    }
-  }
-  size_t floats = 0;
-  for (Key key : keys)
-    floats += layout_.length(key);
-  if (floats_given != floats) {
-    throw std::invalid_argument(fmt::format("{}: {} floats given for {} key(s) that hold {}", what,
-                                            floats_given, keys.size(), floats));
+  if (auto error = space().check(keys, floats_given)) {
+    throw std::invalid_argument(fmt::format("{}: {}", what, *error));
   }
 }
 
@@ -146,7 +130,7 @@ KvWorker::Handle KvWorker::pullImpl(std::optional<Clock> min_clock, std::span<co
     const bool use_cache = !min_clock && options_.cache;
     float* p = out.data();
     for (Key key : keys) {
-      const size_t len = layout_.length(key);
+      const size_t len = space().length(key);
       if (use_cache) {
         auto it = cache_.find(key);
         if (it != cache_.end() && fresh_.fresh(it->second.stamp, reader)) {
@@ -158,7 +142,7 @@ KvWorker::Handle KvWorker::pullImpl(std::optional<Clock> min_clock, std::span<co
         }
       }
       if (!min_clock) ++stats_.cache_misses;
-      Group& g = groups[homes_[key]];
+      Group& g = groups[directory_.owner(key)];
       g.keys.push_back(key);
       g.dest.push_back(p);
       p += len;
@@ -215,13 +199,7 @@ KvWorker::Handle KvWorker::pullImpl(std::optional<Clock> min_clock, std::span<co
       }
       continue;
     }
-    node::SharedFrame frame = node_.encode(
-        wire::Body::PsPull,
-        [&](flatbuffers::FlatBufferBuilder& b) {
-          auto key_vector = b.CreateVector(request_keys.data(), request_keys.size());
-          return wire::CreatePsPull(b, id, reader, required, key_vector).Union();
-        },
-        request_keys.size() * sizeof(uint64_t) + 128);
+    node::SharedFrame frame = encode(node_, pullRequest(id, reader, required, request_keys));
     node_.send(owner, frame, [this, id](node::NodeId, const node::Status& status) {
       if (!status.ok()) finishSub(id, status, 0, {}, {});
     });
@@ -264,7 +242,7 @@ KvWorker::Handle KvWorker::pushImpl(std::span<const Key> keys, std::span<const f
     clock = clock_;
     size_t offset = 0;
     for (Key key : keys) {
-      const size_t len = layout_.length(key);
+      const size_t len = space().length(key);
       const std::span<const float> grad = grads.subspan(offset, len);
       offset += len;
       // Read-my-writes for cached rows: the owner will apply exactly this update.
@@ -275,7 +253,7 @@ KvWorker::Handle KvWorker::pushImpl(std::span<const Key> keys, std::span<const f
           cache_.erase(it);
         }
       }
-      const NodeId home = homes_[key];
+      const NodeId home = directory_.owner(key);
       Group& g = groups[home];
       g.keys.push_back(key);
       g.floats += len;
@@ -343,38 +321,19 @@ KvWorker::Handle KvWorker::pushImpl(std::span<const Key> keys, std::span<const f
       }
       continue;
     }
+    // In place, the gradients travel as the frame's attachment, written from the caller's
+    // buffer; otherwise they are copied into the frame.
+    std::vector<std::span<const float>> rows;
+    rows.reserve(group->keys.size());
+    for (size_t i = 0; i < group->keys.size(); ++i)
+      rows.push_back(grads.subspan(group->starts[i], space().length(group->keys[i])));
+    node::SharedFrame frame =
+        encode(node_, pushRequest(id, clock, group->keys, rows, group->floats, in_place));
     if (in_place) {
-      // The gradients travel as the frame's attachment, written from the caller's buffer.
-      node::Attachment attachment;
-      for (size_t i = 0; i < group->keys.size(); ++i) {
-        node::appendPiece(attachment, node::bytesOf(grads.subspan(group->starts[i],
-                                                                  layout_.length(group->keys[i]))));
-      }
-      node::SharedFrame frame = node_.encode(
-          wire::Body::PsPush,
-          [&](flatbuffers::FlatBufferBuilder& b) {
-            auto key_vector = b.CreateVector(group->keys.data(), group->keys.size());
-            return wire::CreatePsPush(b, id, clock, key_vector).Union();
-          },
-          group->keys.size() * sizeof(uint64_t) + 128, std::move(attachment));
       node_.send(owner, frame,
                  [this, id](node::NodeId, const node::Status& status) { release(id, status); });
       continue;
     }
-    node::SharedFrame frame = node_.encode(
-        wire::Body::PsPush,
-        [&](flatbuffers::FlatBufferBuilder& b) {
-          auto key_vector = b.CreateVector(group->keys.data(), group->keys.size());
-          // Straight from the caller's gradients into the frame (filled at once).
-          float* out = nullptr;
-          auto value_vector = b.CreateUninitializedVector(group->floats, &out);
-          for (size_t i = 0; i < group->keys.size(); ++i) {
-            const size_t len = layout_.length(group->keys[i]);
-            out = std::copy_n(grads.data() + group->starts[i], len, out);
-          }
-          return wire::CreatePsPush(b, id, clock, key_vector, value_vector).Union();
-        },
-        group->floats * sizeof(float) + group->keys.size() * sizeof(uint64_t) + 128);
     node_.send(owner, frame, [this, id](node::NodeId, const node::Status& status) {
       if (!status.ok()) finishSub(id, status, 0, {}, {});
     });
@@ -403,18 +362,19 @@ void KvWorker::resumeAt(Clock clock) {
 void KvWorker::setModelView(std::span<const float> model) {
   std::lock_guard lock(mu_);
   model_view_ = model;
+  read_stamps_.assign(space().keyEnd(), -1);
 }
 
 std::optional<std::string> KvWorker::lastRead(std::span<const Key> keys, std::vector<float>& out,
                                               Clock& read_clock) const {
   std::lock_guard lock(mu_);
-  if (model_view_.size() != layout_.total()) {
+  if (model_view_.size() != space().total()) {
     return fmt::format("node {} keeps no model view to answer from", self_);
   }
   std::optional<Clock> oldest;
   for (Key key : keys) {
-    if (key >= layout_.numKeys()) return fmt::format("unknown key {}", key);
-    const auto row = model_view_.subspan(layout_.offset(key), layout_.length(key));
+    if (!space().contains(key)) return fmt::format("unknown key {}", key);
+    const auto row = model_view_.subspan(space().offset(key), space().length(key));
     out.insert(out.end(), row.begin(), row.end());
     oldest = std::min(oldest.value_or(read_stamps_[key]), read_stamps_[key]);
   }
@@ -423,9 +383,7 @@ std::optional<std::string> KvWorker::lastRead(std::span<const Key> keys, std::ve
 }
 
 node::SharedFrame KvWorker::clockFrame(Clock clock) {
-  return node_.encode(wire::Body::PsClock, [&](flatbuffers::FlatBufferBuilder& b) {
-    return wire::CreatePsClock(b, clock).Union();
-  });
+  return encode(node_, clockAnnouncement(clock));
 }
 
 void KvWorker::announceClock(Clock clock) {
@@ -459,7 +417,7 @@ void KvWorker::finishSub(uint64_t request, const node::Status& status, Clock min
       const bool same_keys = std::equal(keys.begin(), keys.end(), sub.keys.begin(), sub.keys.end());
       size_t floats = 0;
       for (Key key : sub.keys)
-        floats += layout_.length(key);
+        floats += space().length(key);
       if (!same_keys || values.size() != floats) {
         result = {node::ErrorCode::kProtocol,
                   fmt::format("node {} answered a pull of {} key(s) with {} key(s) and {} floats "
@@ -470,7 +428,7 @@ void KvWorker::finishSub(uint64_t request, const node::Status& status, Clock min
       } else {
         size_t offset = 0;
         for (size_t i = 0; i < sub.keys.size(); ++i) {
-          const size_t len = layout_.length(sub.keys[i]);
+          const size_t len = space().length(sub.keys[i]);
           const auto row = values.subspan(offset, len);
           std::copy(row.begin(), row.end(), sub.dest[i]);
           offset += len;
@@ -495,7 +453,7 @@ node::Status KvWorker::nonFiniteReply(NodeId owner, std::span<const float> value
 node::Status KvWorker::checkLandedLocked(const SubRequest& sub) {
   node::Status result;
   for (size_t i = 0; i < sub.keys.size(); ++i) {
-    const std::span<const float> row(sub.dest[i], layout_.length(sub.keys[i]));
+    const std::span<const float> row(sub.dest[i], space().length(sub.keys[i]));
     if (node::allFinite(row)) continue;
     if (result.ok()) result = nonFiniteReply(sub.owner, row);
     // The values were read in place: put back what this worker last read of the key, when the
@@ -515,7 +473,7 @@ void KvWorker::recordPullLocked(const SubRequest& sub, Clock min_clock) {
     if (options_.cache) {
       CachedRow& cached = cache_[sub.keys[i]];
       cached.stamp = min_clock;
-      cached.values.assign(sub.dest[i], sub.dest[i] + layout_.length(sub.keys[i]));
+      cached.values.assign(sub.dest[i], sub.dest[i] + space().length(sub.keys[i]));
     }
   }
 }
@@ -576,7 +534,7 @@ std::unique_ptr<node::AttachmentLanding> KvWorker::placeReply(NodeId from,
   std::vector<std::span<uint8_t>> pieces;
   size_t total = 0;
   for (size_t i = 0; i < sub.keys.size(); ++i) {
-    const size_t n = layout_.length(sub.keys[i]) * sizeof(float);
+    const size_t n = space().length(sub.keys[i]) * sizeof(float);
     node::appendPiece(pieces, std::span<uint8_t>(reinterpret_cast<uint8_t*>(sub.dest[i]), n));
     total += n;
   }
@@ -586,9 +544,10 @@ std::unique_ptr<node::AttachmentLanding> KvWorker::placeReply(NodeId from,
 }
 
 void KvWorker::onReply(NodeId from, const node::InboundFrame& frame) {
-  const wire::PsReply& reply = *frame.envelope().body_as_PsReply();
-  const std::string error = reply.error() ? reply.error()->str() : "";
-  if (reply.op() == wire::PsOp::Clock) {
+  const wire::PsReply& body = *frame.envelope().body_as_PsReply();
+  const ReplyView reply = decodeReply(body);
+  const std::string& error = reply.error;
+  if (reply.op == wire::PsOp::Clock) {
     node_.logger().error("node {} refused this worker's clock: {}", from, error);
     return;
   }
@@ -599,14 +558,14 @@ void KvWorker::onReply(NodeId from, const node::InboundFrame& frame) {
     node::Status final_status;
     {
       std::lock_guard lock(mu_);
-      auto it = requests_.find(reply.request());
+      auto it = requests_.find(reply.request);
       if (it == requests_.end()) return;
       SubRequest& sub = it->second;
       sub.busy = false;
       node::Status result = sub.outcome.value_or(node::Status{});
       if (result.ok()) result = checkLandedLocked(sub);
-      if (result.ok()) recordPullLocked(sub, reply.min_clock());
-      callback = settleLocked(reply.request(), result, &final_status);
+      if (result.ok()) recordPullLocked(sub, reply.min_clock);
+      callback = settleLocked(reply.request, result, &final_status);
     }
     completed_.notify_all();
     if (callback) callback(final_status);
@@ -614,24 +573,24 @@ void KvWorker::onReply(NodeId from, const node::InboundFrame& frame) {
   }
   {
     std::lock_guard lock(mu_);
-    auto it = requests_.find(reply.request());
+    auto it = requests_.find(reply.request);
     if (it == requests_.end() || it->second.owner != from ||
-        it->second.pull != (reply.op() == wire::PsOp::Pull)) {
+        it->second.pull != (reply.op == wire::PsOp::Pull)) {
       node_.logger().warn("reply from node {} to an unknown {} request {}: ignored", from,
-                          wire::EnumNamePsOp(reply.op()), reply.request());
+                          wire::EnumNamePsOp(reply.op), reply.request);
       return;
     }
   }
   if (!error.empty()) {
-    finishSub(reply.request(),
+    finishSub(reply.request,
               {node::ErrorCode::kProtocol, fmt::format("node {} refused the {}: {}", from,
-                                                       wire::EnumNamePsOp(reply.op()), error)},
+                                                       wire::EnumNamePsOp(reply.op), error)},
               0, {}, {});
     return;
   }
-  const std::optional<std::span<const float>> values = valuesOf(reply.values(), frame);
+  const std::optional<std::span<const float>> values = valuesOf(body.values(), frame);
   if (!values) {
-    finishSub(reply.request(),
+    finishSub(reply.request,
               {node::ErrorCode::kProtocol,
                fmt::format("node {} answered with values in both the body and an attachment, "
                            "or an attachment of {} bytes that are not whole floats",
@@ -639,9 +598,7 @@ void KvWorker::onReply(NodeId from, const node::InboundFrame& frame) {
               0, {}, {});
     return;
   }
-  std::span<const uint64_t> keys;
-  if (reply.keys()) keys = {reply.keys()->data(), reply.keys()->size()};
-  finishSub(reply.request(), {}, reply.min_clock(), keys, *values);
+  finishSub(reply.request, {}, reply.min_clock, reply.keys, *values);
 }
 
 void KvWorker::onPeerEvent(const node::PeerEvent& event) {

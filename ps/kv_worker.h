@@ -18,6 +18,8 @@
 
 #include "node/frame.h"
 #include "node/status.h"
+#include "ps/key_directory.h"
+#include "ps/key_space.h"
 #include "ps/key_store.h"
 #include "ps/shard_map.h"
 #include "ps/ssp.h"
@@ -67,14 +69,20 @@ class KvWorker {
   // `local` is this node's own server. `optimizer` must be the owners' (the cache applies this
   // worker's own pushes with it, so that the worker reads its own writes). Takes the node's
   // PsReply frames (and reads the values of pull replies straight into the callers' buffers);
-  // the node must be shut down before the worker is destroyed.
-  KvWorker(node::Node& node, KvServer& local, const ShardMap& map, const ChunkLayout& layout,
+  // the node must be shut down before the worker is destroyed. Every key is read from and
+  // pushed to its home in `map`.
+  KvWorker(node::Node& node, KvServer& local, const ShardMap& map, const KeySpace& space,
            OwnerOptimizer optimizer, WorkerOptions options);
+  // The same with where every key lives (this worker's view of the directory: requests go to
+  // each key's owner in it).
+  KvWorker(node::Node& node, KvServer& local, KeyDirectory directory, OwnerOptimizer optimizer,
+           WorkerOptions options);
   KvWorker(const KvWorker&) = delete;
   KvWorker& operator=(const KvWorker&) = delete;
 
-  // Reads `keys` (sorted, unique, in the layout: std::invalid_argument otherwise) into `out`,
+  // Reads `keys` (sorted, unique, in the key space: std::invalid_argument otherwise) into `out`,
   // the keys' floats one after the other; `out` must stay valid until the operation completes.
+  // The work and the bytes sent grow with the keys asked for, never with the key space.
   // The values hold every update of clocks <= clock() - s - 1 and this worker's own pushes.
   Handle pull(std::span<const Key> keys, std::span<float> out, const Callback& done = {});
   // Reads with an explicit SSP condition: every live worker reached `min_clock`, bypassing the
@@ -100,9 +108,10 @@ class KvWorker {
   // clock() does, before its first read.
   void resumeAt(Clock clock);
   // Before the first operation: the buffer this worker's pulls of every key land in (the
-  // model's flat parameters), for lastRead(). It must outlive the worker.
+  // model's flat parameters, KeySpace::total() floats), for lastRead(). It must outlive the
+  // worker.
   void setModelView(std::span<const float> model);
-  // Loop thread: appends the values this worker last read for `keys` (sorted, in the layout)
+  // Loop thread: appends the values this worker last read for `keys` (sorted, in the space)
   // to `out`, from the model view; an error when there is none. Safe against the pulls that
   // write the view: those are completed on the loop thread, or served from the cache under
   // this worker's lock, which this holds. `read_clock` is set to how fresh those values are:
@@ -145,7 +154,7 @@ class KvWorker {
     std::vector<float> values;
   };
 
-  // Throws std::invalid_argument unless `keys` are sorted, unique and in the layout and hold
+  // Throws std::invalid_argument unless `keys` are sorted, unique and in the space and hold
   // exactly `floats_given` floats.
   void checkRequest(std::span<const Key> keys, size_t floats_given, const char* what) const;
   Handle pullImpl(std::optional<Clock> min_clock, std::span<const Key> keys, std::span<float> out,
@@ -182,14 +191,13 @@ class KvWorker {
 
   node::Node& node_;
   KvServer& local_;
-  ShardMap map_;
-  ChunkLayout layout_;
+  KeyDirectory directory_;  // where each key is read from and pushed to
+  const KeySpace& space() const { return directory_.space(); }
   OwnerOptimizer optimizer_;
   WorkerOptions options_;
   RowCacheRule fresh_;
   NodeId self_;
   std::vector<NodeId> others_;
-  std::vector<NodeId> homes_;  // the owner of every key of the layout
 
   // Loop thread: the last clock announced to the other owners. An owner whose connection
   // dropped may have missed announcements (frames to a disconnected peer are not resent), and
@@ -208,7 +216,8 @@ class KvWorker {
   // from. Read, never copied per pull.
   std::span<const float> model_view_;
   // Per key, the stamp of its last successful read into the model view (min_clock of the
-  // answer; -1: never read there).
+  // answer; -1: never read there). Sized by setModelView(): a worker without a model view keeps
+  // nothing per key of the space.
   std::vector<Clock> read_stamps_;
   bool inModelView(const float* p) const {
     return !model_view_.empty() && p >= model_view_.data() &&

@@ -162,5 +162,89 @@ TEST(KeyStore, AppliesEachPushWithTheScaledLearningRate) {
   EXPECT_EQ(store.updatesApplied(), 1u);
 }
 
+// Relocation moves a row with its optimizer state: a row extracted from one store and inserted
+// into another goes on exactly as if it had stayed.
+TEST(KeyStore, ARowMovesWithItsOptimizerState) {
+  StoreFixture f;
+  OwnerOptimizer optimizer;
+  optimizer.sgd.momentum = 0.9;
+  optimizer.schedule.baseLr = 0.1;
+  const NodeId self = f.ownerOfSomeKey();
+  KeyStore from(f.layout, f.map, self, f.initial, optimizer);
+  KeyStore stayed(f.layout, f.map, self, f.initial, optimizer);
+  KeyStore to(KeySpace(f.layout), std::make_shared<SgdPolicy>(optimizer));
+  const Key key = from.ownedKeys()[0];
+  const std::vector<Key> keys{key};
+  const std::vector<float> grads(from.floatsOf(keys), 1.0f);
+  for (KeyStore* store : {&from, &stayed})
+    store->apply(keys, grads, 0);
+
+  std::optional<KeyEntry> row = from.extract(key);
+  ASSERT_TRUE(row);
+  EXPECT_FALSE(from.contains(key));
+  EXPECT_FALSE(from.extract(key));
+  EXPECT_NE(from.check(keys, std::nullopt)->find("not owned here"), std::string::npos);
+  EXPECT_EQ(row->state.size(), row->values.size());
+  ASSERT_EQ(to.insert(key, std::move(*row)), std::nullopt);
+  EXPECT_EQ(to.ownedKeys(), keys);
+
+  for (KeyStore* store : {&to, &stayed})
+    store->apply(keys, grads, 1);
+  EXPECT_EQ(to.find(key)->values, stayed.find(key)->values);
+  EXPECT_EQ(to.find(key)->state, stayed.find(key)->state);
+  EXPECT_EQ(to.find(key)->updates, 2u);
+}
+
+TEST(KeyStore, InsertRefusesWhatDoesNotFit) {
+  KeySpace space;
+  space.addTable("entity", 5, 3);
+  space.addTable("relation", 2, 6);
+  AdagradConfig config;
+  KeyStore store(space, std::make_shared<AdagradPolicy>(config));
+  EXPECT_NE(
+      store.insert(7, KeyEntry{.values = std::vector<float>(3)})->find("not in the key space"),
+      std::string::npos);
+  EXPECT_NE(store.insert(1, KeyEntry{.values = std::vector<float>(6)})->find("holds 3 floats"),
+            std::string::npos);
+  EXPECT_NE(
+      store.insert(1, KeyEntry{.values = std::vector<float>(3), .state = std::vector<float>(2)})
+          ->find("optimizer state"),
+      std::string::npos);
+  ASSERT_EQ(store.insert(1, KeyEntry{.values = std::vector<float>(3)}), std::nullopt);
+  EXPECT_NE(store.insert(1, KeyEntry{.values = std::vector<float>(3)})->find("held here already"),
+            std::string::npos);
+  EXPECT_EQ(store.find(1)->state, std::vector<float>(3, 0.0f));  // a fresh AdaGrad state
+  EXPECT_EQ(store.size(), 1u);
+}
+
+// Rows of different tables (different lengths) in one store, updated by AdaGrad with their own
+// accumulators; a key the push does not name is not touched.
+TEST(KeyStore, RowsOfSeveralTablesUpdateWithTheirOwnAccumulators) {
+  KeySpace space;
+  space.addTable("entity", 100, 2);
+  space.addTable("relation", 1000, 3, 5);
+  AdagradConfig config;
+  config.schedule.baseLr = 1.0;
+  KeyStore store(space, std::make_shared<AdagradPolicy>(config));
+  for (Key key : {Key{4}, Key{50}, Key{1001}})
+    ASSERT_EQ(store.insert(key, KeyEntry{.values = std::vector<float>(space.length(key), 1.0f)}),
+              std::nullopt);
+  const std::vector<Key> keys{4, 1001};
+  const std::vector<float> grads{2, 2, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f};
+  ASSERT_EQ(store.check(keys, grads.size()), std::nullopt);
+  store.apply(keys, grads, 0);
+  store.apply(keys, grads, 1);
+  // AdaGrad's first step moves every float by lr (g / |g|); the second by lr / sqrt(2).
+  const float moved = 1.0f + 1.0f / std::sqrt(2.0f);
+  for (Key key : keys) {
+    for (float v : store.find(key)->values)
+      EXPECT_NEAR(v, 1.0f - moved, 1e-6f) << "key " << key;
+  }
+  EXPECT_EQ(store.find(4)->state, std::vector<float>(2, 8.0f));
+  EXPECT_EQ(store.find(1001)->state, std::vector<float>(5, 0.5f));
+  EXPECT_EQ(store.find(50)->values, std::vector<float>(2, 1.0f));
+  EXPECT_EQ(store.find(50)->state, std::vector<float>(2, 0.0f));
+}
+
 }  // namespace
 }  // namespace chorus::ps

@@ -18,6 +18,7 @@
 
 #include "chorus/chorus_generated.h"
 #include "node/node.h"
+#include "ps/codec.h"
 #include "ps/kv_server.h"
 #include "ps/kv_worker.h"
 #include "tests/node/test_util.h"
@@ -40,11 +41,8 @@ node::NodeOptions nodeOptions(NodeId self, size_t members) {
   return o;
 }
 
-std::vector<Key> allKeys(const ChunkLayout& layout) {
-  std::vector<Key> keys(layout.numKeys());
-  for (Key k = 0; k < keys.size(); ++k)
-    keys[k] = k;
-  return keys;
+std::vector<Key> allKeys(const KeySpace& layout) {
+  return layout.allKeys();
 }
 
 // Full-mesh nodes 0..members-1; `served` of them run a KvServer and a KvWorker (the others are
@@ -54,7 +52,7 @@ class KvCluster {
   struct Config {
     size_t members = 3;
     size_t served = 3;
-    ChunkLayout layout{12, 4};
+    KeySpace layout{ChunkLayout{12, 4}};
     std::vector<float> initial;  // zeros when empty
     OwnerOptimizer optimizer;
     Staleness staleness;
@@ -145,11 +143,11 @@ class KvCluster {
   KvWorker& worker(size_t i) { return *workers_[i]; }
   KvServer& server(size_t i) { return *servers_[i]; }
   const ShardMap& map() const { return *map_; }
-  const ChunkLayout& layout() const { return config_.layout; }
+  const KeySpace& layout() const { return config_.layout; }
   // Keys whose owner is one of `owners`.
   std::vector<Key> keysOwnedBy(const std::vector<NodeId>& owners) const {
     std::vector<Key> keys;
-    for (Key k = 0; k < config_.layout.numKeys(); ++k) {
+    for (Key k : config_.layout.allKeys()) {
       if (std::find(owners.begin(), owners.end(), map_->home(k)) != owners.end()) keys.push_back(k);
     }
     return keys;
@@ -400,6 +398,91 @@ TEST(KvWorker, KeysOwnedLocallyNeverTouchTheNetwork) {
   EXPECT_EQ(cluster.node(0).stats(1).frames_out, frames_before + 1);
 }
 
+// Workers pull the keys a step touches, not every key: in a space of 200,016 keys (6.4 MB), a
+// pull or push of a few keys spread over it moves bytes for those keys only, and 100 times the
+// keys cost about 100 times the bytes.
+TEST(KvWorker, APullOfASparseSubsetMovesBytesForTheSubsetOnly) {
+  KeySpace space;
+  space.addTable("entity", 200000, 8);
+  space.addTable("relation", 16, 32);
+  KvCluster::Config config;
+  config.members = 2;
+  config.served = 2;
+  config.layout = space;
+  config.heartbeat = 60000ms;  // no heartbeats during the test: every byte counted is ours
+  config.peer_timeout = 120000ms;
+  config.optimizer.sgd.momentum = 0;
+  config.optimizer.schedule.baseLr = 0.5;
+  config.staleness = Staleness::parse("inf");  // pushes apply at once, every read goes out
+  KvCluster cluster(config);
+  KvWorker& worker = cluster.worker(0);
+  const std::vector<Key> remote = cluster.keysOwnedBy({1});
+  ASSERT_GT(remote.size(), 50000u);
+  // `n` of node 1's keys, spread over the whole space (the last one a relation row).
+  auto subset = [&](size_t n) {
+    std::vector<Key> keys;
+    for (size_t i = 0; i < n; ++i)
+      keys.push_back(remote[i * (remote.size() - 1) / (n - 1)]);
+    return keys;
+  };
+  struct Bytes {
+    uint64_t request = 0;  // what the owner received
+    uint64_t reply = 0;    // what the worker received
+  };
+  auto measure = [&](const std::vector<Key>& keys, bool push) {
+    const uint64_t in_owner = cluster.node(1).stats(0).bytes_in;
+    const uint64_t in_worker = cluster.node(0).stats(1).bytes_in;
+    std::vector<float> values(cluster.floats(keys), 1.0f);
+    const node::Status status =
+        push ? worker.wait(worker.push(keys, values)) : worker.wait(worker.pull(keys, values));
+    EXPECT_TRUE(status.ok()) << status.toString();
+    return Bytes{cluster.node(1).stats(0).bytes_in - in_owner,
+                 cluster.node(0).stats(1).bytes_in - in_worker};
+  };
+
+  const std::vector<Key> few = subset(10);
+  const std::vector<Key> many = subset(1000);
+  EXPECT_EQ(few.back(), remote.back());
+  const size_t few_values = cluster.floats(few) * sizeof(float);
+  const size_t many_values = cluster.floats(many) * sizeof(float);
+  const Bytes pull_few = measure(few, false);
+  const Bytes pull_many = measure(many, false);
+  const Bytes push_few = measure(few, true);
+  const Bytes push_many = measure(many, true);
+  // A frame's fixed part (prefix, header, table) is well under 256 bytes; keys are 8 bytes.
+  constexpr uint64_t kFrame = 256;
+  EXPECT_LE(pull_few.request, kFrame + 8 * few.size());
+  EXPECT_GE(pull_few.reply, few_values);
+  EXPECT_LE(pull_few.reply, kFrame + 8 * few.size() + few_values);
+  EXPECT_GE(push_few.request, few_values);
+  EXPECT_LE(push_few.request, kFrame + 8 * few.size() + few_values);
+  EXPECT_LE(push_few.reply, kFrame);
+  EXPECT_LE(pull_many.reply, kFrame + 8 * many.size() + many_values);
+  EXPECT_LE(push_many.request, kFrame + 8 * many.size() + many_values);
+  // 100 times the keys: 8 bytes more per key in a pull request, nearly 100 times the bytes
+  // where values travel.
+  EXPECT_GE(pull_many.request - pull_few.request, 8 * (many.size() - few.size()));
+  EXPECT_LE(pull_many.request - pull_few.request, 8 * (many.size() - few.size()) + 64);
+  EXPECT_GT(pull_many.reply, 50 * pull_few.reply);
+  EXPECT_GT(push_many.request, 50 * push_few.request);
+  const WorkerStats stats = worker.stats();
+  EXPECT_EQ(stats.keys_remote, 2 * (few.size() + many.size()));
+  EXPECT_EQ(stats.messages_sent, 4u);
+
+  // The pushes reached the rows they name and no other: `few` is a subset of `many`, so its
+  // rows were pushed twice: w = 0 - 0.5 * 1 - 0.5 * 1.
+  ASSERT_TRUE(std::includes(many.begin(), many.end(), few.begin(), few.end()));
+  std::vector<float> values(cluster.floats(few));
+  ASSERT_TRUE(worker.wait(worker.pull(few, values)).ok());
+  for (float v : values)
+    EXPECT_FLOAT_EQ(v, -1.0f);
+  const std::vector<Key> untouched{remote[1]};
+  std::vector<float> row(cluster.floats(untouched));
+  ASSERT_TRUE(worker.wait(worker.pull(untouched, row)).ok());
+  for (float v : row)
+    EXPECT_EQ(v, 0.0f);
+}
+
 // What a rejoining owner is given back is a helper's last read of its keys, with how fresh it
 // is: every update from clocks below the read clock is in it (-1 until every key was read).
 TEST(KvWorker, LastReadSaysHowFreshItsValuesAre) {
@@ -580,6 +663,25 @@ class ReplyCollector {
   std::deque<Reply> replies_;
 };
 
+// A member node playing a worker that writes its requests to node 0 by hand, through the codec
+// (values in the body), so that a test can send what a KvWorker never would.
+class RawWorker {
+ public:
+  explicit RawWorker(node::Node& node) : node_(node) {}
+  void pull(uint64_t id, Clock clock, Clock min_clock, const std::vector<Key>& keys) {
+    node_.send(0, encode(node_, pullRequest(id, clock, min_clock, keys)));
+  }
+  void push(uint64_t id, Clock clock, const std::vector<Key>& keys,
+            const std::vector<float>& values) {
+    const std::vector<std::span<const float>> rows{values};
+    node_.send(0, encode(node_, pushRequest(id, clock, keys, rows, values.size(), false)));
+  }
+  void clock(Clock clock) { node_.send(0, encode(node_, clockAnnouncement(clock))); }
+
+ private:
+  node::Node& node_;
+};
+
 TEST(KvServer, MalformedRequestsGetAnErrorReplyAndTheOwnerKeepsServing) {
   KvCluster::Config config;
   config.members = 2;
@@ -597,22 +699,13 @@ TEST(KvServer, MalformedRequestsGetAnErrorReplyAndTheOwnerKeepsServing) {
   ASSERT_FALSE(theirs.empty());
   constexpr int64_t kAnyClock = std::numeric_limits<int64_t>::min();
 
+  RawWorker worker(raw);
   auto sendPull = [&](uint64_t id, int64_t clock, std::vector<uint64_t> keys) {
-    raw.send(0, raw.encode(wire::Body::PsPull, [&](flatbuffers::FlatBufferBuilder& b) {
-      return wire::CreatePsPull(b, id, clock, kAnyClock, b.CreateVector(keys)).Union();
-    }));
+    worker.pull(id, clock, kAnyClock, keys);
   };
   auto sendPush = [&](uint64_t id, int64_t clock, std::vector<uint64_t> keys,
-                      std::vector<float> values) {
-    raw.send(0, raw.encode(wire::Body::PsPush, [&](flatbuffers::FlatBufferBuilder& b) {
-      return wire::CreatePsPush(b, id, clock, b.CreateVector(keys), b.CreateVector(values)).Union();
-    }));
-  };
-  auto sendClock = [&](int64_t clock) {
-    raw.send(0, raw.encode(wire::Body::PsClock, [&](flatbuffers::FlatBufferBuilder& b) {
-      return wire::CreatePsClock(b, clock).Union();
-    }));
-  };
+                      std::vector<float> values) { worker.push(id, clock, keys, values); };
+  auto sendClock = [&](int64_t clock) { worker.clock(clock); };
 
   sendPull(1, 0, {999});
   auto r = replies.next();
@@ -676,14 +769,11 @@ TEST(KvServer, ImpossibleClocksAndNonFiniteGradientsAreRefusedBeforeTheyMoveAnyt
   node::Node& raw = cluster.node(1);
   const std::vector<Key> mine = cluster.keysOwnedBy({0});
   ASSERT_FALSE(mine.empty());
+  RawWorker worker(raw);
   // The worker's first clock, as every worker announces it (later jumps are no running job).
-  raw.send(0, raw.encode(wire::Body::PsClock, [&](flatbuffers::FlatBufferBuilder& b) {
-    return wire::CreatePsClock(b, 1).Union();
-  }));
+  worker.clock(1);
   for (int64_t clock : {std::numeric_limits<int64_t>::max(), int64_t{11}, int64_t{-1}}) {
-    raw.send(0, raw.encode(wire::Body::PsClock, [&](flatbuffers::FlatBufferBuilder& b) {
-      return wire::CreatePsClock(b, clock).Union();
-    }));
+    worker.clock(clock);
     const auto r = replies.next();
     EXPECT_EQ(r.op, wire::PsOp::Clock);
     EXPECT_NE(r.error.find(fmt::format(
@@ -694,22 +784,14 @@ TEST(KvServer, ImpossibleClocksAndNonFiniteGradientsAreRefusedBeforeTheyMoveAnyt
   }
   std::vector<float> grads(4, 1.0f);
   grads[2] = -std::numeric_limits<float>::infinity();
-  raw.send(0, raw.encode(wire::Body::PsPush, [&](flatbuffers::FlatBufferBuilder& b) {
-    return wire::CreatePsPush(b, 7, 1, b.CreateVector(std::vector<uint64_t>{mine[0]}),
-                              b.CreateVector(grads))
-        .Union();
-  }));
+  worker.push(7, 1, {mine[0]}, grads);
   auto r = replies.next();
   EXPECT_EQ(r.request, 7u);
   EXPECT_NE(r.error.find("push at clock 1 holds 1 non-finite value(s) (the first, -inf, is float "
                          "2 of its 4): nothing applied"),
             std::string::npos)
       << r.error;
-  raw.send(0, raw.encode(wire::Body::PsPull, [&](flatbuffers::FlatBufferBuilder& b) {
-    return wire::CreatePsPull(b, 8, std::numeric_limits<int64_t>::max(), 0,
-                              b.CreateVector(std::vector<uint64_t>{mine[0]}))
-        .Union();
-  }));
+  worker.pull(8, std::numeric_limits<int64_t>::max(), 0, {mine[0]});
   r = replies.next();
   EXPECT_EQ(r.request, 8u);
   EXPECT_NE(r.error.find("which no run reaches"), std::string::npos) << r.error;
@@ -745,18 +827,11 @@ TEST(KvServer, ARejoinedOwnerAppliesPushesOlderThanItsRestoredView) {
   KvServer& server = cluster.server(0);
   const std::vector<Key> mine = cluster.keysOwnedBy({0});
   ASSERT_FALSE(mine.empty());
+  RawWorker worker(raw);
   auto sendPush = [&](uint64_t id, int64_t clock, Key key, float grad) {
-    raw.send(0, raw.encode(wire::Body::PsPush, [&](flatbuffers::FlatBufferBuilder& b) {
-      std::vector<uint64_t> keys{key};
-      std::vector<float> values(4, grad);
-      return wire::CreatePsPush(b, id, clock, b.CreateVector(keys), b.CreateVector(values)).Union();
-    }));
+    worker.push(id, clock, {key}, std::vector<float>(4, grad));
   };
-  auto sendClock = [&](int64_t clock) {
-    raw.send(0, raw.encode(wire::Body::PsClock, [&](flatbuffers::FlatBufferBuilder& b) {
-      return wire::CreatePsClock(b, clock).Union();
-    }));
-  };
+  auto sendClock = [&](int64_t clock) { worker.clock(clock); };
   sendPush(1, 33, mine[0], 2.0f);  // held until the keys are restored
   const std::vector<float> restored(cluster.floats(mine), 10.0f);
   cluster.onLoop(0, [&] {

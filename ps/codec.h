@@ -1,0 +1,96 @@
+// The PS messages on the wire (schema/chorus.fbs: PsPull, PsPush, PsClock, PsReply): how a
+// request or an answer becomes a frame body, and how a received body becomes a typed request,
+// kept apart from what the worker and the owner do with them. Values travel as a frame's
+// attachment where they can (read and written in place, docs/wire-format.md) or in the body's
+// `values`. Pure: no node, no socket (tests/ps/codec_test.cc round-trips every message through
+// node::encodeFrame and the frame verifier).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "chorus/chorus_generated.h"
+#include "node/frame.h"
+#include "ps/shard_map.h"
+#include "ps/ssp.h"
+
+namespace chorus::node {
+class Node;
+}
+
+namespace chorus::ps {
+
+// One PS message body, ready to encode: its type, the writer of its table, a size hint and the
+// attachment. The writer refers to the spans it was made from: encode it before they change.
+struct PsMessage {
+  wire::Body type = wire::Body::NONE;
+  node::BodyWriter write;
+  size_t size_hint = 0;
+  node::Attachment attachment;
+};
+// Encodes `message` as `node`'s frame (header filled by the node).
+node::SharedFrame encode(node::Node& node, PsMessage message);
+
+// Worker -> owner: read `keys` once every live worker reached `min_clock`.
+PsMessage pullRequest(uint64_t request, Clock clock, Clock min_clock, std::span<const Key> keys);
+// Worker -> owner: the gradients of `keys` (rows[i] for keys[i], `floats` in all), copied into
+// the body, or with `attach`, sent as the attachment straight from the rows (which must then
+// stay unchanged until the frame was written).
+PsMessage pushRequest(uint64_t request, Clock clock, std::span<const Key> keys,
+                      std::span<const std::span<const float>> rows, size_t floats, bool attach);
+// Worker -> every owner: every clock below `clock` is done.
+PsMessage clockAnnouncement(Clock clock);
+// Owner -> worker: the values of `keys` (rows[i] for keys[i]) as the attachment, and the
+// owner's minimum worker clock.
+PsMessage pullReply(uint64_t request, Clock min_clock, std::span<const Key> keys,
+                    std::span<const std::span<const float>> rows);
+// Owner -> worker: a push was applied.
+PsMessage pushAck(uint64_t request);
+// Owner -> worker: the request was refused (nothing applied); request 0 for a PsClock.
+PsMessage errorReply(uint64_t request, wire::PsOp op, std::string_view error);
+
+// The floats of a PsPush or PsReply: its `values`, or the frame's attachment when `values` is
+// absent (the attachment buffer is aligned for any scalar); nullopt when both are present or
+// the attachment is not whole floats.
+std::optional<std::span<const float>> valuesOf(const flatbuffers::Vector<float>* values,
+                                               std::span<const uint8_t> attachment);
+std::optional<std::span<const float>> valuesOf(const flatbuffers::Vector<float>* values,
+                                               const node::InboundFrame& frame);
+
+// A received PsPull; `keys` point into the frame.
+struct PullRequest {
+  uint64_t request = 0;
+  Clock clock = 0;
+  Clock min_clock = 0;
+  std::span<const Key> keys;
+};
+// A received PsPush; `keys` and `grads` point into the frame.
+struct PushRequest {
+  uint64_t request = 0;
+  Clock clock = 0;
+  std::span<const Key> keys;
+  std::span<const float> grads;
+};
+// A received PsReply; spans point into the frame. `values` is empty for a reply whose values
+// were read to a landing, and for errors and push acks.
+struct ReplyView {
+  uint64_t request = 0;
+  wire::PsOp op = wire::PsOp::Pull;
+  std::string error;  // empty: no error
+  Clock min_clock = 0;
+  std::span<const Key> keys;
+};
+
+// The request of a verified PsPull body, or why it is malformed (its request id is still set).
+std::optional<std::string> decodePull(const wire::PsPull& body, PullRequest& out);
+// The request of a verified PsPush body with its frame's attachment, or why it is malformed.
+std::optional<std::string> decodePush(const wire::PsPush& body, std::span<const uint8_t> attachment,
+                                      PushRequest& out);
+// The fields of a verified PsReply body.
+ReplyView decodeReply(const wire::PsReply& body);
+
+}  // namespace chorus::ps

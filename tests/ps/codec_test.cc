@@ -1,0 +1,127 @@
+// The PS codec without a network: each message is encoded as a frame, passes the frame
+// verifier, and decodes to what was encoded; malformed bodies are named.
+#include "ps/codec.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+namespace chorus::ps {
+namespace {
+
+// One encoded message as the receiver sees it: the verified Envelope and the attachment.
+struct Received {
+  node::SharedFrame frame;
+  std::vector<float> attachment;  // float storage: aligned as the receiver's buffer is
+
+  const wire::Envelope& envelope() const { return node::envelopeOf(frame->data()); }
+  std::span<const uint8_t> attached() const {
+    return {reinterpret_cast<const uint8_t*>(attachment.data()), frame->attachmentSize()};
+  }
+};
+
+Received roundTrip(PsMessage message) {
+  Received r;
+  r.frame = node::encodeFrame(node::EnvelopeHeader{.sender = 3, .cluster = "codec"}, message.type,
+                              message.write, message.size_hint, std::move(message.attachment));
+  const node::Status verified = node::verifyFrame(r.frame->data(), r.frame->envelopeSize(), {});
+  EXPECT_TRUE(verified.ok()) << verified.message();
+  r.attachment.resize((r.frame->attachmentSize() + sizeof(float) - 1) / sizeof(float));
+  auto* out = reinterpret_cast<uint8_t*>(r.attachment.data());
+  const auto pieces = r.frame->pieces();
+  for (size_t i = 1; i < pieces.size(); ++i) {
+    std::memcpy(out, pieces[i].data(), pieces[i].size());
+    out += pieces[i].size();
+  }
+  return r;
+}
+
+TEST(Codec, APullRequestCarriesItsClocksAndKeys) {
+  const std::vector<Key> keys{2, 9, 1u << 30};
+  const Received r = roundTrip(pullRequest(17, 5, 3, keys));
+  ASSERT_EQ(r.envelope().body_type(), wire::Body::PsPull);
+  PullRequest pull;
+  ASSERT_EQ(decodePull(*r.envelope().body_as_PsPull(), pull), std::nullopt);
+  EXPECT_EQ(pull.request, 17u);
+  EXPECT_EQ(pull.clock, 5);
+  EXPECT_EQ(pull.min_clock, 3);
+  EXPECT_EQ(std::vector<Key>(pull.keys.begin(), pull.keys.end()), keys);
+}
+
+TEST(Codec, APushTravelsInTheBodyOrAsTheAttachment) {
+  const std::vector<Key> keys{1, 4};
+  const std::vector<float> a{1, 2, 3}, b{4, 5};
+  const std::vector<std::span<const float>> rows{a, b};
+  for (bool attach : {false, true}) {
+    const Received r = roundTrip(pushRequest(8, 2, keys, rows, 5, attach));
+    EXPECT_EQ(r.frame->attachmentSize(), attach ? 5 * sizeof(float) : 0u);
+    PushRequest push;
+    ASSERT_EQ(decodePush(*r.envelope().body_as_PsPush(), r.attached(), push), std::nullopt);
+    EXPECT_EQ(push.request, 8u);
+    EXPECT_EQ(push.clock, 2);
+    EXPECT_EQ(std::vector<Key>(push.keys.begin(), push.keys.end()), keys);
+    EXPECT_EQ(std::vector<float>(push.grads.begin(), push.grads.end()),
+              (std::vector<float>{1, 2, 3, 4, 5}));
+  }
+}
+
+TEST(Codec, RepliesCarryValuesAcksAndErrors) {
+  const std::vector<Key> keys{7};
+  const std::vector<float> row{0.5f, -1};
+  const std::vector<std::span<const float>> rows{row};
+  Received r = roundTrip(pullReply(4, 11, keys, rows));
+  ReplyView reply = decodeReply(*r.envelope().body_as_PsReply());
+  EXPECT_EQ(reply.request, 4u);
+  EXPECT_EQ(reply.op, wire::PsOp::Pull);
+  EXPECT_EQ(reply.error, "");
+  EXPECT_EQ(reply.min_clock, 11);
+  EXPECT_EQ(std::vector<Key>(reply.keys.begin(), reply.keys.end()), keys);
+  const auto values = valuesOf(r.envelope().body_as_PsReply()->values(), r.attached());
+  ASSERT_TRUE(values);
+  EXPECT_EQ(std::vector<float>(values->begin(), values->end()), row);
+
+  r = roundTrip(pushAck(5));
+  reply = decodeReply(*r.envelope().body_as_PsReply());
+  EXPECT_EQ(reply.request, 5u);
+  EXPECT_EQ(reply.op, wire::PsOp::Push);
+  EXPECT_EQ(reply.error, "");
+
+  r = roundTrip(errorReply(0, wire::PsOp::Clock, "clock going backwards"));
+  reply = decodeReply(*r.envelope().body_as_PsReply());
+  EXPECT_EQ(reply.op, wire::PsOp::Clock);
+  EXPECT_EQ(reply.error, "clock going backwards");
+
+  r = roundTrip(clockAnnouncement(42));
+  EXPECT_EQ(r.envelope().body_as_PsClock()->clock(), 42);
+}
+
+TEST(Codec, MalformedRequestsAreNamed) {
+  PsMessage no_keys{wire::Body::PsPull, [](flatbuffers::FlatBufferBuilder& b) {
+                      return wire::CreatePsPull(b, 6, 0, 0).Union();
+                    }};
+  Received r = roundTrip(std::move(no_keys));
+  PullRequest pull;
+  EXPECT_EQ(decodePull(*r.envelope().body_as_PsPull(), pull), "pull without keys");
+  EXPECT_EQ(pull.request, 6u);
+
+  // Values in the body and an attachment as well.
+  const std::vector<Key> keys{1};
+  const std::vector<float> row{1, 2};
+  const std::vector<std::span<const float>> rows{row};
+  PsMessage both = pushRequest(9, 0, keys, rows, 2, false);
+  both.attachment.push_back(node::bytesOf(std::span<const float>(row)));
+  r = roundTrip(std::move(both));
+  PushRequest push;
+  const auto error = decodePush(*r.envelope().body_as_PsPush(), r.attached(), push);
+  ASSERT_TRUE(error);
+  EXPECT_NE(error->find("both the body and an attachment"), std::string::npos) << *error;
+  EXPECT_EQ(push.request, 9u);
+
+  // An attachment that is not whole floats.
+  const uint8_t odd[3] = {1, 2, 3};
+  EXPECT_FALSE(valuesOf(nullptr, std::span<const uint8_t>(odd, 3)));
+}
+
+}  // namespace
+}  // namespace chorus::ps

@@ -1,0 +1,101 @@
+// The owners' update rules on plain rows: SGD (with momentum and weight decay) as ml::sgdUpdate,
+// AdaGrad as ml::SparseOptimizer, each row with its own state.
+#include "ps/update_policy.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "ml/sparse_table.h"
+
+namespace chorus::ps {
+namespace {
+
+TEST(UpdatePolicy, SgdIsTheOwnerOptimizerPerPush) {
+  OwnerOptimizer optimizer;
+  optimizer.sgd.momentum = 0.9;
+  optimizer.sgd.weightDecay = 0.01;
+  optimizer.schedule.baseLr = 0.1;
+  optimizer.push_scale = 0.25;
+  const SgdPolicy policy(optimizer);
+  EXPECT_EQ(policy.stateFloats(6), 6u);
+  EXPECT_TRUE(policy.stepsPerClock());
+
+  std::vector<float> values{1, 2, 3, -1, -2, -3}, state(6);
+  std::vector<float> expected = values, velocity(6);
+  const std::vector<float> grad{0.5f, -0.5f, 1, 2, -2, 0};
+  policy.initState(state);
+  for (int64_t clock = 0; clock < 4; ++clock) {
+    const RowUpdate row{values, state, grad};
+    policy.applyPush(clock, std::span<const RowUpdate>(&row, 1));
+    ml::sgdUpdate(optimizer.pushSgd(), optimizer.pushLr(clock), expected, grad, velocity);
+  }
+  EXPECT_EQ(values, expected);
+  EXPECT_EQ(state, velocity);
+
+  optimizer.sgd.momentum = 0;
+  EXPECT_EQ(SgdPolicy(optimizer).stateFloats(6), 0u);
+  EXPECT_FALSE(SgdPolicy(optimizer).stepsPerClock());
+}
+
+TEST(UpdatePolicy, SgdStepsOnceOnTheMeanOfAClock) {
+  OwnerOptimizer optimizer;
+  optimizer.sgd.momentum = 0.5;
+  optimizer.schedule.baseLr = 0.2;
+  optimizer.push_scale = 0.5;
+  const SgdPolicy policy(optimizer);
+  std::vector<float> values{1, 1}, state(2, 0.0f);
+  const std::vector<float> sum{2, 4};  // two workers' gradients summed
+  const RowUpdate row{values, state, sum};
+  policy.applyClockSum(0, std::span<const RowUpdate>(&row, 1));
+  // mean (1, 2); v = mean; w -= 0.2 * v
+  EXPECT_FLOAT_EQ(values[0], 1 - 0.2f * 1);
+  EXPECT_FLOAT_EQ(values[1], 1 - 0.2f * 2);
+  EXPECT_FLOAT_EQ(state[0], 1);
+  EXPECT_FLOAT_EQ(state[1], 2);
+}
+
+TEST(UpdatePolicy, AdagradKeepsOneAccumulatorPerFloatOfEachRow) {
+  AdagradConfig config;
+  config.schedule.baseLr = 0.3;
+  config.initial_accumulator = 0.1;
+  const AdagradPolicy policy(config);
+  ASSERT_EQ(policy.stateFloats(4), 4u);
+
+  // The same rows through ml::SparseOptimizer (one table of 3 rows of 4).
+  ml::SparseTable table("t", 3, 4);
+  ml::SparseOptimizerConfig reference;
+  reference.kind = ml::SparseOptimizerKind::kAdagrad;
+  reference.lr = 0.3;
+  reference.initialAccumulator = 0.1;
+  ml::SparseOptimizer optimizer(reference, table);
+
+  std::vector<std::vector<float>> rows(3, std::vector<float>(4, 0.0f));
+  std::vector<std::vector<float>> states(3, std::vector<float>(4));
+  for (auto& s : states)
+    policy.initState(s);
+  for (int step = 0; step < 5; ++step) {
+    // Rows 0 and 2 only: row 1's state must not move.
+    ml::SparseGrad grad;
+    grad.dim = 4;
+    grad.keys = {0, 2};
+    grad.rows.assign(8, 0.0f);
+    for (size_t i = 0; i < 8; ++i)
+      grad.rows[i] = static_cast<float>((i + step) % 5) - 2.0f;
+    optimizer.apply(table, grad);
+    std::vector<RowUpdate> updates;
+    updates.push_back({rows[0], states[0], std::span<const float>(grad.row(0), 4)});
+    updates.push_back({rows[2], states[2], std::span<const float>(grad.row(1), 4)});
+    policy.applyPush(step, updates);
+  }
+  for (size_t r = 0; r < 3; ++r) {
+    for (size_t j = 0; j < 4; ++j) {
+      EXPECT_FLOAT_EQ(rows[r][j], table.row(r)[j]) << r << "," << j;
+      EXPECT_FLOAT_EQ(states[r][j], optimizer.state()[r * 4 + j]) << r << "," << j;
+    }
+  }
+  EXPECT_EQ(states[1], std::vector<float>(4, 0.1f));
+}
+
+}  // namespace
+}  // namespace chorus::ps
