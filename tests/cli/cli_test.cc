@@ -57,20 +57,35 @@ std::map<std::string, std::string> helpDefaults(const std::string& command) {
 // flags trains the same optimizer as the single-node baseline it is compared with.
 TEST(ChorusCli, TrainingOptionsHaveOneDefaultInEveryCommand) {
   const auto train = helpDefaults("train");
+  // The training options of the image models: every training command takes each of them.
+  // (--shard is the distributed commands' alone: one node holds the whole training set.)
+  const std::vector<std::string> dense = {
+      "--data",         "--data-dir",      "--synthetic-train", "--synthetic-test",
+      "--model",        "--hidden",        "--dropout",         "--limit",
+      "--no-normalize", "--rounds",        "--epochs",          "--batch",
+      "--lr",           "--momentum",      "--nesterov",        "--weight-decay",
+      "--schedule",     "--warmup-epochs", "--step-epochs",     "--gamma",
+      "--augment",      "--crop-padding",  "--no-flip",         "--seed",
+      "--stragglers",   "--eval-every",    "--target-acc",      "--out",
+      "--save",         "--resume",        "--confusion"};
   for (const std::string command : {"node", "compare"}) {
     const auto other = helpDefaults(command);
-    for (const char* flag : {"--data", "--model", "--epochs", "--batch", "--lr", "--momentum",
-                             "--weight-decay", "--schedule", "--warmup-epochs", "--gamma", "--seed",
-                             "--dropout", "--limit", "--crop-padding"}) {
+    for (const std::string& flag : dense) {
+      EXPECT_TRUE(train.count(flag)) << "chorus train has no " << flag;
+      EXPECT_TRUE(other.count(flag)) << "chorus " << command << " has no " << flag;
+    }
+    for (const char* flag :
+         {"--data", "--model", "--epochs", "--batch", "--lr", "--momentum", "--weight-decay",
+          "--schedule", "--warmup-epochs", "--gamma", "--seed", "--dropout", "--limit",
+          "--crop-padding", "--rounds", "--target-acc"}) {
       ASSERT_TRUE(train.count(flag)) << "chorus train has no " << flag;
       ASSERT_TRUE(other.count(flag)) << "chorus " << command << " has no " << flag;
       EXPECT_EQ(train.at(flag), other.at(flag)) << flag << " in chorus " << command;
     }
-    // Every training option of chorus train exists there too, but the single-node driver's
-    // own (it resumes one node and prints its confusion matrix) and the sparse workloads'
-    // (matrix factorization and knowledge-graph embeddings train on one node only so far).
+    // Every training option of chorus train exists there too, but the sparse workloads' (matrix
+    // factorization and knowledge-graph embeddings train on one node only so far).
     const std::set<std::string> single_node_only = {
-        "--help", "--resume", "--confusion", "--log-every",
+        "--help", "--log-every",
         // matrix factorization
         "--data-file", "--test-share", "--mf-rows", "--mf-cols", "--mf-cells", "--mf-planted-rank",
         "--zipf-row", "--zipf-col", "--noise-sigma", "--write-data", "--rank",

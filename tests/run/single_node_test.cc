@@ -1,6 +1,11 @@
-// End-to-end single-node training on synthetic data: learnability, determinism, evaluation,
-// metrics, checkpoint save and resume.
+// End-to-end single-node training on synthetic data (the loop with no peers, behind chorus
+// train and compare's single variant): learnability, determinism, evaluation, metrics,
+// checkpoint save and resume.
+#include "run/single_node.h"
+
 #include <gtest/gtest.h>
+#include <spdlog/sinks/null_sink.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -14,6 +19,64 @@
 namespace chorus::ml {
 namespace {
 
+// The options of a single-node run (chorus train's flags).
+struct TrainOptions {
+  ModelSpec model;
+  double epochs = 5;
+  size_t batchSize = 64;
+  double learningRate = 0.05;
+  SgdConfig sgd;
+  std::string schedule = "constant";
+  double warmupEpochs = 0;
+  double stepEpochs = 0;
+  double stepGamma = 0.1;
+  uint64_t seed = 1;
+  size_t trainLimit = 0;
+  std::string metricsDir;  // --out DIR: DIR/node-0.jsonl
+  std::string savePath;
+  std::string resumePath;
+  bool confusion = false;
+};
+
+// What a run achieved, as the tests look at it.
+struct TrainReport {
+  Evaluation test;
+  std::vector<double> epochLosses;
+  double epochsDone = 0;
+};
+
+// Trains `options` on `data` alone, as chorus train does: evaluation at every epoch's end.
+TrainReport trainOnData(const TrainOptions& options, const DataSplit& data,
+                        ProgressReporter& progress) {
+  run::RunOptions run;
+  run.model = options.model;
+  run.epochs = options.epochs;
+  run.batch = options.batchSize;
+  run.lr = options.learningRate;
+  run.momentum = options.sgd.momentum;
+  run.nesterov = options.sgd.nesterov;
+  run.weight_decay = options.sgd.weightDecay;
+  run.schedule = options.schedule;
+  run.warmup_epochs = options.warmupEpochs;
+  run.step_epochs = options.stepEpochs;
+  run.gamma = options.stepGamma;
+  run.seed = options.seed;
+  run.train_limit = options.trainLimit;
+  run.out_dir = options.metricsDir;
+  run.resume_path = options.resumePath;
+  run.confusion = options.confusion;
+  // The data outlives the run: a shared pointer that does not own it.
+  std::shared_ptr<const DataSplit> shared(&data, [](const DataSplit*) {});
+  run::NodeJob job = run::prepareNodeJob(run, shared, 0, 1, "");
+  run::SingleOptions single;
+  single.eval_every_epoch = true;
+  single.save_path = options.savePath;
+  single.warmup_epochs = options.warmupEpochs;
+  spdlog::logger log("single-node-test", std::make_shared<spdlog::sinks::null_sink_mt>());
+  const run::SingleReport report = run::trainAlone(job, single, progress, log);
+  return {report.final, report.epoch_losses, report.epochs_done};
+}
+
 namespace fs = std::filesystem;
 
 class TrainingTest : public ::testing::Test {
@@ -24,6 +87,10 @@ class TrainingTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
   std::string file(const std::string& name) const { return (fs::path(dir_) / name).string(); }
+  // The metrics file of a run with --out `name`.
+  std::string metrics(const std::string& name) const {
+    return (fs::path(dir_) / name / "node-0.jsonl").string();
+  }
 
   static TrainOptions mlpOptions() {
     TrainOptions options;
@@ -97,21 +164,22 @@ TEST_F(TrainingTest, LenetTrainsOnASmallSyntheticRun) {
 TEST_F(TrainingTest, MetricsAreJsonLinesWithOneEventPerLine) {
   TrainOptions options = mlpOptions();
   options.epochs = 1;
-  options.logEverySteps = 50;
-  options.metricsPath = file("metrics.jsonl");
+  options.metricsDir = file("metrics");
   options.confusion = true;
   const TrainReport report = run(options, syntheticData());
-  std::ifstream in(options.metricsPath);
+  std::ifstream in(metrics("metrics"));
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);)
     lines.push_back(line);
-  // start, 188 steps / 50 = 3 step events, 1 epoch, 1 summary.
-  ASSERT_EQ(lines.size(), 6u);
+  // start, one round event per step (6000 / 32 = 188 steps), final: the format of every mode.
+  ASSERT_EQ(lines.size(), 190u);
   EXPECT_NE(lines[0].find("\"event\":\"start\""), std::string::npos);
-  EXPECT_NE(lines[1].find("\"event\":\"step\""), std::string::npos);
+  EXPECT_NE(lines[0].find("\"mode\":\"single\""), std::string::npos);
+  EXPECT_NE(lines[1].find("\"event\":\"round\""), std::string::npos);
   EXPECT_NE(lines[1].find("\"loss\":"), std::string::npos);
-  EXPECT_NE(lines[4].find("\"test_accuracy\":"), std::string::npos);
-  EXPECT_NE(lines[5].find("\"confusion\":["), std::string::npos);
+  EXPECT_NE(lines[189].find("\"event\":\"final\""), std::string::npos);
+  EXPECT_NE(lines[189].find("\"test_accuracy\":"), std::string::npos);
+  EXPECT_NE(lines[189].find("\"confusion\":["), std::string::npos);
   for (const auto& line : lines) {
     EXPECT_EQ(line.front(), '{');
     EXPECT_EQ(line.back(), '}');
@@ -122,40 +190,37 @@ TEST_F(TrainingTest, MetricsAreJsonLinesWithOneEventPerLine) {
   EXPECT_EQ(total, 1000);
 }
 
-// The "step" events of a metrics file: step number -> field (loss, lr, ...).
+// The "round" events of a metrics file: step number (round + 1) -> field (loss, lr, ...).
 std::map<int64_t, double> stepEvents(const std::string& path, const std::string& field) {
   std::map<int64_t, double> values;
   std::ifstream in(path);
   const std::string key = "\"" + field + "\":";
   for (std::string line; std::getline(in, line);) {
-    if (line.find("\"event\":\"step\"") == std::string::npos) continue;
-    const size_t step = line.find("\"step\":");
+    if (line.find("\"event\":\"round\"") == std::string::npos) continue;
+    const size_t step = line.find("\"round\":");
     const size_t value = line.find(key);
     if (step == std::string::npos || value == std::string::npos) continue;
-    values[std::stoll(line.substr(step + 7))] = std::stod(line.substr(value + key.size()));
+    values[std::stoll(line.substr(step + 8)) + 1] = std::stod(line.substr(value + key.size()));
   }
   return values;
 }
 
-// A step event covers every step since the previous event, also across an epoch boundary.
-TEST_F(TrainingTest, AStepEventCoversTheStepsSinceTheLastEventAcrossEpochs) {
+// Every step has its event, also across an epoch boundary, and an epoch's loss is the mean of
+// its steps' losses.
+TEST_F(TrainingTest, EveryStepHasItsEventAcrossEpochs) {
   TrainOptions options = mlpOptions();
   options.epochs = 2;
   options.trainLimit = 96;  // three steps of 32 per epoch
-  options.logEverySteps = 1;
-  options.metricsPath = file("every.jsonl");
-  run(options, syntheticData());
-  const std::map<int64_t, double> each = stepEvents(options.metricsPath, "loss");
+  options.metricsDir = file("every");
+  const TrainReport report = run(options, syntheticData());
+  const std::map<int64_t, double> each = stepEvents(metrics("every"), "loss");
   ASSERT_EQ(each.size(), 6u);
-
-  options.logEverySteps = 2;  // events at steps 2, 4 (steps 3 and 4: the epoch ends between) and 6
-  options.metricsPath = file("pairs.jsonl");
-  run(options, syntheticData());
-  const std::map<int64_t, double> pairs = stepEvents(options.metricsPath, "loss");
-  ASSERT_EQ(pairs.size(), 3u);
-  for (int64_t step : {2, 4, 6}) {
-    ASSERT_EQ(pairs.count(step), 1u) << step;
-    EXPECT_NEAR(pairs.at(step), (each.at(step - 1) + each.at(step)) / 2.0, 1e-12) << step;
+  ASSERT_EQ(report.epochLosses.size(), 2u);
+  for (int64_t epoch : {0, 1}) {
+    const int64_t first = 3 * epoch + 1;
+    EXPECT_NEAR(report.epochLosses[static_cast<size_t>(epoch)],
+                (each.at(first) + each.at(first + 1) + each.at(first + 2)) / 3.0, 1e-12)
+        << epoch;
   }
 }
 
@@ -169,16 +234,17 @@ TEST_F(TrainingTest, ScheduleLengthsUnderOneStepAreOneStep) {
   options.schedule = "step";
   options.stepEpochs = 0.1;
   options.stepGamma = 0.5;
-  options.logEverySteps = 1;
-  options.metricsPath = file("lr.jsonl");
+  options.metricsDir = file("lr");
   run(options, syntheticData());
-  const std::map<int64_t, double> lr = stepEvents(options.metricsPath, "lr");
+  const std::map<int64_t, double> lr = stepEvents(metrics("lr"), "lr");
   ASSERT_EQ(lr.size(), 3u);
   EXPECT_DOUBLE_EQ(lr.at(1), 0.05);
   EXPECT_DOUBLE_EQ(lr.at(2), 0.025);
   EXPECT_DOUBLE_EQ(lr.at(3), 0.0125);
 
   options.schedule = "constant";
+  options.stepEpochs =
+      0;  // --step-epochs goes with --schedule step only (every command refuses it)
   options.warmupEpochs = 0.1;
   std::FILE* sink = std::tmpfile();
   ASSERT_NE(sink, nullptr);
