@@ -803,6 +803,8 @@ void registerNodeCommand(CLI::App& app, std::function<void(const NodeArgs&)> act
       "             computes a gradient on its shard and pushes it to the owners, who apply\n"
       "             the optimizer; per-clock metrics in --out DIR/node-<id>.jsonl; node 0\n"
       "             also prints the accuracy of the model as held by the owners (docs/ps.md).\n"
+      "A topology of one node trains alone in either training mode: the run of chorus train\n"
+      "(the single variant of chorus compare).\n"
       "Then it leaves in order (Leave, wait for the peers' Leave, close).\n"
       "Example, on each machine with its own id (all nodes of a file on one machine: chorus\n"
       "launch): chorus node --topology lab.toml --id 0 --data fashion-mnist --model mlp --out "

@@ -27,9 +27,8 @@ class AloneStrategy : public TrainingStrategy {
   std::string_view mode() const override { return "single"; }
   std::string_view stepName() const override { return "round"; }
   int64_t firstStep(ml::MetricsWriter& /*metrics*/) override {
-    first_ = job_.resumed_from.empty() ? 0 : job_.resumed_step;
     epoch_start_ = Clock::now();
-    return first_;
+    return job_.resumed_from.empty() ? 0 : job_.resumed_step;
   }
   bool finished(int64_t step) const override { return step >= job_.rounds; }
   void afterGradient(int64_t /*step*/, const ml::Model& model,
@@ -89,7 +88,6 @@ class AloneStrategy : public TrainingStrategy {
   const int64_t per_epoch_;
   ml::ProgressReporter& progress_;
   SingleReport& report_;
-  int64_t first_ = 0;
   // The epoch running: its start, loss sum, correct predictions and samples.
   Clock::time_point epoch_start_;
   double loss_sum_ = 0;

@@ -19,24 +19,8 @@
 namespace chorus::ml {
 namespace {
 
-// The options of a single-node run (chorus train's flags).
-struct TrainOptions {
-  ModelSpec model;
-  double epochs = 5;
-  size_t batchSize = 64;
-  double learningRate = 0.05;
-  SgdConfig sgd;
-  std::string schedule = "constant";
-  double warmupEpochs = 0;
-  double stepEpochs = 0;
-  double stepGamma = 0.1;
-  uint64_t seed = 1;
-  size_t trainLimit = 0;
-  std::string metricsDir;  // --out DIR: DIR/node-0.jsonl
-  std::string savePath;
-  std::string resumePath;
-  bool confusion = false;
-};
+// The options of a single-node run: chorus train's flags.
+using TrainOptions = run::RunOptions;
 
 // What a run achieved, as the tests look at it.
 struct TrainReport {
@@ -48,30 +32,13 @@ struct TrainReport {
 // Trains `options` on `data` alone, as chorus train does: evaluation at every epoch's end.
 TrainReport trainOnData(const TrainOptions& options, const DataSplit& data,
                         ProgressReporter& progress) {
-  run::RunOptions run;
-  run.model = options.model;
-  run.epochs = options.epochs;
-  run.batch = options.batchSize;
-  run.lr = options.learningRate;
-  run.momentum = options.sgd.momentum;
-  run.nesterov = options.sgd.nesterov;
-  run.weight_decay = options.sgd.weightDecay;
-  run.schedule = options.schedule;
-  run.warmup_epochs = options.warmupEpochs;
-  run.step_epochs = options.stepEpochs;
-  run.gamma = options.stepGamma;
-  run.seed = options.seed;
-  run.train_limit = options.trainLimit;
-  run.out_dir = options.metricsDir;
-  run.resume_path = options.resumePath;
-  run.confusion = options.confusion;
   // The data outlives the run: a shared pointer that does not own it.
   std::shared_ptr<const DataSplit> shared(&data, [](const DataSplit*) {});
-  run::NodeJob job = run::prepareNodeJob(run, shared, 0, 1, "");
+  run::NodeJob job = run::prepareNodeJob(options, shared, 0, 1, "");
   run::SingleOptions single;
   single.eval_every_epoch = true;
-  single.save_path = options.savePath;
-  single.warmup_epochs = options.warmupEpochs;
+  single.save_path = options.save_path;
+  single.warmup_epochs = options.warmup_epochs;
   spdlog::logger log("single-node-test", std::make_shared<spdlog::sinks::null_sink_mt>());
   const run::SingleReport report = run::trainAlone(job, single, progress, log);
   return {report.final, report.epoch_losses, report.epochs_done};
@@ -96,9 +63,9 @@ class TrainingTest : public ::testing::Test {
     TrainOptions options;
     options.model = {.name = "mlp", .hidden = {64}};
     options.epochs = 3;
-    options.batchSize = 32;
-    options.learningRate = 0.05;
-    options.sgd = {.momentum = 0.9};
+    options.batch = 32;
+    options.lr = 0.05;
+    options.momentum = 0.9;
     options.seed = 5;
     return options;
   }
@@ -154,9 +121,9 @@ TEST_F(TrainingTest, LenetTrainsOnASmallSyntheticRun) {
   TrainOptions options;
   options.model = {.name = "lenet", .hidden = {}};
   options.epochs = 1;
-  options.batchSize = 32;
-  options.learningRate = 0.005;
-  options.trainLimit = 1500;
+  options.batch = 32;
+  options.lr = 0.005;
+  options.train_limit = 1500;
   const TrainReport report = run(options, data);
   EXPECT_GE(report.test.accuracy, 0.8);
 }
@@ -164,7 +131,7 @@ TEST_F(TrainingTest, LenetTrainsOnASmallSyntheticRun) {
 TEST_F(TrainingTest, MetricsAreJsonLinesWithOneEventPerLine) {
   TrainOptions options = mlpOptions();
   options.epochs = 1;
-  options.metricsDir = file("metrics");
+  options.out_dir = file("metrics");
   options.confusion = true;
   const TrainReport report = run(options, syntheticData());
   std::ifstream in(metrics("metrics"));
@@ -210,8 +177,8 @@ std::map<int64_t, double> stepEvents(const std::string& path, const std::string&
 TEST_F(TrainingTest, EveryStepHasItsEventAcrossEpochs) {
   TrainOptions options = mlpOptions();
   options.epochs = 2;
-  options.trainLimit = 96;  // three steps of 32 per epoch
-  options.metricsDir = file("every");
+  options.train_limit = 96;  // three steps of 32 per epoch
+  options.out_dir = file("every");
   const TrainReport report = run(options, syntheticData());
   const std::map<int64_t, double> each = stepEvents(metrics("every"), "loss");
   ASSERT_EQ(each.size(), 6u);
@@ -230,11 +197,11 @@ TEST_F(TrainingTest, EveryStepHasItsEventAcrossEpochs) {
 TEST_F(TrainingTest, ScheduleLengthsUnderOneStepAreOneStep) {
   TrainOptions options = mlpOptions();
   options.epochs = 1;
-  options.trainLimit = 96;  // three steps of 32 per epoch
+  options.train_limit = 96;  // three steps of 32 per epoch
   options.schedule = "step";
-  options.stepEpochs = 0.1;
-  options.stepGamma = 0.5;
-  options.metricsDir = file("lr");
+  options.step_epochs = 0.1;
+  options.gamma = 0.5;
+  options.out_dir = file("lr");
   run(options, syntheticData());
   const std::map<int64_t, double> lr = stepEvents(metrics("lr"), "lr");
   ASSERT_EQ(lr.size(), 3u);
@@ -243,9 +210,9 @@ TEST_F(TrainingTest, ScheduleLengthsUnderOneStepAreOneStep) {
   EXPECT_DOUBLE_EQ(lr.at(3), 0.0125);
 
   options.schedule = "constant";
-  options.stepEpochs =
+  options.step_epochs =
       0;  // --step-epochs goes with --schedule step only (every command refuses it)
-  options.warmupEpochs = 0.1;
+  options.warmup_epochs = 0.1;
   std::FILE* sink = std::tmpfile();
   ASSERT_NE(sink, nullptr);
   ProgressReporter progress(sink, false);
@@ -266,12 +233,12 @@ TEST_F(TrainingTest, ResumingFromACheckpointContinuesExactly) {
   const TrainReport straight = run(options, data);
 
   options.epochs = 2;
-  options.savePath = file("run.ckpt");
+  options.save_path = file("run.ckpt");
   run(options, data);
-  EXPECT_EQ(loadCheckpoint(options.savePath).epoch, 2);
+  EXPECT_EQ(loadCheckpoint(options.save_path).epoch, 2);
   options.epochs = 3;
-  options.savePath.clear();
-  options.resumePath = file("run.ckpt");
+  options.save_path.clear();
+  options.resume_path = file("run.ckpt");
   const TrainReport resumed = run(options, data);
   ASSERT_EQ(resumed.epochLosses.size(), 1u);
   EXPECT_EQ(resumed.epochLosses[0], straight.epochLosses[2]);
@@ -283,14 +250,14 @@ TEST_F(TrainingTest, ResumeRefusesACorruptOrForeignCheckpoint) {
   const DataSplit& data = syntheticData();
   TrainOptions options = mlpOptions();
   options.epochs = 1;
-  options.savePath = file("a.ckpt");
+  options.save_path = file("a.ckpt");
   run(options, data);
-  options.savePath.clear();
-  options.resumePath = file("a.ckpt");
+  options.save_path.clear();
+  options.resume_path = file("a.ckpt");
   options.model.hidden = {32};
   EXPECT_THROW(run(options, data), CheckpointError);
   {
-    std::fstream f(options.resumePath, std::ios::in | std::ios::out | std::ios::binary);
+    std::fstream f(options.resume_path, std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(200);
     f.put('\x7f');
   }
@@ -305,10 +272,10 @@ TEST_F(TrainingTest, ResumeRefusesAnotherSeed) {
   TrainOptions options = mlpOptions();
   options.epochs = 1;
   options.seed = 1;
-  options.savePath = file("seed1.ckpt");
+  options.save_path = file("seed1.ckpt");
   run(options, data);
-  options.savePath.clear();
-  options.resumePath = file("seed1.ckpt");
+  options.save_path.clear();
+  options.resume_path = file("seed1.ckpt");
   options.epochs = 2;
   options.seed = 7;
   try {
@@ -316,7 +283,7 @@ TEST_F(TrainingTest, ResumeRefusesAnotherSeed) {
     ADD_FAILURE() << "resumed with another seed";
   } catch (const CheckpointError& e) {
     const std::string message = e.what();
-    EXPECT_NE(message.find(options.resumePath), std::string::npos) << message;
+    EXPECT_NE(message.find(options.resume_path), std::string::npos) << message;
     EXPECT_NE(message.find("written with --seed 1, this run uses --seed 7"), std::string::npos)
         << message;
     EXPECT_NE(message.find("pass --seed 1"), std::string::npos) << message;
@@ -330,13 +297,13 @@ TEST_F(TrainingTest, ResumeWithoutMomentumSaysItDropsTheVelocity) {
   const DataSplit& data = syntheticData();
   TrainOptions options = mlpOptions();
   options.epochs = 1;
-  options.savePath = file("momentum.ckpt");
+  options.save_path = file("momentum.ckpt");
   run(options, data);
-  ASSERT_FALSE(loadCheckpoint(options.savePath).optimizerState.empty());
-  options.savePath.clear();
-  options.resumePath = file("momentum.ckpt");
+  ASSERT_FALSE(loadCheckpoint(options.save_path).optimizerState.empty());
+  options.save_path.clear();
+  options.resume_path = file("momentum.ckpt");
   options.epochs = 2;
-  options.sgd.momentum = 0.0;
+  options.momentum = 0.0;
   std::FILE* sink = std::tmpfile();
   ASSERT_NE(sink, nullptr);
   ProgressReporter progress(sink, false);
@@ -352,7 +319,7 @@ TEST_F(TrainingTest, ResumeWithoutMomentumSaysItDropsTheVelocity) {
 
 TEST_F(TrainingTest, BadOptionsAreRejected) {
   TrainOptions options = mlpOptions();
-  options.batchSize = 0;
+  options.batch = 0;
   EXPECT_THROW(run(options, syntheticData()), std::invalid_argument);
   options = mlpOptions();
   options.schedule = "step";
@@ -366,8 +333,10 @@ TEST_F(TrainingTest, SchedulesAndNesterovTrainToo) {
   TrainOptions options = mlpOptions();
   options.epochs = 2;
   options.schedule = "cosine";
-  options.warmupEpochs = 0.5;
-  options.sgd = {.momentum = 0.9, .nesterov = true, .weightDecay = 1e-4};
+  options.warmup_epochs = 0.5;
+  options.momentum = 0.9;
+  options.nesterov = true;
+  options.weight_decay = 1e-4;
   EXPECT_GE(run(options, data).test.accuracy, 0.9);
 }
 
