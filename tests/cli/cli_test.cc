@@ -490,6 +490,60 @@ TEST(ChorusNode, NodesStartedWithOtherOptionsAreRefusedNamingTheDifference) {
   std::filesystem::remove(topo);
 }
 
+// The first "round" event's loss in a metrics file.
+double firstRoundLoss(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  for (std::string line; std::getline(in, line);) {
+    if (!contains(line, "\"event\":\"round\"")) continue;
+    const size_t at = line.find("\"loss\":");
+    if (at != std::string::npos) return std::stod(line.substr(at + 7));
+  }
+  ADD_FAILURE() << "no round event in " << file;
+  return 0;
+}
+
+// chorus train's options exist in chorus node: the nodes of a launch start from chorus train's
+// checkpoint (--resume) and print their confusion matrix (--confusion); chorus train writes the
+// metrics folder every node writes (--out DIR).
+TEST(ChorusLaunch, NodesResumeFromATrainCheckpointAndPrintTheirConfusionMatrix) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("launch-resume-" + std::to_string(getpid()));
+  const std::string checkpoint = (dir / "train.ckpt").string();
+  const std::vector<std::string> work = {"--data",  "synthetic",        "--synthetic-train",
+                                         "1000",    "--synthetic-test", "200",
+                                         "--model", "softmax"};
+  std::vector<std::string> train = {
+      chorusBinary(), "train",    "--epochs", "1",
+      "--save",       checkpoint, "--out",    (dir / "train").string()};
+  train.insert(train.end(), work.begin(), work.end());
+  CommandResult trained = runCommand(train);
+  ASSERT_EQ(trained.exit_code, 0) << trained.out << trained.err;
+  EXPECT_TRUE(contains(trained.out, "saved the model to " + checkpoint)) << trained.out;
+  const double fresh_loss = firstRoundLoss(dir / "train" / "node-0.jsonl");
+
+  const std::vector<uint16_t> ports = freePorts(2);
+  const std::string topo = writeCluster("launch-resume", ports);
+  std::vector<std::string> launch = {
+      chorusBinary(), "launch",   topo,          "--rounds", "5",
+      "--resume",     checkpoint, "--confusion", "--out",    (dir / "launch").string()};
+  launch.insert(launch.end(), work.begin(), work.end());
+  CommandResult r = runCommand(launch, 120);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (const std::string id : {"0", "1"}) {
+    EXPECT_TRUE(contains(r.out, "node " + id + ": confusion matrix (rows: true label")) << r.out;
+    const auto metrics = dir / "launch" / ("node-" + id + ".jsonl");
+    // The trained model's first loss is far below an untrained one's (ln 10 = 2.3).
+    EXPECT_LT(firstRoundLoss(metrics), 0.8 * fresh_loss) << id;
+    std::ifstream in(metrics);
+    std::string line, last;
+    while (std::getline(in, line))
+      last = line;
+    EXPECT_TRUE(contains(last, "\"confusion\":[")) << last;
+  }
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove(topo);
+}
+
 TEST(ChorusLaunch, PsModeTrainsAndNodeZeroReportsTheOwnersModel) {
   const std::vector<uint16_t> ports = freePorts(3);
   std::string topo = writeCluster("launch-ps", ports);
