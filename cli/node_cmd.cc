@@ -638,6 +638,8 @@ ModeRun singleRun(node::Node& node, run::NodeJob job, const run::RunOptions& opt
   auto alone = std::make_shared<Alone>(Alone{std::move(job), {}});
   alone->single.save_path = options.save_path;
   alone->single.warmup_epochs = options.warmup_epochs;
+  // --resume: the checkpoint's model, and the rounds from 0, as every other node's.
+  alone->single.continue_resumed = false;
   return {alone,
           [alone = alone.get(), &log = node.logger()] {
             // Progress lines go to the node's log, as the distributed modes' do.

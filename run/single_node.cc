@@ -121,6 +121,7 @@ SingleReport trainAlone(NodeJob& job, const SingleOptions& options, ml::Progress
   loop.continue_batches = true;
   loop.save_path = options.save_path;
   loop.save_every = per_epoch;
+  if (!options.continue_resumed) job.resumed_from.clear();  // the model only
   if (!job.resumed_from.empty()) {
     // The seed picks the shuffle order, the augmentation and, with --data synthetic, the data
     // itself: another seed would not continue the saved run but silently start a different one.

@@ -36,13 +36,17 @@ struct SingleOptions {
   std::string save_path;
   // --warmup-epochs as given, for the warning that a one-step warm-up has no effect.
   double warmup_epochs = 0;
+  // A job resumed from a checkpoint continues the saved run at its step (chorus train); false:
+  // it only starts from the checkpoint's model, at step 0, as the distributed modes do (the
+  // single variant of chorus compare, which must run the same steps as the other variants).
+  bool continue_resumed = true;
 };
 
 // Trains `job` (the job of node 0 of 1) alone: progress on `progress` (a line per epoch), the
 // loop's metrics, checkpoints. A job resumed from a checkpoint (job.resumed_from) continues at
-// its step with its momentum; its seed must be job.seed. Throws std::invalid_argument for bad
-// options, ml::CheckpointError for a checkpoint of another seed, std::runtime_error when
-// training diverges or an output cannot be written.
+// its step with its momentum (unless !options.continue_resumed); its seed must be job.seed. Throws
+// std::invalid_argument for bad options, ml::CheckpointError for a checkpoint of another seed,
+// std::runtime_error when training diverges or an output cannot be written.
 SingleReport trainAlone(NodeJob& job, const SingleOptions& options, ml::ProgressReporter& progress,
                         spdlog::logger& log);
 

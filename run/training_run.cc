@@ -149,9 +149,9 @@ void addRunOptions(CLI::App& cmd, RunOptions& o) {
                  "(chorus train) also writes it after every epoch");
   cmd.add_option("--resume", o.resume_path,
                  "Start from this checkpoint's model (a --save of the same --model and --data). "
-                 "One node (chorus train) continues the saved run at its step, with its "
-                 "momentum, and needs the same --seed; the distributed modes start their rounds "
-                 "at 0 from that model on every node")
+                 "chorus train continues the saved run at its step, with its momentum, and "
+                 "needs the same --seed; chorus node, launch and compare start every node's "
+                 "rounds at 0 from that model")
       ->check(CLI::ExistingFile);
   cmd.add_flag("--confusion", o.confusion,
                "Compute the test confusion matrix at the end: printed, and in the final metrics "
