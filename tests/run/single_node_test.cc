@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 #include <spdlog/sinks/null_sink.h>
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -15,6 +14,7 @@
 
 #include "ml/checkpoint.h"
 #include "ml/train.h"
+#include "tests/ml/temp_dir.h"
 
 namespace chorus::ml {
 namespace {
@@ -44,20 +44,11 @@ TrainReport trainOnData(const TrainOptions& options, const DataSplit& data,
   return {report.final, report.epoch_losses, report.epochs_done};
 }
 
-namespace fs = std::filesystem;
-
 class TrainingTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "chorus-train-XXXXXX").string();
-    dir_ = ::mkdtemp(pattern.data());
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string file(const std::string& name) const { return (fs::path(dir_) / name).string(); }
+  std::string file(const std::string& name) const { return dir_.file(name); }
   // The metrics file of a run with --out `name`.
-  std::string metrics(const std::string& name) const {
-    return (fs::path(dir_) / name / "node-0.jsonl").string();
-  }
+  std::string metrics(const std::string& name) const { return dir_.file(name + "/node-0.jsonl"); }
 
   static TrainOptions mlpOptions() {
     TrainOptions options;
@@ -78,7 +69,22 @@ class TrainingTest : public ::testing::Test {
     return report;
   }
 
-  std::string dir_;
+  // What a run prints on its progress reporter.
+  static std::string printedBy(const TrainOptions& options, const DataSplit& data) {
+    std::FILE* sink = std::tmpfile();
+    EXPECT_NE(sink, nullptr);
+    if (sink == nullptr) return {};
+    ProgressReporter progress(sink, false);
+    trainOnData(options, data, progress);
+    std::rewind(sink);
+    std::string printed;
+    for (int c = std::fgetc(sink); c != EOF; c = std::fgetc(sink))
+      printed += static_cast<char>(c);
+    std::fclose(sink);
+    return printed;
+  }
+
+  ml::testing::TempDir dir_;
 };
 
 const DataSplit& syntheticData() {
@@ -210,18 +216,10 @@ TEST_F(TrainingTest, ScheduleLengthsUnderOneStepAreOneStep) {
   EXPECT_DOUBLE_EQ(lr.at(3), 0.0125);
 
   options.schedule = "constant";
-  options.step_epochs =
-      0;  // --step-epochs goes with --schedule step only (every command refuses it)
+  // --step-epochs goes with --schedule step only (every command refuses it).
+  options.step_epochs = 0;
   options.warmup_epochs = 0.1;
-  std::FILE* sink = std::tmpfile();
-  ASSERT_NE(sink, nullptr);
-  ProgressReporter progress(sink, false);
-  trainOnData(options, syntheticData(), progress);
-  std::rewind(sink);
-  std::string printed;
-  for (int c = std::fgetc(sink); c != EOF; c = std::fgetc(sink))
-    printed += static_cast<char>(c);
-  std::fclose(sink);
+  const std::string printed = printedBy(options, syntheticData());
   EXPECT_NE(printed.find("--warmup-epochs 0.1"), std::string::npos) << printed;
   EXPECT_NE(printed.find("no effect"), std::string::npos) << printed;
 }
@@ -304,15 +302,7 @@ TEST_F(TrainingTest, ResumeWithoutMomentumSaysItDropsTheVelocity) {
   options.resume_path = file("momentum.ckpt");
   options.epochs = 2;
   options.momentum = 0.0;
-  std::FILE* sink = std::tmpfile();
-  ASSERT_NE(sink, nullptr);
-  ProgressReporter progress(sink, false);
-  trainOnData(options, data, progress);
-  std::rewind(sink);
-  std::string printed;
-  for (int c = std::fgetc(sink); c != EOF; c = std::fgetc(sink))
-    printed += static_cast<char>(c);
-  std::fclose(sink);
+  const std::string printed = printedBy(options, data);
   EXPECT_NE(printed.find("--momentum 0"), std::string::npos) << printed;
   EXPECT_NE(printed.find("velocity is dropped"), std::string::npos) << printed;
 }

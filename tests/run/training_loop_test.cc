@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 #include <spdlog/sinks/null_sink.h>
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -13,10 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "tests/ml/temp_dir.h"
+
 namespace chorus::run {
 namespace {
-
-namespace fs = std::filesystem;
 
 // A mode that records the hooks it sees; `skip_at` jumps from that step to `skip_to` (as
 // consensus iteration skipping does), `stop_at` stops before that step's gradient.
@@ -58,12 +57,6 @@ class ScriptedStrategy : public TrainingStrategy {
 
 class TrainingLoopTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "chorus-loop-XXXXXX").string();
-    dir_ = ::mkdtemp(pattern.data());
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   // A one-node job on a small synthetic set, evaluated every `eval_every` steps.
   NodeJob job(int64_t rounds, int64_t eval_every) {
     RunOptions options;
@@ -74,13 +67,13 @@ class TrainingLoopTest : public ::testing::Test {
     options.rounds = rounds;
     options.batch = 20;
     options.eval_every = eval_every;
-    options.out_dir = dir_;
+    options.out_dir = dir_.path();
     return prepareNodeJob(options, loadRunData(options), 0, 1, "");
   }
 
   // The events of the metrics file, one line each.
   std::vector<std::string> lines() const {
-    std::ifstream in(fs::path(dir_) / "node-0.jsonl");
+    std::ifstream in(dir_.file("node-0.jsonl"));
     std::vector<std::string> out;
     for (std::string line; std::getline(in, line);)
       out.push_back(line);
@@ -92,7 +85,7 @@ class TrainingLoopTest : public ::testing::Test {
   }
 
   spdlog::logger log_{"loop-test", std::make_shared<spdlog::sinks::null_sink_mt>()};
-  std::string dir_;
+  ml::testing::TempDir dir_;
 };
 
 TEST_F(TrainingLoopTest, WritesStartOneEventPerStepAndFinalWithTheStrategysFields) {
