@@ -156,12 +156,14 @@ PsPeer::PsPeer(node::Node& node, run::NodeJob job, std::vector<NodeId> members, 
   node_.setHandler(wire::Body::TrainingDone, [this](NodeId from, const wire::Envelope&) {
     server_->workerFinished(from);
     membership_.finished(from);
+    tickNow();
   });
   node_.setEventHandler([this](const node::PeerEvent& event) {
     server_->onPeerEvent(event);
     worker_->onPeerEvent(event);
     if (event.kind == node::PeerEventKind::kDown || event.kind == node::PeerEventKind::kLeft) {
       membership_.down(event.peer);
+      tickNow();
     } else if (event.kind == node::PeerEventKind::kUp) {
       membership_.up(event.peer);
       node::SharedFrame done;
@@ -185,6 +187,10 @@ PsPeer::PsPeer(node::Node& node, run::NodeJob job, std::vector<NodeId> members, 
   });
 }
 
+void PsPeer::tickNow() {
+  ticker_cv_.notify_all();
+}
+
 PsPeer::~PsPeer() {
   {
     std::lock_guard lock(ticker_mu_);
@@ -196,6 +202,7 @@ PsPeer::~PsPeer() {
 
 void PsPeer::stop() {
   membership_.stop();
+  tickNow();
   worker_->cancelAll({node::ErrorCode::kShutdown, "stopped"});
 }
 

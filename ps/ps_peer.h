@@ -163,6 +163,10 @@ class PsPeer : private run::TrainingStrategy {
               std::vector<uint32_t>& departed) override;
   void describeEnd(ml::MetricsEvent& last) override;
 
+  // Any thread: the owner's time-outs are checked now, not only every tick_every: a member that
+  // finished or went down may settle the end of the run (a worker dropped after its down
+  // time-out is in the summary of a node whose last peer just finished).
+  void tickNow();
   // Waits for the pending push; counts and logs it when it failed.
   void settlePush();
   // --rejoin: asks every live node at once for this node's keys and the workers' clocks,
