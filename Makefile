@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CHORUS := $(BUILD)/cli/chorus
 
-.PHONY: all setup configure build test demo bench asan clean format tidy
+.PHONY: all setup configure build test demo bench asan tsan fuzz clean format tidy
 
 all: build
 
@@ -38,6 +38,20 @@ bench:
 asan:
 	@$(MAKE) test BUILD=build-asan CMAKE_FLAGS="-DCHORUS_SANITIZE=ON -DCHORUS_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug"
 
+# Tests under ThreadSanitizer in a separate build tree (docs/threading.md).
+tsan:
+	@$(MAKE) test BUILD=build-tsan CMAKE_FLAGS="-DCHORUS_TSAN=ON -DCHORUS_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG='-O1 -g'"
+
+# libFuzzer targets for every reader of untrusted bytes, built with clang in a tree of their own
+# and run FUZZ_SECONDS each (docs/fuzzing.md).
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
+fuzz:
+	@$(MAKE) --no-print-directory configure BUILD=$(FUZZ_BUILD) \
+		CMAKE_FLAGS="$(CMAKE_FLAGS) -DCMAKE_CXX_COMPILER=clang++ -DCHORUS_FUZZ=ON -DCHORUS_BUILD_TESTS=OFF -DCHORUS_BUILD_BENCH=OFF -DCHORUS_NATIVE=OFF -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG='-O1 -gline-tables-only'"
+	@cmake --build $(FUZZ_BUILD) -j$(JOBS) --target chorus_fuzz_all
+	@bash scripts/fuzz.sh --build $(FUZZ_BUILD) --seconds $(FUZZ_SECONDS)
+
 format:
 	@git ls-files '*.cc' '*.h' | xargs clang-format -i
 
@@ -45,4 +59,4 @@ tidy: configure
 	@git ls-files '*.cc' | grep -v '^tests/\|^bench/' | xargs clang-tidy -p $(BUILD) --quiet
 
 clean:
-	@rm -rf $(BUILD) build-asan
+	@rm -rf $(BUILD) build-asan build-tsan build-fuzz

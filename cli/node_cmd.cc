@@ -27,12 +27,12 @@
 #include "consensus/consensus_peer.h"
 #include "faults/link_delay.h"
 #include "faults/straggler.h"
+#include "launch/launch_env.h"
 #include "ml/checkpoint.h"
 #include "ml/dataset.h"
 #include "node/connection.h"
-#include "node/launch_env.h"
 #include "node/node.h"
-#include "node/ping_exchange.h"
+#include "ping/ping_exchange.h"
 #include "ps/ps_peer.h"
 #include "run/cli_checks.h"
 #include "run/single_node.h"
@@ -84,8 +84,8 @@ milliseconds secondsToMs(double seconds) {
 
 node::NodeId resolveNodeId(const NodeArgs& args) {
   if (args.id) return *args.id;
-  std::optional<node::LauncherRank> rank;
-  const node::Status status = node::rankFromEnvironment(
+  std::optional<launch::LauncherRank> rank;
+  const node::Status status = launch::rankFromEnvironment(
       [](const char* name) {
         return std::getenv(name);  // NOLINT(concurrency-mt-unsafe): before any thread starts
       },
@@ -243,6 +243,7 @@ NodeSetup setUpNode(const NodeArgs& args, spdlog::level::level_enum level,
   options.write_slice_packets = args.write_slice_packets;
   options.peer_timeout = milliseconds(args.peer_timeout_ms);
   options.log_level = level;
+  options.log_color = !launch::plainLogs(std::getenv);  // NOLINT(concurrency-mt-unsafe)
   options.cluster_ready_timeout = secondsToMs(args.ready_timeout_s);
   const LinkFaults link = nodeLinkFaults(args.link_delay, args.link_loss, *setup.me, args.topology,
                                          options.heartbeat_interval, options.peer_timeout,
@@ -337,11 +338,11 @@ void runPing(const NodeArgs& args, const NodeSetup& setup) {
   SignalWatcher signals;
   node::Node node(setup.options);
   spdlog::logger& log = node.logger();
-  node::PingOptions ping_options;
+  ping::PingOptions ping_options;
   ping_options.pings_per_peer = args.pings;
   ping_options.payload_bytes = args.payload_bytes;
   ping_options.timeout = secondsToMs(args.ping_timeout_s);
-  node::PingExchange exchange(node, setup.peer_ids, ping_options);
+  ping::PingExchange exchange(node, setup.peer_ids, ping_options);
   signals.start([&](int signal) {
     log.warn("received {}: leaving the cluster", SignalWatcher::signalName(signal));
     exchange.cancel({node::ErrorCode::kShutdown, "interrupted"});
@@ -372,7 +373,7 @@ void runPing(const NodeArgs& args, const NodeSetup& setup) {
       "node {} of cluster \"{}\" ({} nodes) listening on {}: connected to all {} peers "
       "in {} ms\n",
       self, topo.name, topo.nodes.size(), me->address(), peers.size(), ready_ms);
-  const node::PingReport report = exchange.run();
+  const ping::PingReport report = exchange.run();
   for (const auto& peer : report.peers) {
     const node::PeerStats stats = node.stats(peer.peer);
     fmt::print(

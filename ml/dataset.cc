@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <stdexcept>
 #include <system_error>
 #include <utility>
@@ -217,6 +218,144 @@ std::string missingFiles(const fs::path& dir, const DatasetLayout& layout) {
   return "missing " + fmt::format("{}", fmt::join(missing, ", "));
 }
 
+// Reads an IDX3 image file image by image, in chunks of about 4 MB, handing each image to
+// `take` as [0, 1] floats; `shape` receives 1 x rows x cols. Memory is one chunk, whatever the
+// header claims.
+template <class Take>
+void streamIdxImages(const std::string& path, Take&& take, SampleShape* shape,
+                     size_t* announced_floats = nullptr) {
+  CompressedFile file(path);
+  const auto dims = readIdxHeader(file, 3);
+  const uint32_t count = dims[0], rows = dims[1], cols = dims[2];
+  if (count == 0 || rows == 0 || cols == 0 || rows > 4096 || cols > 4096) {
+    throw DataError(
+        fmt::format("{}: implausible image dimensions {} x {} x {}", path, count, rows, cols));
+  }
+  *shape = {1, static_cast<int>(rows), static_cast<int>(cols)};
+  const size_t pixels = size_t{rows} * cols;
+  if (announced_floats != nullptr) *announced_floats = size_t{count} * pixels;
+  const size_t per_chunk = std::max<size_t>(1, (size_t{4} << 20) / pixels);
+  std::vector<uint8_t> chunk;
+  std::vector<float> image(pixels);
+  for (size_t first = 0; first < count; first += per_chunk) {
+    const size_t images = std::min<size_t>(per_chunk, count - first);
+    chunk.resize(images * pixels);
+    const size_t got = file.readSome(chunk.data(), chunk.size());
+    if (got != chunk.size()) {
+      throw DataError(
+          fmt::format("{}: truncated: the header announces {} bytes of pixels, the file holds "
+                      "only {}",
+                      path, uint64_t{count} * pixels, first * pixels + got));
+    }
+    for (size_t i = 0; i < images; ++i) {
+      const uint8_t* bytes = chunk.data() + i * pixels;
+      for (size_t p = 0; p < pixels; ++p)
+        image[p] = bytes[p] / 255.0f;
+      take(first + i, std::span<const float>(image));
+    }
+  }
+  file.expectEnd();
+}
+
+// Reads a CIFAR-10 binary batch record by record, handing `take` each record's label and its
+// pixels as [0, 1] floats, channels last (the file is channel-planar: 1024 red, 1024 green, 1024
+// blue). Returns the number of records.
+template <class Take>
+size_t streamCifarBatch(const std::string& path, Take&& take) {
+  constexpr int kPixels = 32 * 32;
+  constexpr size_t kRecord = 1 + 3 * kPixels;
+  CompressedFile file(path);
+  std::vector<unsigned char> record(kRecord);
+  std::vector<float> sample(3 * kPixels);
+  size_t index = 0;
+  for (;; ++index) {
+    const size_t got = file.readSome(record.data(), kRecord);
+    if (got == 0) break;
+    if (got != kRecord) {
+      throw DataError(fmt::format(
+          "{}: truncated: record {} has {} of its {} bytes (a CIFAR-10 record is 1 label byte "
+          "and 3072 pixel bytes)",
+          path, index, got, kRecord));
+    }
+    if (record[0] > 9) {
+      throw DataError(
+          fmt::format("{}: label {} in record {} (labels must be 0..9)", path, record[0], index));
+    }
+    for (int p = 0; p < kPixels; ++p) {
+      for (int c = 0; c < 3; ++c)
+        sample[p * 3 + c] = record[1 + c * kPixels + p] / 255.0f;
+    }
+    take(index, static_cast<int32_t>(record[0]), std::span<const float>(sample));
+  }
+  if (index == 0) throw DataError(fmt::format("{}: empty file, no CIFAR-10 records", path));
+  return index;
+}
+
+// Sums per channel, value after value in sample order: channelStats() and the streaming loader
+// add the same values in the same order, so they reach the same statistics bit for bit.
+class ChannelSums {
+ public:
+  explicit ChannelSums(size_t channels) : sum_(channels, 0.0), squares_(channels, 0.0) {}
+  void add(std::span<const float> values) {
+    const size_t channels = sum_.size();
+    for (size_t i = 0; i < values.size(); ++i) {
+      const double v = values[i];
+      sum_[i % channels] += v;
+      squares_[i % channels] += v * v;
+    }
+    count_ += values.size();
+  }
+  ChannelStats stats() const {
+    ChannelStats stats;
+    const size_t channels = sum_.size();
+    const size_t valuesPerChannel = count_ / std::max<size_t>(channels, 1);  // whole samples
+    const auto perChannel = static_cast<double>(valuesPerChannel);
+    for (size_t c = 0; c < channels; ++c) {
+      const double mean = perChannel > 0 ? sum_[c] / perChannel : 0.0;
+      const double var =
+          perChannel > 0 ? std::max(0.0, squares_[c] / perChannel - mean * mean) : 0.0;
+      stats.mean.push_back(static_cast<float>(mean));
+      stats.stddev.push_back(static_cast<float>(std::sqrt(var)));
+    }
+    return stats;
+  }
+
+ private:
+  std::vector<double> sum_, squares_;
+  size_t count_ = 0;
+};
+
+// Where each training sample goes in a loadDatasetRows() result: (index in the file, slot),
+// sorted by index, so the streaming readers find a sample's slots with one cursor.
+class RowPicker {
+ public:
+  explicit RowPicker(std::span<const size_t> rows) {
+    targets_.reserve(rows.size());
+    for (size_t slot = 0; slot < rows.size(); ++slot)
+      targets_.emplace_back(rows[slot], slot);
+    std::sort(targets_.begin(), targets_.end());
+  }
+  // Calls `put(slot)` for every slot that takes the sample at `index` (indices in order).
+  template <class Put>
+  void offer(size_t index, Put&& put) {
+    while (next_ < targets_.size() && targets_[next_].first == index)
+      put(targets_[next_++].second);
+  }
+  // Throws when some row lies past the `total` samples of the training part.
+  void expectAllTaken(size_t total, const std::string& source) const {
+    if (next_ != targets_.size()) {
+      throw std::invalid_argument(
+          fmt::format("row {} is past the end of the training part of {} "
+                      "({} samples)",
+                      targets_[next_].first, source, total));
+    }
+  }
+
+ private:
+  std::vector<std::pair<size_t, size_t>> targets_;
+  size_t next_ = 0;
+};
+
 }  // namespace
 
 const std::vector<std::string>& datasetNames() {
@@ -255,22 +394,22 @@ std::string findDataDir(const std::string& name, const std::string& dataDir) {
 }
 
 Dataset readIdxImages(const std::string& path) {
-  CompressedFile file(path);
-  const auto dims = readIdxHeader(file, 3);
-  const uint32_t count = dims[0], rows = dims[1], cols = dims[2];
-  if (count == 0 || rows == 0 || cols == 0 || rows > 4096 || cols > 4096) {
-    throw DataError(
-        fmt::format("{}: implausible image dimensions {} x {} x {}", path, count, rows, cols));
-  }
-  const uint64_t pixelsPerImage = uint64_t{rows} * cols;
-  const auto pixels = readPayload(file, pixelsPerImage * count, "pixels");
-  file.expectEnd();
   Dataset data;
-  data.shape = {1, static_cast<int>(rows), static_cast<int>(cols)};
-  data.features.resize(pixels.size());
-  for (size_t i = 0; i < pixels.size(); ++i)
-    data.features[i] = pixels[i] / 255.0f;
-  data.labels.assign(count, 0);
+  size_t announced = 0;  // floats
+  bool first = true;
+  streamIdxImages(
+      path,
+      [&](size_t, std::span<const float> image) {
+        if (first) {
+          // Room for what the header announces, up to 256 MB before the bytes are there: MNIST
+          // fits at once, and a header that lies costs no more than that.
+          data.features.reserve(std::min<size_t>(announced, size_t{64} << 20));
+          first = false;
+        }
+        data.features.insert(data.features.end(), image.begin(), image.end());
+      },
+      &data.shape, &announced);
+  data.labels.assign(data.features.size() / data.dim(), 0);
   return data;
 }
 
@@ -305,10 +444,7 @@ Dataset readIdxPair(const std::string& imagesPath, const std::string& labelsPath
 }
 
 void readCifarBatch(const std::string& path, Dataset& out) {
-  constexpr int kSide = 32;
-  constexpr int kPixels = kSide * kSide;
-  constexpr size_t kRecord = 1 + 3 * kPixels;
-  const SampleShape shape{3, kSide, kSide};
+  const SampleShape shape{3, 32, 32};
   if (!out.labels.empty() && !(out.shape == shape)) {
     throw std::invalid_argument("readCifarBatch: target data set has another shape");
   }
@@ -316,33 +452,10 @@ void readCifarBatch(const std::string& path, Dataset& out) {
   // that fails leaves `out` as it was.
   std::vector<int32_t> labels;
   std::vector<float> features;
-  CompressedFile file(path);
-  std::vector<unsigned char> record(kRecord);
-  size_t index = 0;
-  for (;; ++index) {
-    const size_t got = file.readSome(record.data(), kRecord);
-    if (got == 0) break;
-    if (got != kRecord) {
-      throw DataError(fmt::format(
-          "{}: truncated: record {} has {} of its {} bytes (a CIFAR-10 record is 1 label byte "
-          "and 3072 pixel bytes)",
-          path, index, got, kRecord));
-    }
-    if (record[0] > 9) {
-      throw DataError(
-          fmt::format("{}: label {} in record {} (labels must be 0..9)", path, record[0], index));
-    }
-    labels.push_back(record[0]);
-    // The file is channel-planar (1024 red, 1024 green, 1024 blue); samples here are HWC.
-    const size_t base = features.size();
-    features.resize(base + 3 * kPixels);
-    float* sample = features.data() + base;
-    for (int p = 0; p < kPixels; ++p) {
-      for (int c = 0; c < 3; ++c)
-        sample[p * 3 + c] = record[1 + c * kPixels + p] / 255.0f;
-    }
-  }
-  if (index == 0) throw DataError(fmt::format("{}: empty file, no CIFAR-10 records", path));
+  streamCifarBatch(path, [&](size_t, int32_t label, std::span<const float> sample) {
+    labels.push_back(label);
+    features.insert(features.end(), sample.begin(), sample.end());
+  });
   out.shape = shape;
   out.classes = 10;
   if (out.labels.empty() && out.features.empty()) {
@@ -419,24 +532,9 @@ DataSplit makeSynthetic(size_t trainSize, size_t testSize, uint64_t seed) {
 }
 
 ChannelStats channelStats(const Dataset& data) {
-  const auto channels = static_cast<size_t>(data.shape.channels);
-  std::vector<double> sum(channels, 0.0), squares(channels, 0.0);
-  const size_t n = data.features.size();
-  for (size_t i = 0; i < n; ++i) {
-    const double v = data.features[i];
-    sum[i % channels] += v;
-    squares[i % channels] += v * v;
-  }
-  ChannelStats stats;
-  const size_t valuesPerChannel = n / std::max<size_t>(channels, 1);  // whole samples
-  const auto perChannel = static_cast<double>(valuesPerChannel);
-  for (size_t c = 0; c < channels; ++c) {
-    const double mean = perChannel > 0 ? sum[c] / perChannel : 0.0;
-    const double var = perChannel > 0 ? std::max(0.0, squares[c] / perChannel - mean * mean) : 0.0;
-    stats.mean.push_back(static_cast<float>(mean));
-    stats.stddev.push_back(static_cast<float>(std::sqrt(var)));
-  }
-  return stats;
+  ChannelSums sums(static_cast<size_t>(data.shape.channels));
+  sums.add(data.features);
+  return sums.stats();
 }
 
 void normalize(Dataset& data, const ChannelStats& stats) {
@@ -454,45 +552,171 @@ void normalize(Dataset& data, const ChannelStats& stats) {
   }
 }
 
+namespace {
+
+void checkSyntheticSizes(const DataOptions& options) {
+  if (options.syntheticTrain == 0 || options.syntheticTest == 0) {
+    throw std::invalid_argument("synthetic data needs at least one training and one test sample");
+  }
+}
+
+// The official sizes of CIFAR-10 (5 x 10,000 and 10,000 records).
+constexpr size_t kCifarTrainRecords = 50000, kCifarTestRecords = 10000;
+constexpr size_t kCifarFloats = 3 * 32 * 32;
+
+Dataset readCifarTest(const fs::path& folder) {
+  Dataset test;
+  test.name = "cifar10";
+  test.features.reserve(kCifarTestRecords * kCifarFloats);
+  test.labels.reserve(kCifarTestRecords);
+  readCifarBatch(withGz(folder, "test_batch.bin"), test);
+  return test;
+}
+
+Dataset readIdxTest(const fs::path& folder, const std::string& name) {
+  return readIdxPair(withGz(folder, "t10k-images-idx3-ubyte"),
+                     withGz(folder, "t10k-labels-idx1-ubyte"), name);
+}
+
+void expectSameShape(const std::string& dir, const Dataset& train, const Dataset& test) {
+  if (!(train.shape == test.shape)) {
+    throw DataError(fmt::format("{}: training images are {} but test images are {}", dir,
+                                train.shape.toString(), test.shape.toString()));
+  }
+}
+
+}  // namespace
+
 DataSplit loadDataset(const DataOptions& options) {
   DataSplit split;
   if (options.name == "synthetic") {
-    if (options.syntheticTrain == 0 || options.syntheticTest == 0) {
-      throw std::invalid_argument("synthetic data needs at least one training and one test sample");
-    }
+    checkSyntheticSizes(options);
     split = makeSynthetic(options.syntheticTrain, options.syntheticTest, options.syntheticSeed);
   } else {
     const std::string dir = findDataDir(options.name, options.dataDir);
     const fs::path folder(dir);
     split.source = dir;
     if (options.name == "cifar10") {
-      split.train.name = split.test.name = "cifar10";
-      // The official sizes (5 x 10,000 and 10,000 records). Growing the vectors record by record
-      // holds the old and the new buffer at once while it moves the samples: 829 MB at the peak
-      // and 6.5 s to load, against 707 MB and 3.5 s (2026-11-23).
-      constexpr size_t kTrainRecords = 50000, kTestRecords = 10000, kFloats = 3 * 32 * 32;
-      split.train.features.reserve(kTrainRecords * kFloats);
-      split.train.labels.reserve(kTrainRecords);
-      split.test.features.reserve(kTestRecords * kFloats);
-      split.test.labels.reserve(kTestRecords);
+      split.train.name = "cifar10";
+      // Growing the vectors record by record holds the old and the new buffer at once while it
+      // moves the samples: 829 MB at the peak and 6.5 s to load, against 707 MB and 3.5 s
+      // (2026-11-23).
+      split.train.features.reserve(kCifarTrainRecords * kCifarFloats);
+      split.train.labels.reserve(kCifarTrainRecords);
       for (int b = 1; b <= 5; ++b) {
         readCifarBatch(withGz(folder, fmt::format("data_batch_{}.bin", b)), split.train);
       }
-      readCifarBatch(withGz(folder, "test_batch.bin"), split.test);
+      split.test = readCifarTest(folder);
     } else {
       split.train = readIdxPair(withGz(folder, "train-images-idx3-ubyte"),
                                 withGz(folder, "train-labels-idx1-ubyte"), options.name);
-      split.test = readIdxPair(withGz(folder, "t10k-images-idx3-ubyte"),
-                               withGz(folder, "t10k-labels-idx1-ubyte"), options.name);
-      if (!(split.train.shape == split.test.shape)) {
-        throw DataError(fmt::format("{}: training images are {} but test images are {}", dir,
-                                    split.train.shape.toString(), split.test.shape.toString()));
-      }
+      split.test = readIdxTest(folder, options.name);
+      expectSameShape(dir, split.train, split.test);
     }
   }
   if (options.normalize) {
     const ChannelStats stats = channelStats(split.train);
     normalize(split.train, stats);
+    normalize(split.test, stats);
+  }
+  return split;
+}
+
+std::vector<int32_t> loadTrainLabels(const DataOptions& options) {
+  if (options.name == "synthetic") {
+    checkSyntheticSizes(options);
+    return makeSynthetic(options.syntheticTrain, 1, options.syntheticSeed).train.labels;
+  }
+  const fs::path folder(findDataDir(options.name, options.dataDir));
+  if (options.name == "cifar10") {
+    std::vector<int32_t> labels;
+    labels.reserve(kCifarTrainRecords);
+    for (int b = 1; b <= 5; ++b) {
+      streamCifarBatch(
+          withGz(folder, fmt::format("data_batch_{}.bin", b)),
+          [&](size_t, int32_t label, std::span<const float>) { labels.push_back(label); });
+    }
+    return labels;
+  }
+  return readIdxLabels(withGz(folder, "train-labels-idx1-ubyte"), 10);
+}
+
+DataSplit loadDatasetRows(const DataOptions& options, std::span<const size_t> rows) {
+  DataSplit split;
+  RowPicker picker(rows);
+  if (options.name == "synthetic") {
+    DataSplit full = loadDataset(options);
+    split.source = full.source;
+    split.test = std::move(full.test);
+    Dataset& train = split.train;
+    train.name = full.train.name;
+    train.shape = full.train.shape;
+    train.classes = full.train.classes;
+    train.features.resize(rows.size() * full.train.dim());
+    train.labels.resize(rows.size());
+    for (size_t i = 0; i < full.train.size(); ++i) {
+      picker.offer(i, [&](size_t slot) {
+        const auto sample = full.train.sample(i);
+        std::copy(sample.begin(), sample.end(), train.features.begin() + slot * train.dim());
+        train.labels[slot] = full.train.labels[i];
+      });
+    }
+    picker.expectAllTaken(full.train.size(), split.source);
+    return split;
+  }
+  const std::string dir = findDataDir(options.name, options.dataDir);
+  const fs::path folder(dir);
+  split.source = dir;
+  Dataset& train = split.train;
+  train.name = options.name;
+  train.classes = 10;
+  train.labels.resize(rows.size());
+  std::optional<ChannelSums> sums;
+  // Every sample of the training part passes here once, in file order.
+  auto take = [&](size_t index, int32_t label, std::span<const float> sample) {
+    if (!sums) {
+      sums.emplace(static_cast<size_t>(train.shape.channels));
+      train.features.resize(rows.size() * sample.size());
+    }
+    if (options.normalize) sums->add(sample);
+    picker.offer(index, [&](size_t slot) {
+      std::copy(sample.begin(), sample.end(), train.features.begin() + slot * sample.size());
+      train.labels[slot] = label;
+    });
+  };
+  size_t total = 0;
+  if (options.name == "cifar10") {
+    train.shape = {3, 32, 32};
+    for (int b = 1; b <= 5; ++b) {
+      const size_t first = total;
+      total += streamCifarBatch(withGz(folder, fmt::format("data_batch_{}.bin", b)),
+                                [&](size_t index, int32_t label, std::span<const float> sample) {
+                                  take(first + index, label, sample);
+                                });
+    }
+    split.test = readCifarTest(folder);
+  } else {
+    const std::string images = withGz(folder, "train-images-idx3-ubyte");
+    const std::string labels_path = withGz(folder, "train-labels-idx1-ubyte");
+    const std::vector<int32_t> labels = readIdxLabels(labels_path, 10);
+    streamIdxImages(
+        images,
+        [&](size_t index, std::span<const float> image) {
+          total = index + 1;
+          if (index < labels.size()) take(index, labels[index], image);
+        },
+        &train.shape);
+    if (total != labels.size()) {
+      throw DataError(fmt::format("{} holds {} images but {} holds {} labels", images, total,
+                                  labels_path, labels.size()));
+    }
+    split.test = readIdxTest(folder, options.name);
+    expectSameShape(dir, train, split.test);
+  }
+  picker.expectAllTaken(total, dir);
+  if (options.normalize) {
+    const ChannelStats stats = sums->stats();
+    normalize(train, stats);
     normalize(split.test, stats);
   }
   return split;

@@ -60,6 +60,19 @@ struct DataOptions {
 // malformed files: which file and what is wrong) or std::invalid_argument (unknown name).
 DataSplit loadDataset(const DataOptions& options);
 
+// The training part's labels in file order, read without keeping its samples (bytes per
+// sample instead of floats per sample): what a node needs to choose its shard before it reads
+// the samples. Same errors as loadDataset().
+std::vector<int32_t> loadTrainLabels(const DataOptions& options);
+
+// loadDataset(), keeping of the training part only the samples at `rows` (indices into the
+// whole training part; the result's sample k is the one at rows[k]). The files are streamed, so
+// that the memory held is the kept samples and the test set, never the whole training set. The
+// per-channel normalization uses the statistics of the whole training part, as loadDataset()
+// does: the result is exactly loadDataset()'s samples at `rows`, bit for bit. Throws
+// std::invalid_argument for a row past the end of the training part.
+DataSplit loadDatasetRows(const DataOptions& options, std::span<const size_t> rows);
+
 // The folder that holds `name`'s files: options.dataDir (itself or its usual sub-folder) when
 // given, else $CHORUS_DATA/<sub>, <source tree>/data/<sub>, /usr/share/datasets/<sub>, where
 // <sub> is mnist, fashion-mnist, cifar-10-batches-bin or wn18rr (knowledge graphs are read by

@@ -18,11 +18,22 @@ Connection::Connection(uv_loop_t* loop, uv::HandlePtr<uv::Tcp> tcp, Role role, F
   tcp_->setOnClosed([this] { releaseFromLoop(); });
 }
 
-void Connection::setLinkDelay(std::chrono::microseconds delay, std::chrono::microseconds jitter,
-                              uint64_t seed) {
-  link_delay_ = delay;
-  link_jitter_ = jitter;
-  link_rng_.seed(seed);
+void Connection::setLinkShape(const LinkShape& shape) {
+  if (!shape.active()) {
+    shaper_.reset();
+    return;
+  }
+  shaper_ = std::make_unique<LinkShaper>(
+      loop_, shape,
+      [this](std::vector<QueuedWrite> due) {
+        if (!open()) return;
+        for (auto& write : due)
+          pending_.push_back(std::move(write));
+        if (writes_in_flight_ == 0) flushFromLoop();
+      },
+      [this] {
+        if (hooks_.on_frame_lost) hooks_.on_frame_lost(*this);
+      });
 }
 
 void Connection::liftFrameLimitFromLoop() {
@@ -64,72 +75,95 @@ void Connection::onReadFromLoop(ssize_t nread) {
   if (!status.ok()) closeFromLoop(status);
 }
 
-void Connection::writeFromLoop(SharedFrame frame, std::function<void(const Status&)> done) {
+void Connection::writeFromLoop(SharedFrame frame, std::function<void(const Status&)> done,
+                               const SendOptions& options) {
   assert(EventLoop::onThreadOf(loop_));
   if (!open()) {
     if (done) done(error_);
     return;
   }
-  queueFromLoop({std::move(frame), std::move(done)});
+  const uint32_t kind = options.kind != 0 ? options.kind : static_cast<uint32_t>(frame->bodyType());
+  std::vector<QueuedWrite> dropped;
+  if (!admitFromLoop(frame->size(), kind, options.when_full, &dropped)) {
+    frames_refused_ += 1;
+    if (done) {
+      done({ErrorCode::kOverloaded,
+            fmt::format("{} bytes are queued to {} (at most {}): a frame of {} bytes was refused",
+                        queued_bytes_, description_, queue_limit_, frame->size())});
+    }
+    return;
+  }
+  const size_t bytes = frame->size();
+  queueFromLoop({std::move(frame), std::move(done), 0, kind});
+  for (auto& write : dropped) {
+    if (write.done) {
+      write.done({ErrorCode::kOverloaded,
+                  fmt::format("superseded by a newer frame of its kind ({} bytes) while {} was "
+                              "too far behind",
+                              bytes, description_)});
+    }
+  }
 }
 
-void Connection::queueFromLoop(PendingWrite write) {
+bool Connection::admitFromLoop(size_t bytes, uint32_t kind, WhenFull when_full,
+                               std::vector<QueuedWrite>* dropped) {
+  if (queue_limit_ == 0 || queued_bytes_ == 0 || queued_bytes_ + bytes <= queue_limit_) {
+    return true;
+  }
+  if (when_full != WhenFull::kDropOlderOfKind) return false;
+  // Only frames nobody handed to the socket yet can go (a frame part of which the socket took
+  // must be finished): the pending ones, then the ones the link shaper holds. Oldest first;
+  // nothing is dropped unless dropping makes room.
+  const auto droppable = [kind](const QueuedWrite& write) {
+    return write.kind == kind && write.written_before == 0;
+  };
+  size_t freeable = 0;
+  for (const auto& write : pending_)
+    freeable += droppable(write) ? write.frame->size() : 0;
+  if (shaper_) {
+    for (const auto& held : shaper_->held())
+      freeable += droppable(held.write) ? held.write.frame->size() : 0;
+  }
+  const size_t left = queued_bytes_ - freeable;
+  if (left != 0 && left + bytes > queue_limit_) return false;
+  const auto fits = [&] { return queued_bytes_ == 0 || queued_bytes_ + bytes <= queue_limit_; };
+  const auto take = [&](QueuedWrite& write) {
+    queued_bytes_ -= write.frame->size();
+    frames_superseded_ += 1;
+    dropped->push_back(std::move(write));
+  };
+  for (auto it = pending_.begin(); it != pending_.end() && !fits();) {
+    if (droppable(*it)) {
+      take(*it);
+      it = pending_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (shaper_) {
+    auto& held = shaper_->held();
+    for (auto it = held.begin(); it != held.end() && !fits();) {
+      if (droppable(it->write)) {
+        take(it->write);
+        it = held.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  return true;
+}
+
+void Connection::queueFromLoop(QueuedWrite write) {
   queued_bytes_ += write.frame->size();
   last_send = Clock::now();
-  if (faultyLink()) {
-    delayFromLoop(std::move(write));
+  if (shaper_) {
+    shaper_->holdFromLoop(std::move(write));
   } else {
     pending_.push_back(std::move(write));
     if (writes_in_flight_ == 0) flushFromLoop();
   }
   if (hooks_.on_queue_changed) hooks_.on_queue_changed(*this);
-}
-
-void Connection::delayFromLoop(PendingWrite write) {
-  std::chrono::microseconds extra{0};
-  if (link_jitter_.count() > 0) {
-    extra = std::chrono::microseconds(
-        std::uniform_int_distribution<int64_t>(0, link_jitter_.count() - 1)(link_rng_));
-  }
-  // A lost segment stalls the link until it is retransmitted; each further loss of the same
-  // segment doubles the time-out, as TCP's back-off does.
-  if (link_loss_ > 0) {
-    std::uniform_real_distribution<double> coin(0.0, 1.0);
-    bool lost = false;
-    for (int retransmission = 0;
-         retransmission < kMaxLinkRetransmissions && coin(link_rng_) < link_loss_;
-         ++retransmission) {
-      extra += link_rto_ * (int64_t{1} << retransmission);
-      lost = true;
-    }
-    if (lost && hooks_.on_frame_lost) hooks_.on_frame_lost(*this);
-  }
-  Clock::time_point due = Clock::now() + link_delay_ + extra;
-  // A TCP link delivers in order: a frame with a shorter draw waits for the one before it.
-  if (!delayed_.empty()) due = std::max(due, delayed_.back().due);
-  delayed_.push_back({due, std::move(write)});
-  if (delayed_.size() == 1) releaseDelayedFromLoop(false);
-}
-
-void Connection::releaseDelayedFromLoop(bool all) {
-  if (!open()) return;
-  const Clock::time_point now = Clock::now();
-  bool moved = false;
-  while (!delayed_.empty() && (all || delayed_.front().due <= now)) {
-    pending_.push_back(std::move(delayed_.front().write));
-    delayed_.pop_front();
-    moved = true;
-  }
-  if (moved && writes_in_flight_ == 0) flushFromLoop();
-  if (delayed_.empty() || !open()) {
-    if (delay_timer_) delay_timer_->stopFromLoop();
-    return;
-  }
-  if (!delay_timer_) delay_timer_ = uv::Timer::create(loop_);
-  // Rounded up: libuv's timers count whole milliseconds, and a frame must not leave early.
-  const auto wait = std::chrono::ceil<std::chrono::milliseconds>(delayed_.front().due - now);
-  delay_timer_->startFromLoop(static_cast<uint64_t>(std::max<int64_t>(wait.count(), 1)), 0,
-                              [this] { releaseDelayedFromLoop(false); });
 }
 
 void Connection::writeTransientFromLoop(const SharedFrame& frame,
@@ -142,7 +176,7 @@ void Connection::writeTransientFromLoop(const SharedFrame& frame,
   size_t written = 0;
   // Only with nothing queued or in flight (then libuv holds no write of ours either) may bytes
   // go straight to the socket; with a link fault (delay, jitter or loss) nothing does.
-  if (!faultyLink() && pending_.empty() && writes_in_flight_ == 0) {
+  if (!shaper_ && pending_.empty() && writes_in_flight_ == 0) {
     const Status status = tcp_->tryWriteFromLoop(frame, &written);
     if (!status.ok()) {
       if (done) done(status);
@@ -156,12 +190,13 @@ void Connection::writeTransientFromLoop(const SharedFrame& frame,
       return;
     }
   }
-  queueFromLoop({frame->tailCopy(written), std::move(done), written});
+  queueFromLoop({frame->tailCopy(written), std::move(done), written,
+                 static_cast<uint32_t>(frame->bodyType())});
 }
 
 void Connection::flushFromLoop() {
   if (pending_.empty() || !open()) return;
-  auto batch = std::make_shared<std::vector<PendingWrite>>(std::move(pending_));
+  auto batch = std::make_shared<std::vector<QueuedWrite>>(std::move(pending_));
   pending_.clear();
   std::vector<SharedFrame> frames;
   frames.reserve(batch->size());
@@ -201,10 +236,11 @@ void Connection::flushFromLoop() {
 void Connection::failPendingFromLoop() {
   auto pending = std::move(pending_);
   pending_.clear();
-  // Delayed writes were queued after the pending ones: they fail after them, in order.
-  for (auto& delayed : delayed_)
-    pending.push_back(std::move(delayed.write));
-  delayed_.clear();
+  // Held writes were queued after the pending ones: they fail after them, in order.
+  if (shaper_) {
+    for (auto& held : shaper_->takeAllFromLoop())
+      pending.push_back(std::move(held));
+  }
   for (auto& write : pending) {
     queued_bytes_ -= write.frame->size();
     if (write.done) write.done(error_);
@@ -216,15 +252,15 @@ void Connection::closeFromLoop(const Status& reason) {
   if (!open()) {
     // Already failing (perhaps flushing): make sure the socket really goes away now.
     deadline_.reset();
-    delay_timer_.reset();
+    if (shaper_) shaper_->stopFromLoop();
     tcp_->closeFromLoop();
     return;
   }
   assert(!reason.ok());
   error_ = reason;
   deadline_.reset();
-  delay_timer_.reset();
   failPendingFromLoop();
+  if (shaper_) shaper_->stopFromLoop();
   if (hooks_.on_closing) hooks_.on_closing(*this, error_);
   tcp_->closeFromLoop();
 }
@@ -233,9 +269,9 @@ void Connection::closeAfterFlushFromLoop(const Status& reason) {
   assert(EventLoop::onThreadOf(loop_));
   if (!open()) return;
   assert(!reason.ok());
-  // Queued frames go to libuv before the FIN; delayed ones too, at once (a closing link does
-  // not hold its last frames back).
-  releaseDelayedFromLoop(true);
+  // Queued frames go to libuv before the FIN; held ones too, at once (a closing link does not
+  // hold its last frames back).
+  if (shaper_) shaper_->releaseFromLoop(true);
   flushFromLoop();
   if (!open()) return;
   error_ = reason;

@@ -4,22 +4,19 @@
 #pragma once
 
 #include <chrono>
-#include <deque>
 #include <functional>
-#include <random>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "node/frame.h"
+#include "node/link_shaper.h"
 #include "node/protocol.h"
+#include "node/send_policy.h"
 #include "node/status.h"
 #include "node/uv_handles.h"
 
 namespace chorus::node {
-
-// Connection::setLinkLoss: the most retransmissions one frame may wait for (1 + 2 + 4
-// time-outs), so that the longest stall is known and can be kept below the peer time-out.
-inline constexpr int kMaxLinkRetransmissions = 3;
 
 class Connection {
  public:
@@ -38,7 +35,7 @@ class Connection {
     // Bytes moved, for the per-peer counters.
     std::function<void(Connection&, size_t bytes)> on_bytes_in;
     std::function<void(Connection&, size_t bytes)> on_bytes_out;
-    // A frame drew a loss (setLinkLoss) and waits for its retransmissions.
+    // A frame drew a loss (setLinkShape) and waits for its retransmissions.
     std::function<void(Connection&)> on_frame_lost;
   };
 
@@ -49,18 +46,13 @@ class Connection {
 
   // Writes of at most this many TCP packets (uv::writeSliceFor; 0: uncut). Set before start.
   void setWriteSlicePackets(size_t packets) { write_slice_packets_ = packets; }
-  // Fault injection: every frame written waits `delay` plus a uniform draw from [0, jitter)
-  // before it goes to the socket, never overtaking an earlier frame (a link with latency, for
-  // experiments; docs/stragglers.md). Zero: frames go at once. Set before start.
-  void setLinkDelay(std::chrono::microseconds delay, std::chrono::microseconds jitter,
-                    uint64_t seed);
-  // Fault injection: with `probability` a frame is lost as TCP would lose a segment, and waits
-  // `rto` more, doubled for each further loss (at most kMaxLinkRetransmissions); the frames
-  // behind it wait too. Draws from setLinkDelay's seed. Set before start.
-  void setLinkLoss(double probability, std::chrono::microseconds rto) {
-    link_loss_ = probability;
-    link_rto_ = rto;
-  }
+  // Fault injection: every frame written goes through a LinkShaper (delay, jitter, loss) before
+  // it reaches the socket, in order (docs/stragglers.md). Inactive shape: frames go at once.
+  // Set before start.
+  void setLinkShape(const LinkShape& shape);
+  // The most bytes queued on this connection (send-side backpressure; 0: no limit). Set before
+  // start.
+  void setQueueLimit(size_t bytes) { queue_limit_ = bytes; }
   // Where inbound attachments go (FrameDecoder::setPlacer). Set before start.
   void setPlacer(FrameDecoder::Placer placer) { decoder_.setPlacer(std::move(placer)); }
   // The node-wide budget every inbound buffer is reserved from (FrameDecoder::setBudget).
@@ -78,8 +70,12 @@ class Connection {
   // Queues a frame; `done` fires exactly once (at once with the sticky error when closed).
   // With no write in flight the frame goes to libuv at once; otherwise it waits and every
   // frame queued meanwhile leaves when the write in flight completes, in writes of at most
-  // uv::writeSliceFor(MSS, packets) bytes each.
-  void writeFromLoop(SharedFrame frame, std::function<void(const Status&)> done);
+  // uv::writeSliceFor(MSS, packets) bytes each. A frame that would take the queue above its
+  // limit is handled by `options.when_full` (send_policy.h): refused with kOverloaded, or older
+  // frames of its kind not yet handed to the socket are dropped (their `done` fires with
+  // kOverloaded) to make room. A frame always fits an empty queue.
+  void writeFromLoop(SharedFrame frame, std::function<void(const Status&)> done,
+                     const SendOptions& options = {});
   // The same for a frame whose attachment may change once this returns: when nothing is queued
   // the socket takes what it can at once, and whatever it did not take is copied and queued.
   void writeTransientFromLoop(const SharedFrame& frame, std::function<void(const Status&)> done);
@@ -100,6 +96,9 @@ class Connection {
   Role role() const { return role_; }
   // Bytes written by us and not yet completed.
   size_t queuedBytes() const { return queued_bytes_; }
+  // Frames dropped for a newer one of their kind, and frames refused for a full queue.
+  uint64_t framesSuperseded() const { return frames_superseded_; }
+  uint64_t framesRefused() const { return frames_refused_; }
   // "peer N (host:port)" once known, else "host:port".
   const std::string& description() const { return description_; }
   void setDescription(std::string description) { description_ = std::move(description); }
@@ -110,31 +109,17 @@ class Connection {
   bool established = false;  // handshake completed
   bool sent_leave = false;   // we wrote Leave on this connection
   bool handshaking = false;  // an accepted connection counted against the handshake cap
-  // With a cluster secret: the dialer's nonce (sent in Hello, or received in it), and the
-  // acceptor's (sent in Challenge, or received in it; an acceptor holding one awaits the Proof).
-  std::vector<uint8_t> dialer_nonce;
-  std::vector<uint8_t> acceptor_nonce;
-  std::string peer_run;  // acceptor: the run fingerprint of the dialer's Hello
   Clock::time_point last_receive = Clock::now();
   Clock::time_point last_send = Clock::now();
 
  private:
-  struct PendingWrite {
-    SharedFrame frame;
-    std::function<void(const Status&)> done;
-    size_t written_before = 0;  // bytes of the same frame the socket took at once
-  };
-  struct DelayedWrite {
-    Clock::time_point due;
-    PendingWrite write;
-  };
   // Hands every pending frame to libuv as one request.
   void flushFromLoop();
-  // Holds a write until its link delay has passed (queued bytes already count it).
-  void delayFromLoop(PendingWrite write);
-  // Moves the delayed writes that are due (all of them with `all`) to pending_ and flushes.
-  void releaseDelayedFromLoop(bool all);
-  void queueFromLoop(PendingWrite write);
+  void queueFromLoop(QueuedWrite write);
+  // Makes room for a frame of `bytes` under the queue limit as `when_full` says, moving the
+  // frames it drops to *dropped; false: no room.
+  bool admitFromLoop(size_t bytes, uint32_t kind, WhenFull when_full,
+                     std::vector<QueuedWrite>* dropped);
   void failPendingFromLoop();
   void onReadFromLoop(ssize_t nread);
   void releaseFromLoop();
@@ -146,21 +131,14 @@ class Connection {
   FrameDecoder decoder_;
   Hooks hooks_;
   Status error_;
-  size_t queued_bytes_ = 0;  // pending + in flight
+  size_t queued_bytes_ = 0;  // pending + in flight + held by the shaper
+  size_t queue_limit_ = 0;
+  uint64_t frames_superseded_ = 0;
+  uint64_t frames_refused_ = 0;
   size_t write_slice_packets_ = 2;
-  std::vector<PendingWrite> pending_;
+  std::vector<QueuedWrite> pending_;
   int writes_in_flight_ = 0;
-  std::chrono::microseconds link_delay_{0};
-  std::chrono::microseconds link_jitter_{0};
-  double link_loss_ = 0;
-  std::chrono::microseconds link_rto_{0};
-  // Any link fault is set: every frame goes through delayed_.
-  bool faultyLink() const {
-    return link_delay_.count() > 0 || link_jitter_.count() > 0 || link_loss_ > 0;
-  }
-  std::mt19937_64 link_rng_;
-  std::deque<DelayedWrite> delayed_;  // due times never decrease
-  uv::HandlePtr<uv::Timer> delay_timer_;
+  std::unique_ptr<LinkShaper> shaper_;  // only with an active LinkShape
   std::string description_;
 };
 

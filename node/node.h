@@ -15,8 +15,9 @@
 
 #include "chorus/chorus_generated.h"
 #include "node/frame.h"
+#include "node/options.h"
 #include "node/protocol.h"
-#include "node/secret.h"
+#include "node/send_policy.h"
 #include "node/status.h"
 
 namespace spdlog {
@@ -31,72 +32,6 @@ struct PeerAddress {
   std::string host;  // IPv4/IPv6 literal or a resolvable name ("localhost")
   uint16_t port = 0;
 };
-
-// The largest NodeOptions::write_slice_packets: 1024 packets are 64 MiB, more than any batch.
-inline constexpr size_t kMaxWriteSlicePackets = 1024;
-// The largest NodeOptions::link_loss.
-inline constexpr double kMaxLinkLoss = 0.5;
-
-// Everything a node needs to know; tests shrink the timings to reach edge cases quickly.
-struct NodeOptions {
-  std::string cluster;  // cluster name; peers with another name are refused
-  NodeId self = 0;      // this node's id
-  std::string listen_host = "127.0.0.1";
-  uint16_t listen_port = 0;     // 0 picks a free port (read it back with port())
-  std::vector<NodeId> members;  // every id of the cluster (self included)
-  // Largest inbound frame from an established peer (kHandshakeFrameBytes before that).
-  uint32_t max_frame_bytes = 256u << 20;
-  // Node-wide bound on inbound bytes in flight (frames being read, docs/wire-format.md); a frame
-  // that would exceed it closes its connection. 0: twice max_frame_bytes.
-  uint64_t inbound_budget_bytes = 0;
-  // Accepted connections still in their handshake; more are closed at once.
-  size_t max_handshaking_connections = 64;
-  uint32_t max_verifier_depth = 64;
-  uint32_t max_verifier_tables = 1'000'000;
-  std::chrono::milliseconds connect_timeout{5000};         // one TCP connect attempt
-  std::chrono::milliseconds handshake_timeout{5000};       // Hello..Welcome on a new connection
-  std::chrono::milliseconds heartbeat_interval{500};       // heartbeat when nothing else was sent
-  std::chrono::milliseconds peer_timeout{5000};            // silence after which a peer is down
-  std::chrono::milliseconds cluster_ready_timeout{30000};  // default for waitClusterReady()
-  std::chrono::milliseconds dial_backoff_initial{50};
-  std::chrono::milliseconds dial_backoff_max{2000};
-  size_t high_watermark = 64u << 20;  // queued bytes at which a peer becomes slow
-  size_t low_watermark = 16u << 20;   // queued bytes at which a slow peer is drained
-  // Each socket write carries at most this many TCP packets (0: a batch goes in one write).
-  // Two keeps Linux's BBR from pacing large writes on loopback (uv::writeSliceFor).
-  size_t write_slice_packets = 2;
-  // Fault injection (docs/stragglers.md): every frame this node sends waits link_delay plus a
-  // uniform draw from [0, link_jitter) before it reaches the socket, in order. Zero: none.
-  std::chrono::microseconds link_delay{0};
-  std::chrono::microseconds link_jitter{0};
-  // And with probability link_loss a frame counts as lost: what a lost segment costs TCP, one
-  // retransmission time-out (link_rto) more, doubled for each further loss (at most
-  // kMaxLinkRetransmissions), and since TCP delivers in order, the frames behind it wait too.
-  double link_loss = 0;
-  std::chrono::microseconds link_rto{200'000};  // Linux's smallest retransmission time-out
-  uint64_t link_seed = 1;                       // seeds the jitter and loss draws, with the node id
-  // The cluster's shared secret (loadClusterKey): peers must prove they know it at the
-  // handshake, and this node proves it to them. Empty: no proof asked or given.
-  std::optional<ClusterKey> cluster_key;
-  // What every member must run alike, as "key=value" lines (mode, model, data, optimizer: see
-  // chorus node). A peer whose lines differ is refused, naming the first difference and both
-  // values, and the dialer stops at once. Empty: not compared.
-  std::string run_fingerprint;
-  // While waitClusterReady() waits, a line naming the missing peers (and why) this often.
-  std::chrono::milliseconds ready_progress_interval{5000};
-  spdlog::level::level_enum log_level = spdlog::level::info;
-  std::vector<spdlog::sink_ptr> log_sinks;  // empty: stderr
-};
-
-// Checks the options; an error names the offending field.
-Status validateOptions(const NodeOptions& options);
-// The first setting in which two run fingerprints (NodeOptions::run_fingerprint) differ, as a
-// refusal naming it and both values ("node 2 runs with model=softmax, node 0 with model=mlp:
-// ..."); empty when they agree or when either is empty (not compared).
-std::string runDifference(std::string_view ours, std::string_view theirs, NodeId peer, NodeId self);
-// The longest the link faults can hold one frame back: link_delay, link_jitter and, with
-// link_loss, every retransmission time-out a frame may wait for.
-std::chrono::microseconds linkWorstCase(const NodeOptions& options);
 
 enum class PeerEventKind {
   kUp,       // handshake completed (again)
@@ -126,6 +61,10 @@ struct PeerStats {
   uint64_t queued_bytes = 0;
   uint64_t times_up = 0;     // completed handshakes
   uint64_t frames_lost = 0;  // frames held back by link_loss (fault injection)
+  // Send-side backpressure (NodeOptions::max_queued_bytes): frames dropped for a newer one of
+  // their kind (WhenFull::kDropOlderOfKind), and frames refused because the queue was full.
+  uint64_t frames_superseded = 0;
+  uint64_t frames_refused = 0;
 };
 
 // Runs on the loop thread with the sender and the verified Envelope (valid during the call).
@@ -164,9 +103,10 @@ class Node {
   Status listen();
   // Bound port (0 before listen()).
   uint16_t port() const;
-  // Names the peers this node must be connected to: the ones with a higher id are dialed
-  // (with capped exponential backoff, again after every loss); the others are expected to
-  // dial us. Call once, after listen().
+  // Names the peers this node must be connected to, any subset of the other members (every
+  // member in PS mode; the topology neighbors suffice for gossip): the ones with a higher id
+  // are dialed (with capped exponential backoff, again after every loss); the others are
+  // expected to dial us. waitClusterReady() counts these peers only. Call once, after listen().
   Status connect(std::vector<PeerAddress> peers);
   // Blocks until every peer given to connect() is connected, or `timeout`; the error lists
   // the peers still missing and the last reason seen for each.
@@ -180,14 +120,21 @@ class Node {
   SharedFrame encode(wire::Body type, const BodyWriter& write_body, size_t size_hint = 0,
                      Attachment attachment = {});
   // Queues a frame for one peer; any thread. `done` fires exactly once. A frame's attachment
-  // must stay unchanged until then.
+  // must stay unchanged until then. When the peer's queue is full (max_queued_bytes) the frame
+  // is refused with kOverloaded.
   void send(NodeId to, const SharedFrame& frame, const SendCallback& done = {});
+  // The same, with what to do when the peer's queue is full (send_policy.h).
+  void send(NodeId to, const SharedFrame& frame, const SendOptions& options,
+            const SendCallback& done = {});
   // Loop thread: sends a frame whose attachment may change as soon as this returns. What the
   // socket does not take at once is copied (all of it when other frames are queued to `to`).
   void sendTransient(NodeId to, const SharedFrame& frame, const SendCallback& done = {});
   // Queues the same frame (one buffer) for each peer; `done` fires exactly once per peer.
   void broadcast(const std::vector<NodeId>& to, const SharedFrame& frame,
                  const SendCallback& done = {});
+  // The same, with what to do when a peer's queue is full (send_policy.h).
+  void broadcast(const std::vector<NodeId>& to, const SharedFrame& frame,
+                 const SendOptions& options, const SendCallback& done = {});
   // Runs `fn` on the loop thread; false when the node no longer runs (fn is dropped).
   bool post(std::function<void()> fn);
   // True on this node's loop thread.

@@ -1,6 +1,11 @@
-// One log line for a run of like events: the first is logged as it comes, the repeats are
-// counted and summarized at most once per interval, and the rest when the run ends. A failure
-// that recurs every clock (a push to an owner that is gone) is then a few lines, not thousands.
+// Saying a repeated thing once, with a count, instead of every time. Two forms of one idea:
+// - RepeatedLog, for a run of like events of one stream: the first is logged as it comes, the
+//   repeats are counted and summarized at most once per interval, and the rest when the run
+//   ends. A failure that recurs every clock (a push to an owner that is gone) is then a few
+//   lines, not thousands.
+// - RefusalLog, for messages refused from peers (docs/errors.md, "Values from peers"): every
+//   refusal is counted per peer, the first few of each peer are logged, then one in every
+//   `every` with the count so far, so that a peer repeating a bad message cannot flood the log.
 #pragma once
 
 #include <spdlog/spdlog.h>
@@ -8,8 +13,11 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <string>
+
+#include "node/protocol.h"
 
 namespace chorus::node {
 
@@ -46,6 +54,33 @@ class RepeatedLog {
   uint64_t unsaid_ = 0;  // repeats since the last line
   std::string last_detail_;
   Clock::time_point last_line_{};
+};
+
+// Not thread-safe: one owner thread (the loop thread). The caller logs the refusals count()
+// picks, with countOf() in the line.
+class RefusalLog {
+ public:
+  explicit RefusalLog(uint64_t first = 10, uint64_t every = 1000) : first_(first), every_(every) {}
+
+  // Counts one refusal of `peer`'s; true when this one is to be logged.
+  bool count(NodeId peer) {
+    const uint64_t n = ++counts_[peer];
+    ++total_;
+    return n <= first_ || n % every_ == 0;
+  }
+  // Refusals of `peer`'s so far.
+  uint64_t countOf(NodeId peer) const {
+    auto it = counts_.find(peer);
+    return it == counts_.end() ? 0 : it->second;
+  }
+  // Refusals of every peer so far.
+  uint64_t total() const { return total_; }
+
+ private:
+  uint64_t first_;
+  uint64_t every_;
+  std::map<NodeId, uint64_t> counts_;
+  uint64_t total_ = 0;
 };
 
 }  // namespace chorus::node

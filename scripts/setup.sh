@@ -15,6 +15,8 @@ packages=(
   zlib1g-dev libsodium-dev
   gnuplot-nox
   dataset-fashion-mnist
+  # make fuzz: clang with libFuzzer (tests/fuzz); .ci/run checks formatting with clang-format
+  clang libclang-rt-14-dev clang-format
   # tests/cli runs a job under mpirun whose rank crashes (docs/stragglers.md)
   openmpi-bin
 )

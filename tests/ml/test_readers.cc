@@ -321,6 +321,80 @@ TEST(LoadDataset, LoadsAGeneratedCifarFolder) {
   EXPECT_EQ(split.test.shape, (SampleShape{3, 32, 32}));
 }
 
+// loadDatasetRows() must give exactly loadDataset()'s samples at the rows, normalized with the
+// whole training part's statistics, for every reader.
+void expectRowsMatchFullLoad(const DataOptions& options, const std::vector<size_t>& rows) {
+  SCOPED_TRACE(options.name);
+  const DataSplit full = loadDataset(options);
+  const DataSplit part = loadDatasetRows(options, rows);
+  EXPECT_EQ(part.source, full.source);
+  EXPECT_EQ(part.train.shape, full.train.shape);
+  EXPECT_EQ(part.train.classes, full.train.classes);
+  ASSERT_EQ(part.train.size(), rows.size());
+  for (size_t k = 0; k < rows.size(); ++k) {
+    EXPECT_EQ(part.train.labels[k], full.train.labels[rows[k]]) << "row " << rows[k];
+    const auto want = full.train.sample(rows[k]);
+    const auto got = part.train.sample(k);
+    ASSERT_TRUE(std::equal(want.begin(), want.end(), got.begin())) << "row " << rows[k];
+  }
+  EXPECT_EQ(part.test.features, full.test.features);
+  EXPECT_EQ(part.test.labels, full.test.labels);
+  EXPECT_EQ(loadTrainLabels(options), full.train.labels);
+}
+
+TEST(LoadDatasetRows, KeepsExactlyTheFullLoadsSamplesAtTheRows) {
+  TempDir dir;
+  const std::string folder = dir.file("mnist");
+  fs::create_directories(folder);
+  // More images than one 4 MB read chunk holds, so that rows span chunks.
+  const uint32_t count = 5400;
+  Bytes images = idxImages(count, 28, 28);
+  std::vector<unsigned char> labels(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    labels[i] = static_cast<unsigned char>((i * 7) % 10);
+    images[16 + size_t{i} * 784 + (i % 784)] = static_cast<unsigned char>(i % 256);
+  }
+  writeGz(folder + "/train-images-idx3-ubyte.gz", images);
+  writeRaw(folder + "/train-labels-idx1-ubyte", idxLabels(labels));
+  writeRaw(folder + "/t10k-images-idx3-ubyte", idxImages(3, 28, 28));
+  writeRaw(folder + "/t10k-labels-idx1-ubyte", idxLabels({9, 8, 1}));
+  const std::vector<size_t> rows{5399, 0, 17, 5350, 4, 2600};  // out of order, as shards are
+  expectRowsMatchFullLoad({.name = "mnist", .dataDir = dir.path()}, rows);
+  expectRowsMatchFullLoad({.name = "mnist", .dataDir = dir.path(), .normalize = false}, rows);
+  expectRowsMatchFullLoad({.name = "mnist", .dataDir = dir.path()}, {});
+
+  TempDir cifar;
+  for (int b = 1; b <= 5; ++b) {
+    writeGz(cifar.file("data_batch_" + std::to_string(b) + ".bin.gz"),
+            cifarRecords({static_cast<unsigned char>(b), 0, static_cast<unsigned char>(9 - b)}));
+  }
+  writeRaw(cifar.file("test_batch.bin"), cifarRecords({7, 3}));
+  expectRowsMatchFullLoad({.name = "cifar10", .dataDir = cifar.path()}, {14, 0, 7, 3});
+
+  expectRowsMatchFullLoad({.name = "synthetic", .syntheticTrain = 300, .syntheticTest = 20},
+                          {299, 5, 6});
+}
+
+TEST(LoadDatasetRows, RefusesARowPastTheEndAndMismatchedFiles) {
+  TempDir dir;
+  writeRaw(dir.file("train-images-idx3-ubyte"), idxImages(4, 2, 2));
+  writeRaw(dir.file("train-labels-idx1-ubyte"), idxLabels({0, 1, 2, 3}));
+  writeRaw(dir.file("t10k-images-idx3-ubyte"), idxImages(1, 2, 2));
+  writeRaw(dir.file("t10k-labels-idx1-ubyte"), idxLabels({5}));
+  const DataOptions options{.name = "mnist", .dataDir = dir.path()};
+  const std::vector<size_t> past{1, 4};
+  try {
+    loadDatasetRows(options, past);
+    ADD_FAILURE() << "row 4 of 4 samples was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("row 4 is past the end"), std::string::npos) << e.what();
+  }
+  writeRaw(dir.file("train-labels-idx1-ubyte"), idxLabels({0, 1, 2}));
+  const std::vector<size_t> rows{1};
+  expectDataError([&] { loadDatasetRows(options, rows); },
+                  {"holds 4 images but", "train-labels-idx1-ubyte", "holds 3 labels"});
+}
+
 TEST(Synthetic, IsDeterministicShapedLikeMnistAndBalanced) {
   const DataSplit a = makeSynthetic(2000, 100, 5);
   const DataSplit b = makeSynthetic(2000, 100, 5);

@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "node/node.h"
-#include "node/ping_exchange.h"
+#include "ping/ping_exchange.h"
 #include "tests/node/test_util.h"
 
 namespace chorus::node {
@@ -50,6 +50,9 @@ namespace {
 
 using namespace testing;
 using namespace std::chrono_literals;
+using ping::PingExchange;
+using ping::PingOptions;
+using ping::PingReport;
 
 std::vector<NodeId> range(NodeId n) {
   std::vector<NodeId> ids;

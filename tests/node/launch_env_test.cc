@@ -1,12 +1,12 @@
 // Node id from the environment of an existing launcher, and the ping exchange's checks.
-#include "node/launch_env.h"
+#include "launch/launch_env.h"
 
 #include <gtest/gtest.h>
 
 #include <map>
 #include <thread>
 
-#include "node/ping_exchange.h"
+#include "ping/ping_exchange.h"
 #include "tests/node/test_util.h"
 
 namespace chorus::node {
@@ -14,6 +14,13 @@ namespace {
 
 using namespace testing;
 using namespace std::chrono_literals;
+using launch::EnvironmentLookup;
+using launch::LauncherRank;
+using launch::rankFromEnvironment;
+using ping::PingExchange;
+using ping::PingOptions;
+using ping::pingPayload;
+using ping::PingReport;
 
 EnvironmentLookup fakeEnvironment(std::map<std::string, std::string> values) {
   return [values = std::move(values)](const char* name) -> const char* {

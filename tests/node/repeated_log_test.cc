@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "tests/node/test_util.h"
 
@@ -51,6 +52,26 @@ TEST(RepeatedLog, ASingleEventIsOneLineAndNoSummary) {
     once.add("owner 1 is down");
   }
   EXPECT_EQ(countOf(capture->all(), "a push was lost"), 1u) << capture->all();
+}
+
+}  // namespace
+}  // namespace chorus::node
+
+namespace chorus::node {
+namespace {
+
+TEST(RefusalLog, TheFirstFewOfEachPeerThenOneInEvery) {
+  RefusalLog refusals(/*first=*/3, /*every=*/10);
+  std::vector<uint64_t> said;
+  for (uint64_t n = 1; n <= 30; ++n) {
+    if (refusals.count(7)) said.push_back(n);
+  }
+  EXPECT_EQ(said, (std::vector<uint64_t>{1, 2, 3, 10, 20, 30}));
+  EXPECT_TRUE(refusals.count(8)) << "each peer has its own count";
+  EXPECT_EQ(refusals.countOf(7), 30u);
+  EXPECT_EQ(refusals.countOf(8), 1u);
+  EXPECT_EQ(refusals.countOf(9), 0u);
+  EXPECT_EQ(refusals.total(), 31u);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "node/ping_exchange.h"
+#include "ping/ping_exchange.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -9,7 +9,11 @@
 #include <map>
 #include <mutex>
 
-namespace chorus::node {
+namespace chorus::ping {
+
+using node::ErrorCode;
+using node::SharedFrame;
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -243,4 +247,4 @@ PingReport PingExchange::run() {
   return report;
 }
 
-}  // namespace chorus::node
+}  // namespace chorus::ping

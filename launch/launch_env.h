@@ -1,4 +1,5 @@
-// The node id handed over by an existing launcher (Open MPI, MPICH/PMI, Slurm).
+// The node id handed over by an existing launcher (Open MPI, MPICH/PMI, Slurm), and whether
+// this process runs under one. Read once by the command line; the runtime does not know it.
 #pragma once
 
 #include <cstdint>
@@ -8,7 +9,9 @@
 
 #include "node/status.h"
 
-namespace chorus::node {
+namespace chorus::launch {
+
+using node::Status;
 
 // A rank read from the environment, and which variable it came from.
 struct LauncherRank {
@@ -27,4 +30,9 @@ inline constexpr const char* kRankVariables[] = {"OMPI_COMM_WORLD_RANK", "PMI_RA
 // an error when the first set variable is not a non-negative 32-bit integer.
 Status rankFromEnvironment(const EnvironmentLookup& lookup, std::optional<LauncherRank>* rank);
 
-}  // namespace chorus::node
+// True when any of kRankVariables is set (mpirun or srun started this process) or NO_COLOR is
+// (no-color.org): then logs carry no colour codes (NodeOptions::log_color), since launchers mix
+// their ranks' lines into one stream where the codes show raw.
+bool plainLogs(const EnvironmentLookup& lookup);
+
+}  // namespace chorus::launch

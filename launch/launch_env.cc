@@ -1,11 +1,13 @@
-#include "node/launch_env.h"
+#include "launch/launch_env.h"
 
 #include <fmt/format.h>
 
 #include <charconv>
 #include <cstring>
 
-namespace chorus::node {
+namespace chorus::launch {
+
+using node::ErrorCode;
 
 Status rankFromEnvironment(const EnvironmentLookup& lookup, std::optional<LauncherRank>* rank) {
   rank->reset();
@@ -27,4 +29,11 @@ Status rankFromEnvironment(const EnvironmentLookup& lookup, std::optional<Launch
   return {};
 }
 
-}  // namespace chorus::node
+bool plainLogs(const EnvironmentLookup& lookup) {
+  bool plain = lookup("NO_COLOR") != nullptr;
+  for (const char* variable : kRankVariables)
+    plain = plain || lookup(variable) != nullptr;
+  return plain;
+}
+
+}  // namespace chorus::launch

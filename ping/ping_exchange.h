@@ -1,6 +1,7 @@
 // Ping/Pong traffic between a node and its peers: each side sends K pings with a
 // deterministic payload to every peer, checks that each Pong echoes it exactly, and answers
-// the peers' pings. Used by `chorus node` (before training modes exist) and by tests.
+// the peers' pings. Used by `chorus node --mode ping` and by tests. Built on the runtime's
+// public API only (node/node.h); the runtime does not know it.
 #pragma once
 
 #include <chrono>
@@ -11,7 +12,11 @@
 
 #include "node/node.h"
 
-namespace chorus::node {
+namespace chorus::ping {
+
+using node::Node;
+using node::NodeId;
+using node::Status;
 
 struct PingOptions {
   uint32_t pings_per_peer = 3;               // K, the same on every node
@@ -63,4 +68,4 @@ class PingExchange {
   std::shared_ptr<State> state_;
 };
 
-}  // namespace chorus::node
+}  // namespace chorus::ping

@@ -1,0 +1,264 @@
+// Writes the seed corpus of every fuzz target from the real writers: frames of every body type
+// as the runtime encodes them, and small files in the real formats (IDX, CIFAR-10, triples,
+// ratings, checkpoints, metrics lines, topologies). Seeds made by the code itself follow every
+// format change; a committed corpus would go stale.
+//   chorus_fuzz_seeds OUT_DIR   (writes OUT_DIR/<target>/seed-*)
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "ml/checkpoint.h"
+#include "node/frame.h"
+#include "topology/topology.h"
+
+namespace fs = std::filesystem;
+using namespace chorus;
+
+namespace {
+
+class Seeds {
+ public:
+  Seeds(const fs::path& root, const std::string& target) : dir_(root / target) {
+    fs::create_directories(dir_);
+  }
+  void add(const std::string& bytes) {
+    std::ofstream out(dir_ / ("seed-" + std::to_string(next_++)), std::ios::binary);
+    out << bytes;
+  }
+
+ private:
+  fs::path dir_;
+  int next_ = 0;
+};
+
+std::string bytesOf(const node::SharedFrame& frame) {
+  std::string out;
+  for (auto piece : frame->pieces())
+    out.append(reinterpret_cast<const char*>(piece.data()), piece.size());
+  return out;
+}
+
+std::string be32(uint32_t v) {
+  return {static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8),
+          static_cast<char>(v)};
+}
+
+void frameSeeds(const fs::path& root) {
+  using flatbuffers::FlatBufferBuilder;
+  using flatbuffers::Offset;
+  namespace w = wire;
+  node::EnvelopeHeader header{.sender = 1, .cluster = "fuzz", .sequence = 1, .send_time_ns = 5};
+  std::vector<std::pair<w::Body, node::BodyWriter>> bodies = {
+      {w::Body::Hello,
+       [](FlatBufferBuilder& b) {
+         auto cluster = b.CreateString("fuzz");
+         std::vector<uint8_t> nonce(32, 7);
+         auto n = b.CreateVector(nonce);
+         auto run = b.CreateString("mode=consensus\nmodel=mlp\n");
+         return w::CreateHello(b, cluster, 1, 3, n, run).Union();
+       }},
+      {w::Body::Welcome, [](FlatBufferBuilder& b) { return w::CreateWelcome(b, 0, 3).Union(); }},
+      {w::Body::Challenge,
+       [](FlatBufferBuilder& b) {
+         std::vector<uint8_t> bytes(32, 1);
+         auto nonce = b.CreateVector(bytes);
+         auto mac = b.CreateVector(bytes);
+         return w::CreateChallenge(b, nonce, mac).Union();
+       }},
+      {w::Body::Proof,
+       [](FlatBufferBuilder& b) {
+         std::vector<uint8_t> bytes(32, 2);
+         return w::CreateProof(b, b.CreateVector(bytes)).Union();
+       }},
+      {w::Body::Refuse,
+       [](FlatBufferBuilder& b) {
+         return w::CreateRefuse(b, b.CreateString("another cluster"), true).Union();
+       }},
+      {w::Body::Heartbeat, [](FlatBufferBuilder& b) { return w::CreateHeartbeat(b, 9).Union(); }},
+      {w::Body::Leave,
+       [](FlatBufferBuilder& b) { return w::CreateLeave(b, b.CreateString("done")).Union(); }},
+      {w::Body::Ping,
+       [](FlatBufferBuilder& b) {
+         std::vector<uint8_t> payload(16, 3);
+         return w::CreatePing(b, 4, b.CreateVector(payload)).Union();
+       }},
+      {w::Body::Pong,
+       [](FlatBufferBuilder& b) {
+         std::vector<uint8_t> payload(16, 3);
+         return w::CreatePong(b, 4, b.CreateVector(payload)).Union();
+       }},
+      {w::Body::Tensor,
+       [](FlatBufferBuilder& b) {
+         std::vector<float> values{1, 2, 3, 4};
+         return w::CreateTensor(b, 1, b.CreateVector(values)).Union();
+       }},
+      {w::Body::ModelShare,
+       [](FlatBufferBuilder& b) {
+         std::vector<float> values{0.5f, -0.5f, 0.25f};
+         auto v = b.CreateVector(values);
+         return w::CreateModelShare(b, 3, 0, 3, 1, v, w::SharePurpose::Gossip).Union();
+       }},
+      {w::Body::ModelRequest,
+       [](FlatBufferBuilder& b) {
+         return w::CreateModelRequest(b, b.CreateString("rejoin")).Union();
+       }},
+      {w::Body::TrainingDone,
+       [](FlatBufferBuilder& b) { return w::CreateTrainingDone(b, 40).Union(); }},
+      {w::Body::PsPull,
+       [](FlatBufferBuilder& b) {
+         std::vector<uint64_t> keys{0, 1, 5};
+         return w::CreatePsPull(b, 7, 3, 1, b.CreateVector(keys)).Union();
+       }},
+      {w::Body::PsPush,
+       [](FlatBufferBuilder& b) {
+         std::vector<uint64_t> keys{0, 1};
+         std::vector<float> values{0.1f, 0.2f};
+         auto k = b.CreateVector(keys);
+         auto v = b.CreateVector(values);
+         return w::CreatePsPush(b, 8, 3, k, v).Union();
+       }},
+      {w::Body::PsClock, [](FlatBufferBuilder& b) { return w::CreatePsClock(b, 4).Union(); }},
+      {w::Body::PsReply,
+       [](FlatBufferBuilder& b) {
+         std::vector<uint64_t> keys{0, 1};
+         std::vector<float> values{0.1f, 0.2f};
+         auto k = b.CreateVector(keys);
+         auto v = b.CreateVector(values);
+         return w::CreatePsReply(b, 7, w::PsOp::Pull, 0, 2, k, v).Union();
+       }},
+      {w::Body::PsCatchupRequest,
+       [](FlatBufferBuilder& b) { return w::CreatePsCatchupRequest(b).Union(); }},
+      {w::Body::PsCatchupReply,
+       [](FlatBufferBuilder& b) {
+         std::vector<uint32_t> workers{0, 1};
+         std::vector<int64_t> clocks{3, 4};
+         std::vector<uint8_t> counted{1, 0};
+         std::vector<uint64_t> keys{2};
+         std::vector<float> values{1.5f};
+         auto wk = b.CreateVector(workers);
+         auto c = b.CreateVector(clocks);
+         auto ct = b.CreateVector(counted);
+         auto k = b.CreateVector(keys);
+         auto v = b.CreateVector(values);
+         return w::CreatePsCatchupReply(b, 0, wk, c, ct, k, v, 3).Union();
+       }},
+  };
+  Seeds seeds(root, "fuzz_frame");
+  std::string stream;
+  for (auto& [type, writer] : bodies) {
+    std::string frame = bytesOf(node::encodeFrame(header, type, writer));
+    // control bytes: mode, bytes per read - 1, landing pieces, budget
+    seeds.add(std::string("\x00\xff\x00\x00", 4) + frame);
+    stream += frame;
+  }
+  // One frame with an attachment, read to a landing in pieces, then a Ping, as one stream.
+  static const std::vector<float> floats(300, 0.75f);
+  node::Attachment attachment;
+  node::appendPiece(attachment, node::bytesOf(std::span<const float>(floats)));
+  std::string with_attachment = bytesOf(node::encodeFrame(
+      header, w::Body::PsPush,
+      [](FlatBufferBuilder& b) {
+        std::vector<uint64_t> keys{0, 1, 2};
+        auto k = b.CreateVector(keys);
+        return w::CreatePsPush(b, 9, 1, k, 0).Union();
+      },
+      0, attachment));
+  seeds.add(std::string("\x06\x3f\x03\x01", 4) + with_attachment + stream.substr(0, 200));
+  seeds.add(std::string("\x05\x10\x00\x01", 4) + stream);
+}
+
+void fileSeeds(const fs::path& root) {
+  {
+    Seeds idx(root, "fuzz_idx");
+    std::string images = be32(0x00000803) + be32(2) + be32(3) + be32(3) + std::string(18, '\x40');
+    idx.add(std::string(1, '\0') + images);
+    std::string labels = be32(0x00000801) + be32(3) + std::string("\x01\x02\x09", 3);
+    idx.add(std::string(1, '\1') + labels);
+  }
+  {
+    Seeds cifar(root, "fuzz_cifar");
+    std::string record(3073, '\x20');
+    record[0] = 3;
+    cifar.add(record + record);
+  }
+  {
+    Seeds triples(root, "fuzz_triples");
+    const std::string sep = "\n~~~\n";
+    std::string train = "a\tr\tb\nb\tr\tc\nc\ts\ta\n";
+    triples.add(train + sep + "a\tr\tc\n" + sep + "b\ts\tc\n");
+    triples.add(train + sep + "a\tr\tc\n" + sep + "b\ts\tc\n" + sep + "0\ta\n1\tb\n2\tc\n" + sep +
+                "0\tr\n1\ts\n");
+  }
+  {
+    Seeds ratings(root, "fuzz_ratings");
+    ratings.add("userId,movieId,rating,timestamp\n1,10,4.0,9\n2,10,3.5,9\n1,11,1,9\n3,12,5,9\n");
+    ratings.add("1::10::4::9\n2::10::3::9\n1::11::1::9\n");
+    ratings.add("u1,i1,2.5\nu2,i2,-1e3\n");
+  }
+  {
+    Seeds checkpoints(root, "fuzz_checkpoint");
+    auto path = fs::temp_directory_path() / ("chorus-seed-" + std::to_string(::getpid()) + ".ckpt");
+    for (bool momentum : {false, true}) {
+      ml::Checkpoint c;
+      c.modelSpec = "softmax input=1x2x2 classes=3";
+      c.step = 12;
+      c.epoch = 2;
+      c.seed = 3;
+      c.params = {0.5f, -1, 2, 0.25f, 1, 1, 1, 1, 0, 0, 0, 0, 1, 2, 3};
+      if (momentum) c.optimizerState.assign(c.params.size(), 0.125f);
+      ml::saveCheckpoint(path.string(), c);
+      std::ifstream in(path, std::ios::binary);
+      checkpoints.add(std::string(std::istreambuf_iterator<char>(in), {}));
+    }
+    fs::remove(path);
+  }
+  {
+    Seeds metrics(root, "fuzz_metrics");
+    const std::string consensus =
+        R"({"event":"start","time":0.0004,"mode":"consensus","node":0,"model":"mlp hidden=8","parameters":100,"data":"synthetic","shard_samples":50,"rounds":3,"batch":8,"lr":0.05,"seed":1,"backup":"dynamic","staleness_bound":2,"neighbors":[1, 2]})"
+        "\n"
+        R"({"event":"round","time":0.1,"round":0,"loss":2.7,"lr":0.05,"backups":0,"wait_for":2,"used":2,"used_from":[1, 2],"compute_s":0.03,"wait_s":0.07,"bytes_sent":2822,"bytes_received":2822,"staleness_mean":0,"skipped":0,"timed_out":false})"
+        "\n"
+        R"({"event":"eval","time":0.2,"round":2,"test_loss":0.9,"test_accuracy":0.61})"
+        "\n"
+        R"({"event":"final","time":0.3,"test_loss":0.58,"test_accuracy":0.78,"rounds":3,"seconds":0.3,"time_to_target":-1,"finished_peers":[1, 2],"departed_peers":[],"average_accuracy":0.79})"
+        "\n";
+    const std::string ps =
+        R"({"event":"start","time":0.001,"mode":"ps","node":1,"model":"softmax","parameters":30,"rounds":2,"staleness":"ssp:2","lr":0.05})"
+        "\n"
+        R"({"event":"clock","time":0.1,"clock":0,"loss":1.2,"wait_s":0.01,"bytes_sent":100,"bytes_received":90})"
+        "\n";
+    metrics.add(consensus);
+    metrics.add(consensus + "~~~\n" + ps + "~~~\n" + consensus.substr(0, 300));
+  }
+}
+
+void topologySeeds(const fs::path& root) {
+  Seeds seeds(root, "fuzz_topology");
+  for (auto kind : {topology::GraphKind::kRing, topology::GraphKind::kTorus,
+                    topology::GraphKind::kComplete, topology::GraphKind::kStar}) {
+    topology::GenerateOptions options;
+    options.kind = kind;
+    options.nodes = 4;
+    options.mode =
+        kind == topology::GraphKind::kStar ? topology::Mode::kPs : topology::Mode::kConsensus;
+    seeds.add(topology::toToml(topology::generate(options)));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s OUT_DIR\n", argv[0]);
+    return 2;
+  }
+  fs::path root = argv[1];
+  frameSeeds(root);
+  fileSeeds(root);
+  topologySeeds(root);
+  return 0;
+}
