@@ -35,6 +35,7 @@
 #include "ping/ping_exchange.h"
 #include "ps/ps_peer.h"
 #include "run/cli_checks.h"
+#include "run/single_node.h"
 #include "run/training_run.h"
 #include "topology/topology.h"
 
@@ -395,52 +396,91 @@ void runPing(const NodeArgs& args, const NodeSetup& setup) {
   fmt::print("node {}: left the cluster cleanly\n", self);
 }
 
-// One training run on a started node: the mode's peer object behind one interface, so that
-// both modes share the node's lifecycle (flags, data, signals, listen, connect, leave).
-class TrainingSession {
- public:
-  // The lines every mode prints after training: when the target was reached, who left early.
-  static void printCommon(node::NodeId self, double target_acc,
-                          const std::optional<double>& time_to_target,
-                          const std::vector<node::NodeId>& departed) {
-    if (time_to_target) {
-      fmt::print("node {}: reached test accuracy {:.2f}% after {:.1f} s\n", self, 100 * target_acc,
-                 *time_to_target);
-    }
-    if (!departed.empty()) {
-      fmt::print("node {}: node(s) {} left before the end\n", self, fmt::join(departed, ", "));
-    }
-  }
-
-  // --save: node 0 writes `params` (the final model) as a checkpoint chorus train --resume reads.
-  // Nothing to write (another node, no model) writes nothing.
-  static void saveFinalModel(node::NodeId self, const run::RunOptions& options,
-                             const std::string& model_spec, int64_t steps,
-                             const std::vector<float>& params) {
-    if (options.save_path.empty() || self != 0 || params.empty()) return;
-    ml::Checkpoint checkpoint;
-    checkpoint.modelSpec = model_spec;
-    checkpoint.step = steps;
-    checkpoint.seed = options.seed;
-    checkpoint.params = params;
-    ml::saveCheckpoint(options.save_path, checkpoint);
-    fmt::print("node {}: saved the final model to {}\n", self, options.save_path);
-  }
-
-  virtual ~TrainingSession() = default;
-  // Trainer thread: trains, then prints this node's results.
-  virtual void run() = 0;
-  // Any thread (the signal watcher): ends run() early.
-  virtual void stop() = 0;
+// What a mode's run achieved, as the node prints it.
+struct TrainingOutcome {
+  std::string steps;  // "rounds" or "clocks"
+  run::LoopReport loop;
+  std::string waiting = "waiting";   // what the wait time was spent on (and the cache's share)
+  std::vector<std::string> before;   // lines before the result (a rejoin)
+  std::vector<std::string> after;    // lines after it (the average's or the owners' accuracy)
+  std::vector<float> model_to_save;  // --save: node 0's final model (empty: nothing to save)
+  bool saved = false;                // the run wrote --save itself
 };
 
-using SessionFactory =
-    std::function<std::unique_ptr<TrainingSession>(node::Node&, run::NodeJob job)>;
+// The mode's part of a session: its peer object (kept alive here), how to run it and how to
+// stop it. Built by a ModeFactory once the data and the node are there.
+struct ModeRun {
+  std::shared_ptr<void> peer;
+  std::function<TrainingOutcome()> run;
+  std::function<void()> stop;
+};
+using ModeFactory = std::function<ModeRun(node::Node&, run::NodeJob)>;
 
-// Loads the data, builds the mode's session, joins the cluster, trains and leaves in order.
+// One training run on a started node: the mode's run behind ModeRun, so that every mode shares
+// the node's lifecycle (flags, data, signals, listen, connect, leave) and its printed result.
+class TrainingSession {
+ public:
+  TrainingSession(node::NodeId self, const run::RunOptions& options, std::string model_spec,
+                  ModeRun mode)
+      : self_(self),
+        options_(options),
+        model_spec_(std::move(model_spec)),
+        mode_(std::move(mode)) {}
+
+  // Trainer thread: trains, then prints this node's results.
+  void run() {
+    const TrainingOutcome outcome = mode_.run();
+    const run::LoopReport& loop = outcome.loop;
+    for (const std::string& line : outcome.before)
+      fmt::print("node {}: {}\n", self_, line);
+    fmt::print(
+        "node {}: final test accuracy {:.2f}% (loss {:.4f}) after {} {} in {:.1f} s ({:.1f} s "
+        "{})\n",
+        self_, 100 * loop.final.accuracy, loop.final.loss, loop.steps_done, outcome.steps,
+        loop.seconds, loop.wait_seconds, outcome.waiting);
+    if (loop.time_to_target) {
+      fmt::print("node {}: reached test accuracy {:.2f}% after {:.1f} s\n", self_,
+                 100 * options_.target_acc, *loop.time_to_target);
+    }
+    if (!loop.departed_peers.empty()) {
+      fmt::print("node {}: node(s) {} left before the end\n", self_,
+                 fmt::join(loop.departed_peers, ", "));
+    }
+    for (const std::string& line : outcome.after)
+      fmt::print("node {}: {}\n", self_, line);
+    if (options_.confusion) fmt::print("node {}: {}", self_, ml::formatConfusion(loop.final));
+    saveFinalModel(outcome);
+  }
+  // Any thread (the signal watcher): ends run() early.
+  void stop() { mode_.stop(); }
+
+ private:
+  // --save: node 0 writes the final model as a checkpoint that --resume reads. Nothing to
+  // write (another node, no model) writes nothing.
+  void saveFinalModel(const TrainingOutcome& outcome) const {
+    if (options_.save_path.empty() || self_ != 0) return;
+    if (!outcome.saved) {
+      if (outcome.model_to_save.empty()) return;
+      ml::Checkpoint checkpoint;
+      checkpoint.modelSpec = model_spec_;
+      checkpoint.step = outcome.loop.steps_done;
+      checkpoint.seed = options_.seed;
+      checkpoint.params = outcome.model_to_save;
+      ml::saveCheckpoint(options_.save_path, checkpoint);
+    }
+    fmt::print("node {}: saved the final model to {}\n", self_, options_.save_path);
+  }
+
+  node::NodeId self_;
+  const run::RunOptions& options_;
+  std::string model_spec_;
+  ModeRun mode_;
+};
+
+// Loads the data, builds the mode's run, joins the cluster, trains and leaves in order.
 // The flags were checked before (checkModeArgs).
 void runTraining(const NodeArgs& args, const NodeSetup& setup, const std::string& mode,
-                 const SessionFactory& make_session, const std::string& peers_description) {
+                 const ModeFactory& make_mode, const std::string& peers_description) {
   const node::NodeId self = setup.self;
   const topology::Topology& topo = setup.topo;
   // The data and the model come before the listener: once this node accepts connections its
@@ -461,7 +501,9 @@ void runTraining(const NodeArgs& args, const NodeSetup& setup, const std::string
   spdlog::logger& log = node.logger();
   std::unique_ptr<TrainingSession> session;
   try {
-    session = make_session(node, std::move(job));
+    std::string model_spec = job.model->spec().toString();
+    session = std::make_unique<TrainingSession>(self, args.run, std::move(model_spec),
+                                                make_mode(node, std::move(job)));
   } catch (const std::invalid_argument& e) {
     throw CommandFailure(2, fmt::format("node {}: {}", self, e.what()));
   }
@@ -514,115 +556,130 @@ void runTraining(const NodeArgs& args, const NodeSetup& setup, const std::string
 
 // Consensus training (docs/consensus.md): gossip with the topology neighbors, the end-of-run
 // messages over the full mesh.
-class ConsensusSession : public TrainingSession {
- public:
-  ConsensusSession(node::Node& node, run::NodeJob job, const consensus::PeerLayout& layout,
-                   const consensus::ConsensusOptions& options, const run::RunOptions& run)
-      : self_(layout.self),
-        run_(run),
-        model_spec_(job.model->spec().toString()),
-        peer_(node, std::move(job), layout, options) {}
-
-  void run() override {
-    const consensus::ConsensusReport report = peer_.run();
-    fmt::print(
-        "node {}: final test accuracy {:.2f}% (loss {:.4f}) after {} rounds in {:.1f} s "
-        "({:.1f} s waiting)\n",
-        self_, 100 * report.final_accuracy, report.final_loss, report.rounds_done, report.seconds,
-        report.wait_seconds);
-    printCommon(self_, run_.target_acc, report.time_to_target, report.departed_peers);
-    if (report.average_accuracy) {
-      fmt::print("node {}: test accuracy of the average of {} final models: {:.2f}%\n", self_,
-                 report.averaged_models, 100 * *report.average_accuracy);
-    }
-    saveFinalModel(self_, run_, model_spec_, report.rounds_done, report.final_model);
-  }
-  void stop() override { peer_.stop(); }
-
- private:
-  node::NodeId self_;
-  const run::RunOptions& run_;
-  std::string model_spec_;
-  consensus::ConsensusPeer peer_;
-};
-
-void runConsensus(const NodeArgs& args, const NodeSetup& setup) {
-  consensus::PeerLayout layout;
-  layout.self = setup.self;
-  layout.neighbors = setup.me->neighbors;
-  for (const auto& n : setup.topo.nodes) {
-    layout.members.push_back(n.id);
-    layout.degrees[n.id] = n.neighbors.size();
-  }
-  runTraining(
-      args, setup, "consensus",
-      [&](node::Node& node, run::NodeJob job) {
-        return std::make_unique<ConsensusSession>(node, std::move(job), layout, args.consensus,
-                                                  args.run);
-      },
-      fmt::format("training with neighbors [{}]", fmt::join(layout.neighbors, ", ")));
+ModeRun consensusRun(node::Node& node, run::NodeJob job, const consensus::PeerLayout& layout,
+                     const consensus::ConsensusOptions& options) {
+  auto peer = std::make_shared<consensus::ConsensusPeer>(node, std::move(job), layout, options);
+  return {peer,
+          [peer = peer.get()] {
+            const consensus::ConsensusReport report = peer->run();
+            TrainingOutcome out;
+            out.steps = "rounds";
+            out.loop = report;
+            if (report.average_accuracy) {
+              out.after.push_back(
+                  fmt::format("test accuracy of the average of {} final models: "
+                              "{:.2f}%",
+                              report.averaged_models, 100 * *report.average_accuracy));
+            }
+            out.model_to_save = report.final_model;
+            return out;
+          },
+          [peer = peer.get()] { peer->stop(); }};
 }
 
 // PS training (docs/ps.md): every node owns a shard of the keys and trains; reads and writes go
 // to each key's owner over the full mesh.
-class PsSession : public TrainingSession {
- public:
-  PsSession(node::Node& node, run::NodeJob job, std::vector<node::NodeId> members,
-            const ps::PsOptions& options, const run::RunOptions& run)
-      : self_(node.id()),
-        run_(run),
-        model_spec_(job.model->spec().toString()),
-        peer_(node, std::move(job), std::move(members), options) {}
+ModeRun psRun(node::Node& node, run::NodeJob job, std::vector<node::NodeId> members,
+              const ps::PsOptions& options) {
+  auto peer = std::make_shared<ps::PsPeer>(node, std::move(job), std::move(members), options);
+  return {
+      peer,
+      [peer = peer.get()] {
+        const ps::PsReport report = peer->run();
+        TrainingOutcome out;
+        out.steps = "clocks";
+        out.loop = report;
+        const uint64_t reads = report.worker.cache_hits + report.worker.cache_misses;
+        out.waiting = fmt::format(
+            "waiting for reads, {:.0f}% of reads from the cache",
+            reads > 0
+                ? 100.0 * static_cast<double>(report.worker.cache_hits) / static_cast<double>(reads)
+                : 0.0);
+        if (report.rejoined_from) {
+          out.before.push_back(fmt::format(
+              "rejoined at clock {} with its keys from node {}'s last read (the freshest "
+              "answer: every update from clocks below {} in it)",
+              report.first_clock, *report.rejoined_from, report.rejoin_read_clock));
+        }
+        if (report.owner_accuracy) {
+          out.after.push_back(
+              fmt::format("test accuracy of the model as held by the owners: "
+                          "{:.2f}%",
+                          100 * *report.owner_accuracy));
+        }
+        for (const auto& [worker, clock] : report.server.excluded) {
+          out.after.push_back(
+              fmt::format("node {} was dropped at clock {}: its updates from clock {} on are lost",
+                          worker, clock, clock));
+        }
+        for (const ps::ServerSummary::SkippedClocks& gap : report.server.skipped) {
+          out.after.push_back(fmt::format(
+              "node {} went from clock {} to clock {} (it rejoined): its updates of clocks {}-{} "
+              "are lost",
+              gap.worker, gap.from, gap.to, gap.from, gap.to - 1));
+        }
+        if (report.failed_pulls + report.failed_pushes > 0) {
+          out.after.push_back(
+              fmt::format("{} read(s) and {} push(es) failed because an owner was down",
+                          report.failed_pulls, report.failed_pushes));
+        }
+        out.model_to_save = report.owner_model;
+        return out;
+      },
+      [peer = peer.get()] { peer->stop(); }};
+}
 
-  void run() override {
-    const ps::PsReport report = peer_.run();
-    const uint64_t reads = report.worker.cache_hits + report.worker.cache_misses;
-    if (report.rejoined_from) {
-      fmt::print(
-          "node {}: rejoined at clock {} with its keys from node {}'s last read (the freshest "
-          "answer: every update from clocks below {} in it)\n",
-          self_, report.first_clock, *report.rejoined_from, report.rejoin_read_clock);
-    }
-    fmt::print(
-        "node {}: final test accuracy {:.2f}% (loss {:.4f}) after {} clocks in {:.1f} s "
-        "({:.1f} s waiting for reads, {:.0f}% of reads from the cache)\n",
-        self_, 100 * report.final_accuracy, report.final_loss, report.clocks_done, report.seconds,
-        report.wait_seconds,
-        reads > 0
-            ? 100.0 * static_cast<double>(report.worker.cache_hits) / static_cast<double>(reads)
-            : 0.0);
-    printCommon(self_, run_.target_acc, report.time_to_target, report.departed_peers);
-    if (report.owner_accuracy) {
-      fmt::print("node {}: test accuracy of the model as held by the owners: {:.2f}%\n", self_,
-                 100 * *report.owner_accuracy);
-    }
-    for (const auto& [worker, clock] : report.server.excluded) {
-      fmt::print(
-          "node {}: node {} was dropped at clock {}: its updates from clock {} on are lost\n",
-          self_, worker, clock, clock);
-    }
-    for (const ps::ServerSummary::SkippedClocks& gap : report.server.skipped) {
-      fmt::print(
-          "node {}: node {} went from clock {} to clock {} (it rejoined): its updates of "
-          "clocks {}-{} are lost\n",
-          self_, gap.worker, gap.from, gap.to, gap.from, gap.to - 1);
-    }
-    if (report.failed_pulls + report.failed_pushes > 0) {
-      fmt::print("node {}: {} read(s) and {} push(es) failed because an owner was down\n", self_,
-                 report.failed_pulls, report.failed_pushes);
-    }
-    saveFinalModel(self_, run_, model_spec_, report.clocks_done, report.owner_model);
+// A cluster of one node (the single variant of chorus compare) trains alone: the run of chorus
+// train, with no peers to exchange with.
+ModeRun singleRun(node::Node& node, run::NodeJob job, const run::RunOptions& options) {
+  struct Alone {
+    run::NodeJob job;
+    run::SingleOptions single;
+  };
+  auto alone = std::make_shared<Alone>(Alone{std::move(job), {}});
+  alone->single.save_path = options.save_path;
+  alone->single.warmup_epochs = options.warmup_epochs;
+  // --resume: the checkpoint's model, and the rounds from 0, as every other node's.
+  alone->single.continue_resumed = false;
+  return {alone,
+          [alone = alone.get(), &log = node.logger()] {
+            // Progress lines go to the node's log, as the distributed modes' do.
+            ml::ProgressReporter progress(stderr, false, std::chrono::hours(24 * 365));
+            const run::SingleReport report =
+                run::trainAlone(alone->job, alone->single, progress, log);
+            TrainingOutcome out;
+            out.steps = "rounds";
+            out.loop = report;
+            out.saved = true;
+            return out;
+          },
+          [] {}};
+}
+
+void runTrainingMode(const NodeArgs& args, const NodeSetup& setup, const std::string& mode) {
+  if (setup.topo.nodes.size() == 1) {
+    return runTraining(
+        args, setup, "single",
+        [&](node::Node& node, run::NodeJob job) {
+          return singleRun(node, std::move(job), args.run);
+        },
+        "training alone");
   }
-  void stop() override { peer_.stop(); }
-
- private:
-  node::NodeId self_;
-  const run::RunOptions& run_;
-  std::string model_spec_;
-  ps::PsPeer peer_;
-};
-
-void runPs(const NodeArgs& args, const NodeSetup& setup) {
+  if (mode == "consensus") {
+    consensus::PeerLayout layout;
+    layout.self = setup.self;
+    layout.neighbors = setup.me->neighbors;
+    for (const auto& n : setup.topo.nodes) {
+      layout.members.push_back(n.id);
+      layout.degrees[n.id] = n.neighbors.size();
+    }
+    return runTraining(
+        args, setup, "consensus",
+        [&](node::Node& node, run::NodeJob job) {
+          return consensusRun(node, std::move(job), layout, args.consensus);
+        },
+        fmt::format("training with neighbors [{}]", fmt::join(layout.neighbors, ", ")));
+  }
   std::vector<node::NodeId> members;
   for (const auto& n : setup.topo.nodes)
     members.push_back(n.id);
@@ -630,7 +687,7 @@ void runPs(const NodeArgs& args, const NodeSetup& setup) {
   runTraining(
       args, setup, "ps",
       [&](node::Node& node, run::NodeJob job) {
-        return std::make_unique<PsSession>(node, std::move(job), members, options, args.run);
+        return psRun(node, std::move(job), members, options);
       },
       fmt::format("owning its shard of the parameters, staleness {}", args.ps.staleness));
 }
@@ -701,8 +758,7 @@ void runNode(const NodeArgs& args) {
   checkModeArgs(args, setup, mode);
   setup.options.run_fingerprint = runFingerprint(args, mode);
   if (mode == "ping") return runPing(args, setup);
-  if (mode == "consensus") return runConsensus(args, setup);
-  return runPs(args, setup);
+  return runTrainingMode(args, setup, mode);
 }
 
 // `chorus launch`'s check, for each of `ids`: everything runNode does before it reads data,
@@ -750,6 +806,8 @@ void registerNodeCommand(CLI::App& app, std::function<void(const NodeArgs&)> act
       "             computes a gradient on its shard and pushes it to the owners, who apply\n"
       "             the optimizer; per-clock metrics in --out DIR/node-<id>.jsonl; node 0\n"
       "             also prints the accuracy of the model as held by the owners (docs/ps.md).\n"
+      "A topology of one node trains alone in either training mode: the run of chorus train\n"
+      "(the single variant of chorus compare).\n"
       "Then it leaves in order (Leave, wait for the peers' Leave, close).\n"
       "Example, on each machine with its own id (all nodes of a file on one machine: chorus\n"
       "launch): chorus node --topology lab.toml --id 0 --data fashion-mnist --model mlp --out "

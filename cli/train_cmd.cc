@@ -1,9 +1,15 @@
-// `chorus train`: single-node training, the baseline every distributed run is measured against.
-// The training itself lives in chorus_ml (ml/train.h); this file only maps flags to options.
+// `chorus train`: one node training alone, the baseline every distributed run is measured
+// against. The image models run the training loop with no peers (run/single_node.h), the same
+// run as the single variant of `chorus compare`, with the training options of `chorus node`;
+// the sparse models (matrix factorization, knowledge-graph embeddings) run in cli/train_sparse.
+// This file only maps flags to options.
 #include <fmt/format.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <stdexcept>
@@ -12,31 +18,65 @@
 
 #include "cli/commands.h"
 #include "cli/train_sparse.h"
+#include "faults/straggler.h"
 #include "ml/dataset.h"
 #include "ml/train.h"
+#include "run/single_node.h"
+#include "run/training_run.h"
 
 namespace chorus::cli {
 
 namespace {
 
 struct TrainFlags {
-  ml::TrainOptions options;
-  std::vector<int> hidden;
-  bool noNormalize = false;
-  bool noFlip = false;
+  run::RunOptions run;
+  int64_t log_every = 100;  // the sparse models' "step" events
   SparseFlags sparse;
   CLI::Option* data = nullptr;  // --data, to tell whether it was given
 };
 
-void runTrain(const CLI::App& app, TrainFlags& flags) {
-  const std::string& model = flags.options.model.name;
-  if (model == "mf") {
-    if (flags.data->count() == 0) flags.options.data.name = "zipf-mf";
-    return runMfTrain(app, flags.options, flags.sparse);
+// Training options of the image models that the sparse models do not take (the sparse code
+// refuses the other image-only flags itself).
+const std::vector<std::string> kImageOnlyFlags = {"--rounds", "--stragglers", "--target-acc"};
+
+void runSparseTrain(const CLI::App& app, TrainFlags& flags) {
+  const run::RunOptions& run = flags.run;
+  for (const std::string& flag : kImageOnlyFlags) {
+    if (app.count(flag) > 0) {
+      throw CommandFailure(
+          2, fmt::format("{} does not apply to --model {} (the image models' flag); see chorus "
+                         "train --help",
+                         flag, run.model.name));
+    }
   }
-  if (isKgeModel(model)) {
-    if (flags.data->count() == 0) flags.options.data.name = "wn18rr";
-    return runKgeTrain(app, flags.options, flags.sparse);
+  if (app.count("--epochs") > 0 && run.epochs != std::floor(run.epochs)) {
+    throw CommandFailure(
+        2, fmt::format("--epochs {}: --model {} trains whole epochs", run.epochs, run.model.name));
+  }
+  ml::TrainOptions options;
+  options.data = run.data;
+  options.model = run.model;
+  options.epochs = std::llround(run.epochs);
+  options.batchSize = run.batch;
+  options.learningRate = run.lr;
+  options.seed = run.seed;
+  try {
+    options.metricsPath = run::nodeMetricsPath(run.out_dir, 0);
+  } catch (const std::runtime_error& e) {
+    throw CommandFailure(2, e.what());
+  }
+  options.savePath = run.save_path;
+  options.resumePath = run.resume_path;
+  options.logEverySteps = flags.log_every;
+  if (isKgeModel(run.model.name)) return runKgeTrain(app, options, flags.sparse);
+  return runMfTrain(app, options, flags.sparse);
+}
+
+void runTrain(const CLI::App& app, TrainFlags& flags) {
+  const std::string& model = flags.run.model.name;
+  if (model == "mf" || isKgeModel(model)) {
+    if (flags.data->count() == 0) flags.run.data.name = model == "mf" ? "zipf-mf" : "wn18rr";
+    return runSparseTrain(app, flags);
   }
   const std::pair<const std::vector<std::string>*, const char*> families[] = {
       {&kMfOnlyFlags, "--model mf only"},
@@ -44,10 +84,17 @@ void runTrain(const CLI::App& app, TrainFlags& flags) {
       {&kSparseFlags, "the sparse models only (--model mf, complex or distmult)"}};
   for (const auto& [flags_of, whom] : families) {
     for (const std::string& flag : *flags_of) {
+      // --eval-every is every model's: image models count steps, KGE models epochs.
+      if (flag == "--eval-every") continue;
       if (app.count(flag) > 0) throw CommandFailure(2, fmt::format("{} applies to {}", flag, whom));
     }
   }
-  const std::string& data = flags.options.data.name;
+  if (app.count("--log-every") > 0) {
+    throw CommandFailure(2,
+                         "--log-every applies to the sparse models only (--model mf, complex or "
+                         "distmult): the image models write an event every step");
+  }
+  const std::string& data = flags.run.data.name;
   if (data == "zipf-mf" || data == "ratings") {
     throw CommandFailure(2, fmt::format("--data {} needs --model mf", data));
   }
@@ -57,24 +104,58 @@ void runTrain(const CLI::App& app, TrainFlags& flags) {
                                         "--model complex or distmult",
                                         data, model, fmt::join(imageSets, ", ")));
   }
-  ml::TrainOptions options = flags.options;
-  options.model.hidden = flags.hidden;
-  options.data.normalize = !flags.noNormalize;
-  options.flip = !flags.noFlip;
-  options.data.syntheticSeed = options.seed;
-  if (options.model.name != "mlp" && !flags.hidden.empty()) {
-    throw CommandFailure(2, "--hidden applies only to --model mlp");
+  run::RunOptions options = flags.run;
+  const bool eval_given = app.count("--eval-every") > 0;
+  if (eval_given) options.eval_every = flags.sparse.evalEvery;
+  // One node: a straggler term for another node would never act.
+  try {
+    for (const uint32_t named : faults::StragglerProfile::parse(options.stragglers).namedNodes()) {
+      if (named != 0) {
+        throw CommandFailure(2, fmt::format("--stragglers {}: names node {}, but chorus train runs "
+                                            "node 0 alone",
+                                            options.stragglers, named));
+      }
+    }
+    run::validateRunOptions(options);
+  } catch (const std::invalid_argument& e) {
+    throw CommandFailure(2, e.what());
   }
   ml::ProgressReporter progress(stderr, ml::ProgressReporter::isTerminal(stderr));
-  ml::TrainReport report;
-  runTraining(progress, [&] { report = ml::trainSingleNode(options, progress); });
-  std::printf("model: %s (%zu parameters)\n", report.modelSpec.c_str(), report.parameters);
-  std::printf("epochs: %lld, steps: %lld, training time: %.1f s, %.0f samples/s\n",
-              static_cast<long long>(report.epochsDone), static_cast<long long>(report.steps),
-              report.trainSeconds, report.samplesPerSecond);
-  std::printf("test: loss %.4f, accuracy %.2f%% (%zu samples)\n", report.test.loss,
-              100.0 * report.test.accuracy, report.test.samples);
-  if (options.confusion) std::printf("%s", ml::formatConfusion(report.test).c_str());
+  // The per-epoch lines say what the loop's info lines would; warnings still show.
+  auto log =
+      std::make_shared<spdlog::logger>("train", std::make_shared<spdlog::sinks::stderr_sink_mt>());
+  log->set_pattern("chorus: %l: %v");
+  log->set_level(spdlog::level::warn);
+  run::SingleReport report;
+  runTraining(progress, [&] {
+    ml::DataSplit split = run::loadRunSplit(options);
+    progress.line(fmt::format("data: {} from {} ({} training, {} test samples, {})",
+                              options.data.name, split.source, split.train.size(),
+                              split.test.size(), split.train.shape.toString()));
+    run::NodeJob job = run::prepareNodeProcessJob(options, std::move(split), 0, 1, "");
+    run::SingleOptions single;
+    single.eval_every_epoch = !eval_given;
+    single.save_path = options.save_path;
+    single.warmup_epochs = options.warmup_epochs;
+    report = run::trainAlone(job, single, progress, *log);
+  });
+  const run::LoopReport& loop = report;
+  std::printf("model: %s (%zu parameters)\n", report.model_spec.c_str(), report.parameters);
+  std::printf("epochs: %g, steps: %lld, training time: %.1f s, %.0f samples/s\n",
+              report.epochs_done, static_cast<long long>(loop.steps_done), loop.seconds,
+              report.samples_per_second);
+  std::printf("test: loss %.4f, accuracy %.2f%% (%zu samples)\n", loop.final.loss,
+              100.0 * loop.final.accuracy, loop.final.samples);
+  if (options.target_acc > 0) {
+    if (loop.time_to_target) {
+      std::printf("reached test accuracy %.2f%% after %.1f s\n", 100 * options.target_acc,
+                  *loop.time_to_target);
+    } else {
+      std::printf("did not reach test accuracy %.2f%%\n", 100 * options.target_acc);
+    }
+  }
+  if (options.confusion) std::printf("%s", ml::formatConfusion(loop.final).c_str());
+  if (!options.save_path.empty()) std::printf("saved the model to %s\n", options.save_path.c_str());
   std::fflush(stdout);
 }
 
@@ -82,123 +163,80 @@ void runTrain(const CLI::App& app, TrainFlags& flags) {
 
 void addTrainCommand(CLI::App& app) {
   auto flags = std::make_shared<TrainFlags>();
-  ml::TrainOptions& o = flags->options;
+  run::RunOptions& o = flags->run;
   o.data.name = "fashion-mnist";
   o.model.name = "mlp";
   CLI::App* train = app.add_subcommand(
       "train",
       "Train one model on one node (no networking): the baseline for distributed runs.\n"
-      "Prints a progress line (live on a terminal), the test accuracy after every epoch and a\n"
-      "summary; optional JSON-lines metrics (--out) and checkpoints (--save, --resume).\n"
+      "The image models run the loop every node runs, with no peers: the single variant of\n"
+      "chorus compare is this run. It takes the training options of chorus node and launch\n"
+      "(--shard aside: one node holds the whole training set). Prints a progress line (live on\n"
+      "a terminal), a line per epoch and a summary; metrics in --out DIR/node-0.jsonl (the\n"
+      "format chorus report reads); --save writes a checkpoint after every epoch, --resume\n"
+      "continues it.\n"
       "Example: chorus train --data fashion-mnist --model mlp --epochs 5 --batch 64 --lr 0.05\n"
       "Matrix factorization on Zipf-skewed ratings: chorus train --model mf --data zipf-mf\n"
       "Knowledge graphs: chorus train --data wn18rr --model complex --dim 200 --negatives 512\n"
       "  --loss ce --reg n3 --reg-weight 0.01 (filtered MRR and Hits@k on valid and test)");
-  flags->data = train
-                    ->add_option("--data", o.data.name,
-                                 "Data set: mnist, fashion-mnist, cifar10, synthetic (image "
-                                 "models); zipf-mf (generated) or ratings (--data-file) for "
-                                 "--model mf, its default zipf-mf; wn18rr or the name of any "
-                                 "triple folder given with --data-dir for the knowledge-graph "
-                                 "models, their default wn18rr")
-                    ->capture_default_str();
-  train->add_option("--data-dir", o.data.dataDir,
-                    "Folder holding the data files (or their usual sub-folder mnist/, "
-                    "fashion-mnist/, cifar-10-batches-bin/, <--data>/ for triples). Default: "
-                    "$CHORUS_DATA, then data/ in the source tree, then /usr/share/datasets/. A "
-                    "triple folder holds train.txt, valid.txt, test.txt (head<TAB>relation<TAB>"
-                    "tail, plain or .gz), optionally entities.dict, relations.dict");
-  train
-      ->add_option("--synthetic-train", o.data.syntheticTrain,
-                   "Training samples of --data synthetic")
-      ->check(CLI::Range(size_t{1}, size_t{10'000'000}))
-      ->capture_default_str();
-  train->add_option("--synthetic-test", o.data.syntheticTest, "Test samples of --data synthetic")
-      ->check(CLI::Range(size_t{1}, size_t{10'000'000}))
-      ->capture_default_str();
-  train->add_option("--limit", o.trainLimit, "Train on the first N training samples only (0 = all)")
-      ->capture_default_str();
-  train->add_flag("--no-normalize", flags->noNormalize,
-                  "Keep pixels in [0, 1] instead of per-channel mean/std standardization");
+  run::addRunOptions(*train, o);
+  // One node trains on the whole training set: there is nothing to split.
+  train->remove_option(train->get_option("--shard"));
+  // The KGE models register --eval-every (in epochs); the image models read the same flag.
+  train->remove_option(train->get_option("--eval-every"));
+  // The sparse models take more data sets and models than the image ones.
+  flags->data = train->get_option("--data");
+  flags->data->get_validator()->active(false);
+  flags->data->description(
+      "Data set: mnist, fashion-mnist, cifar10, synthetic (image models); zipf-mf (generated) "
+      "or ratings (--data-file) for --model mf, its default zipf-mf; wn18rr or the name of any "
+      "triple folder given with --data-dir for the knowledge-graph models, their default wn18rr");
   std::vector<std::string> models = ml::modelNames();
   models.push_back("mf");
   models.insert(models.end(), ml::kgeModelNames().begin(), ml::kgeModelNames().end());
+  CLI::Option* model = train->get_option("--model");
+  model->get_validator()->active(false);
+  model->check(CLI::IsMember(models))
+      ->description(
+          "Model: softmax, mlp, lenet, cifar-cnn (images); mf (matrix factorization); complex, "
+          "distmult (knowledge-graph embeddings)");
+  train->get_option("--data-dir")
+      ->description(
+          "Folder holding the data files (or their usual sub-folder mnist/, fashion-mnist/, "
+          "cifar-10-batches-bin/, <--data>/ for triples). Default: $CHORUS_DATA, then data/ in "
+          "the source tree, then /usr/share/datasets/. A triple folder holds train.txt, "
+          "valid.txt, test.txt (head<TAB>relation<TAB>tail, plain or .gz), optionally "
+          "entities.dict, relations.dict");
+  train->get_option("--epochs")
+      ->description(
+          "Passes over the training set when --rounds is 0 (image models: fractions allowed; "
+          "mf: default 10)");
+  train->get_option("--rounds")
+      ->description("Training steps (image models; 0: derived from --epochs)");
+  train->get_option("--batch")->description(
+      "Minibatch size (mf: default 1000 ratings; knowledge graphs: 512 triples)");
+  train->get_option("--lr")->description("Base learning rate (sparse models: default 0.1)");
+  train->get_option("--out")->description(
+      "Write metrics as JSON lines to DIR/node-0.jsonl (the format of chorus node and compare)");
+  train->get_option("--save")->description(
+      "Write a checkpoint to this file after every epoch and at the end (atomic replace)");
+  train->get_option("--stragglers")
+      ->description(
+          "Straggler profile of the one node, node 0 (docs/stragglers.md), e.g. "
+          "shifted-exp:5,20 or slow:0=4; crash:0@S ends the process after step S");
   train
-      ->add_option("--model", o.model.name,
-                   "Model: softmax, mlp, lenet, cifar-cnn (images); mf (matrix factorization); "
-                   "complex, distmult (knowledge-graph embeddings)")
-      ->check(CLI::IsMember(models))
-      ->capture_default_str();
-  train
-      ->add_option("--hidden", flags->hidden,
-                   "mlp hidden layer sizes, comma separated (default 256,128)")
-      ->delimiter(',')
-      ->check(CLI::Range(1, 1'000'000));
-  train
-      ->add_option("--dropout", o.model.dropout,
-                   "Dropout rate before the output layer (mlp, lenet, cifar-cnn)")
-      ->check(CLI::Range(0.0, 0.95))
-      ->capture_default_str();
-  train->add_option("--epochs", o.epochs, "Passes over the training data (mf: default 10)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1'000'000}))
-      ->capture_default_str();
-  train
-      ->add_option("--batch", o.batchSize,
-                   "Minibatch size (mf: default 1000 ratings; knowledge graphs: 512 triples)")
-      ->check(CLI::Range(size_t{1}, size_t{1'000'000}))
-      ->capture_default_str();
-  train->add_option("--lr", o.learningRate, "Base learning rate (sparse models: default 0.1)")
-      ->check(CLI::Range(1e-9, 100.0))
-      ->capture_default_str();
-  train->add_option("--momentum", o.sgd.momentum, "SGD momentum (0 = plain SGD)")
-      ->check(CLI::Range(0.0, 0.999))
-      ->capture_default_str();
-  train->add_flag("--nesterov", o.sgd.nesterov, "Nesterov momentum");
-  train->add_option("--weight-decay", o.sgd.weightDecay, "L2 weight decay (all parameters)")
-      ->check(CLI::Range(0.0, 1.0))
-      ->capture_default_str();
-  train->add_option("--schedule", o.schedule, "Learning-rate schedule: constant, step, cosine")
-      ->check(CLI::IsMember({"constant", "step", "cosine"}))
-      ->capture_default_str();
-  train
-      ->add_option("--warmup-epochs", o.warmupEpochs,
-                   "Linear learning-rate warm-up length in epochs (any schedule)")
-      ->check(CLI::Range(0.0, 1e6))
-      ->capture_default_str();
-  train
-      ->add_option("--step-epochs", o.stepEpochs,
-                   "--schedule step: multiply the rate by --gamma every this many epochs")
-      ->check(CLI::Range(0.0, 1e6));
-  train->add_option("--gamma", o.stepGamma, "--schedule step: decay factor")
-      ->check(CLI::Range(0.0, 1.0))
-      ->capture_default_str();
-  train
-      ->add_option("--seed", o.seed,
-                   "Seed of initialization, shuffling, augmentation, dropout, negative samples, "
-                   "synthetic and zipf-mf data")
-      ->capture_default_str();
-  train->add_flag("--augment", o.augment,
-                  "Augment training images: random crop (see --crop-padding) and horizontal flip");
-  train
-      ->add_option("--crop-padding", o.cropPadding,
-                   "--augment: crop from the image padded by this many zero pixels")
-      ->check(CLI::Range(0, 16))
-      ->capture_default_str();
-  train->add_flag("--no-flip", flags->noFlip,
-                  "--augment: no horizontal flips (digits are not symmetric)");
-  train->add_option("--out", o.metricsPath,
-                    "Write metrics as JSON lines (one object per event) to this file");
-  train->add_option("--log-every", o.logEverySteps, "A 'step' metrics event every N steps")
+      ->add_option("--log-every", flags->log_every,
+                   "Sparse models: a 'step' metrics event every N steps (the image models "
+                   "write one every step)")
       ->check(CLI::Range(int64_t{1}, int64_t{1'000'000'000}))
       ->capture_default_str();
-  train->add_option("--save", o.savePath,
-                    "Write a checkpoint to this file after every epoch (atomic replace)");
-  train
-      ->add_option("--resume", o.resumePath,
-                   "Start from this checkpoint (same model flags); continues at its epoch")
-      ->check(CLI::ExistingFile);
-  train->add_flag("--confusion", o.confusion, "Print the test confusion matrix at the end");
   addSparseOptions(*train, flags->sparse);
+  train->get_option("--eval-every")
+      ->description(
+          "Image models: test accuracy every N steps (default: at the end of every epoch); KGE "
+          "models: filtered MRR on the validation triples every N epochs (default 1); 0: only "
+          "at the end")
+      ->default_str("");
   train->callback([flags, train] { runTrain(*train, *flags); });
 }
 

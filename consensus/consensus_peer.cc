@@ -16,7 +16,6 @@
 #include "ml/train.h"
 #include "node/finite.h"
 #include "node/node.h"
-#include "run/peer_settlement.h"
 
 namespace chorus::consensus {
 
@@ -89,10 +88,6 @@ BoardOptions boardOptions(const PeerLayout& layout, const ConsensusOptions& o) {
   return b;
 }
 
-double seconds(Clock::duration d) {
-  return std::chrono::duration<double>(d).count();
-}
-
 std::string idList(const std::vector<NodeId>& ids) {
   return fmt::format("{}", fmt::join(ids, ", "));
 }
@@ -112,28 +107,24 @@ ConsensusPeer::ConsensusPeer(node::Node& node, run::NodeJob job, PeerLayout layo
       board_(boardOptions(layout_, options_)),
       gossip_(job_.model->size()),
       finals_(job_.model->size()),
-      catchups_(job_.model->size()) {
+      catchups_(job_.model->size()),
+      membership_(layout_.self, layout_.members) {
   std::sort(layout_.neighbors.begin(), layout_.neighbors.end());
   node_.setHandler(wire::Body::ModelShare, [this](NodeId from, const wire::Envelope& envelope) {
     onModelShare(from, envelope);
   });
-  node_.setHandler(wire::Body::TrainingDone, [this](NodeId from, const wire::Envelope&) {
-    {
-      std::lock_guard lock(mu_);
-      done_.insert(from);
-    }
-    changed_.notify_all();
-  });
+  node_.setHandler(wire::Body::TrainingDone,
+                   [this](NodeId from, const wire::Envelope&) { membership_.finished(from); });
   node_.setHandler(wire::Body::ModelRequest, [this](NodeId from, const wire::Envelope&) {
     if (!isNeighbor(from)) {
       node_.logger().warn("model request from node {}, which is not a neighbor: ignored", from);
       return;
     }
     {
-      std::lock_guard lock(mu_);
+      auto lock = membership_.lock();
       requests_.insert(from);
     }
-    changed_.notify_all();
+    membership_.notify();
   });
   node_.setEventHandler([this](const node::PeerEvent& event) { onPeerEvent(event); });
 }
@@ -171,7 +162,7 @@ std::optional<std::string> ConsensusPeer::refusalOf(NodeId from, const wire::Mod
       }
       break;
     case wire::SharePurpose::Catchup: {
-      std::lock_guard lock(mu_);
+      auto lock = membership_.lock();
       if (catchup_from_ != from) {
         return fmt::format("catch-up model chunk from node {}, which this node did not ask", from);
       }
@@ -208,7 +199,7 @@ std::optional<std::string> ConsensusPeer::refusalOf(NodeId from, const wire::Mod
 void ConsensusPeer::countHeld() {
   size_t finals = 0;
   {
-    std::lock_guard lock(mu_);
+    auto lock = membership_.lock();
     for (const auto& [id, values] : final_models_)
       finals += values.capacity() * sizeof(float);
     for (const auto& [id, model] : catchup_models_)
@@ -263,14 +254,14 @@ void ConsensusPeer::onModelShare(NodeId from, const wire::Envelope& envelope) {
                           Clock::now());
     } else {
       {
-        std::lock_guard lock(mu_);
+        auto lock = membership_.lock();
         if (share->purpose() == wire::SharePurpose::Final) {
           final_models_[from] = finals_.takeLatest(from);
         } else {
           catchup_models_[from] = {share->round(), catchups_.takeLatest(from)};
         }
       }
-      changed_.notify_all();
+      membership_.notify();
     }
   }
   countHeld();
@@ -288,20 +279,12 @@ void ConsensusPeer::onPeerEvent(const node::PeerEvent& event) {
       // every model that made it to the end).
       finals_.forget(event.peer);
       catchups_.forget(event.peer);
-      {
-        std::lock_guard lock(mu_);
-        down_.insert(event.peer);
-      }
-      changed_.notify_all();
+      membership_.down(event.peer);
       countHeld();
       break;
     case node::PeerEventKind::kUp:
       if (isNeighbor(event.peer)) board_.neighborUp(event.peer);
-      {
-        std::lock_guard lock(mu_);
-        down_.erase(event.peer);
-      }
-      changed_.notify_all();
+      membership_.up(event.peer);
       break;
     default:
       break;
@@ -309,12 +292,8 @@ void ConsensusPeer::onPeerEvent(const node::PeerEvent& event) {
 }
 
 void ConsensusPeer::stop() {
-  {
-    std::lock_guard lock(mu_);
-    stopped_ = true;
-  }
+  membership_.stop();
   board_.stop();
-  changed_.notify_all();
 }
 
 void ConsensusPeer::sendModel(const std::vector<NodeId>& to, Round round, size_t backups,
@@ -342,7 +321,7 @@ void ConsensusPeer::sendModel(const std::vector<NodeId>& to, Round round, size_t
 void ConsensusPeer::answerRequests(Round round) {
   std::vector<NodeId> to;
   {
-    std::lock_guard lock(mu_);
+    auto lock = membership_.lock();
     to.assign(requests_.begin(), requests_.end());
     requests_.clear();
   }
@@ -359,7 +338,7 @@ Round ConsensusPeer::catchUp() {
     if (!std::binary_search(connected.begin(), connected.end(), neighbor)) continue;
     log.info("rejoining: asking node {} for its current model", neighbor);
     {
-      std::lock_guard lock(mu_);
+      auto lock = membership_.lock();
       catchup_from_ = neighbor;
     }
     node::SharedFrame request =
@@ -367,12 +346,12 @@ Round ConsensusPeer::catchUp() {
           return wire::CreateModelRequest(b, b.CreateString("rejoin")).Union();
         });
     node_.send(neighbor, request);
-    std::unique_lock lock(mu_);
-    const bool answered = changed_.wait_for(lock, options_.catchup_timeout, [&] {
-      return stopped_ || catchup_models_.count(neighbor) || down_.count(neighbor);
+    auto lock = membership_.lock();
+    const bool answered = membership_.waitFor(lock, options_.catchup_timeout, [&] {
+      return catchup_models_.count(neighbor) > 0 || membership_.isDownLocked(neighbor);
     });
     catchup_from_.reset();
-    if (stopped_) return 0;
+    if (membership_.stoppedLocked()) return 0;
     auto it = catchup_models_.find(neighbor);
     if (!answered || it == catchup_models_.end()) {
       log.warn("rejoining: node {} {}; trying the next neighbor", neighbor,
@@ -392,342 +371,268 @@ Round ConsensusPeer::catchUp() {
 }
 
 ConsensusReport ConsensusPeer::run() {
-  ConsensusReport report;
-  spdlog::logger& log = node_.logger();
-  ml::Model& model = *job_.model;
-  const ml::DataSplit& data = *job_.data;
-  // A rejoining node keeps its earlier life's lines.
-  ml::MetricsWriter metrics(job_.metrics_path, options_.rejoin);
-  run::ShardBatcher batcher(data.train, job_.shard, job_.batch,
-                            ml::mixSeed(job_.seed, 0xC0 + job_.node_id), job_.augmentation);
-  // Learning rate 0 is pure averaging (no optimizer: it requires a positive rate). The
-  // optimizer steps once per round, so the schedule runs over rounds.
-  std::optional<ml::SgdOptimizer> optimizer;
-  if (job_.lr > 0) optimizer.emplace(job_.sgd, job_.schedule, model.size());
-  faults::StragglerInjector stragglers(job_.stragglers, job_.node_id, job_.seed);
-  const size_t own_degree = layout_.neighbors.size();
-
-  metrics.write(ml::MetricsEvent("start")
-                    .add("mode", "consensus")
-                    .add("node", static_cast<uint64_t>(job_.node_id))
-                    .add("model", model.spec().toString())
-                    .add("parameters", static_cast<uint64_t>(model.size()))
-                    .add("data", data.train.name)
-                    .add("shard_samples", static_cast<uint64_t>(job_.shard.size()))
-                    .add("rounds", job_.rounds)
-                    .add("batch", static_cast<uint64_t>(job_.batch))
-                    .add("lr", job_.lr)
-                    .add("schedule", ml::LrSchedule::kindName(job_.schedule.kind))
-                    .addBool("augment", job_.augmentation.enabled)
-                    .add("seed", job_.seed)
-                    .add("backup", rule_->name())
-                    .add("mixing", options_.mixing)
-                    .add("staleness_bound", options_.staleness_bound)
-                    .add("stragglers", job_.stragglers.text)
-                    .addRaw("neighbors", fmt::format("[{}]", idList(layout_.neighbors))));
-  log.info(
-      "consensus: {} rounds on {} samples, model {} ({} parameters), neighbors [{}], "
-      "backup rule {}, mixing {}, tau {}",
-      job_.rounds, job_.shard.size(), model.spec().toString(), model.size(),
-      idList(layout_.neighbors), rule_->name(), options_.mixing, options_.staleness_bound);
-
-  const Clock::time_point start = Clock::now();
-  std::vector<float> previous_grad;
-  double grad_norm_ema = 0, noise_ema = 0, compute_ema = 0;
-  bool have_noise = false;
-  // The dynamic rule's late credit: per backup worker, how much of a model still got mixed in
-  // (late ones within tau, weighted 1 / (1 + staleness)); EMA, weight 0.1.
-  double late_credit = 0;
-  bool have_late_credit = false;
-  // Per backup worker, its models mixed in anyway and their staleness sum (same EMA): the
-  // dynamic rule's staleness cost of backups.
-  double backup_used = 0, backup_staleness = 0;
-  ml::Matrix batch;
-  std::vector<int32_t> labels;
-  node::PeerStats traffic_before = node_.totals();
-
-  auto evaluateAndLog = [&](Round k, ml::MetricsEvent& event) {
-    ml::Evaluation eval = ml::evaluate(model, data.test);
-    event.add("test_loss", eval.loss).add("test_accuracy", eval.accuracy);
-    if (job_.target_acc > 0 && !report.time_to_target && eval.accuracy >= job_.target_acc) {
-      report.time_to_target = seconds(Clock::now() - start);
-      log.info("round {}: test accuracy {:.2f}% reached the target {:.2f}% after {:.1f} s", k,
-               100 * eval.accuracy, 100 * job_.target_acc, *report.time_to_target);
-      metrics.write(ml::MetricsEvent("target")
-                        .add("round", k)
-                        .add("test_accuracy", eval.accuracy)
-                        .add("seconds", *report.time_to_target));
-    }
-    return eval;
-  };
-
-  const Round first_round = options_.rejoin ? catchUp() : 0;
-  report.first_round = first_round;
-  report.rounds_done = first_round;
-  // The nodes whose models were mixed in last (a divergence right after says whose).
-  std::vector<NodeId> last_mixed;
-  for (Round k = first_round; k < job_.rounds; ++k) {
-    current_round_ = k;
-    const Round previous = report.rounds_done - 1;  // the last round finished
-    // 1. Local step at x_i: y_i = x_i - lr * (momentum-corrected) g_i.
-    const Clock::time_point round_start = Clock::now();
-    batcher.next(batch, labels);
-    const double loss = model.forwardBackward(batch, labels);
-    if (!std::isfinite(loss)) {
-      // Every value from a peer was checked finite on arrival, so the loss went non-finite
-      // here; still, a neighbor's finite but huge model can be the cause: say whose came last.
-      throw std::runtime_error(fmt::format(
-          "training diverged (loss {}) in round {}{}: lower --lr{}", loss, k,
-          last_mixed.empty()
-              ? std::string()
-              : fmt::format(", right after mixing in the model(s) of node(s) {} (checked finite)",
-                            idList(last_mixed)),
-          last_mixed.empty() ? "" : ", or look at those nodes' logs"));
-    }
-    const std::span<const float> grads = model.grads();
-    double norm_sq = 0, diff_sq = 0;
-    for (size_t i = 0; i < grads.size(); ++i)
-      norm_sq += static_cast<double>(grads[i]) * grads[i];
-    if (!previous_grad.empty()) {
-      for (size_t i = 0; i < grads.size(); ++i) {
-        const double d = static_cast<double>(grads[i]) - previous_grad[i];
-        diff_sq += d * d;
-      }
-    }
-    // Two independent minibatch gradients at nearby points differ by about 2 sigma^2 in
-    // expected squared norm, so half the difference estimates the noise (EMA, weight 0.1).
-    grad_norm_ema = k == first_round ? norm_sq : 0.9 * grad_norm_ema + 0.1 * norm_sq;
-    if (!previous_grad.empty()) {
-      noise_ema = have_noise ? 0.9 * noise_ema + 0.1 * diff_sq / 2 : diff_sq / 2;
-      have_noise = true;
-    }
-    previous_grad.assign(grads.begin(), grads.end());
-    double round_lr = 0;
-    if (optimizer) {
-      // The rate of round k, also after skipped rounds or a rejoin.
-      optimizer->setStepCount(k);
-      round_lr = optimizer->currentLr();
-      optimizer->step(model.params(), model.grads());
-    }
-    const Clock::duration compute = Clock::now() - round_start;
-    stragglers.waitAfterStep(std::chrono::duration_cast<std::chrono::nanoseconds>(compute));
-    const double compute_s = seconds(Clock::now() - round_start);
-    compute_ema = k == first_round ? compute_s : 0.8 * compute_ema + 0.2 * compute_s;
-
-    // Iteration skipping: when every neighbor already is at round j >= k + gap (this node is
-    // the last of its neighborhood), it mixes their newest models into y_i and sends that as
-    // its round-j model: the rounds k .. j-1 are skipped (only rounds every neighbor did).
-    std::vector<UsedModel> skip_models;
-    int64_t skipped = 0;
-    double skip_distance = 0;  // of y_i to the models mixed in by the skip, before that mix
-    if (const std::optional<Round> target = board_.skipTarget(k)) {
-      skipped = *target - k;
-      log.info("round {}: every neighbor is at round {} or later; skipping to round {}", k, *target,
-               *target);
-      k = *target;
-      current_round_ = k;
-      skip_models = board_.takeNewest(k);
-      report.skips += 1;
-      report.skipped_rounds += skipped;
-    }
-
-    // 2. Plan, then send (k, y_i) to every neighbor; 3. wait for the fastest of them.
-    RoundObservation obs = board_.observe(compute_ema, grad_norm_ema, noise_ema);
-    obs.late_credit = late_credit;
-    obs.backup_used = backup_used;
-    obs.backup_staleness = backup_staleness;
-    const WaitPlan plan = rule_->plan(obs);
-    report.backups.push_back(plan.backups);
-    if (!skip_models.empty()) {
-      std::vector<size_t> degrees;
-      std::vector<std::span<const float>> others;
-      for (const UsedModel& used : skip_models) {
-        auto d = layout_.degrees.find(used.from);
-        degrees.push_back(d == layout_.degrees.end() ? own_degree : d->second);
-        others.emplace_back(*used.values);
-        skip_distance += squaredDistance(model.params(), *used.values);
-      }
-      mixInto(model.params(), mixingWeights(mixing_, own_degree, degrees), others);
-    }
-    sendModel(layout_.neighbors, k, plan.backups, static_cast<int8_t>(wire::SharePurpose::Gossip));
-    GatherResult got = board_.gather(k, plan, [&](const std::vector<NodeId>& missing) {
-      log.info("round {}: waiting for node{} {}", k, missing.size() == 1 ? "" : "s",
-               idList(missing));
-      if (options_.on_waiting) options_.on_waiting(k, missing);
-    });
-    if (got.stopped) {
-      report.stopped = true;
-      break;
-    }
-    if (got.timed_out) {
-      log.warn("round {}: no models from node(s) {} within {} s; mixing with what arrived", k,
-               idList(got.missing), options_.round_timeout.count() / 1000.0);
-    }
-    report.wait_seconds += got.waited_seconds;
-    if (skipped == 0 && plan.backups > 0) {
-      // What the backups' models were still worth this round: fresh ones beyond the m waited
-      // for count 1, late ones 1 / (1 + staleness).
-      double credit = 0, stale_sum = 0;
-      size_t fresh = 0, late = 0;
-      for (const UsedModel& used : got.models) {
-        if (used.staleness == 0) {
-          ++fresh;
-        } else {
-          ++late;
-          credit += 1.0 / (1.0 + static_cast<double>(used.staleness));
-          stale_sum += static_cast<double>(used.staleness);
-        }
-      }
-      const size_t fresh_extra = fresh - std::min(fresh, plan.wait_for);
-      credit += static_cast<double>(fresh_extra);
-      const double b = static_cast<double>(plan.backups);
-      const double sample = std::clamp(credit / b, 0.0, 1.0);
-      // Per backup; a round that ended short of its plan (time-out) may have mixed late models
-      // of neighbors it waited for: then per model mixed, so that both stay per one model.
-      const double mixed_late = static_cast<double>(fresh_extra + late);
-      const double per = std::max(b, mixed_late);
-      const double used_sample = mixed_late / per;
-      const double stale_sample = stale_sum / per;
-      late_credit = have_late_credit ? 0.9 * late_credit + 0.1 * sample : sample;
-      backup_used = have_late_credit ? 0.9 * backup_used + 0.1 * used_sample : used_sample;
-      backup_staleness =
-          have_late_credit ? 0.9 * backup_staleness + 0.1 * stale_sample : stale_sample;
-      have_late_credit = true;
-    }
-
-    // 4. Mix x_i = w_ii y_i + sum_j w_ij y_j over what arrived.
-    std::vector<size_t> degrees;
-    std::vector<std::span<const float>> others;
-    for (const UsedModel& used : got.models) {
-      auto d = layout_.degrees.find(used.from);
-      degrees.push_back(d == layout_.degrees.end() ? own_degree : d->second);
-      others.emplace_back(*used.values);
-    }
-    // The statistics cover every model mixed in this round, those of a skip included.
-    std::vector<UsedModel> all_used = std::move(skip_models);
-    all_used.insert(all_used.end(), got.models.begin(), got.models.end());
-    double distance = skip_distance, staleness_sum = 0;
-    int64_t staleness_max = 0;
-    for (const UsedModel& used : got.models)
-      distance += squaredDistance(model.params(), *used.values);
-    for (const UsedModel& used : all_used) {
-      staleness_sum += static_cast<double>(used.staleness);
-      staleness_max = std::max(staleness_max, used.staleness);
-    }
-    report.max_staleness = std::max(report.max_staleness, staleness_max);
-    const std::vector<double> weights = mixingWeights(mixing_, own_degree, degrees);
-    mixInto(model.params(), weights, others);
-    report.rounds_done = k + 1;
-
-    // 5. Log the round.
-    const node::PeerStats traffic = node_.totals();
-    const double n_used = static_cast<double>(all_used.size());
-    std::vector<NodeId> used_ids;
-    used_ids.reserve(all_used.size());
-    for (const UsedModel& used : all_used)
-      used_ids.push_back(used.from);
-    last_mixed = used_ids;
-    ml::MetricsEvent event("round");
-    event.add("round", k)
-        .add("loss", loss)
-        .add("lr", round_lr)
-        .add("backups", static_cast<uint64_t>(plan.backups))
-        .add("wait_for", static_cast<uint64_t>(plan.wait_for))
-        .add("used", static_cast<uint64_t>(all_used.size()))
-        .addRaw("used_from", fmt::format("[{}]", idList(used_ids)))
-        .add("live_neighbors", static_cast<uint64_t>(got.live_neighbors))
-        .add("compute_s", compute_s)
-        .add("wait_s", got.waited_seconds)
-        .add("bytes_sent", traffic.bytes_out - traffic_before.bytes_out)
-        .add("bytes_received", traffic.bytes_in - traffic_before.bytes_in)
-        .add("staleness_mean", n_used > 0 ? staleness_sum / n_used : 0.0)
-        .add("staleness_max", staleness_max)
-        .add("consensus_distance", n_used > 0 ? distance / n_used : 0.0)
-        .add("grad_norm_sq", grad_norm_ema)
-        .add("grad_noise", noise_ema)
-        .add("late_credit", late_credit)
-        .add("backup_used", backup_used)
-        .add("backup_staleness", backup_staleness)
-        .add("skipped", skipped)
-        .addBool("timed_out", got.timed_out);
-    traffic_before = traffic;
-    // Every eval_every rounds; a skip may jump over such a round, then it is evaluated now.
-    if (job_.eval_every > 0 && (k + 1) / job_.eval_every > (previous + 1) / job_.eval_every &&
-        k + 1 < job_.rounds) {
-      const ml::Evaluation eval = evaluateAndLog(k, event);
-      log.info("round {}: loss {:.4f}, test accuracy {:.2f}%, b = {}, waited {:.3f} s", k, loss,
-               100 * eval.accuracy, plan.backups, got.waited_seconds);
-    }
-    metrics.write(event);
-    answerRequests(k);
-    if (options_.on_round_end) options_.on_round_end(k);
-  }
-
-  report.seconds = seconds(Clock::now() - start);
-  ml::MetricsEvent last("final");
-  const ml::Evaluation eval = evaluateAndLog(report.rounds_done, last);
-  report.final_loss = eval.loss;
-  report.final_accuracy = eval.accuracy;
-  report.final_model.assign(model.params().begin(), model.params().end());
-  // chorus node prints the result on stdout; the log repeats it only for debugging.
-  log.debug(
-      "final test accuracy {:.2f}% (loss {:.4f}) after {} rounds in {:.1f} s, {:.1f} s of "
-      "it waiting for neighbors",
-      100 * eval.accuracy, eval.loss, report.rounds_done, report.seconds, report.wait_seconds);
-  if (!report.stopped) finish(report);
-  last.add("rounds", report.rounds_done)
-      .add("first_round", report.first_round)
-      .add("seconds", report.seconds)
-      .add("wait_s", report.wait_seconds)
-      .add("skips", report.skips)
-      .add("skipped_rounds", report.skipped_rounds)
-      .add("time_to_target", report.time_to_target ? *report.time_to_target : -1.0)
-      .addRaw("finished_peers", fmt::format("[{}]", idList(report.finished_peers)))
-      .addRaw("departed_peers", fmt::format("[{}]", idList(report.departed_peers)));
-  if (report.average_accuracy) {
-    last.add("average_accuracy", *report.average_accuracy)
-        .add("averaged_models", static_cast<uint64_t>(report.averaged_models));
-  }
-  metrics.write(last);
+  report_ = ConsensusReport{};
+  rounds_ = RoundState{};
+  run::LoopOptions loop;
+  loop.append_metrics = options_.rejoin;  // a rejoining node keeps its earlier life's lines
+  loop.confusion = job_.confusion;
+  const run::LoopReport done = run::runTrainingLoop(job_, *this, node_.logger(), loop);
+  ConsensusReport report = std::move(report_);
+  static_cast<run::LoopReport&>(report) = done;
+  report.first_round = done.first_step;
+  report.rounds_done = done.steps_done;
+  report.final_loss = done.final.loss;
+  report.final_accuracy = done.final.accuracy;
   return report;
 }
 
-void ConsensusPeer::finish(ConsensusReport& report) {
+void ConsensusPeer::describe(ml::MetricsEvent& start) {
+  start.add("backup", rule_->name())
+      .add("mixing", options_.mixing)
+      .add("staleness_bound", options_.staleness_bound)
+      .addRaw("neighbors", fmt::format("[{}]", idList(layout_.neighbors)));
+  node_.logger().info(
+      "consensus: {} rounds on {} samples, model {} ({} parameters), neighbors [{}], "
+      "backup rule {}, mixing {}, tau {}",
+      job_.rounds, job_.shard.size(), job_.model->spec().toString(), job_.model->size(),
+      idList(layout_.neighbors), rule_->name(), options_.mixing, options_.staleness_bound);
+}
+
+int64_t ConsensusPeer::firstStep(ml::MetricsWriter& /*metrics*/) {
+  rounds_.first_round = options_.rejoin ? catchUp() : 0;
+  return rounds_.first_round;
+}
+
+bool ConsensusPeer::finished(int64_t step) const {
+  return step >= job_.rounds;
+}
+
+run::StepExchange ConsensusPeer::beforeGradient(int64_t step) {
+  current_round_ = step;
+  return {};
+}
+
+void ConsensusPeer::afterGradient(int64_t step, const ml::Model& model,
+                                  std::span<const int32_t> /*labels*/) {
+  RoundState& r = rounds_;
+  const std::span<const float> grads = model.grads();
+  double norm_sq = 0, diff_sq = 0;
+  for (size_t i = 0; i < grads.size(); ++i)
+    norm_sq += static_cast<double>(grads[i]) * grads[i];
+  if (!r.previous_grad.empty()) {
+    for (size_t i = 0; i < grads.size(); ++i) {
+      const double d = static_cast<double>(grads[i]) - r.previous_grad[i];
+      diff_sq += d * d;
+    }
+  }
+  // Two independent minibatch gradients at nearby points differ by about 2 sigma^2 in
+  // expected squared norm, so half the difference estimates the noise (EMA, weight 0.1).
+  r.grad_norm_ema = step == r.first_round ? norm_sq : 0.9 * r.grad_norm_ema + 0.1 * norm_sq;
+  if (!r.previous_grad.empty()) {
+    r.noise_ema = r.have_noise ? 0.9 * r.noise_ema + 0.1 * diff_sq / 2 : diff_sq / 2;
+    r.have_noise = true;
+  }
+  r.previous_grad.assign(grads.begin(), grads.end());
+}
+
+std::string ConsensusPeer::divergence(double loss, int64_t step) const {
+  // Every value from a peer was checked finite on arrival, so the loss went non-finite here;
+  // still, a neighbor's finite but huge model can be the cause: say whose came last.
+  const std::vector<NodeId>& last_mixed = rounds_.last_mixed;
+  return fmt::format(
+      "training diverged (loss {}) in round {}{}: lower --lr{}", loss, step,
+      last_mixed.empty()
+          ? std::string()
+          : fmt::format(", right after mixing in the model(s) of node(s) {} (checked finite)",
+                        idList(last_mixed)),
+      last_mixed.empty() ? "" : ", or look at those nodes' logs");
+}
+
+run::StepExchange ConsensusPeer::exchange(int64_t& step, double compute_s) {
+  spdlog::logger& log = node_.logger();
+  RoundState& r = rounds_;
+  ml::Model& model = *job_.model;
+  const size_t own_degree = layout_.neighbors.size();
+  Round k = step;
+  r.compute_ema = k == r.first_round ? compute_s : 0.8 * r.compute_ema + 0.2 * compute_s;
+
+  // Iteration skipping: when every neighbor already is at round j >= k + gap (this node is
+  // the last of its neighborhood), it mixes their newest models into y_i and sends that as
+  // its round-j model: the rounds k .. j-1 are skipped (only rounds every neighbor did).
+  std::vector<UsedModel> skip_models;
+  r.skipped = 0;
+  double skip_distance = 0;  // of y_i to the models mixed in by the skip, before that mix
+  if (const std::optional<Round> target = board_.skipTarget(k)) {
+    r.skipped = *target - k;
+    log.info("round {}: every neighbor is at round {} or later; skipping to round {}", k, *target,
+             *target);
+    k = *target;
+    step = k;
+    current_round_ = k;
+    skip_models = board_.takeNewest(k);
+    report_.skips += 1;
+    report_.skipped_rounds += r.skipped;
+  }
+
+  // 2. Plan, then send (k, y_i) to every neighbor; 3. wait for the fastest of them.
+  RoundObservation obs = board_.observe(r.compute_ema, r.grad_norm_ema, r.noise_ema);
+  obs.late_credit = r.late_credit;
+  obs.backup_used = r.backup_used;
+  obs.backup_staleness = r.backup_staleness;
+  r.plan = rule_->plan(obs);
+  const WaitPlan& plan = r.plan;
+  report_.backups.push_back(plan.backups);
+  if (!skip_models.empty()) {
+    std::vector<size_t> degrees;
+    std::vector<std::span<const float>> others;
+    for (const UsedModel& used : skip_models) {
+      auto d = layout_.degrees.find(used.from);
+      degrees.push_back(d == layout_.degrees.end() ? own_degree : d->second);
+      others.emplace_back(*used.values);
+      skip_distance += squaredDistance(model.params(), *used.values);
+    }
+    mixInto(model.params(), mixingWeights(mixing_, own_degree, degrees), others);
+  }
+  sendModel(layout_.neighbors, k, plan.backups, static_cast<int8_t>(wire::SharePurpose::Gossip));
+  GatherResult got = board_.gather(k, plan, [&](const std::vector<NodeId>& missing) {
+    log.info("round {}: waiting for node{} {}", k, missing.size() == 1 ? "" : "s", idList(missing));
+    if (options_.on_waiting) options_.on_waiting(k, missing);
+  });
+  if (got.stopped) return {.stopped = true};
+  if (got.timed_out) {
+    log.warn("round {}: no models from node(s) {} within {} s; mixing with what arrived", k,
+             idList(got.missing), options_.round_timeout.count() / 1000.0);
+  }
+  if (r.skipped == 0 && plan.backups > 0) {
+    // What the backups' models were still worth this round: fresh ones beyond the m waited
+    // for count 1, late ones 1 / (1 + staleness).
+    double credit = 0, stale_sum = 0;
+    size_t fresh = 0, late = 0;
+    for (const UsedModel& used : got.models) {
+      if (used.staleness == 0) {
+        ++fresh;
+      } else {
+        ++late;
+        credit += 1.0 / (1.0 + static_cast<double>(used.staleness));
+        stale_sum += static_cast<double>(used.staleness);
+      }
+    }
+    const size_t fresh_extra = fresh - std::min(fresh, plan.wait_for);
+    credit += static_cast<double>(fresh_extra);
+    const double b = static_cast<double>(plan.backups);
+    const double sample = std::clamp(credit / b, 0.0, 1.0);
+    // Per backup; a round that ended short of its plan (time-out) may have mixed late models
+    // of neighbors it waited for: then per model mixed, so that both stay per one model.
+    const double mixed_late = static_cast<double>(fresh_extra + late);
+    const double per = std::max(b, mixed_late);
+    const double used_sample = mixed_late / per;
+    const double stale_sample = stale_sum / per;
+    r.late_credit = r.have_late_credit ? 0.9 * r.late_credit + 0.1 * sample : sample;
+    r.backup_used = r.have_late_credit ? 0.9 * r.backup_used + 0.1 * used_sample : used_sample;
+    r.backup_staleness =
+        r.have_late_credit ? 0.9 * r.backup_staleness + 0.1 * stale_sample : stale_sample;
+    r.have_late_credit = true;
+  }
+
+  // 4. Mix x_i = w_ii y_i + sum_j w_ij y_j over what arrived.
+  std::vector<size_t> degrees;
+  std::vector<std::span<const float>> others;
+  for (const UsedModel& used : got.models) {
+    auto d = layout_.degrees.find(used.from);
+    degrees.push_back(d == layout_.degrees.end() ? own_degree : d->second);
+    others.emplace_back(*used.values);
+  }
+  // The statistics cover every model mixed in this round, those of a skip included.
+  std::vector<UsedModel> all_used = std::move(skip_models);
+  all_used.insert(all_used.end(), got.models.begin(), got.models.end());
+  r.distance = skip_distance;
+  r.staleness_sum = 0;
+  r.staleness_max = 0;
+  for (const UsedModel& used : got.models)
+    r.distance += squaredDistance(model.params(), *used.values);
+  for (const UsedModel& used : all_used) {
+    r.staleness_sum += static_cast<double>(used.staleness);
+    r.staleness_max = std::max(r.staleness_max, used.staleness);
+  }
+  report_.max_staleness = std::max(report_.max_staleness, r.staleness_max);
+  mixInto(model.params(), mixingWeights(mixing_, own_degree, degrees), others);
+  r.last_mixed.clear();
+  for (const UsedModel& used : all_used)
+    r.last_mixed.push_back(used.from);
+  r.live_neighbors = got.live_neighbors;
+  r.timed_out = got.timed_out;
+  return {.wait_s = got.waited_seconds};
+}
+
+void ConsensusPeer::describeStep(ml::MetricsEvent& event) {
+  const RoundState& r = rounds_;
+  const double n_used = static_cast<double>(r.last_mixed.size());
+  event.add("backups", static_cast<uint64_t>(r.plan.backups))
+      .add("wait_for", static_cast<uint64_t>(r.plan.wait_for))
+      .add("used", static_cast<uint64_t>(r.last_mixed.size()))
+      .addRaw("used_from", fmt::format("[{}]", idList(r.last_mixed)))
+      .add("live_neighbors", static_cast<uint64_t>(r.live_neighbors))
+      .add("staleness_mean", n_used > 0 ? r.staleness_sum / n_used : 0.0)
+      .add("staleness_max", r.staleness_max)
+      .add("consensus_distance", n_used > 0 ? r.distance / n_used : 0.0)
+      .add("grad_norm_sq", r.grad_norm_ema)
+      .add("grad_noise", r.noise_ema)
+      .add("late_credit", r.late_credit)
+      .add("backup_used", r.backup_used)
+      .add("backup_staleness", r.backup_staleness)
+      .add("skipped", r.skipped)
+      .addBool("timed_out", r.timed_out);
+}
+
+void ConsensusPeer::afterStep(int64_t step, double /*loss*/, const ml::Evaluation* /*evaluated*/) {
+  answerRequests(step);
+  if (options_.on_round_end) options_.on_round_end(step);
+}
+
+run::Traffic ConsensusPeer::traffic() const {
+  const node::PeerStats totals = node_.totals();
+  return {totals.bytes_out, totals.bytes_in};
+}
+
+void ConsensusPeer::ended(const run::LoopReport& /*report*/) {
+  report_.final_model.assign(job_.model->params().begin(), job_.model->params().end());
+}
+
+void ConsensusPeer::finish(int64_t rounds_done, std::vector<uint32_t>& finished,
+                           std::vector<uint32_t>& departed) {
   spdlog::logger& log = node_.logger();
   constexpr NodeId kCollector = 0;
-  std::vector<NodeId> others;
-  for (NodeId m : layout_.members) {
-    if (m != layout_.self) others.push_back(m);
-  }
+  const std::vector<NodeId>& others = membership_.others();
   // The final model goes first: on one connection frames arrive in order, so node 0 has it
   // once it sees this node's TrainingDone.
   if (layout_.self != kCollector &&
       std::find(others.begin(), others.end(), kCollector) != others.end()) {
-    sendModel({kCollector}, report.rounds_done, 0, static_cast<int8_t>(wire::SharePurpose::Final));
+    sendModel({kCollector}, rounds_done, 0, static_cast<int8_t>(wire::SharePurpose::Final));
   }
   node::SharedFrame done =
       node_.encode(wire::Body::TrainingDone, [&](flatbuffers::FlatBufferBuilder& b) {
-        return wire::CreateTrainingDone(b, report.rounds_done).Union();
+        return wire::CreateTrainingDone(b, rounds_done).Union();
       });
   node_.broadcast(others, done);
 
   // Wait until every other member is done or gone, so that nobody leaves while a neighbor may
   // still wait for its models.
-  std::unique_lock lock(mu_);
   run::SettleOptions settle;
   settle.timeout = options_.finish_timeout;
   settle.report_every = options_.report_every;
   // A neighbor that rejoined after this node's last round gets the final model.
   settle.has_work = [&] { return !requests_.empty(); };
-  settle.work = [&] { answerRequests(report.rounds_done - 1); };
-  run::PeerSettlement settled =
-      run::settlePeers(lock, changed_, others, done_, down_, stopped_, settle, log);
-  report.finished_peers = std::move(settled.finished);
-  report.departed_peers = std::move(settled.departed);
-  std::map<NodeId, std::vector<float>> finals = final_models_;
-  lock.unlock();
-  if (!report.departed_peers.empty()) {
-    log.warn("node(s) {} left before the end of training", idList(report.departed_peers));
+  settle.work = [&] { answerRequests(rounds_done - 1); };
+  run::PeerSettlement settled = membership_.settle(settle, log);
+  finished = std::move(settled.finished);
+  departed = std::move(settled.departed);
+  std::map<NodeId, std::vector<float>> finals;
+  {
+    auto lock = membership_.lock();
+    finals = final_models_;
+  }
+  if (!departed.empty()) {
+    log.warn("node(s) {} left before the end of training", idList(departed));
   }
 
   if (layout_.self == kCollector) {
@@ -735,7 +640,7 @@ void ConsensusPeer::finish(ConsensusReport& report) {
     ml::Model& model = *job_.model;
     std::vector<double> sum(model.size());
     for (size_t i = 0; i < sum.size(); ++i)
-      sum[i] = report.final_model[i];
+      sum[i] = report_.final_model[i];
     for (const auto& [id, values] : finals) {
       for (size_t i = 0; i < sum.size(); ++i)
         sum[i] += values[i];
@@ -745,10 +650,18 @@ void ConsensusPeer::finish(ConsensusReport& report) {
     for (size_t i = 0; i < sum.size(); ++i)
       average->params()[i] = static_cast<float>(sum[i] / static_cast<double>(count));
     const ml::Evaluation eval = ml::evaluate(*average, job_.data->test);
-    report.average_accuracy = eval.accuracy;
-    report.averaged_models = count;
+    report_.average_accuracy = eval.accuracy;
+    report_.averaged_models = count;
     log.debug("test accuracy of the average of {} final models: {:.2f}%", count,
               100 * eval.accuracy);
+  }
+}
+
+void ConsensusPeer::describeEnd(ml::MetricsEvent& last) {
+  last.add("skips", report_.skips).add("skipped_rounds", report_.skipped_rounds);
+  if (report_.average_accuracy) {
+    last.add("average_accuracy", *report_.average_accuracy)
+        .add("averaged_models", static_cast<uint64_t>(report_.averaged_models));
   }
 }
 

@@ -22,6 +22,8 @@
 #include "consensus/mixing.h"
 #include "consensus/round_board.h"
 #include "node/refusal_log.h"
+#include "run/membership.h"
+#include "run/training_loop.h"
 #include "run/training_run.h"
 
 namespace CLI {
@@ -85,22 +87,17 @@ struct PeerLayout {
   std::map<NodeId, size_t> degrees;  // every member's topology degree (Metropolis weights)
 };
 
-// What a run achieved.
-struct ConsensusReport {
+// What a run achieved: what every mode reports (run::LoopReport: stopped, seconds, wait time,
+// final evaluation, time to target, who finished or left), and consensus mode's own.
+struct ConsensusReport : run::LoopReport {
   int64_t first_round = 0;    // 0, or where a rejoining node took up the rounds
   int64_t rounds_done = 0;    // the last round finished + 1
   int64_t max_staleness = 0;  // of every neighbor model mixed in
-  bool stopped = false;       // stop() ended it early
-  double seconds = 0;
-  double wait_seconds = 0;  // total time spent in gathers
-  double final_loss = 0;
+  double final_loss = 0;      // of final (the final test evaluation)
   double final_accuracy = 0;
-  std::optional<double> time_to_target;  // seconds until the test accuracy reached target_acc
   // Node 0 only: the accuracy of the average of its own and every final model it received.
   std::optional<double> average_accuracy;
   size_t averaged_models = 0;
-  std::vector<NodeId> finished_peers;  // members that said TrainingDone
-  std::vector<NodeId> departed_peers;  // members that went down or left before that
   std::vector<float> final_model;
   std::vector<size_t> backups;  // b_i of every round run
   int64_t skips = 0;            // how often this node jumped ahead (iteration skipping)
@@ -116,7 +113,9 @@ struct HeldModels {
   uint64_t refused = 0;     // of them refused (logged, rate-limited per peer)
 };
 
-class ConsensusPeer {
+// The rounds themselves run in run::runTrainingLoop; this class is its consensus strategy (send,
+// gather, mix after the local step) and the end-of-run exchange.
+class ConsensusPeer : private run::TrainingStrategy {
  public:
   // Installs the ModelShare / ModelRequest / TrainingDone handlers and the event handler on
   // `node`. The node must be shut down before this object is destroyed (the handlers point at
@@ -134,6 +133,50 @@ class ConsensusPeer {
   HeldModels held() const;
 
  private:
+  // The trainer thread's state across rounds: the backup rule's estimates and what the round
+  // just run mixed in (for its event and a divergence message).
+  struct RoundState {
+    Round first_round = 0;
+    std::vector<float> previous_grad;
+    double grad_norm_ema = 0, noise_ema = 0, compute_ema = 0;
+    bool have_noise = false;
+    // The dynamic rule's late credit: per backup worker, how much of a model still got mixed in
+    // (late ones within tau, weighted 1 / (1 + staleness)); EMA, weight 0.1.
+    double late_credit = 0;
+    bool have_late_credit = false;
+    // Per backup worker, its models mixed in anyway and their staleness sum (same EMA): the
+    // dynamic rule's staleness cost of backups.
+    double backup_used = 0, backup_staleness = 0;
+    WaitPlan plan;
+    int64_t skipped = 0;
+    std::vector<NodeId> last_mixed;  // the nodes whose models were mixed in last
+    size_t live_neighbors = 0;
+    bool timed_out = false;
+    double distance = 0, staleness_sum = 0;
+    int64_t staleness_max = 0;
+  };
+
+  // run::TrainingStrategy: the consensus round around the local step.
+  std::string_view mode() const override { return "consensus"; }
+  std::string_view stepName() const override { return "round"; }
+  void describe(ml::MetricsEvent& start) override;
+  int64_t firstStep(ml::MetricsWriter& metrics) override;
+  bool finished(int64_t step) const override;
+  run::StepExchange beforeGradient(int64_t step) override;
+  void afterGradient(int64_t step, const ml::Model& model,
+                     std::span<const int32_t> labels) override;
+  std::string divergence(double loss, int64_t step) const override;
+  run::StepExchange exchange(int64_t& step, double compute_s) override;
+  void describeStep(ml::MetricsEvent& event) override;
+  void afterStep(int64_t step, double loss, const ml::Evaluation* evaluated) override;
+  run::Traffic traffic() const override;
+  void ended(const run::LoopReport& report) override;
+  // Final model to node 0, TrainingDone to everyone, the wait for the others; node 0 evaluates
+  // the average of the final models.
+  void finish(int64_t rounds_done, std::vector<uint32_t>& finished,
+              std::vector<uint32_t>& departed) override;
+  void describeEnd(ml::MetricsEvent& last) override;
+
   void onModelShare(NodeId from, const wire::Envelope& envelope);
   void onPeerEvent(const node::PeerEvent& event);
   void sendModel(const std::vector<NodeId>& to, Round round, size_t backups, int8_t purpose);
@@ -142,7 +185,6 @@ class ConsensusPeer {
   // Trainer thread: takes a neighbor's current model; returns the first round to run.
   Round catchUp();
   bool isNeighbor(NodeId id) const;
-  void finish(ConsensusReport& report);
   // Loop thread: why a ModelShare cannot be taken (nullopt: it can), checked before any of its
   // values is copied: the sender's role for its purpose, the round, the values' finiteness.
   std::optional<std::string> refusalOf(NodeId from, const wire::ModelShare& share,
@@ -169,16 +211,15 @@ class ConsensusPeer {
   std::atomic<uint64_t> peak_held_bytes_{0};
   std::atomic<uint64_t> chunks_{0};
   std::atomic<uint64_t> refused_chunks_{0};
-  // Shared with the trainer thread: end-of-run bookkeeping.
-  std::mutex mu_;
-  std::condition_variable changed_;
-  bool stopped_ = false;
-  std::set<NodeId> done_;
-  std::set<NodeId> down_;
+  // Who finished or left, and the end-of-run wait. Its lock also guards the state below.
+  run::Membership membership_;
   std::map<NodeId, std::vector<float>> final_models_;
   std::set<NodeId> requests_;           // neighbors waiting for a catch-up model
   std::optional<NodeId> catchup_from_;  // the neighbor asked for a catch-up model, while asked
   std::map<NodeId, ModelAssembler::Complete> catchup_models_;
+  // Trainer thread, during run().
+  RoundState rounds_;
+  ConsensusReport report_;
 };
 
 }  // namespace chorus::consensus

@@ -20,7 +20,6 @@
 #include "node/node.h"
 #include "node/repeated_log.h"
 #include "run/cli_checks.h"
-#include "run/peer_settlement.h"
 
 namespace chorus::ps {
 
@@ -95,7 +94,8 @@ PsPeer::PsPeer(node::Node& node, run::NodeJob job, std::vector<NodeId> members, 
       options_(std::move(options)),
       staleness_((validatePsOptions(options_), Staleness::parse(options_.staleness))),
       map_(members_),
-      layout_(job_.model->size(), options_.key_floats) {
+      layout_(job_.model->size(), options_.key_floats),
+      membership_(node.id(), members_) {
   std::sort(members_.begin(), members_.end());
   cluster_budget_ =
       staleness_.infinite() && parseAsyncRounds(options_.async_rounds) == AsyncRounds::kCluster;
@@ -129,7 +129,7 @@ PsPeer::PsPeer(node::Node& node, run::NodeJob job, std::vector<NodeId> members, 
         node_.id(), worker, clock);
     node_.logger().error("{}", error);
     {
-      std::lock_guard lock(mu_);
+      auto lock = membership_.lock();
       running_job_error_ = error;
     }
     stop();
@@ -155,26 +155,20 @@ PsPeer::PsPeer(node::Node& node, run::NodeJob job, std::vector<NodeId> members, 
   });
   node_.setHandler(wire::Body::TrainingDone, [this](NodeId from, const wire::Envelope&) {
     server_->workerFinished(from);
-    {
-      std::lock_guard lock(mu_);
-      done_.insert(from);
-    }
-    changed_.notify_all();
+    membership_.finished(from);
+    tickNow();
   });
   node_.setEventHandler([this](const node::PeerEvent& event) {
     server_->onPeerEvent(event);
     worker_->onPeerEvent(event);
     if (event.kind == node::PeerEventKind::kDown || event.kind == node::PeerEventKind::kLeft) {
-      {
-        std::lock_guard lock(mu_);
-        down_.insert(event.peer);
-      }
-      changed_.notify_all();
+      membership_.down(event.peer);
+      tickNow();
     } else if (event.kind == node::PeerEventKind::kUp) {
+      membership_.up(event.peer);
       node::SharedFrame done;
       {
-        std::lock_guard lock(mu_);
-        down_.erase(event.peer);
+        auto lock = membership_.lock();
         done = done_frame_;
       }
       if (done) node_.send(event.peer, done);
@@ -182,9 +176,9 @@ PsPeer::PsPeer(node::Node& node, run::NodeJob job, std::vector<NodeId> members, 
   });
   // The owner's time-outs and waiting reports run on the loop thread; this thread only rings.
   ticker_ = std::thread([this] {
-    std::unique_lock lock(mu_);
+    std::unique_lock lock(ticker_mu_);
     while (!closing_) {
-      changed_.wait_for(lock, options_.tick_every);
+      ticker_cv_.wait_for(lock, options_.tick_every);
       if (closing_) break;
       lock.unlock();
       node_.post([this] { server_->tick(SteadyClock::now()); });
@@ -193,238 +187,190 @@ PsPeer::PsPeer(node::Node& node, run::NodeJob job, std::vector<NodeId> members, 
   });
 }
 
+void PsPeer::tickNow() {
+  ticker_cv_.notify_all();
+}
+
 PsPeer::~PsPeer() {
   {
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(ticker_mu_);
     closing_ = true;
   }
-  changed_.notify_all();
+  ticker_cv_.notify_all();
   ticker_.join();
 }
 
 void PsPeer::stop() {
-  {
-    std::lock_guard lock(mu_);
-    stopped_ = true;
-  }
-  changed_.notify_all();
+  membership_.stop();
+  tickNow();
   worker_->cancelAll({node::ErrorCode::kShutdown, "stopped"});
 }
 
 PsReport PsPeer::run() {
-  PsReport report;
-  spdlog::logger& log = node_.logger();
-  ml::Model& model = *job_.model;
-  const ml::DataSplit& data = *job_.data;
-  // A rejoining node keeps its earlier life's lines.
-  ml::MetricsWriter metrics(job_.metrics_path, options_.rejoin);
-  run::ShardBatcher batcher(data.train, job_.shard, job_.batch,
-                            ml::mixSeed(job_.seed, 0xC0 + job_.node_id), job_.augmentation);
-  faults::StragglerInjector stragglers(job_.stragglers, job_.node_id, job_.seed);
-  std::vector<Key> keys(layout_.numKeys());
-  std::iota(keys.begin(), keys.end(), Key{0});
-  const std::span<float> params = model.params();
-  const size_t owned = server_->store().ownedKeys().size();
-  auto is_stopped = [this] {
-    std::lock_guard lock(mu_);
-    return stopped_;
-  };
+  report_ = PsReport{};
+  clocks_ = ClockState{};
+  clocks_.keys.resize(layout_.numKeys());
+  std::iota(clocks_.keys.begin(), clocks_.keys.end(), Key{0});
+  clocks_.stats_before = worker_->stats();
+  // An owner lost for good fails one push per clock for the rest of the run: one line, then
+  // counts.
+  clocks_.lost_pushes =
+      std::make_unique<node::RepeatedLog>(node_.logger(), spdlog::level::warn, "a push was lost");
+  run::LoopOptions loop;
+  loop.append_metrics = options_.rejoin;  // a rejoining node keeps its earlier life's lines
+  loop.confusion = job_.confusion;
+  const run::LoopReport done = run::runTrainingLoop(job_, *this, node_.logger(), loop);
+  clocks_.lost_pushes.reset();
+  PsReport report = std::move(report_);
+  static_cast<run::LoopReport&>(report) = done;
+  report.clocks_done = done.steps_done;
+  report.final_loss = done.final.loss;
+  report.final_accuracy = done.final.accuracy;
+  return report;
+}
 
-  metrics.write(ml::MetricsEvent("start")
-                    .add("mode", "ps")
-                    .add("node", static_cast<uint64_t>(job_.node_id))
-                    .add("model", model.spec().toString())
-                    .add("parameters", static_cast<uint64_t>(model.size()))
-                    .add("data", data.train.name)
-                    .add("shard_samples", static_cast<uint64_t>(job_.shard.size()))
-                    .add("rounds", job_.rounds)
-                    .add("batch", static_cast<uint64_t>(job_.batch))
-                    .add("lr", job_.lr)
-                    .add("schedule", ml::LrSchedule::kindName(job_.schedule.kind))
-                    .addBool("augment", job_.augmentation.enabled)
-                    .add("seed", job_.seed)
-                    .add("staleness", staleness_.toString())
-                    .add("key_floats", static_cast<uint64_t>(layout_.chunk()))
-                    .add("owner_momentum", options_.owner_momentum)
-                    .add("async_rounds", staleness_.infinite() ? options_.async_rounds : "")
-                    .add("keys", static_cast<uint64_t>(layout_.numKeys()))
-                    .add("owned_keys", static_cast<uint64_t>(owned))
-                    .addBool("cache", options_.cache && !staleness_.infinite())
-                    .add("stragglers", job_.stragglers.text)
-                    .add("workers", static_cast<uint64_t>(members_.size())));
+void PsPeer::describe(ml::MetricsEvent& start) {
+  const size_t owned = server_->store().ownedKeys().size();
+  start.add("staleness", staleness_.toString())
+      .add("key_floats", static_cast<uint64_t>(layout_.chunk()))
+      .add("owner_momentum", options_.owner_momentum)
+      .add("async_rounds", staleness_.infinite() ? options_.async_rounds : "")
+      .add("keys", static_cast<uint64_t>(layout_.numKeys()))
+      .add("owned_keys", static_cast<uint64_t>(owned))
+      .addBool("cache", options_.cache && !staleness_.infinite())
+      .add("workers", static_cast<uint64_t>(members_.size()));
   const std::string clocks =
       cluster_budget_
           ? fmt::format("{} clocks across the cluster ({} per worker on average)",
                         job_.rounds * static_cast<int64_t>(members_.size()), job_.rounds)
           : fmt::format("{} clocks", job_.rounds);
-  log.info(
+  node_.logger().info(
       "ps: {} on {} samples, model {} ({} parameters in {} keys of {} floats, {} owned here), "
       "staleness {}, {} workers",
-      clocks, job_.shard.size(), model.spec().toString(), model.size(), layout_.numKeys(),
-      layout_.chunk(), owned, staleness_.toString(), members_.size());
+      clocks, job_.shard.size(), job_.model->spec().toString(), job_.model->size(),
+      layout_.numKeys(), layout_.chunk(), owned, staleness_.toString(), members_.size());
+}
 
-  const Clock first_clock = options_.rejoin ? catchUp(report) : 0;
-  report.first_clock = first_clock;
-  if (report.rejoined_from) {
+int64_t PsPeer::firstStep(ml::MetricsWriter& metrics) {
+  const Clock first_clock = options_.rejoin ? catchUp(report_) : 0;
+  report_.first_clock = first_clock;
+  if (report_.rejoined_from) {
     metrics.write(ml::MetricsEvent("rejoin")
-                      .add("from", static_cast<uint64_t>(*report.rejoined_from))
+                      .add("from", static_cast<uint64_t>(*report_.rejoined_from))
                       .add("clock", first_clock)
-                      .add("read_clock", report.rejoin_read_clock));
+                      .add("read_clock", report_.rejoin_read_clock));
   }
-  const SteadyClock::time_point start = SteadyClock::now();
-  ml::Matrix batch;
-  std::vector<int32_t> labels;
-  node::PeerStats traffic_before = node_.totals();
-  WorkerStats stats_before = worker_->stats();
-  std::optional<KvWorker::Handle> pending_push;
-  std::string last_pull_error;
-  // An owner lost for good fails one push per clock for the rest of the run: one line, then
-  // counts.
-  node::RepeatedLog lost_pushes(log, spdlog::level::warn, "a push was lost");
-  auto settlePush = [&] {
-    if (!pending_push) return;
-    const node::Status status = worker_->wait(*pending_push);
-    pending_push.reset();
-    if (!status.ok() && status.code() != node::ErrorCode::kShutdown) {
-      ++report.failed_pushes;
-      lost_pushes.add(status.message());
-    }
-  };
-  auto evaluateAndLog = [&](Clock c, ml::MetricsEvent& event, ml::Model& m) {
-    ml::Evaluation eval = ml::evaluate(m, data.test);
-    event.add("test_loss", eval.loss).add("test_accuracy", eval.accuracy);
-    if (job_.target_acc > 0 && !report.time_to_target && eval.accuracy >= job_.target_acc) {
-      report.time_to_target = seconds(SteadyClock::now() - start);
-      log.info("clock {}: test accuracy {:.2f}% reached the target {:.2f}% after {:.1f} s", c,
-               100 * eval.accuracy, 100 * job_.target_acc, *report.time_to_target);
-      metrics.write(ml::MetricsEvent("target")
-                        .add("clock", c)
-                        .add("test_accuracy", eval.accuracy)
-                        .add("seconds", *report.time_to_target));
-    }
-    return eval;
-  };
+  return first_clock;
+}
 
-  const Clock workers = static_cast<Clock>(members_.size());
+bool PsPeer::finished(int64_t clock) const {
+  return cluster_budget_ ? budgetReached(clock) : clock >= job_.rounds;
+}
+
+double PsPeer::remoteLr(int64_t clock) const {
   // The clock of the learning-rate schedule: the cluster's progress under a cluster budget.
-  auto scheduleClock = [&](Clock c) {
-    return cluster_budget_ ? (server_->othersClockTotal(node_.id()) + c) / workers : c;
-  };
-  for (Clock c = first_clock; cluster_budget_ ? !budgetReached(c) : c < job_.rounds; ++c) {
-    // 1. Read the model (from the cache when fresh enough, else from the owners).
-    const SteadyClock::time_point clock_start = SteadyClock::now();
-    const node::Status pulled = worker_->wait(worker_->pull(keys, params));
-    const double wait_s = seconds(SteadyClock::now() - clock_start);
-    report.wait_seconds += wait_s;
-    if (is_stopped()) {
-      report.stopped = true;
-      break;
-    }
-    if (!pulled.ok()) {
-      ++report.failed_pulls;
-      if (pulled.message() != last_pull_error) {
-        log.warn("clock {}: {}; training on with the last values of those keys", c,
-                 pulled.message());
-        last_pull_error = pulled.message();
-      }
-    }
-    // 2. Gradient of a minibatch of this node's shard, then the straggler's extra time.
-    const SteadyClock::time_point compute_start = SteadyClock::now();
-    batcher.next(batch, labels);
-    const double loss = model.forwardBackward(batch, labels);
-    if (!std::isfinite(loss)) {
-      // Every value from a peer is checked finite when it arrives; a refused one is named here,
-      // since its keys may have kept what came (docs/errors.md).
-      throw std::runtime_error(fmt::format(
-          "training diverged (loss {}) at clock {}{}", loss, c,
-          last_pull_error.empty()
-              ? std::string(": lower --lr (the parameters read this clock were all finite)")
-              : fmt::format(" after a read failed ({}): look at that node before lowering --lr",
-                            last_pull_error)));
-    }
-    stragglers.waitAfterStep(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now() - compute_start));
-    const double compute_s = seconds(SteadyClock::now() - compute_start);
-    // 3. Push the gradient (at most one push in flight), 4. end the clock.
-    settlePush();
-    pending_push = worker_->push(keys, model.grads());
-    worker_->clock();
-    report.clocks_done = c + 1;
+  const Clock workers = static_cast<Clock>(members_.size());
+  return job_.schedule.at(
+      cluster_budget_ ? (server_->othersClockTotal(node_.id()) + clock) / workers : clock);
+}
 
-    const node::PeerStats traffic = node_.totals();
-    const WorkerStats stats = worker_->stats();
-    const uint64_t hits = stats.cache_hits - stats_before.cache_hits;
-    const uint64_t misses = stats.cache_misses - stats_before.cache_misses;
-    ml::MetricsEvent event("clock");
-    event.add("clock", c)
-        .add("loss", loss)
-        .add("lr", job_.schedule.at(scheduleClock(c)))
-        .add("compute_s", compute_s)
-        .add("wait_s", wait_s)
-        .add("bytes_sent", traffic.bytes_out - traffic_before.bytes_out)
-        .add("bytes_received", traffic.bytes_in - traffic_before.bytes_in)
-        .add("cache_hit_rate", hits + misses > 0
-                                   ? static_cast<double>(hits) / static_cast<double>(hits + misses)
-                                   : 0.0)
-        .add("keys_local", stats.keys_local - stats_before.keys_local)
-        .add("keys_remote", stats.keys_remote - stats_before.keys_remote);
-    traffic_before = traffic;
-    stats_before = stats;
-    const bool last = cluster_budget_ ? budgetReached(c + 1) : c + 1 >= job_.rounds;
-    if (job_.eval_every > 0 && (c + 1) % job_.eval_every == 0 && !last) {
-      // The parameters as this worker read them for this clock.
-      const ml::Evaluation eval = evaluateAndLog(c, event, model);
-      log.info("clock {}: loss {:.4f}, test accuracy {:.2f}%, waited {:.3f} s", c, loss,
-               100 * eval.accuracy, wait_s);
-    }
-    metrics.write(event);
-    if (options_.on_clock_end) options_.on_clock_end(c, params);
+run::StepExchange PsPeer::beforeGradient(int64_t c) {
+  // 1. Read the model (from the cache when fresh enough, else from the owners).
+  const SteadyClock::time_point start = SteadyClock::now();
+  const node::Status pulled = worker_->wait(worker_->pull(clocks_.keys, job_.model->params()));
+  run::StepExchange read{.wait_s = seconds(SteadyClock::now() - start)};
+  if (membership_.stopped()) {
+    read.stopped = true;
+    return read;
   }
+  if (!pulled.ok()) {
+    ++report_.failed_pulls;
+    if (pulled.message() != clocks_.last_pull_error) {
+      node_.logger().warn("clock {}: {}; training on with the last values of those keys", c,
+                          pulled.message());
+      clocks_.last_pull_error = pulled.message();
+    }
+  }
+  return read;
+}
+
+std::string PsPeer::divergence(double loss, int64_t c) const {
+  // Every value from a peer is checked finite when it arrives; a refused one is named here,
+  // since its keys may have kept what came (docs/errors.md).
+  return fmt::format(
+      "training diverged (loss {}) at clock {}{}", loss, c,
+      clocks_.last_pull_error.empty()
+          ? std::string(": lower --lr (the parameters read this clock were all finite)")
+          : fmt::format(" after a read failed ({}): look at that node before lowering --lr",
+                        clocks_.last_pull_error));
+}
+
+void PsPeer::settlePush() {
+  if (!clocks_.pending_push) return;
+  const node::Status status = worker_->wait(*clocks_.pending_push);
+  clocks_.pending_push.reset();
+  if (!status.ok() && status.code() != node::ErrorCode::kShutdown) {
+    ++report_.failed_pushes;
+    clocks_.lost_pushes->add(status.message());
+  }
+}
+
+run::StepExchange PsPeer::exchange(int64_t& /*clock*/, double /*compute_s*/) {
+  // 3. Push the gradient (at most one push in flight), 4. end the clock.
   settlePush();
-  {
-    std::lock_guard lock(mu_);
-    if (!running_job_error_.empty()) throw std::runtime_error(running_job_error_);
-  }
+  clocks_.pending_push = worker_->push(clocks_.keys, job_.model->grads());
+  worker_->clock();
+  return {};
+}
 
-  report.seconds = seconds(SteadyClock::now() - start);
-  ml::MetricsEvent last("final");
-  const ml::Evaluation eval = evaluateAndLog(report.clocks_done, last, model);
-  report.final_loss = eval.loss;
-  report.final_accuracy = eval.accuracy;
-  // chorus node prints the result on stdout; the log repeats it only for debugging.
-  log.debug(
-      "final test accuracy {:.2f}% (loss {:.4f}, this worker's last read) after {} clocks in "
-      "{:.1f} s, {:.1f} s of it waiting for reads",
-      100 * eval.accuracy, eval.loss, report.clocks_done, report.seconds, report.wait_seconds);
-  if (!report.stopped) finish(report);
-  report.worker = worker_->stats();
-  report.server = server_->summary();
-  const uint64_t reads = report.worker.cache_hits + report.worker.cache_misses;
-  last.add("clocks", report.clocks_done)
-      .add("first_clock", report.first_clock)
-      .add("seconds", report.seconds)
-      .add("wait_s", report.wait_seconds)
-      .add("time_to_target", report.time_to_target ? *report.time_to_target : -1.0)
+void PsPeer::describeStep(ml::MetricsEvent& event) {
+  const WorkerStats stats = worker_->stats();
+  const WorkerStats& before = clocks_.stats_before;
+  const uint64_t hits = stats.cache_hits - before.cache_hits;
+  const uint64_t misses = stats.cache_misses - before.cache_misses;
+  event
       .add("cache_hit_rate",
-           reads > 0 ? static_cast<double>(report.worker.cache_hits) / static_cast<double>(reads)
-                     : 0.0)
-      .add("keys_local", report.worker.keys_local)
-      .add("keys_remote", report.worker.keys_remote)
-      .add("failed_pulls", report.failed_pulls)
-      .add("failed_pushes", report.failed_pushes)
-      .addRaw("finished_peers", fmt::format("[{}]", fmt::join(report.finished_peers, ",")))
-      .addRaw("departed_peers", fmt::format("[{}]", fmt::join(report.departed_peers, ",")));
+           hits + misses > 0 ? static_cast<double>(hits) / static_cast<double>(hits + misses) : 0.0)
+      .add("keys_local", stats.keys_local - before.keys_local)
+      .add("keys_remote", stats.keys_remote - before.keys_remote);
+  clocks_.stats_before = stats;
+}
+
+void PsPeer::afterStep(int64_t clock, double /*loss*/, const ml::Evaluation* /*evaluated*/) {
+  if (options_.on_clock_end) options_.on_clock_end(clock, job_.model->params());
+}
+
+void PsPeer::afterLastStep() {
+  settlePush();
+  auto lock = membership_.lock();
+  if (!running_job_error_.empty()) throw std::runtime_error(running_job_error_);
+}
+
+run::Traffic PsPeer::traffic() const {
+  const node::PeerStats totals = node_.totals();
+  return {totals.bytes_out, totals.bytes_in};
+}
+
+void PsPeer::describeEnd(ml::MetricsEvent& last) {
+  report_.worker = worker_->stats();
+  report_.server = server_->summary();
+  const WorkerStats& worker = report_.worker;
+  const uint64_t reads = worker.cache_hits + worker.cache_misses;
+  last.add("cache_hit_rate",
+           reads > 0 ? static_cast<double>(worker.cache_hits) / static_cast<double>(reads) : 0.0)
+      .add("keys_local", worker.keys_local)
+      .add("keys_remote", worker.keys_remote)
+      .add("failed_pulls", report_.failed_pulls)
+      .add("failed_pushes", report_.failed_pushes);
   std::vector<std::string> lost;
-  for (const auto& [worker, at] : report.server.excluded)
-    lost.push_back(fmt::format("{{\"node\":{},\"from_clock\":{}}}", worker, at));
-  for (const ServerSummary::SkippedClocks& gap : report.server.skipped) {
+  for (const auto& [node, at] : report_.server.excluded)
+    lost.push_back(fmt::format("{{\"node\":{},\"from_clock\":{}}}", node, at));
+  for (const ServerSummary::SkippedClocks& gap : report_.server.skipped) {
     lost.push_back(fmt::format("{{\"node\":{},\"from_clock\":{},\"to_clock\":{}}}", gap.worker,
                                gap.from, gap.to));
   }
   last.addRaw("lost_updates", fmt::format("[{}]", fmt::join(lost, ",")));
-  if (report.owner_accuracy) last.add("owner_accuracy", *report.owner_accuracy);
-  metrics.write(last);
-  return report;
+  if (report_.owner_accuracy) last.add("owner_accuracy", *report_.owner_accuracy);
 }
 
 std::vector<NodeId> freshestFirst(std::vector<std::pair<NodeId, Clock>> reads) {
@@ -455,9 +401,9 @@ Clock PsPeer::catchUp(PsReport& report) {
   // straggler's can be many clocks older), and only their answers tell which is freshest.
   std::vector<NodeId> asked;
   {
-    std::lock_guard lock(mu_);
-    for (NodeId helper : members_) {
-      if (helper != self && down_.count(helper) == 0) asked.push_back(helper);
+    auto lock = membership_.lock();
+    for (NodeId helper : membership_.others()) {
+      if (!membership_.isDownLocked(helper)) asked.push_back(helper);
     }
     catchup_asked_ = std::set<NodeId>(asked.begin(), asked.end());
     catchup_answers_.clear();
@@ -474,18 +420,19 @@ Clock PsPeer::catchUp(PsReport& report) {
   std::set<NodeId> gone;
   bool answered_all = true;
   {
-    std::unique_lock lock(mu_);
-    answered_all = changed_.wait_for(lock, options_.rejoin_timeout, [&] {
-      if (stopped_) return true;
+    auto lock = membership_.lock();
+    answered_all = membership_.waitFor(lock, options_.rejoin_timeout, [&] {
       for (NodeId helper : asked) {
-        if (catchup_answers_.count(helper) == 0 && down_.count(helper) == 0) return false;
+        if (catchup_answers_.count(helper) == 0 && !membership_.isDownLocked(helper)) return false;
       }
       return true;
     });
     answers = std::move(catchup_answers_);
     catchup_answers_.clear();
     catchup_asked_.clear();
-    gone = down_;
+    for (NodeId helper : asked) {
+      if (membership_.isDownLocked(helper)) gone.insert(helper);
+    }
   }
   std::vector<std::pair<NodeId, Clock>> reads;
   for (NodeId helper : asked) {
@@ -623,7 +570,7 @@ void PsPeer::onCatchupReply(NodeId from, const wire::PsCatchupReply& reply) {
     }
   }
   {
-    std::lock_guard lock(mu_);
+    auto lock = membership_.lock();
     if (catchup_asked_.count(from) == 0 || catchup_answers_.count(from) > 0) {
       node_.logger().warn(
           "dropped a PsCatchupReply from node {}, which was not asked (or answered after the "
@@ -633,7 +580,7 @@ void PsPeer::onCatchupReply(NodeId from, const wire::PsCatchupReply& reply) {
     }
     catchup_answers_[from] = std::move(catchup);
   }
-  changed_.notify_all();
+  membership_.notify();
 }
 
 bool PsPeer::budgetReached(Clock own_clocks) const {
@@ -641,45 +588,42 @@ bool PsPeer::budgetReached(Clock own_clocks) const {
          job_.rounds * static_cast<Clock>(members_.size());
 }
 
-void PsPeer::finish(PsReport& report) {
+void PsPeer::finish(int64_t clocks_done, std::vector<uint32_t>& finished,
+                    std::vector<uint32_t>& departed) {
   constexpr NodeId kReporter = 0;
-  const NodeId self = node_.id();
-  std::vector<NodeId> others;
-  for (NodeId m : members_) {
-    if (m != self) others.push_back(m);
-  }
-  if (self == kReporter) {
+  const std::vector<NodeId>& others = membership_.others();
+  if (node_.id() == kReporter) {
     if (cluster_budget_) {
       // Workers end at different clocks, so no clock marks "every update is in". A worker says
       // TrainingDone only after its last push was acknowledged, and asynchronous owners apply a
       // push before acknowledging it: once every other worker is done (or gone), all are in.
-      settle(report, others);
-      readOwnersModel(report, 0);
+      settle(finished, departed);
+      readOwnersModel(0);
     } else {
       // Every worker's last update (or its exclusion) is in before this read is answered.
-      readOwnersModel(report, job_.rounds);
+      readOwnersModel(job_.rounds);
     }
   }
   node::SharedFrame done =
       node_.encode(wire::Body::TrainingDone, [&](flatbuffers::FlatBufferBuilder& b) {
-        return wire::CreateTrainingDone(b, report.clocks_done).Union();
+        return wire::CreateTrainingDone(b, clocks_done).Union();
       });
   {
-    std::lock_guard lock(mu_);
+    auto lock = membership_.lock();
     done_frame_ = done;
   }
   node_.broadcast(others, done);
   // Everyone keeps serving its keys until every other member is done or gone.
-  settle(report, others);
-  if (!report.departed_peers.empty()) {
+  settle(finished, departed);
+  if (!departed.empty()) {
     node_.logger().warn(
         "node(s) {} left before the end of training; the keys they owned stayed at their "
         "last values on the other workers",
-        fmt::join(report.departed_peers, ", "));
+        fmt::join(departed, ", "));
   }
 }
 
-void PsPeer::readOwnersModel(PsReport& report, Clock min_clock) {
+void PsPeer::readOwnersModel(Clock min_clock) {
   spdlog::logger& log = node_.logger();
   ml::Model& model = *job_.model;
   std::unique_ptr<ml::Model> owners = model.clone();
@@ -706,21 +650,18 @@ void PsPeer::readOwnersModel(PsReport& report, Clock min_clock) {
         status.message());
   }
   const ml::Evaluation eval = ml::evaluate(*owners, job_.data->test);
-  report.owner_accuracy = eval.accuracy;
-  report.owner_model.assign(owners->params().begin(), owners->params().end());
+  report_.owner_accuracy = eval.accuracy;
+  report_.owner_model.assign(owners->params().begin(), owners->params().end());
   log.debug("test accuracy of the model as held by the owners: {:.2f}%", 100 * eval.accuracy);
 }
 
-void PsPeer::settle(PsReport& report, const std::vector<NodeId>& others) {
-  std::unique_lock lock(mu_);
+void PsPeer::settle(std::vector<uint32_t>& finished, std::vector<uint32_t>& departed) {
   run::SettleOptions options;
   options.timeout = options_.finish_timeout;
   options.report_every = options_.report_every;
-  run::PeerSettlement settled =
-      run::settlePeers(lock, changed_, others, done_, down_, stopped_, options, node_.logger());
-  lock.unlock();
-  report.finished_peers = std::move(settled.finished);
-  report.departed_peers = std::move(settled.departed);
+  run::PeerSettlement settled = membership_.settle(options, node_.logger());
+  finished = std::move(settled.finished);
+  departed = std::move(settled.departed);
 }
 
 }  // namespace chorus::ps

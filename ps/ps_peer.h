@@ -18,8 +18,11 @@
 #include <thread>
 #include <vector>
 
+#include "node/repeated_log.h"
 #include "ps/kv_server.h"
 #include "ps/kv_worker.h"
+#include "run/membership.h"
+#include "run/training_loop.h"
 #include "run/training_run.h"
 
 namespace CLI {
@@ -78,25 +81,21 @@ void addPsOptions(CLI::App& cmd, PsOptions& options);
 // Throws std::invalid_argument naming the flag.
 void validatePsOptions(const PsOptions& options);
 
-// What a run achieved.
-struct PsReport {
+// What a run achieved: what every mode reports (run::LoopReport: stopped, seconds, wait time
+// for reads, final evaluation of this worker's last read, time to target, who finished or
+// left), and PS mode's own.
+struct PsReport : run::LoopReport {
   int64_t clocks_done = 0;
-  bool stopped = false;
-  double seconds = 0;
-  double wait_seconds = 0;  // time spent waiting for pulls
-  double final_loss = 0;
-  double final_accuracy = 0;  // of this worker's last view of the model
-  std::optional<double> time_to_target;
+  double final_loss = 0;  // of final (this worker's last view of the model)
+  double final_accuracy = 0;
   // Node 0: the test accuracy of the model as held by the owners after every worker's last
   // clock (or its exclusion), and that model.
   std::optional<double> owner_accuracy;
   std::vector<float> owner_model;
   WorkerStats worker;
   ServerSummary server;
-  uint64_t failed_pulls = 0;   // pulls that an owner could not answer (it was down)
-  uint64_t failed_pushes = 0;  // pushes lost to an owner that was down
-  std::vector<NodeId> finished_peers;
-  std::vector<NodeId> departed_peers;
+  uint64_t failed_pulls = 0;            // pulls that an owner could not answer (it was down)
+  uint64_t failed_pushes = 0;           // pushes lost to an owner that was down
   Clock first_clock = 0;                // the clock this run started at (> 0 after a rejoin)
   std::optional<NodeId> rejoined_from;  // the node whose last read restored this node's keys
   // How fresh those keys were: every update from clocks below this was in them (-1: unknown).
@@ -113,7 +112,9 @@ std::vector<NodeId> freshestFirst(std::vector<std::pair<NodeId, Clock>> reads);
 // views (one list per catch-up answer) heard of; 0 when none did.
 Clock lastClockHeard(NodeId self, const std::vector<std::vector<WorkerView>>& views);
 
-class PsPeer {
+// The clocks themselves run in run::runTrainingLoop; this class is its PS strategy (read the
+// model before the gradient, push it after), the owner side and the end-of-run barrier.
+class PsPeer : private run::TrainingStrategy {
  public:
   // Installs the PS handlers and the event handler on `node`; the node must be shut down
   // before this object is destroyed, and destroyed after it (a ticker thread posts to the node
@@ -133,7 +134,41 @@ class PsPeer {
   const ShardMap& shardMap() const { return map_; }
 
  private:
-  void finish(PsReport& report);
+  // The trainer thread's state across clocks.
+  struct ClockState {
+    std::vector<Key> keys;  // every key: each clock reads the whole model
+    std::optional<KvWorker::Handle> pending_push;
+    std::string last_pull_error;
+    WorkerStats stats_before;  // at the previous clock's event
+    std::unique_ptr<node::RepeatedLog> lost_pushes;
+  };
+
+  // run::TrainingStrategy: the PS clock around the local gradient.
+  std::string_view mode() const override { return "ps"; }
+  std::string_view stepName() const override { return "clock"; }
+  bool stepsLocally() const override { return false; }
+  double remoteLr(int64_t clock) const override;
+  void describe(ml::MetricsEvent& start) override;
+  int64_t firstStep(ml::MetricsWriter& metrics) override;
+  bool finished(int64_t clock) const override;
+  run::StepExchange beforeGradient(int64_t clock) override;
+  std::string divergence(double loss, int64_t clock) const override;
+  run::StepExchange exchange(int64_t& clock, double compute_s) override;
+  void describeStep(ml::MetricsEvent& event) override;
+  void afterStep(int64_t clock, double loss, const ml::Evaluation* evaluated) override;
+  void afterLastStep() override;
+  run::Traffic traffic() const override;
+  // The final read (node 0), TrainingDone and the barrier.
+  void finish(int64_t clocks_done, std::vector<uint32_t>& finished,
+              std::vector<uint32_t>& departed) override;
+  void describeEnd(ml::MetricsEvent& last) override;
+
+  // Any thread: the owner's time-outs are checked now, not only every tick_every: a member that
+  // finished or went down may settle the end of the run (a worker dropped after its down
+  // time-out is in the summary of a node whose last peer just finished).
+  void tickNow();
+  // Waits for the pending push; counts and logs it when it failed.
+  void settlePush();
   // --rejoin: asks every live node at once for this node's keys and the workers' clocks,
   // restores them from the freshest answer (freshestFirst) and returns the clock to start at;
   // throws std::runtime_error when no node answers usably.
@@ -143,9 +178,9 @@ class PsPeer {
   // Loop thread: a catch-up reply (checked; kept for catchUp()).
   void onCatchupReply(NodeId from, const wire::PsCatchupReply& reply);
   // Node 0: reads the owners' model once every update up to `min_clock` is in.
-  void readOwnersModel(PsReport& report, Clock min_clock);
-  // Waits until every other member is done or gone; fills the report's lists.
-  void settle(PsReport& report, const std::vector<NodeId>& others);
+  void readOwnersModel(Clock min_clock);
+  // Waits until every other member is done or gone.
+  void settle(std::vector<uint32_t>& finished, std::vector<uint32_t>& departed);
   // Has the cluster run its clock budget, counting `own_clocks` for this worker?
   bool budgetReached(Clock own_clocks) const;
 
@@ -163,12 +198,12 @@ class PsPeer {
   std::unique_ptr<KvWorker> worker_;
   std::thread ticker_;
 
-  std::mutex mu_;
-  std::condition_variable changed_;
-  bool stopped_ = false;
-  bool closing_ = false;  // the ticker ends
-  std::set<NodeId> done_;
-  std::set<NodeId> down_;
+  // The ticker's wake-ups and its end.
+  std::mutex ticker_mu_;
+  std::condition_variable ticker_cv_;
+  bool closing_ = false;
+  // Who finished or left, and the end-of-run barrier. Its lock also guards the state below.
+  run::Membership membership_;
   // This worker's TrainingDone once sent: a peer whose connection was down then gets it again
   // when it comes back up, so that it does not wait for it until the finish time-out.
   node::SharedFrame done_frame_;
@@ -184,6 +219,9 @@ class PsPeer {
   std::string running_job_error_;
   std::set<NodeId> catchup_asked_;
   std::map<NodeId, Catchup> catchup_answers_;
+  // Trainer thread, during run().
+  ClockState clocks_;
+  PsReport report_;
 };
 
 }  // namespace chorus::ps

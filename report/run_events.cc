@@ -14,7 +14,7 @@ namespace {
 // What a node's steps are called in its mode.
 std::string stepWord(const NodeMetrics& node) {
   if (node.mode == "ps") return "clock";
-  if (node.mode == "consensus") return "round";
+  if (node.mode == "consensus" || node.mode == "single") return "round";
   return "step";
 }
 

@@ -431,6 +431,9 @@ RunSummary summarizeRun(const RunMetrics& metrics) {
 std::string variantNameOf(const RunMetrics& metrics) {
   if (metrics.nodes.empty()) return "run";
   const NodeMetrics& ref = metrics.nodes.front();
+  // One node training alone (chorus train, compare's single variant); older runs of the single
+  // variant were one-node consensus runs.
+  if (ref.mode == "single") return "single";
   if (ref.mode == "consensus") {
     if (metrics.nodes.size() == 1) return "single";
     return ref.backup.empty() ? "consensus" : "consensus:" + ref.backup;

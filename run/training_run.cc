@@ -10,6 +10,7 @@
 #include <span>
 #include <stdexcept>
 
+#include "ml/checkpoint.h"
 #include "ml/rng.h"
 #include "ml/sharding.h"
 
@@ -143,9 +144,18 @@ void addRunOptions(CLI::App& cmd, RunOptions& o) {
       ->check(CLI::Range(0.0, 1.0));
   cmd.add_option("--out", o.out_dir, "Write metrics as JSON lines to DIR/node-<id>.jsonl");
   cmd.add_option("--save", o.save_path,
-                 "Write the final model as a checkpoint (the format of chorus train --save, "
-                 "which --resume reads): node 0's model in consensus mode, the owners' model in "
-                 "PS mode; written by node 0");
+                 "Write the final model as a checkpoint (which --resume reads): node 0's model in "
+                 "consensus mode, the owners' model in PS mode, written by node 0; one node "
+                 "(chorus train) also writes it after every epoch");
+  cmd.add_option("--resume", o.resume_path,
+                 "Start from this checkpoint's model (a --save of the same --model and --data). "
+                 "chorus train continues the saved run at its step, with its momentum, and "
+                 "needs the same --seed; chorus node, launch and compare start every node's "
+                 "rounds at 0 from that model")
+      ->check(CLI::ExistingFile);
+  cmd.add_flag("--confusion", o.confusion,
+               "Compute the test confusion matrix at the end: printed, and in the final metrics "
+               "event (each node's own model)");
 }
 
 void validateRunOptions(const RunOptions& o) {
@@ -218,20 +228,36 @@ NodeJob prepareNodeJob(const RunOptions& options, std::shared_ptr<const ml::Data
   const ShardSpec shard = ShardSpec::parse(options.shard);
   // Every node computes the same split from the same seed and keeps its own part.
   const uint64_t shard_seed = ml::mixSeed(options.seed, 0x5AAD);
-  ml::Shards shards = shard.kind == ShardSpec::Kind::kIid
-                          ? ml::shardIid(data->train.size(), nodes, shard_seed)
-                          : ml::shardDirichlet(data->train.labels, data->train.classes, nodes,
-                                               shard.alpha, shard_seed);
+  // --limit: the first N samples only (loadRunSplit drops the others already; a caller that
+  // passes the whole set gets the same shards).
+  const size_t train_size = options.train_limit > 0
+                                ? std::min(options.train_limit, data->train.size())
+                                : data->train.size();
+  ml::Shards shards =
+      shard.kind == ShardSpec::Kind::kIid
+          ? ml::shardIid(train_size, nodes, shard_seed)
+          : ml::shardDirichlet(std::span<const int32_t>(data->train.labels).first(train_size),
+                               data->train.classes, nodes, shard.alpha, shard_seed);
   job.shard = std::move(shards[node_id]);
   if (job.shard.empty()) {
     throw std::invalid_argument(
         fmt::format("node {} got no training samples ({} samples over {} nodes, --shard {})",
-                    node_id, data->train.size(), nodes, options.shard));
+                    node_id, train_size, nodes, options.shard));
   }
   ml::ModelSpec spec = options.model;
   spec.input = data->train.shape;
   spec.classes = data->train.classes;
   job.model = ml::Model::create(spec, options.seed);
+  if (!options.resume_path.empty()) {
+    ml::Checkpoint checkpoint = ml::loadCheckpoint(options.resume_path);
+    ml::checkCompatible(checkpoint, options.resume_path, spec.toString(), job.model->size());
+    std::copy(checkpoint.params.begin(), checkpoint.params.end(), job.model->params().begin());
+    job.resumed_from = options.resume_path;
+    job.resumed_step = checkpoint.step;
+    job.resumed_seed = checkpoint.seed;
+    job.resumed_optimizer_state = std::move(checkpoint.optimizerState);
+  }
+  job.confusion = options.confusion;
   job.sgd.momentum = options.momentum;
   job.sgd.nesterov = options.nesterov;
   job.sgd.weightDecay = options.weight_decay;
@@ -239,7 +265,7 @@ NodeJob prepareNodeJob(const RunOptions& options, std::shared_ptr<const ml::Data
   job.batch = options.batch;
   // Every node must run the same rounds (a node that stops early would hold its neighbors'
   // staleness gate), so an "epoch" is one pass over an average shard, not over the own one.
-  const size_t average_shard = std::max<size_t>(1, data->train.size() / static_cast<size_t>(nodes));
+  const size_t average_shard = std::max<size_t>(1, train_size / static_cast<size_t>(nodes));
   const size_t per_epoch = (average_shard + options.batch - 1) / options.batch;
   job.rounds =
       options.rounds > 0
@@ -312,15 +338,26 @@ ShardBatcher::ShardBatcher(const ml::Dataset& train, std::vector<size_t> shard, 
     : train_(train),
       sampler_(std::move(shard), batch, seed),
       augmentation_(augmentation),
+      seed_(seed),
       rng_(ml::mixSeed(seed, 0xBA7C)) {}
 
-void ShardBatcher::next(ml::Matrix& batch, std::vector<int32_t>& labels) {
+std::span<const size_t> ShardBatcher::nextIndices() {
   auto indices = epoch_ == 0 ? std::span<const size_t>() : sampler_.next();
   if (indices.empty()) {
+    rng_ = ml::Rng(ml::mixSeed(seed_, 0xBA7C0000 + static_cast<uint64_t>(epoch_)));
     sampler_.startEpoch(epoch_++);
     indices = sampler_.next();
   }
-  ml::gatherBatch(train_, indices, batch, labels, augmentation_, rng_);
+  return indices;
+}
+
+void ShardBatcher::next(ml::Matrix& batch, std::vector<int32_t>& labels) {
+  ml::gatherBatch(train_, nextIndices(), batch, labels, augmentation_, rng_);
+}
+
+void ShardBatcher::skip(size_t batches) {
+  for (size_t i = 0; i < batches; ++i)
+    (void)nextIndices();
 }
 
 }  // namespace chorus::run

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -65,6 +66,8 @@ struct RunOptions {
   std::string out_dir;      // DIR/node-<id>.jsonl (empty: no metrics file)
   size_t train_limit = 0;   // --limit: the first N training samples only (0: all)
   std::string save_path;    // --save: the final model as a checkpoint (empty: none)
+  std::string resume_path;  // --resume: start from this checkpoint (empty: the seed's model)
+  bool confusion = false;   // --confusion: the final test confusion matrix
 };
 
 // Registers the options above on `cmd` (both modes' commands call this). The defaults written
@@ -76,7 +79,8 @@ void addRunOptions(CLI::App& cmd, RunOptions& options);
 void validateRunOptions(const RunOptions& options);
 
 // Everything one node trains with: its data (shared, read-only), its shard, the initial model
-// (identical on every node), the optimizer settings, the batcher and its straggler injector.
+// (identical on every node: the seed's, or the --resume checkpoint's), the optimizer settings,
+// the batcher and its straggler injector.
 struct NodeJob {
   uint32_t node_id = 0;
   std::shared_ptr<const ml::DataSplit> data;
@@ -93,6 +97,13 @@ struct NodeJob {
   int64_t eval_every = 10;
   double target_acc = 0;
   std::string metrics_path;  // empty: no metrics
+  bool confusion = false;    // the final evaluation computes the confusion matrix
+  // --resume: the checkpoint the model was loaded from (empty: none), the steps it had run and
+  // its optimizer velocity (a single node continues at that step with it).
+  std::string resumed_from;
+  int64_t resumed_step = 0;
+  uint64_t resumed_seed = 0;
+  std::vector<float> resumed_optimizer_state;
 };
 
 // Loads the data set named in `options` (throws ml::DataError / std::invalid_argument).
@@ -121,22 +132,29 @@ NodeJob prepareNodeProcessJob(const RunOptions& options, ml::DataSplit data, uin
 std::string nodeMetricsPath(const std::string& dir, uint32_t node_id);
 
 // Cycles through a shard in minibatches, reshuffled every epoch (seeded per node), augmenting
-// images when asked.
+// images when asked (the augmentation draws are seeded per epoch too, so that a resumed run
+// continues them from an epoch's start).
 class ShardBatcher {
  public:
   ShardBatcher(const ml::Dataset& train, std::vector<size_t> shard, size_t batch, uint64_t seed,
                ml::Augmentation augmentation = {});
   // Fills the next minibatch (starting a new epoch when the current one is used up).
   void next(ml::Matrix& batch, std::vector<int32_t>& labels);
+  // Passes over the next `batches` minibatches without gathering them (a resumed run).
+  void skip(size_t batches);
   // Batches per pass over the shard.
   size_t batchesPerEpoch() const { return sampler_.batchesPerEpoch(); }
   // Epochs started so far (1 after the first batch).
   int64_t epoch() const { return epoch_; }
 
  private:
+  // The next minibatch's sample indices, starting an epoch when needed.
+  std::span<const size_t> nextIndices();
+
   const ml::Dataset& train_;
   ml::EpochSampler sampler_;
   ml::Augmentation augmentation_;
+  uint64_t seed_;
   ml::Rng rng_;
   int64_t epoch_ = 0;
 };

@@ -57,20 +57,35 @@ std::map<std::string, std::string> helpDefaults(const std::string& command) {
 // flags trains the same optimizer as the single-node baseline it is compared with.
 TEST(ChorusCli, TrainingOptionsHaveOneDefaultInEveryCommand) {
   const auto train = helpDefaults("train");
+  // The training options of the image models: every training command takes each of them.
+  // (--shard is the distributed commands' alone: one node holds the whole training set.)
+  const std::vector<std::string> dense = {
+      "--data",         "--data-dir",      "--synthetic-train", "--synthetic-test",
+      "--model",        "--hidden",        "--dropout",         "--limit",
+      "--no-normalize", "--rounds",        "--epochs",          "--batch",
+      "--lr",           "--momentum",      "--nesterov",        "--weight-decay",
+      "--schedule",     "--warmup-epochs", "--step-epochs",     "--gamma",
+      "--augment",      "--crop-padding",  "--no-flip",         "--seed",
+      "--stragglers",   "--eval-every",    "--target-acc",      "--out",
+      "--save",         "--resume",        "--confusion"};
   for (const std::string command : {"node", "compare"}) {
     const auto other = helpDefaults(command);
-    for (const char* flag : {"--data", "--model", "--epochs", "--batch", "--lr", "--momentum",
-                             "--weight-decay", "--schedule", "--warmup-epochs", "--gamma", "--seed",
-                             "--dropout", "--limit", "--crop-padding"}) {
+    for (const std::string& flag : dense) {
+      EXPECT_TRUE(train.count(flag)) << "chorus train has no " << flag;
+      EXPECT_TRUE(other.count(flag)) << "chorus " << command << " has no " << flag;
+    }
+    for (const char* flag :
+         {"--data", "--model", "--epochs", "--batch", "--lr", "--momentum", "--weight-decay",
+          "--schedule", "--warmup-epochs", "--gamma", "--seed", "--dropout", "--limit",
+          "--crop-padding", "--rounds", "--target-acc"}) {
       ASSERT_TRUE(train.count(flag)) << "chorus train has no " << flag;
       ASSERT_TRUE(other.count(flag)) << "chorus " << command << " has no " << flag;
       EXPECT_EQ(train.at(flag), other.at(flag)) << flag << " in chorus " << command;
     }
-    // Every training option of chorus train exists there too, but the single-node driver's
-    // own (it resumes one node and prints its confusion matrix) and the sparse workloads'
-    // (matrix factorization and knowledge-graph embeddings train on one node only so far).
+    // Every training option of chorus train exists there too, but the sparse workloads' (matrix
+    // factorization and knowledge-graph embeddings train on one node only so far).
     const std::set<std::string> single_node_only = {
-        "--help", "--resume", "--confusion", "--log-every",
+        "--help", "--log-every",
         // matrix factorization
         "--data-file", "--test-share", "--mf-rows", "--mf-cols", "--mf-cells", "--mf-planted-rank",
         "--zipf-row", "--zipf-col", "--noise-sigma", "--write-data", "--rank",
@@ -472,6 +487,60 @@ TEST(ChorusNode, NodesStartedWithOtherOptionsAreRefusedNamingTheDifference) {
   EXPECT_EQ(second.exit_code, 4) << second.out << second.err;
   EXPECT_TRUE(contains(second.err, "node 0 runs with lr=0.05")) << second.err;
   EXPECT_TRUE(contains(second.err, "--ready-timeout")) << second.err;
+  std::filesystem::remove(topo);
+}
+
+// The first "round" event's loss in a metrics file.
+double firstRoundLoss(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  for (std::string line; std::getline(in, line);) {
+    if (!contains(line, "\"event\":\"round\"")) continue;
+    const size_t at = line.find("\"loss\":");
+    if (at != std::string::npos) return std::stod(line.substr(at + 7));
+  }
+  ADD_FAILURE() << "no round event in " << file;
+  return 0;
+}
+
+// chorus train's options exist in chorus node: the nodes of a launch start from chorus train's
+// checkpoint (--resume) and print their confusion matrix (--confusion); chorus train writes the
+// metrics folder every node writes (--out DIR).
+TEST(ChorusLaunch, NodesResumeFromATrainCheckpointAndPrintTheirConfusionMatrix) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("launch-resume-" + std::to_string(getpid()));
+  const std::string checkpoint = (dir / "train.ckpt").string();
+  const std::vector<std::string> work = {"--data",  "synthetic",        "--synthetic-train",
+                                         "1000",    "--synthetic-test", "200",
+                                         "--model", "softmax"};
+  std::vector<std::string> train = {
+      chorusBinary(), "train",    "--epochs", "1",
+      "--save",       checkpoint, "--out",    (dir / "train").string()};
+  train.insert(train.end(), work.begin(), work.end());
+  CommandResult trained = runCommand(train);
+  ASSERT_EQ(trained.exit_code, 0) << trained.out << trained.err;
+  EXPECT_TRUE(contains(trained.out, "saved the model to " + checkpoint)) << trained.out;
+  const double fresh_loss = firstRoundLoss(dir / "train" / "node-0.jsonl");
+
+  const std::vector<uint16_t> ports = freePorts(2);
+  const std::string topo = writeCluster("launch-resume", ports);
+  std::vector<std::string> launch = {
+      chorusBinary(), "launch",   topo,          "--rounds", "5",
+      "--resume",     checkpoint, "--confusion", "--out",    (dir / "launch").string()};
+  launch.insert(launch.end(), work.begin(), work.end());
+  CommandResult r = runCommand(launch, 120);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (const std::string id : {"0", "1"}) {
+    EXPECT_TRUE(contains(r.out, "node " + id + ": confusion matrix (rows: true label")) << r.out;
+    const auto metrics = dir / "launch" / ("node-" + id + ".jsonl");
+    // The trained model's first loss is far below an untrained one's (ln 10 = 2.3).
+    EXPECT_LT(firstRoundLoss(metrics), 0.8 * fresh_loss) << id;
+    std::ifstream in(metrics);
+    std::string line, last;
+    while (std::getline(in, line))
+      last = line;
+    EXPECT_TRUE(contains(last, "\"confusion\":[")) << last;
+  }
+  std::filesystem::remove_all(dir);
   std::filesystem::remove(topo);
 }
 

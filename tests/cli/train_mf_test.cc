@@ -56,13 +56,13 @@ TEST(ChorusTrainMf, SmallGeneratedRunMeetsTheTargetAndWritesItsData) {
                                 "--write-data",
                                 dir.file("data"),
                                 "--out",
-                                dir.file("m.jsonl")});
+                                dir.file("m")});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(contains(r.out, "(target <= 1.05: met)")) << r.out;
   EXPECT_TRUE(contains(r.err, "skew of rows (users): 300 keys")) << r.err;
   EXPECT_TRUE(contains(r.err, "skew of columns (items): 200 keys")) << r.err;
   EXPECT_TRUE(fs::file_size(dir.file("data/train.csv")) > 0);
-  std::ifstream metrics(dir.file("m.jsonl"));
+  std::ifstream metrics(dir.file("m/node-0.jsonl"));
   std::string line, last;
   while (std::getline(metrics, line))
     last = line;

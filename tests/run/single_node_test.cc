@@ -1,7 +1,11 @@
-// End-to-end single-node training on synthetic data: learnability, determinism, evaluation,
-// metrics, checkpoint save and resume.
+// End-to-end single-node training on synthetic data (the loop with no peers, behind chorus
+// train and compare's single variant): learnability, determinism, evaluation, metrics,
+// checkpoint save and resume.
+#include "run/single_node.h"
+
 #include <gtest/gtest.h>
-#include <unistd.h>
+#include <spdlog/sinks/null_sink.h>
+#include <spdlog/spdlog.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -10,28 +14,49 @@
 
 #include "ml/checkpoint.h"
 #include "ml/train.h"
+#include "tests/ml/temp_dir.h"
 
 namespace chorus::ml {
 namespace {
 
-namespace fs = std::filesystem;
+// The options of a single-node run: chorus train's flags.
+using TrainOptions = run::RunOptions;
+
+// What a run achieved, as the tests look at it.
+struct TrainReport {
+  Evaluation test;
+  std::vector<double> epochLosses;
+  double epochsDone = 0;
+};
+
+// Trains `options` on `data` alone, as chorus train does: evaluation at every epoch's end.
+TrainReport trainOnData(const TrainOptions& options, const DataSplit& data,
+                        ProgressReporter& progress) {
+  // The data outlives the run: a shared pointer that does not own it.
+  std::shared_ptr<const DataSplit> shared(&data, [](const DataSplit*) {});
+  run::NodeJob job = run::prepareNodeJob(options, shared, 0, 1, "");
+  run::SingleOptions single;
+  single.eval_every_epoch = true;
+  single.save_path = options.save_path;
+  single.warmup_epochs = options.warmup_epochs;
+  spdlog::logger log("single-node-test", std::make_shared<spdlog::sinks::null_sink_mt>());
+  const run::SingleReport report = run::trainAlone(job, single, progress, log);
+  return {report.final, report.epoch_losses, report.epochs_done};
+}
 
 class TrainingTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "chorus-train-XXXXXX").string();
-    dir_ = ::mkdtemp(pattern.data());
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string file(const std::string& name) const { return (fs::path(dir_) / name).string(); }
+  std::string file(const std::string& name) const { return dir_.file(name); }
+  // The metrics file of a run with --out `name`.
+  std::string metrics(const std::string& name) const { return dir_.file(name + "/node-0.jsonl"); }
 
   static TrainOptions mlpOptions() {
     TrainOptions options;
     options.model = {.name = "mlp", .hidden = {64}};
     options.epochs = 3;
-    options.batchSize = 32;
-    options.learningRate = 0.05;
-    options.sgd = {.momentum = 0.9};
+    options.batch = 32;
+    options.lr = 0.05;
+    options.momentum = 0.9;
     options.seed = 5;
     return options;
   }
@@ -44,7 +69,22 @@ class TrainingTest : public ::testing::Test {
     return report;
   }
 
-  std::string dir_;
+  // What a run prints on its progress reporter.
+  static std::string printedBy(const TrainOptions& options, const DataSplit& data) {
+    std::FILE* sink = std::tmpfile();
+    EXPECT_NE(sink, nullptr);
+    if (sink == nullptr) return {};
+    ProgressReporter progress(sink, false);
+    trainOnData(options, data, progress);
+    std::rewind(sink);
+    std::string printed;
+    for (int c = std::fgetc(sink); c != EOF; c = std::fgetc(sink))
+      printed += static_cast<char>(c);
+    std::fclose(sink);
+    return printed;
+  }
+
+  ml::testing::TempDir dir_;
 };
 
 const DataSplit& syntheticData() {
@@ -87,9 +127,9 @@ TEST_F(TrainingTest, LenetTrainsOnASmallSyntheticRun) {
   TrainOptions options;
   options.model = {.name = "lenet", .hidden = {}};
   options.epochs = 1;
-  options.batchSize = 32;
-  options.learningRate = 0.005;
-  options.trainLimit = 1500;
+  options.batch = 32;
+  options.lr = 0.005;
+  options.train_limit = 1500;
   const TrainReport report = run(options, data);
   EXPECT_GE(report.test.accuracy, 0.8);
 }
@@ -97,21 +137,22 @@ TEST_F(TrainingTest, LenetTrainsOnASmallSyntheticRun) {
 TEST_F(TrainingTest, MetricsAreJsonLinesWithOneEventPerLine) {
   TrainOptions options = mlpOptions();
   options.epochs = 1;
-  options.logEverySteps = 50;
-  options.metricsPath = file("metrics.jsonl");
+  options.out_dir = file("metrics");
   options.confusion = true;
   const TrainReport report = run(options, syntheticData());
-  std::ifstream in(options.metricsPath);
+  std::ifstream in(metrics("metrics"));
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);)
     lines.push_back(line);
-  // start, 188 steps / 50 = 3 step events, 1 epoch, 1 summary.
-  ASSERT_EQ(lines.size(), 6u);
+  // start, one round event per step (6000 / 32 = 188 steps), final: the format of every mode.
+  ASSERT_EQ(lines.size(), 190u);
   EXPECT_NE(lines[0].find("\"event\":\"start\""), std::string::npos);
-  EXPECT_NE(lines[1].find("\"event\":\"step\""), std::string::npos);
+  EXPECT_NE(lines[0].find("\"mode\":\"single\""), std::string::npos);
+  EXPECT_NE(lines[1].find("\"event\":\"round\""), std::string::npos);
   EXPECT_NE(lines[1].find("\"loss\":"), std::string::npos);
-  EXPECT_NE(lines[4].find("\"test_accuracy\":"), std::string::npos);
-  EXPECT_NE(lines[5].find("\"confusion\":["), std::string::npos);
+  EXPECT_NE(lines[189].find("\"event\":\"final\""), std::string::npos);
+  EXPECT_NE(lines[189].find("\"test_accuracy\":"), std::string::npos);
+  EXPECT_NE(lines[189].find("\"confusion\":["), std::string::npos);
   for (const auto& line : lines) {
     EXPECT_EQ(line.front(), '{');
     EXPECT_EQ(line.back(), '}');
@@ -122,40 +163,37 @@ TEST_F(TrainingTest, MetricsAreJsonLinesWithOneEventPerLine) {
   EXPECT_EQ(total, 1000);
 }
 
-// The "step" events of a metrics file: step number -> field (loss, lr, ...).
+// The "round" events of a metrics file: step number (round + 1) -> field (loss, lr, ...).
 std::map<int64_t, double> stepEvents(const std::string& path, const std::string& field) {
   std::map<int64_t, double> values;
   std::ifstream in(path);
   const std::string key = "\"" + field + "\":";
   for (std::string line; std::getline(in, line);) {
-    if (line.find("\"event\":\"step\"") == std::string::npos) continue;
-    const size_t step = line.find("\"step\":");
+    if (line.find("\"event\":\"round\"") == std::string::npos) continue;
+    const size_t step = line.find("\"round\":");
     const size_t value = line.find(key);
     if (step == std::string::npos || value == std::string::npos) continue;
-    values[std::stoll(line.substr(step + 7))] = std::stod(line.substr(value + key.size()));
+    values[std::stoll(line.substr(step + 8)) + 1] = std::stod(line.substr(value + key.size()));
   }
   return values;
 }
 
-// A step event covers every step since the previous event, also across an epoch boundary.
-TEST_F(TrainingTest, AStepEventCoversTheStepsSinceTheLastEventAcrossEpochs) {
+// Every step has its event, also across an epoch boundary, and an epoch's loss is the mean of
+// its steps' losses.
+TEST_F(TrainingTest, EveryStepHasItsEventAcrossEpochs) {
   TrainOptions options = mlpOptions();
   options.epochs = 2;
-  options.trainLimit = 96;  // three steps of 32 per epoch
-  options.logEverySteps = 1;
-  options.metricsPath = file("every.jsonl");
-  run(options, syntheticData());
-  const std::map<int64_t, double> each = stepEvents(options.metricsPath, "loss");
+  options.train_limit = 96;  // three steps of 32 per epoch
+  options.out_dir = file("every");
+  const TrainReport report = run(options, syntheticData());
+  const std::map<int64_t, double> each = stepEvents(metrics("every"), "loss");
   ASSERT_EQ(each.size(), 6u);
-
-  options.logEverySteps = 2;  // events at steps 2, 4 (steps 3 and 4: the epoch ends between) and 6
-  options.metricsPath = file("pairs.jsonl");
-  run(options, syntheticData());
-  const std::map<int64_t, double> pairs = stepEvents(options.metricsPath, "loss");
-  ASSERT_EQ(pairs.size(), 3u);
-  for (int64_t step : {2, 4, 6}) {
-    ASSERT_EQ(pairs.count(step), 1u) << step;
-    EXPECT_NEAR(pairs.at(step), (each.at(step - 1) + each.at(step)) / 2.0, 1e-12) << step;
+  ASSERT_EQ(report.epochLosses.size(), 2u);
+  for (int64_t epoch : {0, 1}) {
+    const int64_t first = 3 * epoch + 1;
+    EXPECT_NEAR(report.epochLosses[static_cast<size_t>(epoch)],
+                (each.at(first) + each.at(first + 1) + each.at(first + 2)) / 3.0, 1e-12)
+        << epoch;
   }
 }
 
@@ -165,30 +203,23 @@ TEST_F(TrainingTest, AStepEventCoversTheStepsSinceTheLastEventAcrossEpochs) {
 TEST_F(TrainingTest, ScheduleLengthsUnderOneStepAreOneStep) {
   TrainOptions options = mlpOptions();
   options.epochs = 1;
-  options.trainLimit = 96;  // three steps of 32 per epoch
+  options.train_limit = 96;  // three steps of 32 per epoch
   options.schedule = "step";
-  options.stepEpochs = 0.1;
-  options.stepGamma = 0.5;
-  options.logEverySteps = 1;
-  options.metricsPath = file("lr.jsonl");
+  options.step_epochs = 0.1;
+  options.gamma = 0.5;
+  options.out_dir = file("lr");
   run(options, syntheticData());
-  const std::map<int64_t, double> lr = stepEvents(options.metricsPath, "lr");
+  const std::map<int64_t, double> lr = stepEvents(metrics("lr"), "lr");
   ASSERT_EQ(lr.size(), 3u);
   EXPECT_DOUBLE_EQ(lr.at(1), 0.05);
   EXPECT_DOUBLE_EQ(lr.at(2), 0.025);
   EXPECT_DOUBLE_EQ(lr.at(3), 0.0125);
 
   options.schedule = "constant";
-  options.warmupEpochs = 0.1;
-  std::FILE* sink = std::tmpfile();
-  ASSERT_NE(sink, nullptr);
-  ProgressReporter progress(sink, false);
-  trainOnData(options, syntheticData(), progress);
-  std::rewind(sink);
-  std::string printed;
-  for (int c = std::fgetc(sink); c != EOF; c = std::fgetc(sink))
-    printed += static_cast<char>(c);
-  std::fclose(sink);
+  // --step-epochs goes with --schedule step only (every command refuses it).
+  options.step_epochs = 0;
+  options.warmup_epochs = 0.1;
+  const std::string printed = printedBy(options, syntheticData());
   EXPECT_NE(printed.find("--warmup-epochs 0.1"), std::string::npos) << printed;
   EXPECT_NE(printed.find("no effect"), std::string::npos) << printed;
 }
@@ -200,12 +231,12 @@ TEST_F(TrainingTest, ResumingFromACheckpointContinuesExactly) {
   const TrainReport straight = run(options, data);
 
   options.epochs = 2;
-  options.savePath = file("run.ckpt");
+  options.save_path = file("run.ckpt");
   run(options, data);
-  EXPECT_EQ(loadCheckpoint(options.savePath).epoch, 2);
+  EXPECT_EQ(loadCheckpoint(options.save_path).epoch, 2);
   options.epochs = 3;
-  options.savePath.clear();
-  options.resumePath = file("run.ckpt");
+  options.save_path.clear();
+  options.resume_path = file("run.ckpt");
   const TrainReport resumed = run(options, data);
   ASSERT_EQ(resumed.epochLosses.size(), 1u);
   EXPECT_EQ(resumed.epochLosses[0], straight.epochLosses[2]);
@@ -217,14 +248,14 @@ TEST_F(TrainingTest, ResumeRefusesACorruptOrForeignCheckpoint) {
   const DataSplit& data = syntheticData();
   TrainOptions options = mlpOptions();
   options.epochs = 1;
-  options.savePath = file("a.ckpt");
+  options.save_path = file("a.ckpt");
   run(options, data);
-  options.savePath.clear();
-  options.resumePath = file("a.ckpt");
+  options.save_path.clear();
+  options.resume_path = file("a.ckpt");
   options.model.hidden = {32};
   EXPECT_THROW(run(options, data), CheckpointError);
   {
-    std::fstream f(options.resumePath, std::ios::in | std::ios::out | std::ios::binary);
+    std::fstream f(options.resume_path, std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(200);
     f.put('\x7f');
   }
@@ -239,10 +270,10 @@ TEST_F(TrainingTest, ResumeRefusesAnotherSeed) {
   TrainOptions options = mlpOptions();
   options.epochs = 1;
   options.seed = 1;
-  options.savePath = file("seed1.ckpt");
+  options.save_path = file("seed1.ckpt");
   run(options, data);
-  options.savePath.clear();
-  options.resumePath = file("seed1.ckpt");
+  options.save_path.clear();
+  options.resume_path = file("seed1.ckpt");
   options.epochs = 2;
   options.seed = 7;
   try {
@@ -250,7 +281,7 @@ TEST_F(TrainingTest, ResumeRefusesAnotherSeed) {
     ADD_FAILURE() << "resumed with another seed";
   } catch (const CheckpointError& e) {
     const std::string message = e.what();
-    EXPECT_NE(message.find(options.resumePath), std::string::npos) << message;
+    EXPECT_NE(message.find(options.resume_path), std::string::npos) << message;
     EXPECT_NE(message.find("written with --seed 1, this run uses --seed 7"), std::string::npos)
         << message;
     EXPECT_NE(message.find("pass --seed 1"), std::string::npos) << message;
@@ -264,29 +295,21 @@ TEST_F(TrainingTest, ResumeWithoutMomentumSaysItDropsTheVelocity) {
   const DataSplit& data = syntheticData();
   TrainOptions options = mlpOptions();
   options.epochs = 1;
-  options.savePath = file("momentum.ckpt");
+  options.save_path = file("momentum.ckpt");
   run(options, data);
-  ASSERT_FALSE(loadCheckpoint(options.savePath).optimizerState.empty());
-  options.savePath.clear();
-  options.resumePath = file("momentum.ckpt");
+  ASSERT_FALSE(loadCheckpoint(options.save_path).optimizerState.empty());
+  options.save_path.clear();
+  options.resume_path = file("momentum.ckpt");
   options.epochs = 2;
-  options.sgd.momentum = 0.0;
-  std::FILE* sink = std::tmpfile();
-  ASSERT_NE(sink, nullptr);
-  ProgressReporter progress(sink, false);
-  trainOnData(options, data, progress);
-  std::rewind(sink);
-  std::string printed;
-  for (int c = std::fgetc(sink); c != EOF; c = std::fgetc(sink))
-    printed += static_cast<char>(c);
-  std::fclose(sink);
+  options.momentum = 0.0;
+  const std::string printed = printedBy(options, data);
   EXPECT_NE(printed.find("--momentum 0"), std::string::npos) << printed;
   EXPECT_NE(printed.find("velocity is dropped"), std::string::npos) << printed;
 }
 
 TEST_F(TrainingTest, BadOptionsAreRejected) {
   TrainOptions options = mlpOptions();
-  options.batchSize = 0;
+  options.batch = 0;
   EXPECT_THROW(run(options, syntheticData()), std::invalid_argument);
   options = mlpOptions();
   options.schedule = "step";
@@ -300,8 +323,10 @@ TEST_F(TrainingTest, SchedulesAndNesterovTrainToo) {
   TrainOptions options = mlpOptions();
   options.epochs = 2;
   options.schedule = "cosine";
-  options.warmupEpochs = 0.5;
-  options.sgd = {.momentum = 0.9, .nesterov = true, .weightDecay = 1e-4};
+  options.warmup_epochs = 0.5;
+  options.momentum = 0.9;
+  options.nesterov = true;
+  options.weight_decay = 1e-4;
   EXPECT_GE(run(options, data).test.accuracy, 0.9);
 }
 

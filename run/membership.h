@@ -1,0 +1,92 @@
+// Who of a run's other members finished, who left, and the end-of-run wait for them, shared by
+// both distributed modes: every node tells the others it finished (TrainingDone) and waits until
+// each of them has finished too or left, so that no node leaves while a peer may still need it
+// (a neighbor's models, an owner's keys).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <set>
+#include <vector>
+
+namespace spdlog {
+class logger;
+}
+
+namespace chorus::run {
+
+// Who of the other members finished, left first, or neither when the wait ended.
+struct PeerSettlement {
+  std::vector<uint32_t> finished;
+  std::vector<uint32_t> departed;
+  std::vector<uint32_t> unsettled;
+};
+
+struct SettleOptions {
+  std::chrono::milliseconds timeout{120000};
+  std::chrono::milliseconds report_every{5000};
+  // Checked with the lock held at every wake-up: the caller has work to do while it waits (for
+  // example a late request to answer); `work` then runs with the lock released.
+  std::function<bool()> has_work;
+  std::function<void()> work;
+};
+
+// The membership of one node's run: the other members' end-of-run state, and whether this node
+// was stopped. One lock guards it; a mode keeps its own state that a wait depends on (answers,
+// requests) under the same lock (lock(), then notify()), so that one condition wakes every wait.
+// Any thread.
+class Membership {
+ public:
+  // `members`: every id of the cluster; `self` is left out of others().
+  Membership(uint32_t self, const std::vector<uint32_t>& members);
+  Membership(const Membership&) = delete;
+  Membership& operator=(const Membership&) = delete;
+
+  // The other members, sorted.
+  const std::vector<uint32_t>& others() const { return others_; }
+
+  // `peer` said TrainingDone.
+  void finished(uint32_t peer);
+  // `peer` went down or left.
+  void down(uint32_t peer);
+  // `peer` is connected (again).
+  void up(uint32_t peer);
+  // Every wait returns at once, now and later.
+  void stop();
+  bool stopped() const;
+  bool isDown(uint32_t peer) const;
+  // The members down now.
+  std::set<uint32_t> downPeers() const;
+
+  // The lock of this membership, for the caller's own state that its waits depend on.
+  std::unique_lock<std::mutex> lock() const { return std::unique_lock(mu_); }
+  // Wakes every wait (after the caller changed its own state under lock()).
+  void notify() { changed_.notify_all(); }
+  // With `lock` held: waits until `ready()` (called with the lock held), stop() or the time-out;
+  // returns ready() || stopped().
+  template <typename Ready>
+  bool waitFor(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds timeout, Ready ready) {
+    return changed_.wait_for(lock, timeout, [&] { return stopped_ || ready(); });
+  }
+  // With `lock` held: true when stop() was called (stopped() takes the lock itself).
+  bool stoppedLocked() const { return stopped_; }
+  // With `lock` held: whether `peer` is down now.
+  bool isDownLocked(uint32_t peer) const { return down_.count(peer) > 0; }
+
+  // The end-of-run wait: until each of others() finished or left, stop() or the time-out; logs
+  // the members still missing every report_every, and those that never settled at the end.
+  PeerSettlement settle(const SettleOptions& options, spdlog::logger& log);
+
+ private:
+  std::vector<uint32_t> others_;
+  mutable std::mutex mu_;
+  std::condition_variable changed_;
+  bool stopped_ = false;
+  std::set<uint32_t> done_;
+  std::set<uint32_t> down_;
+};
+
+}  // namespace chorus::run
