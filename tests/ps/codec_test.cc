@@ -97,9 +97,12 @@ TEST(Codec, RepliesCarryValuesAcksAndErrors) {
 }
 
 TEST(Codec, MalformedRequestsAreNamed) {
-  PsMessage no_keys{wire::Body::PsPull, [](flatbuffers::FlatBufferBuilder& b) {
-                      return wire::CreatePsPull(b, 6, 0, 0).Union();
-                    }};
+  PsMessage no_keys{
+      .type = wire::Body::PsPull,
+      .write =
+          [](flatbuffers::FlatBufferBuilder& b) { return wire::CreatePsPull(b, 6, 0, 0).Union(); },
+      .size_hint = 0,
+      .attachment = {}};
   Received r = roundTrip(std::move(no_keys));
   PullRequest pull;
   EXPECT_EQ(decodePull(*r.envelope().body_as_PsPull(), pull), "pull without keys");

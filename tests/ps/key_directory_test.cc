@@ -92,7 +92,9 @@ TEST(KeyDirectory, EveryKeyHasExactlyOneOwnerAfterAnySequenceOfChanges) {
         case 2:
           ASSERT_EQ(directory.removeReplica(key, node), std::nullopt);
           changed = std::count(replicas_before.begin(), replicas_before.end(), node) > 0;
-          if (owner_before != node) EXPECT_FALSE(directory.holds(node, key));
+          if (owner_before != node) {
+            EXPECT_FALSE(directory.holds(node, key));
+          }
           break;
       }
       // The version moves by one exactly when something changed, and stamps the key.

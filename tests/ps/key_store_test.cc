@@ -201,17 +201,19 @@ TEST(KeyStore, InsertRefusesWhatDoesNotFit) {
   space.addTable("relation", 2, 6);
   AdagradConfig config;
   KeyStore store(space, std::make_shared<AdagradPolicy>(config));
-  EXPECT_NE(
-      store.insert(7, KeyEntry{.values = std::vector<float>(3)})->find("not in the key space"),
-      std::string::npos);
-  EXPECT_NE(store.insert(1, KeyEntry{.values = std::vector<float>(6)})->find("holds 3 floats"),
+  EXPECT_NE(store.insert(7, KeyEntry{.values = std::vector<float>(3), .state = {}})
+                ->find("not in the key space"),
+            std::string::npos);
+  EXPECT_NE(store.insert(1, KeyEntry{.values = std::vector<float>(6), .state = {}})
+                ->find("holds 3 floats"),
             std::string::npos);
   EXPECT_NE(
       store.insert(1, KeyEntry{.values = std::vector<float>(3), .state = std::vector<float>(2)})
           ->find("optimizer state"),
       std::string::npos);
-  ASSERT_EQ(store.insert(1, KeyEntry{.values = std::vector<float>(3)}), std::nullopt);
-  EXPECT_NE(store.insert(1, KeyEntry{.values = std::vector<float>(3)})->find("held here already"),
+  ASSERT_EQ(store.insert(1, KeyEntry{.values = std::vector<float>(3), .state = {}}), std::nullopt);
+  EXPECT_NE(store.insert(1, KeyEntry{.values = std::vector<float>(3), .state = {}})
+                ->find("held here already"),
             std::string::npos);
   EXPECT_EQ(store.find(1)->state, std::vector<float>(3, 0.0f));  // a fresh AdaGrad state
   EXPECT_EQ(store.size(), 1u);
@@ -227,7 +229,8 @@ TEST(KeyStore, RowsOfSeveralTablesUpdateWithTheirOwnAccumulators) {
   config.schedule.baseLr = 1.0;
   KeyStore store(space, std::make_shared<AdagradPolicy>(config));
   for (Key key : {Key{4}, Key{50}, Key{1001}})
-    ASSERT_EQ(store.insert(key, KeyEntry{.values = std::vector<float>(space.length(key), 1.0f)}),
+    ASSERT_EQ(store.insert(key, KeyEntry{.values = std::vector<float>(space.length(key), 1.0f),
+                                         .state = {}}),
               std::nullopt);
   const std::vector<Key> keys{4, 1001};
   const std::vector<float> grads{2, 2, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f};
