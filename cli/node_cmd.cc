@@ -487,9 +487,9 @@ void runTraining(const NodeArgs& args, const NodeSetup& setup, const std::string
   // peers may send models or requests, and the handlers must be in place by then.
   run::NodeJob job;
   try {
-    // This process runs one node: the other nodes' samples need not stay in memory.
-    job = run::prepareNodeProcessJob(args.run, run::loadRunSplit(args.run), self,
-                                     static_cast<int>(topo.nodes.size()), setup.me->stragglers);
+    // This process runs one node: it reads its own samples only.
+    job = run::loadNodeProcessJob(args.run, self, static_cast<int>(topo.nodes.size()),
+                                  setup.me->stragglers);
   } catch (const std::invalid_argument& e) {
     throw CommandFailure(2, fmt::format("node {}: {}", self, e.what()));
   } catch (const std::exception& e) {

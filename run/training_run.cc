@@ -217,33 +217,89 @@ std::shared_ptr<const ml::DataSplit> loadRunData(const RunOptions& options) {
   return std::make_shared<const ml::DataSplit>(loadRunSplit(options));
 }
 
-NodeJob prepareNodeJob(const RunOptions& options, std::shared_ptr<const ml::DataSplit> data,
-                       uint32_t node_id, int nodes, std::string_view node_stragglers) {
-  validateRunOptions(options);
+namespace {
+
+// This node's part of the first `labels.size()` training samples: every node computes the same
+// split from the same seed and keeps its own part.
+std::vector<size_t> shardOf(const RunOptions& options, std::span<const int32_t> labels, int classes,
+                            uint32_t node_id, int nodes) {
+  const ShardSpec shard = ShardSpec::parse(options.shard);
+  const uint64_t shard_seed = ml::mixSeed(options.seed, 0x5AAD);
+  ml::Shards shards = shard.kind == ShardSpec::Kind::kIid
+                          ? ml::shardIid(labels.size(), nodes, shard_seed)
+                          : ml::shardDirichlet(labels, classes, nodes, shard.alpha, shard_seed);
+  if (shards[node_id].empty()) {
+    throw std::invalid_argument(
+        fmt::format("node {} got no training samples ({} samples over {} nodes, --shard {})",
+                    node_id, labels.size(), nodes, options.shard));
+  }
+  return std::move(shards[node_id]);
+}
+
+void checkNodeId(uint32_t node_id, int nodes) {
   if (nodes <= 0 || node_id >= static_cast<uint32_t>(nodes)) {
     throw std::invalid_argument(fmt::format("node {} is not one of {} nodes", node_id, nodes));
   }
-  NodeJob job;
-  job.node_id = node_id;
-  const ShardSpec shard = ShardSpec::parse(options.shard);
-  // Every node computes the same split from the same seed and keeps its own part.
-  const uint64_t shard_seed = ml::mixSeed(options.seed, 0x5AAD);
+}
+
+// Everything of a job but its shard: the model, the optimizer, the rounds (from `train_size`,
+// the samples all nodes share), the schedule, the stragglers and the metrics file.
+NodeJob jobOnShard(const RunOptions& options, std::shared_ptr<const ml::DataSplit> data,
+                   std::vector<size_t> shard, size_t train_size, uint32_t node_id, int nodes,
+                   std::string_view node_stragglers);
+
+}  // namespace
+
+NodeJob prepareNodeJob(const RunOptions& options, std::shared_ptr<const ml::DataSplit> data,
+                       uint32_t node_id, int nodes, std::string_view node_stragglers) {
+  validateRunOptions(options);
+  checkNodeId(node_id, nodes);
   // --limit: the first N samples only (loadRunSplit drops the others already; a caller that
   // passes the whole set gets the same shards).
   const size_t train_size = options.train_limit > 0
                                 ? std::min(options.train_limit, data->train.size())
                                 : data->train.size();
-  ml::Shards shards =
-      shard.kind == ShardSpec::Kind::kIid
-          ? ml::shardIid(train_size, nodes, shard_seed)
-          : ml::shardDirichlet(std::span<const int32_t>(data->train.labels).first(train_size),
-                               data->train.classes, nodes, shard.alpha, shard_seed);
-  job.shard = std::move(shards[node_id]);
-  if (job.shard.empty()) {
-    throw std::invalid_argument(
-        fmt::format("node {} got no training samples ({} samples over {} nodes, --shard {})",
-                    node_id, train_size, nodes, options.shard));
+  std::vector<size_t> shard =
+      shardOf(options, std::span<const int32_t>(data->train.labels).first(train_size),
+              data->train.classes, node_id, nodes);
+  return jobOnShard(options, std::move(data), std::move(shard), train_size, node_id, nodes,
+                    node_stragglers);
+}
+
+NodeJob loadNodeProcessJob(const RunOptions& options, uint32_t node_id, int nodes,
+                           std::string_view node_stragglers) {
+  validateRunOptions(options);
+  checkNodeId(node_id, nodes);
+  ml::DataOptions data_options = options.data;
+  data_options.syntheticSeed = options.seed;
+  std::vector<int32_t> labels = ml::loadTrainLabels(data_options);
+  if (options.train_limit > 0 && options.train_limit < labels.size()) {
+    labels.resize(options.train_limit);
   }
+  // Every dense data set has 10 classes (loadDataset); checked against the loaded part below.
+  constexpr int kClasses = 10;
+  const std::vector<size_t> rows = shardOf(options, labels, kClasses, node_id, nodes);
+  auto split = std::make_shared<ml::DataSplit>(ml::loadDatasetRows(data_options, rows));
+  if (split->train.classes != kClasses) {
+    throw std::logic_error(fmt::format("{} has {} classes where the shards assumed {}",
+                                       split->source, split->train.classes, kClasses));
+  }
+  // The loaded training part is the shard, in shard order: the sampler's positions 0..k-1 draw
+  // exactly what prepareNodeJob()'s shard indices would.
+  std::vector<size_t> shard(rows.size());
+  std::iota(shard.begin(), shard.end(), size_t{0});
+  return jobOnShard(options, std::move(split), std::move(shard), labels.size(), node_id, nodes,
+                    node_stragglers);
+}
+
+namespace {
+
+NodeJob jobOnShard(const RunOptions& options, std::shared_ptr<const ml::DataSplit> data,
+                   std::vector<size_t> shard, size_t train_size, uint32_t node_id, int nodes,
+                   std::string_view node_stragglers) {
+  NodeJob job;
+  job.node_id = node_id;
+  job.shard = std::move(shard);
   ml::ModelSpec spec = options.model;
   spec.input = data->train.shape;
   spec.classes = data->train.classes;
@@ -292,6 +348,8 @@ NodeJob prepareNodeJob(const RunOptions& options, std::shared_ptr<const ml::Data
   job.data = std::move(data);
   return job;
 }
+
+}  // namespace
 
 std::string nodeMetricsPath(const std::string& dir, uint32_t node_id) {
   if (dir.empty()) return {};

@@ -127,6 +127,14 @@ NodeJob prepareNodeJob(const RunOptions& options, std::shared_ptr<const ml::Data
 NodeJob prepareNodeProcessJob(const RunOptions& options, ml::DataSplit data, uint32_t node_id,
                               int nodes, std::string_view node_stragglers);
 
+// For a process that runs one node, from the files themselves: reads the training labels alone,
+// computes the shards as prepareNodeJob() does, then streams the training files keeping only
+// this node's samples (ml::loadDatasetRows), normalized with the whole training part's
+// statistics. The job equals prepareNodeProcessJob(options, loadRunSplit(options), ...)'s, and
+// the memory it needs is the shard and the test set, never the whole training set.
+NodeJob loadNodeProcessJob(const RunOptions& options, uint32_t node_id, int nodes,
+                           std::string_view node_stragglers);
+
 // DIR/node-<id>.jsonl (creating DIR); "" when dir is empty. Throws std::runtime_error naming DIR
 // when it cannot be created.
 std::string nodeMetricsPath(const std::string& dir, uint32_t node_id);

@@ -8,11 +8,14 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "tests/ml/temp_dir.h"
 
 namespace chorus::run {
 namespace {
@@ -288,6 +291,69 @@ TEST(NodeJob, ANodeProcessKeepsItsShardAndDrawsEveryBatch) {
     after.next(b, lb);
     ASSERT_EQ(la, lb) << "batch " << i;
     ASSERT_TRUE(a == b) << "batch " << i;
+  }
+}
+
+// An MNIST-shaped folder (IDX files, 6x6 images) whose samples differ from each other.
+void writeSmallMnist(const std::string& folder, uint32_t train, uint32_t test) {
+  auto be32 = [](std::string& out, uint32_t v) {
+    for (int shift = 24; shift >= 0; shift -= 8)
+      out.push_back(static_cast<char>(v >> shift));
+  };
+  auto write = [&](const std::string& name, uint32_t count) {
+    std::string images, labels;
+    be32(images, 0x00000803);
+    be32(images, count);
+    be32(images, 6);
+    be32(images, 6);
+    be32(labels, 0x00000801);
+    be32(labels, count);
+    for (uint32_t i = 0; i < count; ++i) {
+      for (uint32_t p = 0; p < 36; ++p)
+        images.push_back(static_cast<char>((i * 37 + p * 11) % 256));
+      labels.push_back(static_cast<char>((i * 7 + i / 10) % 10));
+    }
+    std::ofstream(folder + "/" + name + "-images-idx3-ubyte", std::ios::binary) << images;
+    std::ofstream(folder + "/" + name + "-labels-idx1-ubyte", std::ios::binary) << labels;
+  };
+  write("train", train);
+  write("t10k", test);
+}
+
+// A node process that streams only its own samples from the files gets the job of a process
+// that loaded everything and kept its shard: the same samples in the same order, the same test
+// set, model and rounds, for iid and Dirichlet shards and with --limit.
+TEST(NodeJob, ANodeProcessReadingOnlyItsShardGetsTheSameJob) {
+  ml::testing::TempDir dir;
+  writeSmallMnist(dir.path(), 240, 30);
+  struct Case {
+    std::string data, shard;
+    size_t limit;
+    uint32_t node;
+    int nodes;
+  };
+  for (const Case& c : {Case{"mnist", "iid", 0, 1, 3}, Case{"mnist", "dirichlet:0.5", 0, 2, 4},
+                        Case{"mnist", "iid", 150, 0, 2}, Case{"synthetic", "iid", 0, 2, 3}}) {
+    SCOPED_TRACE(c.data + " " + c.shard + " limit " + std::to_string(c.limit));
+    RunOptions o = options();
+    o.data.name = c.data;
+    o.data.dataDir = c.data == "synthetic" ? "" : dir.path();
+    o.data.syntheticTrain = 300;
+    o.shard = c.shard;
+    o.train_limit = c.limit;
+    o.rounds = 0;
+    o.epochs = 2;
+    NodeJob loaded = prepareNodeProcessJob(o, loadRunSplit(o), c.node, c.nodes, "");
+    NodeJob streamed = loadNodeProcessJob(o, c.node, c.nodes, "");
+    EXPECT_EQ(streamed.shard, loaded.shard);
+    EXPECT_EQ(streamed.data->train.shape, loaded.data->train.shape);
+    EXPECT_EQ(streamed.data->train.labels, loaded.data->train.labels);
+    EXPECT_EQ(streamed.data->train.features, loaded.data->train.features);
+    EXPECT_EQ(streamed.data->test.features, loaded.data->test.features);
+    EXPECT_EQ(streamed.data->test.labels, loaded.data->test.labels);
+    EXPECT_EQ(streamed.rounds, loaded.rounds);
+    EXPECT_TRUE(std::equal(loaded.model->params().begin(), loaded.model->params().end(),
+                           streamed.model->params().begin()));
   }
 }
 
