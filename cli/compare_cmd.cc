@@ -22,6 +22,7 @@
 #include "cli/commands.h"
 #include "cli/launcher.h"
 #include "consensus/consensus_peer.h"
+#include "experiment/variant.h"
 #include "faults/link_delay.h"
 #include "faults/straggler.h"
 #include "ml/dataset.h"
@@ -29,7 +30,6 @@
 #include "node/secret.h"
 #include "ps/ps_peer.h"
 #include "report/report.h"
-#include "report/variant.h"
 #include "run/cli_checks.h"
 #include "run/training_run.h"
 #include "topology/topology.h"
@@ -40,7 +40,7 @@ namespace {
 
 struct CompareArgs {
   run::RunOptions run;
-  // Mode options, passed only to that mode's variants (report::OptionScope).
+  // Mode options, passed only to that mode's variants (experiment::OptionScope).
   ps::PsOptions ps;
   consensus::ConsensusOptions consensus;
   std::set<std::string> ps_flags, consensus_flags;
@@ -114,9 +114,9 @@ std::string selfExecutable() {
 // The training options the user gave, to pass on unchanged: every training option to every
 // node, a mode's options to the nodes of that mode's variants. --data and --model are always
 // passed, so that the nodes train what compare checked even if their own defaults change.
-std::vector<report::ForwardedOption> forwardedOptions(CLI::App& cmd, const CompareArgs& args) {
+std::vector<experiment::ForwardedOption> forwardedOptions(CLI::App& cmd, const CompareArgs& args) {
   const run::RunOptions& run = args.run;
-  std::vector<report::ForwardedOption> forwarded;
+  std::vector<experiment::ForwardedOption> forwarded;
   for (const CLI::Option* option : cmd.get_options()) {
     if (option->count() == 0) continue;
     const std::string flag = option->get_name();
@@ -129,11 +129,11 @@ std::vector<report::ForwardedOption> forwardedOptions(CLI::App& cmd, const Compa
     }
     // A flag (--augment, --no-flip) is forwarded bare: its recorded result is not an argument.
     const bool bare = results.empty() || option->get_items_expected_max() == 0;
-    const report::OptionScope scope = flag == ps::kAsyncRoundsFlag ? report::OptionScope::kPsAsync
-                                      : args.ps_flags.count(flag) > 0 ? report::OptionScope::kPs
-                                      : args.consensus_flags.count(flag) > 0
-                                          ? report::OptionScope::kConsensus
-                                          : report::OptionScope::kEvery;
+    const experiment::OptionScope scope =
+        flag == ps::kAsyncRoundsFlag           ? experiment::OptionScope::kPsAsync
+        : args.ps_flags.count(flag) > 0        ? experiment::OptionScope::kPs
+        : args.consensus_flags.count(flag) > 0 ? experiment::OptionScope::kConsensus
+                                               : experiment::OptionScope::kEvery;
     forwarded.push_back(
         {flag, bare ? std::vector<std::string>{} : std::vector<std::string>{joined}, scope});
   }
@@ -142,26 +142,28 @@ std::vector<report::ForwardedOption> forwardedOptions(CLI::App& cmd, const Compa
                        [&](const auto& option) { return option.flag == flag; });
   };
   if (!given("--model")) {
-    forwarded.insert(forwarded.begin(), {"--model", {run.model.name}, report::OptionScope::kEvery});
+    forwarded.insert(forwarded.begin(),
+                     {"--model", {run.model.name}, experiment::OptionScope::kEvery});
   }
   if (!given("--data")) {
-    forwarded.insert(forwarded.begin(), {"--data", {run.data.name}, report::OptionScope::kEvery});
+    forwarded.insert(forwarded.begin(),
+                     {"--data", {run.data.name}, experiment::OptionScope::kEvery});
   }
   return forwarded;
 }
 
 // The options the single variant gets: `forwarded` with --stragglers narrowed to the terms that
 // act on node 0, the one node it runs (left out when none do). Says what it left out, once.
-std::vector<report::ForwardedOption> singleVariantOptions(
-    const std::vector<report::ForwardedOption>& forwarded, const std::string& stragglers,
-    const std::vector<report::Variant>& variants) {
+std::vector<experiment::ForwardedOption> singleVariantOptions(
+    const std::vector<experiment::ForwardedOption>& forwarded, const std::string& stragglers,
+    const std::vector<experiment::Variant>& variants) {
   const bool has_single = std::any_of(variants.begin(), variants.end(), [](const auto& v) {
-    return v.kind == report::Variant::Kind::kSingle;
+    return v.kind == experiment::Variant::Kind::kSingle;
   });
   if (!has_single || stragglers.empty()) return forwarded;
   const auto whole = faults::StragglerProfile::parse(stragglers);  // checked before
   const auto own = whole.restrictedTo(0);
-  std::vector<report::ForwardedOption> out;
+  std::vector<experiment::ForwardedOption> out;
   for (const auto& option : forwarded) {
     if (option.flag != "--stragglers") {
       out.push_back(option);
@@ -271,9 +273,9 @@ RunOutcome launchWithProgress(const LaunchOptions& base, const fs::path& log_pat
 
 void runCompare(CLI::App& cmd, const CompareArgs& args) {
   // Every bad input is refused before the first run starts.
-  std::vector<report::Variant> variants;
+  std::vector<experiment::Variant> variants;
   try {
-    variants = report::parseVariantList(args.variants);
+    variants = experiment::parseVariantList(args.variants);
   } catch (const std::invalid_argument& e) {
     throw CommandFailure(2, fmt::format("--variants: {}", e.what()));
   }
@@ -353,11 +355,11 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
   names.reserve(variants.size());
   for (const auto& v : variants)
     names.push_back(v.name);
-  auto manifest =
-      report::CompareManifest::create(out, report::shellQuote(argv), args.run.target_acc, names);
+  auto manifest = report::CompareManifest::create(out, experiment::shellQuote(argv),
+                                                  args.run.target_acc, names);
 
   const int nodes = static_cast<int>(topo.nodes.size());
-  report::RunBudget budget{args.run.rounds, args.run.eval_every, nodes};
+  experiment::RunBudget budget{args.run.rounds, args.run.eval_every, nodes};
   // The single variant is one node, node 0: it takes the --stragglers terms that act on node 0
   // (a slow or crash term for another node would never act on it, and chorus node refuses
   // such a term).
@@ -384,9 +386,9 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
       // --ready-timeout (or for ever, under BSP).
       launch.fail_fast = true;
       launch.timeout = std::chrono::milliseconds(static_cast<int64_t>(args.run_timeout_s * 1000));
-      if (variant.kind == report::Variant::Kind::kSingle) {
+      if (variant.kind == experiment::Variant::Kind::kSingle) {
         const fs::path single = run_dir / "single.toml";
-        std::ofstream(single) << report::singleTopology(
+        std::ofstream(single) << experiment::singleTopology(
             topo.name + "-single", topo.nodes.front().address(), topo.nodes.front().stragglers);
         launch.topology_path = single.string();
         launch.ids = {0};
@@ -395,9 +397,9 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
         for (const auto& n : topo.nodes)
           launch.ids.push_back(n.id);
       }
-      const bool single = variant.kind == report::Variant::Kind::kSingle;
-      launch.node_args = report::nodeArgs(variant, single ? single_forwarded : forwarded, budget,
-                                          seed, run_dir.string());
+      const bool single = variant.kind == experiment::Variant::Kind::kSingle;
+      launch.node_args = experiment::nodeArgs(variant, single ? single_forwarded : forwarded,
+                                              budget, seed, run_dir.string());
       // --save FILE: each run saves its model as FILE in its own folder.
       for (size_t i = 0; i + 1 < launch.node_args.size(); ++i) {
         if (launch.node_args[i] == "--save") {
@@ -407,7 +409,7 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
       }
       std::vector<std::string> shown = {"chorus", "launch", launch.topology_path};
       shown.insert(shown.end(), launch.node_args.begin(), launch.node_args.end());
-      std::ofstream(run_dir / "command.txt") << report::shellQuote(shown) << '\n';
+      std::ofstream(run_dir / "command.txt") << experiment::shellQuote(shown) << '\n';
 
       const std::string label = fmt::format("[{}/{}] {} seed {}", index, total, variant.name, seed);
       fmt::print("[compare] {}: starting ({})\n", label, (run_dir / "command.txt").string());

@@ -1,4 +1,4 @@
-#include "report/variant.h"
+#include "experiment/variant.h"
 
 #include <fmt/format.h>
 
@@ -10,7 +10,7 @@
 
 #include "consensus/backup_rule.h"
 
-namespace chorus::report {
+namespace chorus::experiment {
 namespace {
 
 constexpr std::string_view kAccepted =
@@ -199,4 +199,4 @@ std::string shellQuote(const std::vector<std::string>& argv) {
   return out;
 }
 
-}  // namespace chorus::report
+}  // namespace chorus::experiment

@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-namespace chorus::report {
+namespace chorus::experiment {
 
 // One training strategy to compare.
 struct Variant {
@@ -79,4 +79,4 @@ std::string singleTopology(std::string_view name, std::string_view address,
 // A shell-ready rendering of a command line (arguments quoted where needed), for command.txt.
 std::string shellQuote(const std::vector<std::string>& argv);
 
-}  // namespace chorus::report
+}  // namespace chorus::experiment
