@@ -126,17 +126,20 @@ TEST(ConsensusPeer, PureAveragingOnACompleteGraphReachesTheExactAverage) {
 }
 
 run::RunOptions trainingOptions() {
-  run::RunOptions options;
-  options.data.name = "synthetic";
-  options.model.name = "mlp";
-  options.model.hidden = {64};
+  run::RunOptions options = testsupport::syntheticTraining();
   options.lr = 0.05;
   options.momentum = 0.9;
-  options.batch = 32;
   options.rounds = 400;
-  options.eval_every = 100;
-  options.target_acc = 0.95;
-  options.seed = 3;
+  return options;
+}
+
+// A softmax model for `rounds` rounds, evaluated only at the end.
+run::RunOptions softmaxOptions(int64_t rounds) {
+  run::RunOptions options = trainingOptions();
+  options.model.name = "softmax";
+  options.model.hidden.clear();
+  options.rounds = rounds;
+  options.eval_every = 0;
   return options;
 }
 
@@ -277,11 +280,7 @@ TEST(ConsensusPeer, TheStalenessBoundHoldsUnderRandomDelays) {
   const Graph g = ring(4);
   Cluster cluster(4);
   for (NodeId i = 0; i < 4; ++i) {
-    run::RunOptions options = trainingOptions();
-    options.model.name = "softmax";
-    options.model.hidden.clear();
-    options.rounds = 60;
-    options.eval_every = 0;
+    run::RunOptions options = softmaxOptions(60);
     options.stragglers = "shifted-exp:0,2+slow:1=3";
     options.seed = 11;
     ConsensusOptions co;
@@ -345,11 +344,7 @@ TEST(ConsensusPeer, OneBackupWorkerLetsRoundsGoOnWithoutASilentNeighbor) {
   const Graph g = complete(3);
   Cluster cluster(3);
   for (NodeId i = 0; i < 2; ++i) {
-    run::RunOptions options = trainingOptions();
-    options.model.name = "softmax";
-    options.model.hidden.clear();
-    options.rounds = 30;
-    options.eval_every = 0;
+    run::RunOptions options = softmaxOptions(30);
     ConsensusOptions co;
     co.backup = "static:1";
     co.stall_timeout = 300ms;   // the silent node stops holding the staleness gate quickly
@@ -427,11 +422,7 @@ TEST(ConsensusPeer, ANodeKilledMidRunLeavesTheOthersFinishing) {
   ASSERT_GE(child, 0);
   if (child == 0) {
     close(to_parent[0]);
-    run::RunOptions ro = trainingOptions();
-    ro.model.name = "softmax";
-    ro.model.hidden.clear();
-    ro.rounds = 1'000'000;
-    ro.eval_every = 0;
+    run::RunOptions ro = softmaxOptions(1'000'000);
     node::NodeOptions options = nodeOptions(3, n);
     options.log_level = spdlog::level::warn;
     node::Node node(options);
@@ -468,11 +459,7 @@ TEST(ConsensusPeer, ANodeKilledMidRunLeavesTheOthersFinishing) {
   std::promise<void> round_five;
   bool past_five = false;  // node 0's trainer thread only
   for (NodeId i = 0; i < 3; ++i) {
-    run::RunOptions options = trainingOptions();
-    options.model.name = "softmax";
-    options.model.hidden.clear();
-    options.rounds = 40;
-    options.eval_every = 0;
+    run::RunOptions options = softmaxOptions(40);
     ConsensusOptions co;
     if (i == 0) {
       // At or past round 5: iteration skipping can jump over round 5 itself.
@@ -620,11 +607,7 @@ struct FakeNeighborRun {
     auto data = syntheticData(300, 50);
     const Graph g = complete(3);
     for (NodeId i = 0; i < 2; ++i) {
-      run::RunOptions options = trainingOptions();
-      options.model.name = "softmax";
-      options.model.hidden.clear();
-      options.rounds = kRounds;
-      options.eval_every = 0;
+      run::RunOptions options = softmaxOptions(kRounds);
       ConsensusOptions co;
       co.backup = "static:1";
       co.stall_timeout = 300ms;   // the fake stops holding the staleness gate quickly

@@ -33,17 +33,10 @@ namespace {
 using namespace std::chrono_literals;
 
 run::RunOptions trainingOptions() {
-  run::RunOptions options;
-  options.data.name = "synthetic";
-  options.model.name = "mlp";
-  options.model.hidden = {64};
+  run::RunOptions options = testsupport::syntheticTraining();
   options.lr = 0.1;
   options.momentum = 0;
-  options.batch = 32;
   options.rounds = 800;
-  options.eval_every = 100;
-  options.target_acc = 0.95;
-  options.seed = 3;
   return options;
 }
 

@@ -161,14 +161,7 @@ class EveryMode : public ::testing::TestWithParam<Mode> {
 };
 
 TEST_P(EveryMode, TrainsSyntheticDataToNinetyFivePercent) {
-  run::RunOptions options;
-  options.data.name = "synthetic";
-  options.model.name = "mlp";
-  options.model.hidden = {64};
-  options.batch = 32;
-  options.eval_every = 100;
-  options.target_acc = 0.95;
-  options.seed = 3;
+  run::RunOptions options = testsupport::syntheticTraining();
   mode().tune(options);
   LocalCluster cluster(nodes(), 0, settings());
   attachAll(cluster, options, testsupport::syntheticData(10000, 1000));

@@ -59,6 +59,18 @@ std::vector<NodeId> membersOf(size_t n) {
   return members;
 }
 
+run::RunOptions syntheticTraining() {
+  run::RunOptions options;
+  options.data.name = "synthetic";
+  options.model.name = "mlp";
+  options.model.hidden = {64};
+  options.batch = 32;
+  options.eval_every = 100;
+  options.target_acc = 0.95;
+  options.seed = 3;
+  return options;
+}
+
 std::shared_ptr<const ml::DataSplit> syntheticData(size_t train, size_t test, uint64_t seed) {
   return std::make_shared<const ml::DataSplit>(ml::makeSynthetic(train, test, seed));
 }
@@ -75,16 +87,6 @@ node::NodeOptions nodeOptions(const NodeSettings& settings, NodeId self, size_t 
   o.peer_timeout = settings.peer_timeout;
   o.log_level = settings.log_level;
   return o;
-}
-
-std::string LineSink::all() {
-  std::lock_guard lock(mutex_);
-  return text_;
-}
-
-void LineSink::sink_it_(const spdlog::details::log_msg& message) {
-  text_.append(message.payload.data(), message.payload.size());
-  text_ += '\n';
 }
 
 AlonePeer::AlonePeer(node::Node& node, run::NodeJob job, run::SingleOptions options)
@@ -124,8 +126,8 @@ LocalCluster::LocalCluster(size_t n, size_t members, NodeSettings settings) : sl
   for (size_t i = 0; i < n; ++i) {
     node::NodeOptions options =
         nodeOptions(settings, static_cast<NodeId>(i), members == 0 ? n : members);
-    slots_[i].sink = std::make_shared<LineSink>();
-    options.log_sinks = {slots_[i].sink};
+    slots_[i].log = std::make_shared<node::testing::LogCapture>();
+    options.log_sinks = {slots_[i].log};
     slots_[i].node = std::make_unique<node::Node>(options);
     const node::Status listening = slots_[i].node->listen();
     EXPECT_TRUE(listening.ok()) << "node " << i << ": " << listening.message();
