@@ -528,12 +528,6 @@ TEST(ConsensusPeer, ARestartedNodeRejoinsFromANeighborsModel) {
     life->peer = std::move(peer);
     return life;
   };
-  auto connectNode2 = [&](node::Node& node) {
-    std::vector<node::PeerAddress> peers;
-    for (NodeId j = 0; j < 2; ++j)
-      peers.push_back({j, "127.0.0.1", cluster.node(j).port()});
-    ASSERT_TRUE(node.connect(peers).ok());
-  };
   std::promise<void> round_five;
   ConsensusOptions first_co;
   first_co.on_round_end = [&](Round k) {
@@ -551,7 +545,7 @@ TEST(ConsensusPeer, ARestartedNodeRejoinsFromANeighborsModel) {
     cluster.attach(i, makeJob(options, data, i, 3), layoutOf(g, i), ConsensusOptions{});
   }
   cluster.connect({{2, port2}});
-  connectNode2(*node2);
+  cluster.connectOutside(*node2);
   ASSERT_TRUE(node2->waitClusterReady(30s).ok());
   cluster.start();
   auto first_run = std::async(std::launch::async, [peer2] { return peer2->run(); });
@@ -562,7 +556,7 @@ TEST(ConsensusPeer, ARestartedNodeRejoinsFromANeighborsModel) {
   first_life.reset();
 
   auto second_life = incarnation(port2, true, ConsensusOptions{});
-  connectNode2(*second_life->node);
+  cluster.connectOutside(*second_life->node);
   ASSERT_TRUE(second_life->node->waitClusterReady(30s).ok());
   auto second_run =
       std::async(std::launch::async, [p = second_life->peer.get()] { return p->run(); });

@@ -350,12 +350,6 @@ TEST_P(PsRejoin, ARestartedNodeRejoinsWithItsKeysFromALiveNodesLastRead) {
     cluster.attach<PsPeer>(i, run::prepareNodeJob(runOptions(i), data, i, kNodes, ""), members, po);
   }
   const PsPeer& peer0 = cluster.peer<PsPeer>(0);
-  auto connectNode2 = [&](node::Node& node) {
-    std::vector<node::PeerAddress> peers_of_2;
-    for (NodeId j = 0; j < 2; ++j)
-      peers_of_2.push_back({j, "127.0.0.1", cluster.node(j).port()});
-    ASSERT_TRUE(node.connect(peers_of_2).ok());
-  };
 
   // First life of node 2, until its clock 30.
   std::promise<void> clock30;
@@ -370,7 +364,7 @@ TEST_P(PsRejoin, ARestartedNodeRejoinsWithItsKeysFromALiveNodesLastRead) {
   ASSERT_TRUE(node2->listen().ok());
   const uint16_t port2 = node2->port();
   cluster.connect({{2, port2}});
-  connectNode2(*node2);
+  cluster.connectOutside(*node2);
   ASSERT_TRUE(node2->waitClusterReady(30s).ok());
   cluster.start();
   auto first_run = std::async(std::launch::async, [p = peer2.get()] { return p->run(); });
@@ -419,7 +413,7 @@ TEST_P(PsRejoin, ARestartedNodeRejoinsWithItsKeysFromALiveNodesLastRead) {
   peer2 = std::make_unique<PsPeer>(*node2, run::prepareNodeJob(runOptions(2), data, 2, kNodes, ""),
                                    members, second);
   ASSERT_TRUE(node2->listen().ok());
-  connectNode2(*node2);
+  cluster.connectOutside(*node2);
   ASSERT_TRUE(node2->waitClusterReady(30s).ok());
   auto second_run = std::async(std::launch::async, [p = peer2.get()] { return p->run(); });
   ASSERT_EQ(second_run.wait_for(300s), std::future_status::ready);

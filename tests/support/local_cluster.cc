@@ -162,6 +162,14 @@ void LocalCluster::connect(const std::vector<std::pair<NodeId, uint16_t>>& extra
   }
 }
 
+void LocalCluster::connectOutside(node::Node& outside) {
+  std::vector<node::PeerAddress> peers;
+  for (size_t j = 0; j < slots_.size(); ++j)
+    peers.push_back({static_cast<NodeId>(j), "127.0.0.1", slots_[j].node->port()});
+  const node::Status connecting = outside.connect(peers);
+  ASSERT_TRUE(connecting.ok()) << connecting.message();
+}
+
 void LocalCluster::start() {
   for (Slot& slot : slots_) {
     if (!slot.run) continue;

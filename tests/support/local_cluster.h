@@ -133,6 +133,9 @@ class LocalCluster {
   // Connects every node here to every other one (and to the nodes elsewhere in `extra`, as
   // (id, port) on loopback) and waits until all are connected (30 s at most).
   void connect(const std::vector<std::pair<NodeId, uint16_t>>& extra = {});
+  // Connects `outside`, a member of this cluster made apart from it (a node restarted by the
+  // test), to every node here; its readiness is the caller's to wait for.
+  void connectOutside(node::Node& outside);
   // Starts every attached peer's run() on its own trainer thread.
   void start();
   // Any thread: ends peer i's run early (its node stays up).
