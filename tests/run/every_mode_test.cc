@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <functional>
 #include <future>
@@ -173,6 +174,8 @@ TEST_P(EveryMode, TrainsSyntheticDataToNinetyFivePercent) {
       EXPECT_EQ(r.steps_done, options.rounds) << "node " << i;
     }
     EXPECT_GE(r.final.accuracy, 0.95) << "node " << i;
+    std::printf("node %zu: test accuracy %.4f after %lld steps\n", i, r.final.accuracy,
+                static_cast<long long>(r.steps_done));
     EXPECT_TRUE(r.time_to_target.has_value()) << "node " << i;
     EXPECT_EQ(r.finished_peers.size(), nodes() - 1) << "node " << i;
     EXPECT_TRUE(r.departed_peers.empty()) << "node " << i;
