@@ -20,9 +20,13 @@ std::string percent(double fraction) {
 // The loop's strategy with no peers: nothing to exchange; it reports the run per epoch.
 class AloneStrategy : public TrainingStrategy {
  public:
-  AloneStrategy(const NodeJob& job, int64_t steps_per_epoch, ml::ProgressReporter& progress,
-                SingleReport& report)
-      : job_(job), per_epoch_(steps_per_epoch), progress_(progress), report_(report) {}
+  AloneStrategy(const NodeJob& job, const SingleOptions& options, int64_t steps_per_epoch,
+                ml::ProgressReporter& progress, SingleReport& report)
+      : job_(job),
+        options_(options),
+        per_epoch_(steps_per_epoch),
+        progress_(progress),
+        report_(report) {}
 
   std::string_view mode() const override { return "single"; }
   std::string_view stepName() const override { return "round"; }
@@ -31,6 +35,9 @@ class AloneStrategy : public TrainingStrategy {
     return job_.resumed_from.empty() ? 0 : job_.resumed_step;
   }
   bool finished(int64_t step) const override { return step >= job_.rounds; }
+  StepExchange beforeGradient(int64_t /*step*/) override {
+    return {.stopped = options_.stop && options_.stop->load()};
+  }
   void afterGradient(int64_t /*step*/, const ml::Model& model,
                      std::span<const int32_t> labels) override {
     correct_ += ml::countCorrect(model.logits(), labels);
@@ -48,6 +55,7 @@ class AloneStrategy : public TrainingStrategy {
                     epochs(), in_epoch, per_epoch_, rate, loss_sum_ / static_cast<double>(samples_),
                     percent(static_cast<double>(correct_) / static_cast<double>(samples_))));
     if (in_epoch == per_epoch_ && !finished(step + 1)) endEpoch(step, evaluated);
+    if (options_.on_step_end) options_.on_step_end(step);
   }
   void ended(const LoopReport& report) override {
     // The last (maybe partial) epoch, with the final evaluation.
@@ -85,6 +93,7 @@ class AloneStrategy : public TrainingStrategy {
   }
 
   const NodeJob& job_;
+  const SingleOptions& options_;
   const int64_t per_epoch_;
   ml::ProgressReporter& progress_;
   SingleReport& report_;
@@ -149,7 +158,7 @@ SingleReport trainAlone(NodeJob& job, const SingleOptions& options, ml::Progress
                               job.resumed_step / std::max<int64_t>(per_epoch, 1),
                               job.resumed_step));
   }
-  AloneStrategy alone(job, per_epoch, progress, report);
+  AloneStrategy alone(job, options, per_epoch, progress, report);
   static_cast<LoopReport&>(report) = runTrainingLoop(job, alone, log, loop);
   report.epochs_done =
       static_cast<double>(report.steps_done) / static_cast<double>(std::max<int64_t>(per_epoch, 1));

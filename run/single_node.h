@@ -3,7 +3,10 @@
 // so the baseline and the distributed runs share one loop and one metrics format.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -40,6 +43,11 @@ struct SingleOptions {
   // it only starts from the checkpoint's model, at step 0, as the distributed modes do (the
   // single variant of chorus compare, which must run the same steps as the other variants).
   bool continue_resumed = true;
+  // When set: the run ends before the next step once it holds true (a stopped run, as a stopped
+  // distributed node's; no checkpoint is written). Any thread may set it.
+  std::shared_ptr<const std::atomic<bool>> stop;
+  // Tests: called on the trainer thread after each step.
+  std::function<void(int64_t)> on_step_end;
 };
 
 // Trains `job` (the job of node 0 of 1) alone: progress on `progress` (a line per epoch), the

@@ -4,7 +4,6 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spdlog/sinks/base_sink.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,79 +23,41 @@
 #include "node/node.h"
 #include "ps/ps_peer.h"
 #include "run/training_run.h"
+#include "tests/support/local_cluster.h"
 
 namespace chorus::consensus {
 namespace {
 
 using namespace std::chrono_literals;
 
-// Keeps every log line, for asserting what a node said.
-class LineSink : public spdlog::sinks::base_sink<std::mutex> {
- public:
-  std::string all() {
-    std::lock_guard lock(mutex_);
-    return text_;
-  }
+using testsupport::complete;
+using testsupport::Graph;
+using testsupport::layoutOf;
+using testsupport::LocalCluster;
+using testsupport::ring;
+using testsupport::syntheticData;
 
- protected:
-  void sink_it_(const spdlog::details::log_msg& message) override {
-    text_.append(message.payload.data(), message.payload.size());
-    text_ += '\n';
-  }
-  void flush_() override {}
-
- private:
-  std::string text_;
-};
-
-using Graph = std::vector<std::vector<NodeId>>;
-
-Graph ring(size_t n) {
-  Graph g(n);
-  for (size_t i = 0; i < n; ++i) {
-    g[i] = {static_cast<NodeId>((i + n - 1) % n), static_cast<NodeId>((i + 1) % n)};
-    std::sort(g[i].begin(), g[i].end());
-  }
-  return g;
-}
-
-Graph complete(size_t n) {
-  Graph g(n);
-  for (size_t i = 0; i < n; ++i) {
-    for (size_t j = 0; j < n; ++j) {
-      if (i != j) g[i].push_back(static_cast<NodeId>(j));
-    }
-  }
-  return g;
+// The nodes of these tests: info lines kept (tests look for them), a 3 s peer time-out.
+testsupport::NodeSettings nodeSettings() {
+  return {.cluster = "consensus-test", .log_level = spdlog::level::info};
 }
 
 node::NodeOptions nodeOptions(NodeId self, size_t n) {
-  node::NodeOptions o;
-  o.cluster = "consensus-test";
-  o.self = self;
-  for (size_t i = 0; i < n; ++i)
-    o.members.push_back(static_cast<NodeId>(i));
-  o.heartbeat_interval = 100ms;
-  o.dial_backoff_max = 100ms;
-  o.peer_timeout = 3000ms;
-  o.log_level = spdlog::level::info;
-  return o;
+  return testsupport::nodeOptions(nodeSettings(), self, n);
 }
 
-PeerLayout layoutOf(const Graph& g, NodeId self) {
-  PeerLayout l;
-  l.self = self;
-  l.neighbors = g[self];
-  for (size_t i = 0; i < g.size(); ++i) {
-    l.members.push_back(static_cast<NodeId>(i));
-    l.degrees[static_cast<NodeId>(i)] = g[i].size();
+// Nodes 0..n-1 of a cluster of `members` nodes (0: n) in this process.
+class Cluster : public LocalCluster {
+ public:
+  explicit Cluster(size_t n, size_t members = 0) : LocalCluster(n, members, nodeSettings()) {}
+  // Puts a consensus peer on node i (before connect()).
+  ConsensusPeer& attach(size_t i, run::NodeJob job, PeerLayout layout, ConsensusOptions options) {
+    return LocalCluster::attach<ConsensusPeer>(i, std::move(job), std::move(layout), options);
   }
-  return l;
-}
-
-std::shared_ptr<const ml::DataSplit> syntheticData(size_t train, size_t test) {
-  return std::make_shared<const ml::DataSplit>(ml::makeSynthetic(train, test, 7));
-}
+  ConsensusPeer& peer(size_t i) { return LocalCluster::peer<ConsensusPeer>(i); }
+  // Node i's report, waiting for it.
+  ConsensusReport report(size_t i) { return result<ConsensusReport>(i); }
+};
 
 // A job on `data` for `nodes` nodes through the shared run layer.
 run::NodeJob makeJob(const run::RunOptions& options, std::shared_ptr<const ml::DataSplit> data,
@@ -104,81 +65,8 @@ run::NodeJob makeJob(const run::RunOptions& options, std::shared_ptr<const ml::D
   return run::prepareNodeJob(options, std::move(data), id, static_cast<int>(nodes), "");
 }
 
-// Nodes of one cluster in this process: listening on port 0, connected as a full mesh. Peers
-// are attached to some of them (the others stay silent: connected, never sending a model).
-class Cluster {
- public:
-  // Nodes 0..n-1 here, of a cluster of `members` nodes (the rest run elsewhere).
-  explicit Cluster(size_t n, size_t members = 0) {
-    for (size_t i = 0; i < n; ++i) {
-      auto options = nodeOptions(static_cast<NodeId>(i), members == 0 ? n : members);
-      sinks_.push_back(std::make_shared<LineSink>());
-      options.log_sinks = {sinks_.back()};
-      nodes_.push_back(std::make_unique<node::Node>(options));
-      EXPECT_TRUE(nodes_.back()->listen().ok());
-    }
-  }
-  ~Cluster() {
-    for (auto& peer : peers_) {
-      if (peer) peer->stop();
-    }
-    for (auto& t : threads_) {
-      if (t.joinable()) t.join();
-    }
-    for (auto& n : nodes_)
-      n->shutdown(0ms);
-  }
-
-  node::Node& node(size_t i) { return *nodes_[i]; }
-  std::string log(size_t i) { return sinks_[i]->all(); }
-  ConsensusPeer& peer(size_t i) { return *peers_[i]; }
-
-  // Attaches a consensus peer to node i (before connect()).
-  void attach(size_t i, run::NodeJob job, PeerLayout layout, ConsensusOptions options) {
-    peers_.resize(nodes_.size());
-    peers_[i] =
-        std::make_unique<ConsensusPeer>(*nodes_[i], std::move(job), std::move(layout), options);
-  }
-
-  // Connects every node to every other one and waits until all are connected.
-  void connect(const std::vector<std::pair<NodeId, uint16_t>>& extra = {}) {
-    for (size_t i = 0; i < nodes_.size(); ++i) {
-      std::vector<node::PeerAddress> peers;
-      for (size_t j = 0; j < nodes_.size(); ++j) {
-        if (j != i) peers.push_back({static_cast<NodeId>(j), "127.0.0.1", nodes_[j]->port()});
-      }
-      for (const auto& [id, port] : extra)
-        peers.push_back({id, "127.0.0.1", port});
-      ASSERT_TRUE(nodes_[i]->connect(peers).ok());
-    }
-    for (auto& n : nodes_) {
-      node::Status ready = n->waitClusterReady(30s);
-      ASSERT_TRUE(ready.ok()) << ready.message();
-    }
-  }
-
-  // Starts every attached peer on its own trainer thread.
-  std::vector<std::future<ConsensusReport>> start() {
-    std::vector<std::future<ConsensusReport>> reports;
-    peers_.resize(nodes_.size());
-    for (auto& peer : peers_) {
-      if (!peer) continue;
-      auto task = std::make_shared<std::packaged_task<ConsensusReport()>>(
-          [p = peer.get()] { return p->run(); });
-      reports.push_back(task->get_future());
-      threads_.emplace_back([task] { (*task)(); });
-    }
-    return reports;
-  }
-
- private:
-  std::vector<std::shared_ptr<LineSink>> sinks_;
-  std::vector<std::unique_ptr<node::Node>> nodes_;
-  std::vector<std::unique_ptr<ConsensusPeer>> peers_;
-  std::vector<std::thread> threads_;
-};
-
-ConsensusReport getReport(std::future<ConsensusReport>& f, std::chrono::seconds timeout = 120s) {
+// The report of a peer run outside a cluster (a restarted node's lives).
+ConsensusReport getReport(std::future<ConsensusReport>& f, std::chrono::seconds timeout = 300s) {
   if (f.wait_for(timeout) != std::future_status::ready) {
     ADD_FAILURE() << "a node did not finish within " << timeout.count() << " s";
     return {};
@@ -212,9 +100,9 @@ void expectExactAverage(const Graph& g, int64_t rounds) {
     cluster.attach(i, std::move(job), layoutOf(g, static_cast<NodeId>(i)), co);
   }
   cluster.connect();
-  auto futures = cluster.start();
+  cluster.start();
   for (size_t i = 0; i < n; ++i) {
-    ConsensusReport r = getReport(futures[i]);
+    ConsensusReport r = cluster.report(i);
     EXPECT_EQ(r.rounds_done, rounds);
     ASSERT_EQ(r.final_model.size(), average.size());
     double max_error = 0, spread = 0;
@@ -238,17 +126,20 @@ TEST(ConsensusPeer, PureAveragingOnACompleteGraphReachesTheExactAverage) {
 }
 
 run::RunOptions trainingOptions() {
-  run::RunOptions options;
-  options.data.name = "synthetic";
-  options.model.name = "mlp";
-  options.model.hidden = {64};
+  run::RunOptions options = testsupport::syntheticTraining();
   options.lr = 0.05;
   options.momentum = 0.9;
-  options.batch = 32;
   options.rounds = 400;
-  options.eval_every = 100;
-  options.target_acc = 0.95;
-  options.seed = 3;
+  return options;
+}
+
+// A softmax model for `rounds` rounds, evaluated only at the end.
+run::RunOptions softmaxOptions(int64_t rounds) {
+  run::RunOptions options = trainingOptions();
+  options.model.name = "softmax";
+  options.model.hidden.clear();
+  options.rounds = rounds;
+  options.eval_every = 0;
   return options;
 }
 
@@ -272,9 +163,9 @@ TEST(ConsensusPeer, FourNodesTrainSyntheticDataToNinetyFivePercent) {
     cluster.attach(i, makeJob(options, data, i, 4), layoutOf(g, i), co);
   }
   cluster.connect();
-  auto futures = cluster.start();
+  cluster.start();
   for (NodeId i = 0; i < 4; ++i) {
-    ConsensusReport r = getReport(futures[i]);
+    ConsensusReport r = cluster.report(i);
     EXPECT_EQ(r.rounds_done, 400);
     EXPECT_GE(r.final_accuracy, 0.95) << "node " << i;
     EXPECT_LE(r.max_staleness, 2);
@@ -345,9 +236,9 @@ TEST(ConsensusPeer, WaitAllOnACompleteGraphComputesWhatPsBspComputes) {
       cluster.attach(i, std::move(job), layoutOf(g, i), co);
     }
     cluster.connect();
-    auto futures = cluster.start();
+    cluster.start();
     for (NodeId i = 0; i < kNodes; ++i) {
-      ConsensusReport r = getReport(futures[i]);
+      ConsensusReport r = cluster.report(i);
       EXPECT_EQ(r.rounds_done, kRounds);
       if (i == 0) consensus_model = r.final_model;
     }
@@ -355,34 +246,21 @@ TEST(ConsensusPeer, WaitAllOnACompleteGraphComputesWhatPsBspComputes) {
 
   std::vector<float> ps_model;
   {
-    Cluster cluster(kNodes);
-    // Each PsPeer's ticker thread posts to its node until the peer is destroyed, and each node
-    // calls into its peer until the node is shut down. So: nodes shut down, then peers
-    // destroyed, then nodes destroyed (the cluster, declared first, goes last).
-    std::vector<std::unique_ptr<ps::PsPeer>> peers;
-    std::vector<NodeId> members;
-    for (NodeId i = 0; i < kNodes; ++i)
-      members.push_back(i);
+    LocalCluster cluster(kNodes, 0, nodeSettings());
+    const std::vector<NodeId> members = testsupport::membersOf(kNodes);
     for (NodeId i = 0; i < kNodes; ++i) {
       ps::PsOptions po;
       po.staleness = "0";
       po.key_floats = 500;  // several keys per owner
-      peers.push_back(std::make_unique<ps::PsPeer>(cluster.node(i),
-                                                   makeJob(options, data, i, kNodes), members, po));
+      cluster.attach<ps::PsPeer>(i, makeJob(options, data, i, kNodes), members, po);
     }
     cluster.connect();
-    std::vector<std::future<ps::PsReport>> futures;
-    for (auto& peer : peers)
-      futures.push_back(std::async(std::launch::async, [p = peer.get()] { return p->run(); }));
-    for (auto& f : futures) {
-      ASSERT_EQ(f.wait_for(120s), std::future_status::ready);
-      ps::PsReport r = f.get();
+    cluster.start();
+    for (NodeId i = 0; i < kNodes; ++i) {
+      ps::PsReport r = cluster.result<ps::PsReport>(i);
       EXPECT_EQ(r.clocks_done, kRounds);
       if (!r.owner_model.empty()) ps_model = r.owner_model;  // node 0 reads it
     }
-    for (NodeId i = 0; i < kNodes; ++i)
-      cluster.node(i).shutdown(0ms);
-    peers.clear();
   }
 
   ASSERT_EQ(consensus_model.size(), initial.size());
@@ -402,11 +280,7 @@ TEST(ConsensusPeer, TheStalenessBoundHoldsUnderRandomDelays) {
   const Graph g = ring(4);
   Cluster cluster(4);
   for (NodeId i = 0; i < 4; ++i) {
-    run::RunOptions options = trainingOptions();
-    options.model.name = "softmax";
-    options.model.hidden.clear();
-    options.rounds = 60;
-    options.eval_every = 0;
+    run::RunOptions options = softmaxOptions(60);
     options.stragglers = "shifted-exp:0,2+slow:1=3";
     options.seed = 11;
     ConsensusOptions co;
@@ -415,9 +289,9 @@ TEST(ConsensusPeer, TheStalenessBoundHoldsUnderRandomDelays) {
     cluster.attach(i, makeJob(options, data, i, 4), layoutOf(g, i), co);
   }
   cluster.connect();
-  auto futures = cluster.start();
+  cluster.start();
   for (NodeId i = 0; i < 4; ++i) {
-    ConsensusReport r = getReport(futures[i]);
+    ConsensusReport r = cluster.report(i);
     EXPECT_EQ(r.rounds_done, 60);
     EXPECT_LE(r.max_staleness, 1) << "node " << i;
   }
@@ -447,9 +321,9 @@ TEST(ConsensusPeer, APersistentlySlowNodeSkipsRoundsUnlessEveryoneWaitsForIt) {
       cluster.attach(i, makeJob(options, data, i, 4), layoutOf(g, i), co);
     }
     cluster.connect();
-    auto futures = cluster.start();
+    cluster.start();
     for (NodeId i = 0; i < 4; ++i) {
-      ConsensusReport r = getReport(futures[i]);
+      ConsensusReport r = cluster.report(i);
       EXPECT_EQ(r.rounds_done, 60) << "node " << i;
       EXPECT_LE(r.max_staleness, 2) << "node " << i;
       EXPECT_EQ(static_cast<int64_t>(r.backups.size()) + r.skipped_rounds, 60) << "node " << i;
@@ -470,11 +344,7 @@ TEST(ConsensusPeer, OneBackupWorkerLetsRoundsGoOnWithoutASilentNeighbor) {
   const Graph g = complete(3);
   Cluster cluster(3);
   for (NodeId i = 0; i < 2; ++i) {
-    run::RunOptions options = trainingOptions();
-    options.model.name = "softmax";
-    options.model.hidden.clear();
-    options.rounds = 30;
-    options.eval_every = 0;
+    run::RunOptions options = softmaxOptions(30);
     ConsensusOptions co;
     co.backup = "static:1";
     co.stall_timeout = 300ms;   // the silent node stops holding the staleness gate quickly
@@ -482,9 +352,9 @@ TEST(ConsensusPeer, OneBackupWorkerLetsRoundsGoOnWithoutASilentNeighbor) {
     cluster.attach(i, makeJob(options, data, i, 3), layoutOf(g, i), co);
   }
   cluster.connect();
-  auto futures = cluster.start();
+  cluster.start();
   for (NodeId i = 0; i < 2; ++i) {
-    ConsensusReport r = getReport(futures[i]);
+    ConsensusReport r = cluster.report(i);
     EXPECT_EQ(r.rounds_done, 30) << "node " << i;
     EXPECT_FALSE(r.stopped);
     for (size_t b : r.backups)
@@ -520,7 +390,7 @@ TEST(ConsensusPeer, WaitAllBlocksOnASilentNeighborAndSaysWhomItWaitsFor) {
   }
   cluster.connect();
   auto done = both_reported.get_future();
-  auto futures = cluster.start();
+  cluster.start();
   ASSERT_EQ(done.wait_for(60s), std::future_status::ready);
   {
     std::lock_guard lock(mu);
@@ -529,11 +399,11 @@ TEST(ConsensusPeer, WaitAllBlocksOnASilentNeighborAndSaysWhomItWaitsFor) {
   }
   EXPECT_NE(cluster.log(0).find("waiting for node 2"), std::string::npos) << cluster.log(0);
   // Still blocked in the first round: stop them.
-  EXPECT_EQ(futures[0].wait_for(200ms), std::future_status::timeout);
+  EXPECT_FALSE(cluster.finishedWithin(0, 200ms));
   cluster.peer(0).stop();
   cluster.peer(1).stop();
-  for (auto& f : futures) {
-    ConsensusReport r = getReport(f);
+  for (size_t i = 0; i < 2; ++i) {
+    ConsensusReport r = cluster.report(i);
     EXPECT_TRUE(r.stopped);
     EXPECT_EQ(r.rounds_done, 0);
   }
@@ -552,11 +422,7 @@ TEST(ConsensusPeer, ANodeKilledMidRunLeavesTheOthersFinishing) {
   ASSERT_GE(child, 0);
   if (child == 0) {
     close(to_parent[0]);
-    run::RunOptions ro = trainingOptions();
-    ro.model.name = "softmax";
-    ro.model.hidden.clear();
-    ro.rounds = 1'000'000;
-    ro.eval_every = 0;
+    run::RunOptions ro = softmaxOptions(1'000'000);
     node::NodeOptions options = nodeOptions(3, n);
     options.log_level = spdlog::level::warn;
     node::Node node(options);
@@ -593,11 +459,7 @@ TEST(ConsensusPeer, ANodeKilledMidRunLeavesTheOthersFinishing) {
   std::promise<void> round_five;
   bool past_five = false;  // node 0's trainer thread only
   for (NodeId i = 0; i < 3; ++i) {
-    run::RunOptions options = trainingOptions();
-    options.model.name = "softmax";
-    options.model.hidden.clear();
-    options.rounds = 40;
-    options.eval_every = 0;
+    run::RunOptions options = softmaxOptions(40);
     ConsensusOptions co;
     if (i == 0) {
       // At or past round 5: iteration skipping can jump over round 5 itself.
@@ -612,7 +474,7 @@ TEST(ConsensusPeer, ANodeKilledMidRunLeavesTheOthersFinishing) {
   }
   cluster.connect({{3, child_port}});
   auto reached = round_five.get_future();
-  auto futures = cluster.start();
+  cluster.start();
   const bool got_there = reached.wait_for(60s) == std::future_status::ready;
   kill(child, SIGKILL);
   int status = 0;
@@ -626,7 +488,7 @@ TEST(ConsensusPeer, ANodeKilledMidRunLeavesTheOthersFinishing) {
                          << cluster.log(2);
   EXPECT_TRUE(WIFSIGNALED(status));
   for (NodeId i = 0; i < 3; ++i) {
-    ConsensusReport r = getReport(futures[i]);
+    ConsensusReport r = cluster.report(i);
     EXPECT_EQ(r.rounds_done, 40) << "node " << i;
     EXPECT_EQ(r.departed_peers, std::vector<NodeId>{3}) << "node " << i;
     EXPECT_EQ(r.finished_peers.size(), 2u);
@@ -666,12 +528,6 @@ TEST(ConsensusPeer, ARestartedNodeRejoinsFromANeighborsModel) {
     life->peer = std::move(peer);
     return life;
   };
-  auto connectNode2 = [&](node::Node& node) {
-    std::vector<node::PeerAddress> peers;
-    for (NodeId j = 0; j < 2; ++j)
-      peers.push_back({j, "127.0.0.1", cluster.node(j).port()});
-    ASSERT_TRUE(node.connect(peers).ok());
-  };
   std::promise<void> round_five;
   ConsensusOptions first_co;
   first_co.on_round_end = [&](Round k) {
@@ -689,9 +545,9 @@ TEST(ConsensusPeer, ARestartedNodeRejoinsFromANeighborsModel) {
     cluster.attach(i, makeJob(options, data, i, 3), layoutOf(g, i), ConsensusOptions{});
   }
   cluster.connect({{2, port2}});
-  connectNode2(*node2);
+  cluster.connectOutside(*node2);
   ASSERT_TRUE(node2->waitClusterReady(30s).ok());
-  auto futures = cluster.start();
+  cluster.start();
   auto first_run = std::async(std::launch::async, [peer2] { return peer2->run(); });
   ASSERT_EQ(round_five.get_future().wait_for(60s), std::future_status::ready);
   peer2->stop();
@@ -700,7 +556,7 @@ TEST(ConsensusPeer, ARestartedNodeRejoinsFromANeighborsModel) {
   first_life.reset();
 
   auto second_life = incarnation(port2, true, ConsensusOptions{});
-  connectNode2(*second_life->node);
+  cluster.connectOutside(*second_life->node);
   ASSERT_TRUE(second_life->node->waitClusterReady(30s).ok());
   auto second_run =
       std::async(std::launch::async, [p = second_life->peer.get()] { return p->run(); });
@@ -708,7 +564,7 @@ TEST(ConsensusPeer, ARestartedNodeRejoinsFromANeighborsModel) {
   EXPECT_GT(r.first_round, 6);
   EXPECT_EQ(r.rounds_done, 400);
   for (NodeId i = 0; i < 2; ++i) {
-    ConsensusReport other = getReport(futures[i]);
+    ConsensusReport other = cluster.report(i);
     // Having taken a trained model, the rejoined node ends where the others do.
     EXPECT_NEAR(r.final_accuracy, other.final_accuracy, 0.05) << "node " << i;
     EXPECT_GE(r.final_accuracy, 0.85);
@@ -745,11 +601,7 @@ struct FakeNeighborRun {
     auto data = syntheticData(300, 50);
     const Graph g = complete(3);
     for (NodeId i = 0; i < 2; ++i) {
-      run::RunOptions options = trainingOptions();
-      options.model.name = "softmax";
-      options.model.hidden.clear();
-      options.rounds = kRounds;
-      options.eval_every = 0;
+      run::RunOptions options = softmaxOptions(kRounds);
       ConsensusOptions co;
       co.backup = "static:1";
       co.stall_timeout = 300ms;   // the fake stops holding the staleness gate quickly
@@ -761,9 +613,9 @@ struct FakeNeighborRun {
     cluster.connect();
   }
   // Both honest nodes ran every round and ended with finite parameters.
-  static void expectFinishedFinite(std::vector<std::future<ConsensusReport>>& futures) {
+  static void expectFinishedFinite(Cluster& cluster) {
     for (NodeId i = 0; i < 2; ++i) {
-      ConsensusReport r = getReport(futures[i]);
+      ConsensusReport r = cluster.report(i);
       EXPECT_EQ(r.rounds_done, kRounds) << "node " << i;
       EXPECT_FALSE(r.stopped);
       ASSERT_FALSE(r.final_model.empty());
@@ -800,7 +652,7 @@ TEST(ConsensusPeer, AFloodOfOneFloatChunksAndFinalsHoldsAFewModelsAndIsFreedWhen
     sendShare(fake, 0, round, 0, size, std::vector<float>(size, 0.5f));
   ASSERT_TRUE(waitUntil(
       [&] { return cluster.peer(0).held().chunks >= 2 * kChunks + FakeNeighborRun::kRounds; }));
-  auto futures = cluster.start();
+  cluster.start();
   const HeldModels held = cluster.peer(0).held();
   // Per neighbor: its 2 tau + 2 newest models on the board and one partial model, one partial
   // and one complete final model: 2 x 6 + 2 + 2 + 2 = 18 models at most. Before the fix: one
@@ -816,7 +668,7 @@ TEST(ConsensusPeer, AFloodOfOneFloatChunksAndFinalsHoldsAFewModelsAndIsFreedWhen
   fake.shutdown(500ms);
   EXPECT_TRUE(waitUntil([&] { return cluster.peer(0).held().bytes <= 8 * model_bytes; }))
       << cluster.peer(0).held().bytes / model_bytes << " models' worth still held";
-  FakeNeighborRun::expectFinishedFinite(futures);
+  FakeNeighborRun::expectFinishedFinite(cluster);
 }
 
 // A neighbor's model with NaN in it, and models of rounds no run has (INT64_MAX, -1), are
@@ -826,7 +678,7 @@ TEST(ConsensusPeer, ANeighborsNonFiniteModelAndImpossibleRoundsAreRefusedAndName
   Cluster cluster(3);
   FakeNeighborRun run(cluster);
   const size_t size = run.model_size;
-  auto futures = cluster.start();
+  cluster.start();
   node::Node& fake = cluster.node(2);
   std::vector<float> infinite(size, 0.25f);
   infinite[3] = std::numeric_limits<float>::infinity();
@@ -840,7 +692,7 @@ TEST(ConsensusPeer, ANeighborsNonFiniteModelAndImpossibleRoundsAreRefusedAndName
     sendShare(fake, 1, round, 0, size, poisoned);
   }
   ASSERT_TRUE(waitUntil([&] { return cluster.peer(0).held().chunks >= 8; }));
-  FakeNeighborRun::expectFinishedFinite(futures);
+  FakeNeighborRun::expectFinishedFinite(cluster);
   const std::string log = cluster.log(0);
   EXPECT_NE(log.find("model chunk [0, " + std::to_string(size) +
                      ") from node 2 holds 1 non-finite value(s) (the first, nan, at parameter 7)"),
@@ -876,7 +728,7 @@ TEST(ConsensusPeer, BadModelChunksAreLoggedAndDropped) {
   co.finish_timeout = 300ms;  // node 1 never says TrainingDone
   cluster.attach(0, std::move(job), layoutOf(g, 0), co);
   cluster.connect();
-  auto futures = cluster.start();
+  cluster.start();
 
   node::Node& sender = cluster.node(1);
   sendShare(sender, 0, 0, 0, size + 1, std::vector<float>(size + 1, 1.0f));  // wrong size
@@ -888,7 +740,7 @@ TEST(ConsensusPeer, BadModelChunksAreLoggedAndDropped) {
   sendShare(sender, 0, 0, 0, size, std::vector<float>(theirs.begin(), theirs.begin() + 100));
   sendShare(sender, 0, 0, 100, size, std::vector<float>(theirs.begin() + 100, theirs.end()));
 
-  ConsensusReport r = getReport(futures[0]);
+  ConsensusReport r = cluster.report(0);
   EXPECT_EQ(r.rounds_done, 1);
   ASSERT_EQ(r.final_model.size(), size);
   for (size_t i = 0; i < size; ++i) {

@@ -22,6 +22,7 @@
 #include "ps/kv_server.h"
 #include "ps/kv_worker.h"
 #include "tests/node/test_util.h"
+#include "tests/support/local_cluster.h"
 
 namespace chorus::ps {
 namespace {
@@ -29,16 +30,7 @@ namespace {
 using namespace std::chrono_literals;
 
 node::NodeOptions nodeOptions(NodeId self, size_t members) {
-  node::NodeOptions o;
-  o.cluster = "ps-test";
-  o.self = self;
-  for (size_t i = 0; i < members; ++i)
-    o.members.push_back(static_cast<NodeId>(i));
-  o.heartbeat_interval = 100ms;
-  o.dial_backoff_max = 100ms;
-  o.peer_timeout = 3000ms;
-  o.log_level = spdlog::level::warn;
-  return o;
+  return testsupport::nodeOptions({.cluster = "ps-test"}, self, members);
 }
 
 std::vector<Key> allKeys(const KeySpace& layout) {

@@ -25,6 +25,7 @@
 #include "ml/dataset.h"
 #include "node/node.h"
 #include "run/training_run.h"
+#include "tests/support/local_cluster.h"
 
 namespace chorus::ps {
 namespace {
@@ -32,48 +33,21 @@ namespace {
 using namespace std::chrono_literals;
 
 run::RunOptions trainingOptions() {
-  run::RunOptions options;
-  options.data.name = "synthetic";
-  options.model.name = "mlp";
-  options.model.hidden = {64};
+  run::RunOptions options = testsupport::syntheticTraining();
   options.lr = 0.1;
   options.momentum = 0;
-  options.batch = 32;
   options.rounds = 800;
-  options.eval_every = 100;
-  options.target_acc = 0.95;
-  options.seed = 3;
   return options;
 }
 
-// A test node of `cluster`: quick heartbeats and redials, warnings only.
-node::NodeOptions testNode(const std::string& cluster, NodeId self, std::vector<NodeId> members,
-                           uint16_t port = 0) {
-  node::NodeOptions o;
-  o.cluster = cluster;
-  o.self = self;
-  o.members = std::move(members);
-  o.listen_port = port;
-  o.heartbeat_interval = 100ms;
-  o.dial_backoff_max = 100ms;
-  o.peer_timeout = 5000ms;
-  o.log_level = spdlog::level::warn;
-  return o;
-}
+using testsupport::LocalCluster;
+using testsupport::membersOf;
+using testsupport::syntheticData;
 
-// Connects listening nodes as a full mesh on loopback and waits until all are connected.
-void connectAll(const std::vector<std::unique_ptr<node::Node>>& nodes) {
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    std::vector<node::PeerAddress> addresses;
-    for (size_t j = 0; j < nodes.size(); ++j) {
-      if (j != i) addresses.push_back({static_cast<NodeId>(j), "127.0.0.1", nodes[j]->port()});
-    }
-    EXPECT_TRUE(nodes[i]->connect(addresses).ok());
-  }
-  for (const auto& n : nodes) {
-    const node::Status ready = n->waitClusterReady(30s);
-    EXPECT_TRUE(ready.ok()) << ready.message();
-  }
+// The nodes of cluster `name`: warnings only, a 5 s peer time-out unless told.
+testsupport::NodeSettings nodeSettings(const std::string& name,
+                                       std::chrono::milliseconds peer_timeout = 5000ms) {
+  return {.cluster = name, .peer_timeout = peer_timeout};
 }
 
 struct RunResult {
@@ -85,40 +59,26 @@ struct RunResult {
 RunResult trainFourNodes(const std::string& staleness,
                          const std::function<void(NodeId, PsOptions&)>& tweak = {}) {
   constexpr size_t kNodes = 4;
-  auto data = std::make_shared<const ml::DataSplit>(ml::makeSynthetic(10000, 1000, 7));
+  auto data = syntheticData(10000, 1000);
   const auto out = std::filesystem::temp_directory_path() /
                    ("ps-train-" + staleness + "-" + std::to_string(getpid()));
-  std::vector<std::unique_ptr<node::Node>> nodes;
-  std::vector<std::unique_ptr<PsPeer>> peers;
-  std::vector<NodeId> members{0, 1, 2, 3};
+  LocalCluster cluster(kNodes, 0, nodeSettings("ps-peer-test"));
+  const std::vector<NodeId> members = membersOf(kNodes);
   for (NodeId i = 0; i < kNodes; ++i) {
-    nodes.push_back(std::make_unique<node::Node>(testNode("ps-peer-test", i, members)));
     run::RunOptions options = trainingOptions();
     options.out_dir = out.string();
     PsOptions po;
     po.staleness = staleness;
     po.key_floats = 1000;  // several keys per owner
     if (tweak) tweak(i, po);
-    peers.push_back(std::make_unique<PsPeer>(
-        *nodes.back(), run::prepareNodeJob(options, data, i, kNodes, ""), members, po));
-    EXPECT_TRUE(nodes.back()->listen().ok());
+    cluster.attach<PsPeer>(i, run::prepareNodeJob(options, data, i, kNodes, ""), members, po);
   }
-  connectAll(nodes);
-  std::vector<std::future<PsReport>> futures;
-  for (auto& p : peers)
-    futures.push_back(std::async(std::launch::async, [peer = p.get()] { return peer->run(); }));
+  cluster.connect();
+  cluster.start();
   RunResult result;
   result.out = out;
-  for (auto& f : futures) {
-    if (f.wait_for(300s) != std::future_status::ready) {
-      ADD_FAILURE() << "a node did not finish within 300 s";
-      for (auto& p : peers)
-        p->stop();
-    }
-    result.reports.push_back(f.get());
-  }
-  for (auto& n : nodes)
-    n->shutdown(0ms);
+  for (NodeId i = 0; i < kNodes; ++i)
+    result.reports.push_back(cluster.result<PsReport>(i, 300s));
   return result;
 }
 
@@ -235,15 +195,9 @@ TEST(PsPeer, AsyncRoundsWorkerRunsRoundsClocksOnEveryWorker) {
 TEST(PsPeer, ANodeThatVanishesMidRunLeavesTheOthersFinishingAndItsLostUpdatesNamed) {
   constexpr size_t kNodes = 3;
   constexpr int64_t kClocks = 200;
-  auto data = std::make_shared<const ml::DataSplit>(ml::makeSynthetic(3000, 300, 7));
-  std::vector<NodeId> members{0, 1, 2};
-  std::vector<std::unique_ptr<node::Node>> nodes;
-  std::vector<std::unique_ptr<PsPeer>> peers;
-  for (NodeId i = 0; i < kNodes; ++i) {
-    node::NodeOptions o = testNode("ps-vanish-test", i, members);
-    o.peer_timeout = 2000ms;
-    nodes.push_back(std::make_unique<node::Node>(o));
-  }
+  auto data = syntheticData(3000, 300);
+  const std::vector<NodeId> members = membersOf(kNodes);
+  LocalCluster cluster(kNodes, 0, nodeSettings("ps-vanish-test", 2000ms));
   for (NodeId i = 0; i < kNodes; ++i) {
     run::RunOptions options = trainingOptions();
     options.rounds = kClocks;
@@ -254,28 +208,17 @@ TEST(PsPeer, ANodeThatVanishesMidRunLeavesTheOthersFinishingAndItsLostUpdatesNam
     po.down_timeout_s = 0.3;
     if (i == 2) {
       // Node 2 vanishes at clock 50: it stops training and its node closes every connection.
-      po.on_clock_end = [&nodes, &peers](Clock c, std::span<const float>) {
-        if (c == 50) {
-          peers[2]->stop();
-          nodes[2]->shutdown(0ms);
-        }
+      po.on_clock_end = [&cluster](Clock c, std::span<const float>) {
+        if (c == 50) cluster.kill(2);
       };
     }
-    peers.push_back(std::make_unique<PsPeer>(
-        *nodes[i], run::prepareNodeJob(options, data, i, kNodes, ""), members, po));
-    EXPECT_TRUE(nodes[i]->listen().ok());
+    cluster.attach<PsPeer>(i, run::prepareNodeJob(options, data, i, kNodes, ""), members, po);
   }
-  connectAll(nodes);
-  std::vector<std::future<PsReport>> futures;
-  for (auto& p : peers)
-    futures.push_back(std::async(std::launch::async, [peer = p.get()] { return peer->run(); }));
+  cluster.connect();
+  cluster.start();
   std::vector<PsReport> reports;
-  for (auto& f : futures) {
-    ASSERT_EQ(f.wait_for(300s), std::future_status::ready) << "a node did not finish";
-    reports.push_back(f.get());
-  }
-  for (auto& n : nodes)
-    n->shutdown(0ms);
+  for (NodeId i = 0; i < kNodes; ++i)
+    reports.push_back(cluster.result<PsReport>(i, 300s));
   EXPECT_TRUE(reports[2].stopped);
   for (size_t i = 0; i < 2; ++i) {
     const PsReport& r = reports[i];
@@ -296,17 +239,9 @@ TEST(PsPeer, ANodeThatVanishesMidRunLeavesTheOthersFinishingAndItsLostUpdatesNam
 TEST(PsPeer, ANonFinitePushAndAnImpossibleClockAreRefusedAndEveryNodeFinishes) {
   constexpr size_t kNodes = 3;
   constexpr int64_t kClocks = 100;
-  auto data = std::make_shared<const ml::DataSplit>(ml::makeSynthetic(3000, 300, 7));
-  std::vector<NodeId> members{0, 1, 2};
-  std::vector<std::unique_ptr<node::Node>> nodes;
-  std::vector<std::unique_ptr<PsPeer>> peers;
-  std::vector<std::shared_ptr<std::ostringstream>> logs;
-  for (NodeId i = 0; i < kNodes; ++i) {
-    node::NodeOptions o = testNode("ps-poison-test", i, members);
-    logs.push_back(std::make_shared<std::ostringstream>());
-    o.log_sinks = {std::make_shared<spdlog::sinks::ostream_sink_mt>(*logs.back())};
-    nodes.push_back(std::make_unique<node::Node>(o));
-  }
+  auto data = syntheticData(3000, 300);
+  const std::vector<NodeId> members = membersOf(kNodes);
+  LocalCluster cluster(kNodes, 0, nodeSettings("ps-poison-test"));
   for (NodeId i = 0; i < kNodes; ++i) {
     run::RunOptions options = trainingOptions();
     options.rounds = kClocks;
@@ -315,16 +250,17 @@ TEST(PsPeer, ANonFinitePushAndAnImpossibleClockAreRefusedAndEveryNodeFinishes) {
     po.staleness = "2";
     po.key_floats = 1000;
     if (i == 2) {
-      po.on_clock_end = [&nodes, &peers](Clock c, std::span<const float>) {
+      po.on_clock_end = [&cluster](Clock c, std::span<const float>) {
         if (c != 5) return;
-        node::Node& node = *nodes[2];
+        node::Node& node = cluster.node(2);
+        const PsPeer& peer2 = cluster.peer<PsPeer>(2);
         for (NodeId owner : {NodeId{0}, NodeId{1}}) {
           std::vector<uint64_t> keys;
           size_t floats = 0;
-          for (Key key = 0; key < peers[2]->layout().numKeys(); ++key) {
-            if (peers[2]->shardMap().home(key) != owner) continue;
+          for (Key key = 0; key < peer2.layout().numKeys(); ++key) {
+            if (peer2.shardMap().home(key) != owner) continue;
             keys.push_back(key);
-            floats += peers[2]->layout().length(key);
+            floats += peer2.layout().length(key);
           }
           std::vector<float> poisoned(floats, 0.01f);
           poisoned[floats / 2] = std::nanf("");
@@ -339,21 +275,13 @@ TEST(PsPeer, ANonFinitePushAndAnImpossibleClockAreRefusedAndEveryNodeFinishes) {
         }
       };
     }
-    peers.push_back(std::make_unique<PsPeer>(
-        *nodes[i], run::prepareNodeJob(options, data, i, kNodes, ""), members, po));
-    EXPECT_TRUE(nodes[i]->listen().ok());
+    cluster.attach<PsPeer>(i, run::prepareNodeJob(options, data, i, kNodes, ""), members, po);
   }
-  connectAll(nodes);
-  std::vector<std::future<PsReport>> futures;
-  for (auto& p : peers)
-    futures.push_back(std::async(std::launch::async, [peer = p.get()] { return peer->run(); }));
+  cluster.connect();
+  cluster.start();
   std::vector<PsReport> reports;
-  for (auto& f : futures) {
-    ASSERT_EQ(f.wait_for(300s), std::future_status::ready) << "a node did not finish";
-    reports.push_back(f.get());  // rethrows a node's "training diverged"
-  }
-  for (auto& n : nodes)
-    n->shutdown(0ms);
+  for (NodeId i = 0; i < kNodes; ++i)
+    reports.push_back(cluster.result<PsReport>(i, 300s));  // rethrows "training diverged"
   for (NodeId i = 0; i < kNodes; ++i) {
     const PsReport& r = reports[i];
     EXPECT_EQ(r.clocks_done, kClocks) << "node " << i;
@@ -362,7 +290,7 @@ TEST(PsPeer, ANonFinitePushAndAnImpossibleClockAreRefusedAndEveryNodeFinishes) {
   }
   for (NodeId owner : {0, 1}) {
     EXPECT_EQ(reports[owner].server.errors, 2u) << "owner " << owner;
-    const std::string log = logs[owner]->str();
+    const std::string log = cluster.log(owner);
     EXPECT_NE(log.find("refused a Push request from node 2: push at clock 6 holds 1 non-finite "
                        "value(s) (the first, nan,"),
               std::string::npos)
@@ -387,11 +315,9 @@ class PsRejoin : public ::testing::TestWithParam<std::string> {};
 TEST_P(PsRejoin, ARestartedNodeRejoinsWithItsKeysFromALiveNodesLastRead) {
   constexpr size_t kNodes = 3;
   constexpr int64_t kClocks = 400;
-  auto data = std::make_shared<const ml::DataSplit>(ml::makeSynthetic(3000, 300, 7));
-  std::vector<NodeId> members{0, 1, 2};
-  auto nodeOptions = [&](NodeId i, uint16_t port) {
-    return testNode("ps-rejoin-test", i, members, port);
-  };
+  auto data = syntheticData(3000, 300);
+  const std::vector<NodeId> members = membersOf(kNodes);
+  const testsupport::NodeSettings settings = nodeSettings("ps-rejoin-test");
   const auto out = std::filesystem::temp_directory_path() /
                    ("ps-rejoin-" + GetParam() + "-" + std::to_string(getpid()));
   auto runOptions = [&](NodeId i) {
@@ -412,10 +338,8 @@ TEST_P(PsRejoin, ARestartedNodeRejoinsWithItsKeysFromALiveNodesLastRead) {
   // Node 0's latest read of the model, to compare node 2's restored keys with.
   std::mutex mu;
   std::vector<float> node0_view;
-  std::vector<std::unique_ptr<node::Node>> nodes;
-  std::vector<std::unique_ptr<PsPeer>> peers;
+  LocalCluster cluster(2, kNodes, settings);  // nodes 0 and 1; node 2 is handled here
   for (NodeId i = 0; i < 2; ++i) {
-    nodes.push_back(std::make_unique<node::Node>(nodeOptions(i, 0)));
     PsOptions po = psOptions();
     if (i == 0) {
       po.on_clock_end = [&](Clock, std::span<const float> params) {
@@ -423,16 +347,9 @@ TEST_P(PsRejoin, ARestartedNodeRejoinsWithItsKeysFromALiveNodesLastRead) {
         node0_view.assign(params.begin(), params.end());
       };
     }
-    peers.push_back(std::make_unique<PsPeer>(
-        *nodes[i], run::prepareNodeJob(runOptions(i), data, i, kNodes, ""), members, po));
-    EXPECT_TRUE(nodes[i]->listen().ok());
+    cluster.attach<PsPeer>(i, run::prepareNodeJob(runOptions(i), data, i, kNodes, ""), members, po);
   }
-  auto connectNode2 = [&](node::Node& node) {
-    std::vector<node::PeerAddress> peers_of_2;
-    for (NodeId j = 0; j < 2; ++j)
-      peers_of_2.push_back({j, "127.0.0.1", nodes[j]->port()});
-    ASSERT_TRUE(node.connect(peers_of_2).ok());
-  };
+  const PsPeer& peer0 = cluster.peer<PsPeer>(0);
 
   // First life of node 2, until its clock 30.
   std::promise<void> clock30;
@@ -440,27 +357,16 @@ TEST_P(PsRejoin, ARestartedNodeRejoinsWithItsKeysFromALiveNodesLastRead) {
   first.on_clock_end = [&](Clock c, std::span<const float>) {
     if (c == 30) clock30.set_value();
   };
-  auto node2 = std::make_unique<node::Node>(nodeOptions(2, 0));
+  auto node2 = std::make_unique<node::Node>(testsupport::nodeOptions(settings, 2, kNodes));
   run::NodeJob job2 = run::prepareNodeJob(runOptions(2), data, 2, kNodes, "");
   const std::vector<float> initial(job2.model->params().begin(), job2.model->params().end());
   auto peer2 = std::make_unique<PsPeer>(*node2, std::move(job2), members, first);
   ASSERT_TRUE(node2->listen().ok());
   const uint16_t port2 = node2->port();
-  for (NodeId i = 0; i < 2; ++i) {
-    std::vector<node::PeerAddress> addresses;
-    for (NodeId j = 0; j < 2; ++j) {
-      if (j != i) addresses.push_back({j, "127.0.0.1", nodes[j]->port()});
-    }
-    addresses.push_back({2, "127.0.0.1", port2});
-    ASSERT_TRUE(nodes[i]->connect(addresses).ok());
-  }
-  connectNode2(*node2);
-  for (auto& n : nodes)
-    ASSERT_TRUE(n->waitClusterReady(30s).ok());
+  cluster.connect({{2, port2}});
+  cluster.connectOutside(*node2);
   ASSERT_TRUE(node2->waitClusterReady(30s).ok());
-  std::vector<std::future<PsReport>> futures;
-  for (auto& p : peers)
-    futures.push_back(std::async(std::launch::async, [peer = p.get()] { return peer->run(); }));
+  cluster.start();
   auto first_run = std::async(std::launch::async, [p = peer2.get()] { return p->run(); });
   ASSERT_EQ(clock30.get_future().wait_for(60s), std::future_status::ready);
   peer2->stop();
@@ -478,8 +384,8 @@ TEST_P(PsRejoin, ARestartedNodeRejoinsWithItsKeysFromALiveNodesLastRead) {
   // Second life: same id and port, --rejoin. Its first read of its own keys is what it restored.
   const std::vector<Key> own_keys = [&] {
     std::vector<Key> keys;
-    for (Key k = 0; k < peers[0]->layout().numKeys(); ++k) {
-      if (peers[0]->shardMap().home(k) == 2) keys.push_back(k);
+    for (Key k = 0; k < peer0.layout().numKeys(); ++k) {
+      if (peer0.shardMap().home(k) == 2) keys.push_back(k);
     }
     return keys;
   }();
@@ -494,8 +400,8 @@ TEST_P(PsRejoin, ARestartedNodeRejoinsWithItsKeysFromALiveNodesLastRead) {
     std::lock_guard lock(mu);
     double restored = 0, init = 0;
     for (Key k : own_keys) {
-      const size_t begin = peers[0]->layout().offset(k);
-      for (size_t i = begin; i < begin + peers[0]->layout().length(k); ++i) {
+      const size_t begin = peer0.layout().offset(k);
+      for (size_t i = begin; i < begin + peer0.layout().length(k); ++i) {
         restored += std::pow(params[i] - node0_view[i], 2);
         init += std::pow(initial[i] - node0_view[i], 2);
       }
@@ -503,11 +409,11 @@ TEST_P(PsRejoin, ARestartedNodeRejoinsWithItsKeysFromALiveNodesLastRead) {
     restored_to_node0 = std::sqrt(restored);
     initial_to_node0 = std::sqrt(init);
   };
-  node2 = std::make_unique<node::Node>(nodeOptions(2, port2));
+  node2 = std::make_unique<node::Node>(testsupport::nodeOptions(settings, 2, kNodes, port2));
   peer2 = std::make_unique<PsPeer>(*node2, run::prepareNodeJob(runOptions(2), data, 2, kNodes, ""),
                                    members, second);
   ASSERT_TRUE(node2->listen().ok());
-  connectNode2(*node2);
+  cluster.connectOutside(*node2);
   ASSERT_TRUE(node2->waitClusterReady(30s).ok());
   auto second_run = std::async(std::launch::async, [p = peer2.get()] { return p->run(); });
   ASSERT_EQ(second_run.wait_for(300s), std::future_status::ready);
@@ -532,8 +438,7 @@ TEST_P(PsRejoin, ARestartedNodeRejoinsWithItsKeysFromALiveNodesLastRead) {
   EXPECT_LT(restored_to_node0 / initial_to_node0, 0.3)
       << restored_to_node0 << " vs " << initial_to_node0;
   for (size_t i = 0; i < 2; ++i) {
-    ASSERT_EQ(futures[i].wait_for(300s), std::future_status::ready);
-    const PsReport other = futures[i].get();
+    const PsReport other = cluster.result<PsReport>(i, 300s);
     EXPECT_EQ(other.clocks_done, kClocks) << "node " << i;
     EXPECT_EQ(other.server.errors, 0u) << "node " << i;
     // The clocks node 2 skipped are named as lost. It skips none when the others were still
@@ -555,8 +460,6 @@ TEST_P(PsRejoin, ARestartedNodeRejoinsWithItsKeysFromALiveNodesLastRead) {
     }
   }
   node2->shutdown(0ms);
-  for (auto& n : nodes)
-    n->shutdown(0ms);
   // Node 2's metrics keep both lives: two start lines, a rejoin line, two final lines.
   std::ifstream metrics(out / "node-2.jsonl");
   size_t starts = 0, rejoins = 0, finals = 0;
@@ -575,20 +478,9 @@ TEST_P(PsRejoin, ARestartedNodeRejoinsWithItsKeysFromALiveNodesLastRead) {
   std::filesystem::remove_all(out);
 }
 
-// Nodes 0 and 1 of cluster `name`, connected on loopback; node 1 stays a bare runtime node.
-std::vector<std::unique_ptr<node::Node>> connectedPair(const std::string& name) {
-  std::vector<std::unique_ptr<node::Node>> nodes;
-  for (NodeId i = 0; i < 2; ++i) {
-    nodes.push_back(std::make_unique<node::Node>(testNode(name, i, {0, 1})));
-    EXPECT_TRUE(nodes.back()->listen().ok());
-  }
-  connectAll(nodes);
-  return nodes;
-}
-
 // Node 0's job of a two-node run of 10 clocks on a little synthetic data.
 run::NodeJob tinyJob() {
-  auto data = std::make_shared<const ml::DataSplit>(ml::makeSynthetic(300, 30, 7));
+  auto data = syntheticData(300, 30);
   run::RunOptions options = trainingOptions();
   options.rounds = 10;
   return run::prepareNodeJob(options, data, 0, 2, "");
@@ -620,12 +512,13 @@ TEST(PsPeer, RejoinResumesAfterTheLatestClockAnyHelperHeard) {
 // --rejoin with no node that answers: a clear error, not a run from the initial model.
 TEST(PsPeer, ARejoinThatNobodyAnswersFailsWithAClearError) {
   const std::vector<NodeId> members{0, 1};
-  const auto nodes = connectedPair("ps-rejoin-alone");
   // Node 1 is a bare runtime node: it has no PS handlers and never answers.
+  LocalCluster cluster(2, 0, nodeSettings("ps-rejoin-alone"));
   PsOptions po;
   po.rejoin = true;
   po.rejoin_timeout = 300ms;
-  PsPeer peer(*nodes[0], tinyJob(), members, po);
+  PsPeer& peer = cluster.attach<PsPeer>(0, tinyJob(), members, po);
+  cluster.connect();
   try {
     peer.run();
     ADD_FAILURE() << "the rejoin went on without anyone's keys";
@@ -635,37 +528,36 @@ TEST(PsPeer, ARejoinThatNobodyAnswersFailsWithAClearError) {
         << e.what();
     EXPECT_NE(std::string(e.what()).find("asked: 1"), std::string::npos) << e.what();
   }
-  for (auto& n : nodes)
-    n->shutdown(0ms);
 }
 
 // A node that restarts into a running job without --rejoin would serve the initial model for
 // its keys: the first clock it hears from a worker gives it away, and it stops with what to do.
 TEST(PsPeer, StartingIntoARunningJobWithoutRejoinIsAClearError) {
   const std::vector<NodeId> members{0, 1};
-  const auto nodes = connectedPair("ps-running-job");
-  PsPeer peer(*nodes[0], tinyJob(), members, PsOptions{});
-  auto run = std::async(std::launch::async, [&peer] { return peer.run(); });
+  LocalCluster cluster(2, 0, nodeSettings("ps-running-job"));
+  cluster.attach<PsPeer>(0, tinyJob(), members, PsOptions{});
+  cluster.connect();
+  cluster.start();
+  node::Node& node1 = cluster.node(1);
   // Node 1 is a bare runtime node playing a worker that has been training for a while: its
   // first request is a pull at clock 57. The pull must not be answered with initial values.
   std::atomic<int> replies{0};
-  nodes[1]->setHandler(wire::Body::PsReply,
-                       [&replies](NodeId, const wire::Envelope&) { ++replies; });
+  node1.setHandler(wire::Body::PsReply, [&replies](NodeId, const wire::Envelope&) { ++replies; });
   const std::vector<uint64_t> keys{0};
-  nodes[1]->send(0, nodes[1]->encode(wire::Body::PsPull, [&](flatbuffers::FlatBufferBuilder& b) {
+  node1.send(0, node1.encode(wire::Body::PsPull, [&](flatbuffers::FlatBufferBuilder& b) {
     return wire::CreatePsPull(b, 1, 57, 0, b.CreateVector(keys)).Union();
   }));
-  ASSERT_EQ(run.wait_for(60s), std::future_status::ready);
+  ASSERT_TRUE(cluster.finishedWithin(0, 60s));
   try {
-    run.get();
+    cluster.result<PsReport>(0);
     ADD_FAILURE() << "the node trained on with the initial model for its keys";
   } catch (const std::runtime_error& e) {
     const std::string what = e.what();
     EXPECT_NE(what.find("worker node 1 is already at clock 57"), std::string::npos) << what;
     EXPECT_NE(what.find("--rejoin"), std::string::npos) << what;
   }
-  for (auto& n : nodes)
-    n->shutdown(0ms);
+  for (size_t i = 0; i < cluster.size(); ++i)
+    cluster.node(i).shutdown(0ms);
   EXPECT_EQ(replies.load(), 0);
 }
 
@@ -683,7 +575,7 @@ TEST(PsOptions, AsyncRoundsWithABoundIsIgnoredWithAWarning) {
     EXPECT_EQ(po.async_rounds_given, given);
 
     std::ostringstream log;
-    node::NodeOptions options = testNode("ps-async-rounds", 0, {0, 1});
+    node::NodeOptions options = testsupport::nodeOptions(nodeSettings("ps-async-rounds"), 0, 2);
     options.log_sinks = {std::make_shared<spdlog::sinks::ostream_sink_mt>(log)};
     node::Node node(options);
     {
