@@ -28,9 +28,15 @@ const std::vector<std::string> kMfOnlyFlags = {"--data-file",  "--test-share", "
                                                "--mf-cols",    "--mf-cells",   "--mf-planted-rank",
                                                "--zipf-row",   "--zipf-col",   "--noise-sigma",
                                                "--write-data", "--rank"};
-const std::vector<std::string> kKgeOnlyFlags = {
-    "--dim",        "--negatives",       "--loss",      "--adversarial-temperature",
-    "--eval-every", "--adagrad-initial", "--time-limit"};
+const std::vector<std::string> kKgeOnlyFlags = {"--dim",
+                                                "--negatives",
+                                                "--loss",
+                                                "--adversarial-temperature",
+                                                "--eval-every",
+                                                "--adagrad-initial",
+                                                "--time-limit",
+                                                "--reciprocal",
+                                                "--share-negatives"};
 const std::vector<std::string> kSparseFlags = {"--reg", "--reg-weight", "--optimizer",
                                                "--init-scale"};
 
@@ -232,6 +238,8 @@ void runKgeTrain(const CLI::App& app, const ml::TrainOptions& o, const SparseFla
                          {"loss", f.loss},
                          {"adversarial_temperature", fmt::format("{}", kge.adversarialTemperature)},
                          {"reg", reg},
+                         {"reciprocal", kge.reciprocal ? "true" : "false"},
+                         {"share_negatives", kge.sharedNegatives ? "true" : "false"},
                          {"reg_weight", fmt::format("{}", kge.regWeight)}};
     report = ml::trainSparse(workload, train, progress);
   });
@@ -328,6 +336,14 @@ void addSparseOptions(CLI::App& train, SparseFlags& flags) {
                   "self-adversarial sampling); 0 weighs them equally")
       ->check(CLI::Range(0.0, 1e6))
       ->capture_default_str();
+  train.add_flag("--reciprocal", k.reciprocal,
+                 "KGE: reciprocal relations: a second embedding r' per relation, head prediction "
+                 "(?, r, t) scored as tail prediction (t, r', ?) in training and evaluation (kbc, "
+                 "ConvE)");
+  train.add_flag("--share-negatives", k.sharedNegatives,
+                 "KGE: draw the --negatives N entities once per step and score every query of the "
+                 "batch against them (matrix products: many negatives cost little) instead of N "
+                 "fresh ones per query");
   train
       .add_option("--adagrad-initial", flags.adagradInitial,
                   "KGE, --optimizer adagrad: starting value of every accumulator. With 0 (as "

@@ -63,6 +63,8 @@ struct TrainCase {
   KgeLossKind loss;
   double temperature;
   bool symmetricGraph;
+  bool reciprocal = false;
+  bool shared = false;
 };
 
 class KgeTrainingTest : public ::testing::TestWithParam<TrainCase> {};
@@ -77,6 +79,8 @@ TEST_P(KgeTrainingTest, AFewEpochsOnAGeneratedGraphReachTheStatedMrr) {
   config.dim = 16;
   config.negatives = 16;
   config.allNegatives = c.all;
+  config.reciprocal = c.reciprocal;
+  config.sharedNegatives = c.shared;
   config.loss = c.loss;
   config.adversarialTemperature = c.temperature;
   config.regularizer = KgeRegularizerKind::kN3;
@@ -112,7 +116,16 @@ INSTANTIATE_TEST_SUITE_P(
                       TrainCase{"DistMultSampledCeSymmetricGraph", KgeModelKind::kDistMult, false,
                                 KgeLossKind::kCrossEntropy, 0.0, true},
                       TrainCase{"DistMultAllEntitiesLogisticSymmetricGraph",
-                                KgeModelKind::kDistMult, true, KgeLossKind::kLogistic, 0.0, true}),
+                                KgeModelKind::kDistMult, true, KgeLossKind::kLogistic, 0.0, true},
+                      TrainCase{"ComplExReciprocalAllEntitiesCe", KgeModelKind::kComplEx, true,
+                                KgeLossKind::kCrossEntropy, 0.0, false, true},
+                      TrainCase{"DistMultReciprocalSampledCeSymmetricGraph",
+                                KgeModelKind::kDistMult, false, KgeLossKind::kCrossEntropy, 0.0,
+                                true, true},
+                      TrainCase{"ComplExReciprocalSharedCe", KgeModelKind::kComplEx, false,
+                                KgeLossKind::kCrossEntropy, 0.0, false, true, true},
+                      TrainCase{"DistMultSharedLogisticSymmetricGraph", KgeModelKind::kDistMult,
+                                false, KgeLossKind::kLogistic, 0.0, true, false, true}),
     [](const ::testing::TestParamInfo<TrainCase>& info) { return std::string(info.param.name); });
 
 // Three epochs straight, against one epoch, a checkpoint, and two more from it: the same bits
