@@ -36,7 +36,8 @@ const std::vector<std::string> kKgeOnlyFlags = {"--dim",
                                                 "--adagrad-initial",
                                                 "--time-limit",
                                                 "--reciprocal",
-                                                "--share-negatives"};
+                                                "--share-negatives",
+                                                "--keep-best"};
 const std::vector<std::string> kSparseFlags = {"--reg", "--reg-weight", "--optimizer",
                                                "--init-scale"};
 
@@ -211,6 +212,7 @@ void runKgeTrain(const CLI::App& app, const ml::TrainOptions& o, const SparseFla
     train.evalEvery = f.evalEvery;
     train.logEverySteps = o.logEverySteps;
     train.timeLimitSeconds = f.timeLimit;
+    train.keepBest = f.keepBest;
     train.metricsPath = o.metricsPath;
     train.savePath = o.savePath;
     train.resumePath = o.resumePath;
@@ -247,6 +249,10 @@ void runKgeTrain(const CLI::App& app, const ml::TrainOptions& o, const SparseFla
   std::printf("epochs: %lld, steps: %lld, training time: %.1f s, %.0f triples/s\n",
               static_cast<long long>(report.epochsDone), static_cast<long long>(report.steps),
               report.trainSeconds, report.pointsPerSecond);
+  if (report.evaluatedEpoch != report.epochsDone) {
+    std::printf("evaluated: the tables of epoch %lld (best valid MRR, --keep-best)\n",
+                static_cast<long long>(report.evaluatedEpoch));
+  }
   for (const auto& [split, metrics] : report.final) {
     std::string line = split + " (filtered, both directions):";
     for (const ml::NamedMetric& m : metrics)
@@ -340,6 +346,10 @@ void addSparseOptions(CLI::App& train, SparseFlags& flags) {
                  "KGE: reciprocal relations: a second embedding r' per relation, head prediction "
                  "(?, r, t) scored as tail prediction (t, r', ?) in training and evaluation (kbc, "
                  "ConvE)");
+  train.add_flag("--keep-best", flags.keepBest,
+                 "KGE: model selection on valid: evaluate valid and test at the end with the "
+                 "tables of the epoch with the best valid MRR (of those --eval-every evaluated) "
+                 "instead of the last epoch's");
   train.add_flag("--share-negatives", k.sharedNegatives,
                  "KGE: draw the --negatives N entities once per step and score every query of the "
                  "batch against them (matrix products: many negatives cost little) instead of N "
