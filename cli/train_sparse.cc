@@ -229,9 +229,13 @@ void runKgeTrain(const CLI::App& app, const ml::TrainOptions& o, const SparseFla
         "data: {} from {} ({} entities, {} relations; {} training, {} valid, {} test triples)",
         o.data.name, dir, data.entities(), data.relations(), data.train.size(), data.valid.size(),
         data.test.size()));
-    const bool sampled = !kge.allNegatives;
-    for (const std::string& line :
-         ml::skewLines(ml::kgAccessStats(data, sampled ? kge.negatives : 0)))
+    // Shared negatives: N draws per step of batchSize triples.
+    const double negativesPerTriple =
+        kge.allNegatives ? 0.0
+        : kge.sharedNegatives
+            ? static_cast<double>(kge.negatives) / static_cast<double>(train.batchSize)
+            : static_cast<double>(kge.negatives);
+    for (const std::string& line : ml::skewLines(ml::kgAccessStats(data, negativesPerTriple)))
       progress.line(line);
     ml::KgeWorkload workload(data, kge, o.seed);
     train.startFields = {{"data", o.data.name},
