@@ -28,9 +28,16 @@ const std::vector<std::string> kMfOnlyFlags = {"--data-file",  "--test-share", "
                                                "--mf-cols",    "--mf-cells",   "--mf-planted-rank",
                                                "--zipf-row",   "--zipf-col",   "--noise-sigma",
                                                "--write-data", "--rank"};
-const std::vector<std::string> kKgeOnlyFlags = {
-    "--dim",        "--negatives",       "--loss",      "--adversarial-temperature",
-    "--eval-every", "--adagrad-initial", "--time-limit"};
+const std::vector<std::string> kKgeOnlyFlags = {"--dim",
+                                                "--negatives",
+                                                "--loss",
+                                                "--adversarial-temperature",
+                                                "--eval-every",
+                                                "--adagrad-initial",
+                                                "--time-limit",
+                                                "--reciprocal",
+                                                "--share-negatives",
+                                                "--keep-best"};
 const std::vector<std::string> kSparseFlags = {"--reg", "--reg-weight", "--optimizer",
                                                "--init-scale"};
 
@@ -205,6 +212,7 @@ void runKgeTrain(const CLI::App& app, const ml::TrainOptions& o, const SparseFla
     train.evalEvery = f.evalEvery;
     train.logEverySteps = o.logEverySteps;
     train.timeLimitSeconds = f.timeLimit;
+    train.keepBest = f.keepBest;
     train.metricsPath = o.metricsPath;
     train.savePath = o.savePath;
     train.resumePath = o.resumePath;
@@ -221,9 +229,13 @@ void runKgeTrain(const CLI::App& app, const ml::TrainOptions& o, const SparseFla
         "data: {} from {} ({} entities, {} relations; {} training, {} valid, {} test triples)",
         o.data.name, dir, data.entities(), data.relations(), data.train.size(), data.valid.size(),
         data.test.size()));
-    const bool sampled = !kge.allNegatives;
-    for (const std::string& line :
-         ml::skewLines(ml::kgAccessStats(data, sampled ? kge.negatives : 0)))
+    // Shared negatives: N draws per step of batchSize triples.
+    const double negativesPerTriple =
+        kge.allNegatives ? 0.0
+        : kge.sharedNegatives
+            ? static_cast<double>(kge.negatives) / static_cast<double>(train.batchSize)
+            : static_cast<double>(kge.negatives);
+    for (const std::string& line : ml::skewLines(ml::kgAccessStats(data, negativesPerTriple)))
       progress.line(line);
     ml::KgeWorkload workload(data, kge, o.seed);
     train.startFields = {{"data", o.data.name},
@@ -232,6 +244,8 @@ void runKgeTrain(const CLI::App& app, const ml::TrainOptions& o, const SparseFla
                          {"loss", f.loss},
                          {"adversarial_temperature", fmt::format("{}", kge.adversarialTemperature)},
                          {"reg", reg},
+                         {"reciprocal", kge.reciprocal ? "true" : "false"},
+                         {"share_negatives", kge.sharedNegatives ? "true" : "false"},
                          {"reg_weight", fmt::format("{}", kge.regWeight)}};
     report = ml::trainSparse(workload, train, progress);
   });
@@ -239,6 +253,10 @@ void runKgeTrain(const CLI::App& app, const ml::TrainOptions& o, const SparseFla
   std::printf("epochs: %lld, steps: %lld, training time: %.1f s, %.0f triples/s\n",
               static_cast<long long>(report.epochsDone), static_cast<long long>(report.steps),
               report.trainSeconds, report.pointsPerSecond);
+  if (report.evaluatedEpoch != report.epochsDone) {
+    std::printf("evaluated: the tables of epoch %lld (best valid MRR, --keep-best)\n",
+                static_cast<long long>(report.evaluatedEpoch));
+  }
   for (const auto& [split, metrics] : report.final) {
     std::string line = split + " (filtered, both directions):";
     for (const ml::NamedMetric& m : metrics)
@@ -328,6 +346,18 @@ void addSparseOptions(CLI::App& train, SparseFlags& flags) {
                   "self-adversarial sampling); 0 weighs them equally")
       ->check(CLI::Range(0.0, 1e6))
       ->capture_default_str();
+  train.add_flag("--reciprocal", k.reciprocal,
+                 "KGE: reciprocal relations: a second embedding r' per relation, head prediction "
+                 "(?, r, t) scored as tail prediction (t, r', ?) in training and evaluation (kbc, "
+                 "ConvE)");
+  train.add_flag("--keep-best", flags.keepBest,
+                 "KGE: model selection on valid: evaluate valid and test at the end with the "
+                 "tables of the epoch with the best valid MRR (of those --eval-every evaluated) "
+                 "instead of the last epoch's");
+  train.add_flag("--share-negatives", k.sharedNegatives,
+                 "KGE: draw the --negatives N entities once per step and score every query of the "
+                 "batch against them (matrix products: many negatives cost little) instead of N "
+                 "fresh ones per query");
   train
       .add_option("--adagrad-initial", flags.adagradInitial,
                   "KGE, --optimizer adagrad: starting value of every accumulator. With 0 (as "

@@ -40,6 +40,7 @@ struct SparseFlags {
   std::string loss = "logistic";
   int64_t evalEvery = 1;
   double timeLimit = 0.0;
+  bool keepBest = false;
   double adagradInitial = 0.0;
 };
 

@@ -62,6 +62,11 @@ void KgeConfig::validate() const {
   if (!allNegatives && (negatives == 0 || negatives > 1'000'000)) {
     throw std::invalid_argument("--negatives must be 'all' or in [1, 1000000]");
   }
+  if (allNegatives && sharedNegatives) {
+    throw std::invalid_argument(
+        "--share-negatives shares N sampled negatives; --negatives all already scores every "
+        "entity");
+  }
   if (!(adversarialTemperature >= 0.0) || !std::isfinite(adversarialTemperature)) {
     throw std::invalid_argument("--adversarial-temperature must be a number >= 0");
   }
@@ -79,8 +84,9 @@ void KgeConfig::validate() const {
 }
 
 std::string KgeConfig::spec(size_t entityCount, size_t relationCount) const {
-  return fmt::format("{} dim={} entities={} relations={}", kgeModelName(model), dim, entityCount,
-                     relationCount);
+  // Reciprocal models have another relation table: a checkpoint of one must not load as the other.
+  return fmt::format("{} dim={} entities={} relations={}{}", kgeModelName(model), dim, entityCount,
+                     relationCount, reciprocal ? " reciprocal" : "");
 }
 
 // --- Model algebra. ComplEx rows are [re(0..k) | im(0..k)], k = dim/2. ---
@@ -261,31 +267,72 @@ double kgeRegularize(KgeModelKind model, KgeRegularizerKind reg, double weight, 
 
 KgeModel::KgeModel(const KgeConfig& config, size_t entityCount, size_t relationCount, uint64_t seed)
     : config_(config),
+      relationCount_(relationCount),
       entities_("entity", entityCount, config.dim),
-      relations_("relation", relationCount, config.dim),
+      relations_("relation", config.relationRows(relationCount), config.dim),
       negatives_(sampling::NegativeSampler::uniform(0, std::max<size_t>(entityCount, 1))) {
   config_.validate();
   entities_.initNormal(mixSeed(seed, 1), config_.initScale);
   relations_.initNormal(mixSeed(seed, 2), config_.initScale);
 }
 
+KgeModel::Query KgeModel::queryOf(const Triple& t, bool tailDirection) const {
+  if (tailDirection) return {t.head, t.relation, t.tail, true};
+  if (config_.reciprocal) {
+    return {t.tail, static_cast<uint32_t>(t.relation + relationCount_), t.head, true};
+  }
+  return {t.tail, t.relation, t.head, false};
+}
+
+void KgeModel::buildQuery(const Query& q, float* out) const {
+  if (q.tailForm) {
+    kgeTailQuery(config_.model, config_.dim, entities_.row(q.anchor), relations_.row(q.relation),
+                 out);
+  } else {
+    kgeHeadQuery(config_.model, config_.dim, relations_.row(q.relation), entities_.row(q.anchor),
+                 out);
+  }
+}
+
+void KgeModel::queryBackward(const Query& q, const float* dq, SparseGradAccumulator& entityGrad,
+                             SparseGradAccumulator& relationGrad) const {
+  if (q.tailForm) {
+    kgeTailQueryBackward(config_.model, config_.dim, entities_.row(q.anchor),
+                         relations_.row(q.relation), dq, entityGrad.row(q.anchor),
+                         relationGrad.row(q.relation));
+  } else {
+    kgeHeadQueryBackward(config_.model, config_.dim, relations_.row(q.relation),
+                         entities_.row(q.anchor), dq, relationGrad.row(q.relation),
+                         entityGrad.row(q.anchor));
+  }
+}
+
 double KgeModel::computeGradients(std::span<const Triple> batch, Rng& rng,
                                   SparseGradAccumulator& entityGrad,
                                   SparseGradAccumulator& relationGrad) {
   if (batch.empty()) return 0.0;
-  double loss = config_.allNegatives ? allEntitiesStep(batch, entityGrad, relationGrad)
-                                     : sampledStep(batch, rng, entityGrad, relationGrad);
+  double loss = config_.allNegatives      ? allEntitiesStep(batch, entityGrad, relationGrad)
+                : config_.sharedNegatives ? sharedStep(batch, rng, entityGrad, relationGrad)
+                                          : sampledStep(batch, rng, entityGrad, relationGrad);
   // The regularizer of each positive's three rows, in the batch mean.
   const double scale = 1.0 / static_cast<double>(batch.size());
   const size_t dim = config_.dim;
   if (config_.regularizer != KgeRegularizerKind::kNone && config_.regWeight > 0.0) {
     const double w = config_.regWeight * scale;
+    // With reciprocal relations each of the two queries regularizes the rows it uses (kbc's
+    // objective on the doubled training set): h and t twice, r and r + R once each.
+    const double we = config_.reciprocal ? 2.0 * w : w;
     for (const Triple& t : batch) {
-      loss += kgeRegularize(config_.model, config_.regularizer, w, dim, entities_.row(t.head),
+      loss += kgeRegularize(config_.model, config_.regularizer, we, dim, entities_.row(t.head),
                             entityGrad.row(t.head));
       loss += kgeRegularize(config_.model, config_.regularizer, w, dim, relations_.row(t.relation),
                             relationGrad.row(t.relation));
-      loss += kgeRegularize(config_.model, config_.regularizer, w, dim, entities_.row(t.tail),
+      if (config_.reciprocal) {
+        const auto inverse = static_cast<uint32_t>(t.relation + relationCount_);
+        loss += kgeRegularize(config_.model, config_.regularizer, w, dim, relations_.row(inverse),
+                              relationGrad.row(inverse));
+      }
+      loss += kgeRegularize(config_.model, config_.regularizer, we, dim, entities_.row(t.tail),
                             entityGrad.row(t.tail));
     }
   }
@@ -310,14 +357,9 @@ double KgeModel::sampledStep(std::span<const Triple> batch, Rng& rng,
   double loss = 0.0;
   for (const Triple& t : batch) {
     for (int direction = 0; direction < 2; ++direction) {
-      const bool tail = direction == 0;
-      const float* r = relations_.row(t.relation);
-      if (tail) {
-        kgeTailQuery(config_.model, dim, entities_.row(t.head), r, query_.data());
-      } else {
-        kgeHeadQuery(config_.model, dim, r, entities_.row(t.tail), query_.data());
-      }
-      candidates_[0] = tail ? t.tail : t.head;
+      const Query query = queryOf(t, direction == 0);
+      buildQuery(query, query_.data());
+      candidates_[0] = query.answer;
       for (size_t j = 1; j < n; ++j)
         candidates_[j] = static_cast<uint32_t>(negatives_(rng.engine()));
       // Gather and score: one dot product per candidate row, read in place (no copy).
@@ -332,15 +374,66 @@ double KgeModel::sampledStep(std::span<const Triple> batch, Rng& rng,
         dq += g * ConstVec(entities_.row(candidates_[j]), d);
         Vec(entityGrad.row(candidates_[j]), d) += g * q;
       }
-      if (tail) {
-        kgeTailQueryBackward(config_.model, dim, entities_.row(t.head), r, dquery_.data(),
-                             entityGrad.row(t.head), relationGrad.row(t.relation));
-      } else {
-        kgeHeadQueryBackward(config_.model, dim, r, entities_.row(t.tail), dquery_.data(),
-                             relationGrad.row(t.relation), entityGrad.row(t.tail));
+      queryBackward(query, dquery_.data(), entityGrad, relationGrad);
+    }
+  }
+  return loss / static_cast<double>(batch.size());
+}
+
+double KgeModel::sharedStep(std::span<const Triple> batch, Rng& rng,
+                            SparseGradAccumulator& entityGrad,
+                            SparseGradAccumulator& relationGrad) {
+  // One set of negatives for the whole step: their rows are gathered once into a dim x N
+  // matrix, and each chunk of queries is scored against it with one matrix product (candidate 0
+  // of each query, its true entity, with a dot product), as 1-N does against all entities.
+  constexpr size_t kChunk = 256;
+  const auto dim = static_cast<Eigen::Index>(config_.dim);
+  const auto n = static_cast<Eigen::Index>(config_.negatives);
+  const auto scale = static_cast<float>(1.0 / static_cast<double>(batch.size()));
+  using ConstVec = Eigen::Map<const Vector>;
+  using Vec = Eigen::Map<Vector>;
+  candidates_.resize(config_.negatives);
+  for (uint32_t& c : candidates_)
+    c = static_cast<uint32_t>(negatives_(rng.engine()));
+  negativeRows_.resize(dim, n);
+  for (Eigen::Index k = 0; k < n; ++k)
+    negativeRows_.col(k) = ConstVec(entities_.row(candidates_[static_cast<size_t>(k)]), dim);
+  negativeGrad_.setZero(dim, n);
+  double loss = 0.0;
+  for (int direction = 0; direction < 2; ++direction) {
+    const bool tail = direction == 0;
+    for (size_t begin = 0; begin < batch.size(); begin += kChunk) {
+      const std::span<const Triple> chunk =
+          batch.subspan(begin, std::min(kChunk, batch.size() - begin));
+      const auto cols = static_cast<Eigen::Index>(chunk.size());
+      queries_.resize(dim, cols);
+      for (Eigen::Index j = 0; j < cols; ++j)
+        buildQuery(queryOf(chunk[static_cast<size_t>(j)], tail), queries_.col(j).data());
+      scoreMatrix_.resize(n + 1, cols);
+      scoreMatrix_.bottomRows(n).noalias() = negativeRows_.transpose() * queries_;
+      for (Eigen::Index j = 0; j < cols; ++j) {
+        const uint32_t answer = queryOf(chunk[static_cast<size_t>(j)], tail).answer;
+        scoreMatrix_(0, j) = queries_.col(j).dot(ConstVec(entities_.row(answer), dim));
+        loss += kgeCandidateLoss(
+            config_.loss, config_.adversarialTemperature,
+            std::span<float>(scoreMatrix_.col(j).data(), static_cast<size_t>(n + 1)), 0);
+      }
+      scoreMatrix_ *= scale;
+      dqueries_.resize(dim, cols);
+      dqueries_.noalias() = negativeRows_ * scoreMatrix_.bottomRows(n);
+      negativeGrad_.noalias() += queries_ * scoreMatrix_.bottomRows(n).transpose();
+      for (Eigen::Index j = 0; j < cols; ++j) {
+        const Query query = queryOf(chunk[static_cast<size_t>(j)], tail);
+        const float g = scoreMatrix_(0, j);
+        dqueries_.col(j) += g * ConstVec(entities_.row(query.answer), dim);
+        Vec(entityGrad.row(query.answer), dim) += g * queries_.col(j);
+        queryBackward(query, dqueries_.col(j).data(), entityGrad, relationGrad);
       }
     }
   }
+  // A negative drawn twice gets both columns' gradients.
+  for (Eigen::Index k = 0; k < n; ++k)
+    Vec(entityGrad.row(candidates_[static_cast<size_t>(k)]), dim) += negativeGrad_.col(k);
   return loss / static_cast<double>(batch.size());
 }
 
@@ -349,17 +442,8 @@ void KgeModel::scoreAllEntities(std::span<const Triple> queries, bool tailDirect
   const auto dim = static_cast<Eigen::Index>(config_.dim);
   const auto entityCount = static_cast<Eigen::Index>(entities_.rows());
   Matrix q(dim, static_cast<Eigen::Index>(queries.size()));
-  for (size_t j = 0; j < queries.size(); ++j) {
-    const Triple& t = queries[j];
-    float* col = q.col(static_cast<Eigen::Index>(j)).data();
-    if (tailDirection) {
-      kgeTailQuery(config_.model, config_.dim, entities_.row(t.head), relations_.row(t.relation),
-                   col);
-    } else {
-      kgeHeadQuery(config_.model, config_.dim, relations_.row(t.relation), entities_.row(t.tail),
-                   col);
-    }
-  }
+  for (size_t j = 0; j < queries.size(); ++j)
+    buildQuery(queryOf(queries[j], tailDirection), q.col(static_cast<Eigen::Index>(j)).data());
   // The entity table, row-major entities x dim, is the column-major dim x entities matrix.
   Eigen::Map<const Matrix> table(entities_.values().data(), dim, entityCount);
   out.resize(entityCount, q.cols());
@@ -385,24 +469,15 @@ double KgeModel::allEntitiesStep(std::span<const Triple> batch, SparseGradAccumu
           batch.subspan(begin, std::min(kChunk, batch.size() - begin));
       const auto cols = static_cast<Eigen::Index>(chunk.size());
       queries_.resize(dim, cols);
-      for (Eigen::Index j = 0; j < cols; ++j) {
-        const Triple& t = chunk[static_cast<size_t>(j)];
-        if (tail) {
-          kgeTailQuery(config_.model, config_.dim, entities_.row(t.head),
-                       relations_.row(t.relation), queries_.col(j).data());
-        } else {
-          kgeHeadQuery(config_.model, config_.dim, relations_.row(t.relation),
-                       entities_.row(t.tail), queries_.col(j).data());
-        }
-      }
+      for (Eigen::Index j = 0; j < cols; ++j)
+        buildQuery(queryOf(chunk[static_cast<size_t>(j)], tail), queries_.col(j).data());
       scoreMatrix_.resize(entityCount, cols);
       scoreMatrix_.noalias() = table.transpose() * queries_;
       for (Eigen::Index j = 0; j < cols; ++j) {
-        const Triple& t = chunk[static_cast<size_t>(j)];
         loss += kgeCandidateLoss(
             config_.loss, config_.adversarialTemperature,
             std::span<float>(scoreMatrix_.col(j).data(), static_cast<size_t>(entityCount)),
-            tail ? t.tail : t.head);
+            queryOf(chunk[static_cast<size_t>(j)], tail).answer);
       }
       scoreMatrix_ *= scale;
       dqueries_.resize(dim, cols);
@@ -414,16 +489,8 @@ double KgeModel::allEntitiesStep(std::span<const Triple> batch, SparseGradAccumu
         tableGrad.noalias() += queries_ * scoreMatrix_.transpose();
       }
       for (Eigen::Index j = 0; j < cols; ++j) {
-        const Triple& t = chunk[static_cast<size_t>(j)];
-        if (tail) {
-          kgeTailQueryBackward(config_.model, config_.dim, entities_.row(t.head),
-                               relations_.row(t.relation), dqueries_.col(j).data(),
-                               entityGrad.row(t.head), relationGrad.row(t.relation));
-        } else {
-          kgeHeadQueryBackward(config_.model, config_.dim, relations_.row(t.relation),
-                               entities_.row(t.tail), dqueries_.col(j).data(),
-                               relationGrad.row(t.relation), entityGrad.row(t.tail));
-        }
+        queryBackward(queryOf(chunk[static_cast<size_t>(j)], tail), dqueries_.col(j).data(),
+                      entityGrad, relationGrad);
       }
     }
   }

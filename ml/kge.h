@@ -3,6 +3,10 @@
 // regularization and negative sampling (N corrupted heads and N corrupted tails per positive,
 // or every entity: 1-N scoring). The step writes sparse gradients of the rows it touched.
 //
+// With reciprocal relations (Lacroix et al. 2018, Dettmers et al. 2018) the relation table has
+// a second row r + R for each relation r: head prediction (?, r, t) is the tail query
+// (t, r + R, ?), in training and in evaluation alike, so each direction has its own relation row.
+//
 // Both models are bilinear, so each direction is a query vector dotted with candidate rows:
 // score(h, r, t) = <q(h, r), t> = <h, g(r, t)>. Tail prediction ranks entities e by <q, e>,
 // head prediction by <e, g>; a batch of queries against all entities is one matrix product.
@@ -47,16 +51,23 @@ struct KgeConfig {
   size_t dim = 400;
   size_t negatives = 256;     // per positive and direction (ignored with allNegatives)
   bool allNegatives = false;  // 1-N: every entity is a candidate (--negatives all)
+  // --share-negatives: the `negatives` entities are drawn once per step and every query of the
+  // batch is scored against them (matrix products, as 1-N) instead of fresh ones per query.
+  bool sharedNegatives = false;
   KgeLossKind loss = KgeLossKind::kLogistic;
   double adversarialTemperature = 0.0;  // > 0: RotatE's self-adversarial negative weights
   KgeRegularizerKind regularizer = KgeRegularizerKind::kN3;
   double regWeight = 0.0;
   double initScale = 1e-3;  // rows start N(0, initScale^2)
+  // Reciprocal relations (--reciprocal): 2 x relations rows, head queries use row r + R.
+  bool reciprocal = false;
 
   // Throws std::invalid_argument naming the flag when a value is out of range.
   void validate() const;
   // One line that identifies the model for checkpoints ("complex dim=400 entities=... ").
   std::string spec(size_t entities, size_t relations) const;
+  // Rows of the relation table for a graph of `relations` relations (2x with reciprocal).
+  size_t relationRows(size_t relations) const { return reciprocal ? 2 * relations : relations; }
 };
 
 // --- The pure pieces, exposed for tests and the benchmark. `dim` floats per row. ---
@@ -91,12 +102,14 @@ double kgeRegularize(KgeModelKind model, KgeRegularizerKind reg, double weight, 
 // A KGE model: its two tables and the scratch of its training step. One thread at a time.
 class KgeModel {
  public:
-  // Tables of `entities` and `relations` rows, initialized from `seed` (entity table from
-  // mixSeed(seed, 1), relation table from mixSeed(seed, 2)). config must validate().
+  // Tables of `entities` and config.relationRows(`relations`) rows, initialized from `seed`
+  // (entity table from mixSeed(seed, 1), relation table from mixSeed(seed, 2)). config must
+  // validate().
   KgeModel(const KgeConfig& config, size_t entities, size_t relations, uint64_t seed);
 
   // One training step on `batch`: the loss of each positive is its tail-prediction loss plus its
-  // head-prediction loss plus the regularizer of its three rows; returns the batch mean (the
+  // head-prediction loss plus the regularizer of its three rows (with reciprocal relations: of
+  // each query's three rows, h r t and t r+R h, as kbc); returns the batch mean (the
   // regularizer included) and accumulates d(mean)/d(rows) into the two accumulators (sized
   // for the tables). Negatives are drawn from `rng` through sampling::NegativeSampler, uniform
   // over entities, fresh for each positive and direction (not filtered: a negative may happen to
@@ -105,7 +118,8 @@ class KgeModel {
                           SparseGradAccumulator& entityGrad, SparseGradAccumulator& relationGrad);
 
   // Scores of every entity as the tail of each (h, r) of `queries` (tailDirection) or as the
-  // head of each (r, t): out is entities x queries.size(), column j for query j.
+  // head of each (r, t) (with reciprocal relations: as the tail of (t, r + R)): out is
+  // entities x queries.size(), column j for query j.
   void scoreAllEntities(std::span<const Triple> queries, bool tailDirection, Matrix& out) const;
 
   // The model's definition.
@@ -117,12 +131,28 @@ class KgeModel {
   const SparseTable& relations() const { return relations_; }
 
  private:
+  // One direction of a triple as the model scores it: candidates e are scored against the query
+  // built from `anchor` and relation row `relation`, the tail form q(anchor, r) or the head
+  // form g(r, anchor); `answer` is the true candidate.
+  struct Query {
+    uint32_t anchor, relation, answer;
+    bool tailForm;
+  };
+  Query queryOf(const Triple& t, bool tailDirection) const;
+  // Writes the query vector of `q` (dim floats).
+  void buildQuery(const Query& q, float* out) const;
+  // Adds the gradients of the query's two rows for a query gradient `dq`.
+  void queryBackward(const Query& q, const float* dq, SparseGradAccumulator& entityGrad,
+                     SparseGradAccumulator& relationGrad) const;
   double sampledStep(std::span<const Triple> batch, Rng& rng, SparseGradAccumulator& entityGrad,
                      SparseGradAccumulator& relationGrad);
+  double sharedStep(std::span<const Triple> batch, Rng& rng, SparseGradAccumulator& entityGrad,
+                    SparseGradAccumulator& relationGrad);
   double allEntitiesStep(std::span<const Triple> batch, SparseGradAccumulator& entityGrad,
                          SparseGradAccumulator& relationGrad);
 
   KgeConfig config_;
+  size_t relationCount_;  // R: relations of the graph (the table has 2R rows with reciprocal)
   SparseTable entities_;
   SparseTable relations_;
   // Negatives: uniform over the entities, drawn through the shared sampling layer.
@@ -130,7 +160,7 @@ class KgeModel {
   // Step scratch, reused.
   std::vector<uint32_t> candidates_;
   std::vector<float> scores_, query_, dquery_;
-  Matrix queries_, scoreMatrix_, dqueries_;
+  Matrix queries_, scoreMatrix_, dqueries_, negativeRows_, negativeGrad_;
 };
 
 }  // namespace chorus::ml

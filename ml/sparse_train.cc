@@ -141,6 +141,22 @@ SparseTrainReport trainSparse(SparseWorkload& workload, const SparseTrainOptions
   int64_t pointsSeen = 0;
   double windowLoss = 0.0;
   size_t windowPoints = 0;
+  // keepBest: the tables of the best epoch on the first split so far (empty: none yet).
+  std::vector<std::vector<float>> bestTables;
+  double bestQuality = 0.0;
+  int64_t bestEpoch = 0;
+  const auto improves = [&](double quality) {
+    return bestTables.empty() ||
+           (workload.higherIsBetter() ? quality > bestQuality : quality < bestQuality);
+  };
+  const auto keepIfBest = [&](double quality, int64_t epochNumber) {
+    if (!options.keepBest || !improves(quality)) return;
+    bestTables.resize(tables.size());
+    for (size_t i = 0; i < tables.size(); ++i)
+      bestTables[i].assign(tables[i]->values().begin(), tables[i]->values().end());
+    bestQuality = quality;
+    bestEpoch = epochNumber;
+  };
   int64_t epoch = firstEpoch;
   for (; epoch < options.epochs; ++epoch) {
     sampler.startEpoch(epoch);
@@ -210,6 +226,7 @@ SparseTrainReport trainSparse(SparseWorkload& workload, const SparseTrainOptions
           std::chrono::duration<double>(std::chrono::steady_clock::now() - evalStart).count();
       addMetrics(event, splits.front() + "_", quality);
       event.add("eval_seconds", evalSeconds);
+      if (!quality.empty()) keepIfBest(quality.front().value, epoch + 1);
       line +=
           fmt::format(" | {}: {} ({:.1f} s)", splits.front(), formatMetrics(quality), evalSeconds);
     }
@@ -235,16 +252,40 @@ SparseTrainReport trainSparse(SparseWorkload& workload, const SparseTrainOptions
   report.trainSeconds = trainSeconds;
   report.pointsPerSecond =
       trainSeconds > 0.0 ? static_cast<double>(pointsSeen) / trainSeconds : 0.0;
+  // Model selection: the last epoch was not evaluated yet; if it is not better on the first split
+  // than the best kept one, the kept tables are evaluated instead.
+  report.evaluatedEpoch = report.epochsDone;
+  std::vector<NamedMetric> firstQuality;
+  double firstEvalSeconds = 0.0;
+  if (!bestTables.empty() && !splits.empty()) {
+    const auto evalStart = std::chrono::steady_clock::now();
+    firstQuality = workload.evaluate(splits.front());
+    firstEvalSeconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - evalStart).count();
+    if (!firstQuality.empty() && !improves(firstQuality.front().value)) {
+      for (size_t i = 0; i < tables.size(); ++i)
+        std::copy(bestTables[i].begin(), bestTables[i].end(), tables[i]->values().begin());
+      report.evaluatedEpoch = bestEpoch;
+      progress.line(fmt::format(
+          "--keep-best: evaluating the tables of epoch {} ({} {} {:.4f}; epoch {}: {:.4f})",
+          bestEpoch, splits.front(), firstQuality.front().name, bestQuality, report.epochsDone,
+          firstQuality.front().value));
+      firstQuality.clear();
+    }
+  }
   MetricsEvent summary("summary");
   summary.add("epochs", report.epochsDone)
+      .add("evaluated_epoch", report.evaluatedEpoch)
       .add("steps", report.steps)
       .add("train_seconds", trainSeconds)
       .add("points_per_s", report.pointsPerSecond);
   for (const std::string& split : splits) {
     const auto evalStart = std::chrono::steady_clock::now();
-    std::vector<NamedMetric> quality = workload.evaluate(split);
+    const bool reuse = split == splits.front() && !firstQuality.empty();
+    std::vector<NamedMetric> quality = reuse ? firstQuality : workload.evaluate(split);
     const double evalSeconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - evalStart).count();
+        reuse ? firstEvalSeconds
+              : std::chrono::duration<double>(std::chrono::steady_clock::now() - evalStart).count();
     addMetrics(summary, split + "_", quality);
     summary.add(split + "_eval_seconds", evalSeconds);
     report.final.emplace_back(split, std::move(quality));

@@ -55,9 +55,13 @@ struct SparseTrainOptions {
   int64_t evalEvery = 1;          // evaluate the first split every this many epochs (0 = end)
   int64_t logEverySteps = 100;    // a "step" metrics event every this many steps
   double timeLimitSeconds = 0.0;  // stop after the epoch that passes this training time (0: no)
-  std::string metricsPath;        // JSON lines (empty: none)
-  std::string savePath;           // checkpoint after every epoch (empty: none)
-  std::string resumePath;         // checkpoint to start from
+  // Model selection on the first split (valid): keep a copy of the tables of the epoch with the
+  // best headline metric there, and evaluate every split at the end with those (--keep-best).
+  // Needs evalEvery > 0 to see more than the last epoch.
+  bool keepBest = false;
+  std::string metricsPath;  // JSON lines (empty: none)
+  std::string savePath;     // checkpoint after every epoch (empty: none)
+  std::string resumePath;   // checkpoint to start from
   std::vector<std::pair<std::string, std::string>> startFields;  // added to the "start" event
 };
 
@@ -68,8 +72,10 @@ struct SparseTrainReport {
   double trainSeconds = 0.0;  // the training loop only (no evaluation)
   double pointsPerSecond = 0.0;
   std::vector<double> epochLosses;
-  // Final evaluation of every split, in evalSplits() order.
+  // Final evaluation of every split, in evalSplits() order, of the parameters of epoch
+  // `evaluatedEpoch`: the last one, or with keepBest the one best on the first split.
   std::vector<std::pair<std::string, std::vector<NamedMetric>>> final;
+  int64_t evaluatedEpoch = 0;
   size_t parameters = 0;
   std::string spec;
 };

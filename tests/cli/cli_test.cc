@@ -91,7 +91,7 @@ TEST(ChorusCli, TrainingOptionsHaveOneDefaultInEveryCommand) {
         "--zipf-row", "--zipf-col", "--noise-sigma", "--write-data", "--rank",
         // knowledge-graph embeddings
         "--dim", "--negatives", "--loss", "--adversarial-temperature", "--adagrad-initial",
-        "--time-limit",
+        "--time-limit", "--reciprocal", "--share-negatives", "--keep-best",
         // both sparse families
         "--reg", "--reg-weight", "--optimizer", "--init-scale"};
     for (const auto& [flag, value] : train) {

@@ -24,12 +24,17 @@ struct StepCase {
   double temperature;
   KgeRegularizerKind reg;
   bool all;
+  bool reciprocal = false;
+  bool shared = false;
 };
 
 std::string caseName(const StepCase& c) {
   return std::string(kgeModelName(c.model)) + "/" + kgeLossName(c.loss) +
          (c.temperature > 0 ? "/adversarial" : "") + "/" + kgeRegularizerName(c.reg) +
-         (c.all ? "/all" : "/sampled");
+         (c.all      ? "/all"
+          : c.shared ? "/shared"
+                     : "/sampled") +
+         (c.reciprocal ? "/reciprocal" : "");
 }
 
 // The step's loss for fixed negatives (the rng is re-seeded each time).
@@ -70,6 +75,8 @@ TEST_P(KgeGradientTest, StepGradientMatchesFiniteDifferences) {
   config.dim = 6;
   config.negatives = 4;
   config.allNegatives = c.all;
+  config.reciprocal = c.reciprocal;
+  config.sharedNegatives = c.shared;
   config.loss = c.loss;
   config.adversarialTemperature = c.temperature;
   config.regularizer = c.reg;
@@ -85,6 +92,14 @@ TEST_P(KgeGradientTest, StepGradientMatchesFiniteDifferences) {
   for (float g : de)
     norm += std::abs(g);
   ASSERT_GT(norm, 1e-3);
+  if (c.reciprocal) {
+    // The inverse rows (3..5) are trained: head prediction goes through them.
+    ASSERT_EQ(model.relations().rows(), 6u);
+    double inverseNorm = 0.0;
+    for (size_t i = 3 * config.dim; i < dr.size(); ++i)
+      inverseNorm += std::abs(dr[i]);
+    ASSERT_GT(inverseNorm, 1e-3);
+  }
   auto loss = [&] { return stepLoss(model, batch, kNegatives); };
   testing::expectGradientsMatch(model.entities().values(), de, loss, caseName(c) + " entity", 1e-3);
   testing::expectGradientsMatch(model.relations().values(), dr, loss, caseName(c) + " relation",
@@ -129,7 +144,15 @@ std::vector<StepCase> allCases() {
            {KgeRegularizerKind::kNone, KgeRegularizerKind::kL2, KgeRegularizerKind::kN3}) {
         cases.push_back({model, KgeLossKind::kLogistic, 0.0, reg, all});
         cases.push_back({model, KgeLossKind::kCrossEntropy, 0.0, reg, all});
+        cases.push_back({model, KgeLossKind::kCrossEntropy, 0.0, reg, all, true});
       }
+    }
+    // Negatives shared by the whole batch (4 of them for 5 triples: some repeat, some are the
+    // true entity of another query).
+    for (auto reg : {KgeRegularizerKind::kNone, KgeRegularizerKind::kN3}) {
+      cases.push_back({model, KgeLossKind::kLogistic, 0.0, reg, false, false, true});
+      cases.push_back({model, KgeLossKind::kCrossEntropy, 0.0, reg, false, false, true});
+      cases.push_back({model, KgeLossKind::kCrossEntropy, 0.0, reg, false, true, true});
     }
   }
   return cases;

@@ -89,12 +89,15 @@ TEST(KnownTriples, ListsSortedUniqueAnswersPerQuery) {
 
 // The batched evaluation (blocks of queries against all entities as matrix products, counts
 // then filter corrections) against the definition computed one triple and one entity at a time,
-// on a random ComplEx model and more triples than one block holds.
-TEST(KgeRanking, BatchedEvaluationMatchesTheDefinition) {
+// on a random ComplEx model and more triples than one block holds. With reciprocal relations a
+// head query (?, r, t) scores e as the tail of (t, r + R): score(t, r + R, e); the filter is the
+// known heads of (r, t) all the same.
+void expectBatchedEvaluationMatchesTheDefinition(bool reciprocal) {
   KgeConfig config;
   config.model = KgeModelKind::kComplEx;
   config.dim = 8;
   config.initScale = 1.0;
+  config.reciprocal = reciprocal;
   const size_t entities = 40, relations = 3;
   KgeModel model(config, entities, relations, 9);
   Rng rng(4);
@@ -118,10 +121,16 @@ TEST(KgeRanking, BatchedEvaluationMatchesTheDefinition) {
     for (int direction = 0; direction < 2; ++direction) {
       const bool tail = direction == 0;
       auto score = [&](uint32_t e) {
-        return tail ? kgeScore(config.model, config.dim, model.entities().row(t.head),
-                               model.relations().row(t.relation), model.entities().row(e))
-                    : kgeScore(config.model, config.dim, model.entities().row(e),
-                               model.relations().row(t.relation), model.entities().row(t.tail));
+        if (tail) {
+          return kgeScore(config.model, config.dim, model.entities().row(t.head),
+                          model.relations().row(t.relation), model.entities().row(e));
+        }
+        if (reciprocal) {
+          return kgeScore(config.model, config.dim, model.entities().row(t.tail),
+                          model.relations().row(t.relation + relations), model.entities().row(e));
+        }
+        return kgeScore(config.model, config.dim, model.entities().row(e),
+                        model.relations().row(t.relation), model.entities().row(t.tail));
       };
       const uint32_t truth = tail ? t.tail : t.head;
       const double target = score(truth);
@@ -140,6 +149,14 @@ TEST(KgeRanking, BatchedEvaluationMatchesTheDefinition) {
           << "triple " << i << (tail ? " tail" : " head");
     }
   }
+}
+
+TEST(KgeRanking, BatchedEvaluationMatchesTheDefinition) {
+  expectBatchedEvaluationMatchesTheDefinition(false);
+}
+
+TEST(KgeRanking, ReciprocalHeadQueriesUseTheInverseRelation) {
+  expectBatchedEvaluationMatchesTheDefinition(true);
 }
 
 }  // namespace

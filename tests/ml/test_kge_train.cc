@@ -63,6 +63,8 @@ struct TrainCase {
   KgeLossKind loss;
   double temperature;
   bool symmetricGraph;
+  bool reciprocal = false;
+  bool shared = false;
 };
 
 class KgeTrainingTest : public ::testing::TestWithParam<TrainCase> {};
@@ -77,6 +79,8 @@ TEST_P(KgeTrainingTest, AFewEpochsOnAGeneratedGraphReachTheStatedMrr) {
   config.dim = 16;
   config.negatives = 16;
   config.allNegatives = c.all;
+  config.reciprocal = c.reciprocal;
+  config.sharedNegatives = c.shared;
   config.loss = c.loss;
   config.adversarialTemperature = c.temperature;
   config.regularizer = KgeRegularizerKind::kN3;
@@ -112,7 +116,16 @@ INSTANTIATE_TEST_SUITE_P(
                       TrainCase{"DistMultSampledCeSymmetricGraph", KgeModelKind::kDistMult, false,
                                 KgeLossKind::kCrossEntropy, 0.0, true},
                       TrainCase{"DistMultAllEntitiesLogisticSymmetricGraph",
-                                KgeModelKind::kDistMult, true, KgeLossKind::kLogistic, 0.0, true}),
+                                KgeModelKind::kDistMult, true, KgeLossKind::kLogistic, 0.0, true},
+                      TrainCase{"ComplExReciprocalAllEntitiesCe", KgeModelKind::kComplEx, true,
+                                KgeLossKind::kCrossEntropy, 0.0, false, true},
+                      TrainCase{"DistMultReciprocalSampledCeSymmetricGraph",
+                                KgeModelKind::kDistMult, false, KgeLossKind::kCrossEntropy, 0.0,
+                                true, true},
+                      TrainCase{"ComplExReciprocalSharedCe", KgeModelKind::kComplEx, false,
+                                KgeLossKind::kCrossEntropy, 0.0, false, true, true},
+                      TrainCase{"DistMultSharedLogisticSymmetricGraph", KgeModelKind::kDistMult,
+                                false, KgeLossKind::kLogistic, 0.0, true, false, true}),
     [](const ::testing::TestParamInfo<TrainCase>& info) { return std::string(info.param.name); });
 
 // Three epochs straight, against one epoch, a checkpoint, and two more from it: the same bits
@@ -197,6 +210,61 @@ TEST(SparseTrain, MetricsFileHasStartEpochAndSummaryEvents) {
   EXPECT_NE(lines.back().find("\"test_mrr\""), std::string::npos);
   EXPECT_NE(lines.back().find("\"valid_hits@10\""), std::string::npos);
   std::filesystem::remove(path);
+}
+
+// A one-parameter workload whose quality is scripted per epoch: SGD with lr 1 and gradient -1
+// adds 1 to the parameter each epoch (one step per epoch), and the quality of parameter value v
+// is kQuality[v].
+class ScriptedWorkload : public SparseWorkload {
+ public:
+  static constexpr double kQuality[] = {0.0, 0.3, 0.5, 0.4, 0.45};
+  ScriptedWorkload() : table_("w", 1, 1) {}
+  std::string spec() const override { return "scripted"; }
+  std::vector<SparseTable*> tables() override { return {&table_}; }
+  size_t trainPoints() const override { return 1; }
+  double computeGradients(std::span<const size_t>, Rng&,
+                          std::span<SparseGradAccumulator> grads) override {
+    grads[0].row(0)[0] = -1.0f;
+    return 1.0;
+  }
+  std::vector<std::string> evalSplits() const override { return {"valid", "test"}; }
+  std::vector<NamedMetric> evaluate(const std::string& split) override {
+    const auto v = static_cast<size_t>(table_.row(0)[0] + 0.5f);
+    return {{"quality", kQuality[v] + (split == "test" ? 0.01 : 0.0)}};
+  }
+  bool higherIsBetter() const override { return true; }
+
+ private:
+  SparseTable table_;
+};
+
+// --keep-best evaluates the tables of the epoch best on valid (2 of 4), not the last epoch's;
+// without it, the last epoch's; and a last epoch that is the best is evaluated as itself.
+TEST(SparseTrain, KeepBestEvaluatesTheEpochBestOnValid) {
+  auto progress = quietProgress();
+  SparseTrainOptions options;
+  options.epochs = 4;
+  options.batchSize = 1;
+  options.optimizer.kind = SparseOptimizerKind::kSgd;
+  options.optimizer.lr = 1.0;
+  options.keepBest = true;
+  ScriptedWorkload best;
+  const SparseTrainReport kept = trainSparse(best, options, progress);
+  EXPECT_EQ(kept.epochsDone, 4);
+  EXPECT_EQ(kept.evaluatedEpoch, 2);
+  EXPECT_DOUBLE_EQ(kept.final[0].second[0].value, 0.5);
+  EXPECT_DOUBLE_EQ(kept.final[1].second[0].value, 0.51);
+  options.keepBest = false;
+  ScriptedWorkload last;
+  const SparseTrainReport plain = trainSparse(last, options, progress);
+  EXPECT_EQ(plain.evaluatedEpoch, 4);
+  EXPECT_DOUBLE_EQ(plain.final[1].second[0].value, 0.46);
+  options.keepBest = true;
+  options.epochs = 2;
+  ScriptedWorkload rising;
+  const SparseTrainReport lastIsBest = trainSparse(rising, options, progress);
+  EXPECT_EQ(lastIsBest.evaluatedEpoch, 2);
+  EXPECT_DOUBLE_EQ(lastIsBest.final[0].second[0].value, 0.5);
 }
 
 TEST(SparseTrain, BadOptionsNameTheirFlag) {
