@@ -4,6 +4,7 @@
 // child process killed for real), loopback, port 0, fixed seeds.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <spdlog/sinks/base_sink.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,6 +12,8 @@
 #include <cmath>
 #include <future>
 #include <memory>
+#include <mutex>
+#include <string>
 #include <thread>
 
 #include "consensus/consensus_peer.h"
@@ -87,6 +90,25 @@ TEST(SpanningTree, EveryReachableNodeHasOneNeighborParentThatNamesItAsChild) {
 
 // ---- end to end ----
 
+// Keeps every log line, for asserting what a node said.
+class LineSink : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  std::string all() {
+    std::lock_guard lock(mutex_);
+    return text_;
+  }
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& message) override {
+    text_.append(message.payload.data(), message.payload.size());
+    text_ += '\n';
+  }
+  void flush_() override {}
+
+ private:
+  std::string text_;
+};
+
 node::NodeOptions nodeOptions(NodeId self, size_t n) {
   node::NodeOptions o;
   o.cluster = "neighbors-test";
@@ -143,7 +165,10 @@ class NeighborCluster {
   NeighborCluster(Graph graph, std::vector<NodeId> local)
       : graph_(std::move(graph)), local_(std::move(local)) {
     for (NodeId id : local_) {
-      nodes_[id] = std::make_unique<node::Node>(nodeOptions(id, graph_.size()));
+      node::NodeOptions options = nodeOptions(id, graph_.size());
+      sinks_[id] = std::make_shared<LineSink>();
+      options.log_sinks = {sinks_[id]};
+      nodes_[id] = std::make_unique<node::Node>(options);
       EXPECT_TRUE(nodes_[id]->listen().ok());
     }
   }
@@ -156,6 +181,8 @@ class NeighborCluster {
       n->shutdown(0ms);
   }
   node::Node& node(NodeId id) { return *nodes_.at(id); }
+  ConsensusPeer& peer(NodeId id) { return *peers_.at(id); }
+  std::string log(NodeId id) { return sinks_.at(id)->all(); }
 
   void attach(NodeId id, run::NodeJob job, ConsensusOptions options) {
     peers_[id] = std::make_unique<ConsensusPeer>(*nodes_.at(id), std::move(job),
@@ -197,6 +224,7 @@ class NeighborCluster {
  private:
   Graph graph_;
   std::vector<NodeId> local_;
+  std::map<NodeId, std::shared_ptr<LineSink>> sinks_;
   std::map<NodeId, std::unique_ptr<node::Node>> nodes_;
   std::map<NodeId, std::unique_ptr<ConsensusPeer>> peers_;
   std::vector<std::thread> threads_;
@@ -355,6 +383,64 @@ TEST(NeighborsOnly, ANodeKilledInARingLeavesTheOthersFinishingAndTheAverageCount
       EXPECT_EQ(r.averaged_models, kNodes - 1);
     }
   }
+}
+
+// Sends one PartialSum chunk (the whole model) from `node` to `to`; `models` absent when null.
+void sendPartialSum(node::Node& node, NodeId to, size_t size, const std::vector<NodeId>* models) {
+  node.send(to, node.encode(wire::Body::ModelShare, [&](flatbuffers::FlatBufferBuilder& b) {
+    auto values = b.CreateVector(std::vector<float>(size, 0.5f));
+    auto ids = models != nullptr ? b.CreateVector(*models) : 0;
+    return wire::CreateModelShare(b, 3, 0, size, 0, values, wire::SharePurpose::PartialSum, ids)
+        .Union();
+  }));
+}
+
+// Partial sums are untrusted input: one from a node that is not a tree child, or whose models
+// are absent, repeated, leave out the sender or name the receiver, is dropped with a warning
+// naming the sender; a well-formed one is taken. Nodes 1 and 3 of a ring of four are bare
+// runtime nodes playing neighbors (node 3 is node 0's child, node 1 is node 2's parent).
+TEST(NeighborsOnly, BadPartialSumsAreRefusedAndNamed) {
+  const Graph g = ring(4);
+  auto data = syntheticData();
+  NeighborCluster cluster(g, allOf(4));
+  size_t size = 0;
+  for (NodeId i : {0u, 2u}) {
+    run::NodeJob job = run::prepareNodeJob(smallRun(10, 100 + i), data, i, 4, "");
+    size = job.model->size();
+    cluster.attach(i, std::move(job), ConsensusOptions{});
+  }
+  cluster.connect();
+  const std::vector<NodeId> without_sender{1};
+  const std::vector<NodeId> names_receiver{0, 3};
+  const std::vector<NodeId> repeated{3, 3};
+  const std::vector<NodeId> good{2, 3};
+  node::Node& three = cluster.node(3);
+  sendPartialSum(three, 0, size, nullptr);
+  sendPartialSum(three, 0, size, &without_sender);
+  sendPartialSum(three, 0, size, &names_receiver);
+  sendPartialSum(three, 0, size, &repeated);
+  sendPartialSum(three, 0, size, &good);
+  sendPartialSum(cluster.node(1), 2, size, &without_sender);
+  auto handled = [&](NodeId id, uint64_t chunks) {
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (cluster.peer(id).held().chunks < chunks) {
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(1ms);  // polling a counter no event announces
+    }
+    return true;
+  };
+  ASSERT_TRUE(handled(0, 5));
+  ASSERT_TRUE(handled(2, 1));
+  EXPECT_EQ(cluster.peer(0).held().refused, 4u);
+  EXPECT_EQ(cluster.peer(2).held().refused, 1u);
+  const std::string log0 = cluster.log(0);
+  EXPECT_NE(log0.find("partial sum chunk from node 3 names no models"), std::string::npos) << log0;
+  EXPECT_NE(log0.find("names models [1]"), std::string::npos) << log0;
+  EXPECT_NE(log0.find("names models [0, 3]"), std::string::npos) << log0;
+  EXPECT_NE(log0.find("names models [3, 3]"), std::string::npos) << log0;
+  EXPECT_NE(cluster.log(2).find("partial sum chunk from node 1, which is not a child of this node"),
+            std::string::npos)
+      << cluster.log(2);
 }
 
 }  // namespace
