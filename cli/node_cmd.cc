@@ -203,7 +203,7 @@ struct NodeSetup {
   topology::Topology topo;
   const topology::NodeSpec* me = nullptr;
   node::NodeOptions options;
-  std::vector<node::PeerAddress> peers;  // every other member (full mesh at the runtime level)
+  std::vector<node::PeerAddress> peers;  // every other member (consensus mode connects a subset)
   std::vector<node::NodeId> peer_ids;
 };
 
@@ -479,8 +479,10 @@ class TrainingSession {
 
 // Loads the data, builds the mode's run, joins the cluster, trains and leaves in order.
 // The flags were checked before (checkModeArgs).
+// `peers`: whom this node connects to (the neighbors in consensus mode, everyone in PS mode).
 void runTraining(const NodeArgs& args, const NodeSetup& setup, const std::string& mode,
-                 const ModeFactory& make_mode, const std::string& peers_description) {
+                 const ModeFactory& make_mode, const std::string& peers_description,
+                 const std::vector<node::PeerAddress>& peers) {
   const node::NodeId self = setup.self;
   const topology::Topology& topo = setup.topo;
   // The data and the model come before the listener: once this node accepts connections its
@@ -531,7 +533,7 @@ void runTraining(const NodeArgs& args, const NodeSetup& setup, const std::string
     if (signals.received() != 0) leaveCluster(node, args.linger_s, signals, self, 0, "");
     throw CommandFailure(3, fmt::format("node {}: {}", self, status.message()));
   }
-  if (node::Status status = node.connect(setup.peers); !status.ok()) {
+  if (node::Status status = node.connect(peers); !status.ok()) {
     // A signal that shut the node down during setup is an interruption, not a failure.
     if (signals.received() != 0) leaveCluster(node, args.linger_s, signals, self, 0, "");
     throw CommandFailure(3, fmt::format("node {}: {}", self, status.message()));
@@ -542,7 +544,7 @@ void runTraining(const NodeArgs& args, const NodeSetup& setup, const std::string
       std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start).count();
   fmt::print(
       "node {} of cluster \"{}\" ({} nodes, {} mode): connected to all {} peers in {} ms; {}\n",
-      self, topo.name, topo.nodes.size(), mode, setup.peers.size(), ready_ms, peers_description);
+      self, topo.name, topo.nodes.size(), mode, peers.size(), ready_ms, peers_description);
   std::fflush(stdout);
   try {
     session->run();
@@ -554,8 +556,8 @@ void runTraining(const NodeArgs& args, const NodeSetup& setup, const std::string
   fmt::print("node {}: left the cluster cleanly\n", self);
 }
 
-// Consensus training (docs/consensus.md): gossip with the topology neighbors, the end-of-run
-// messages over the full mesh.
+// Consensus training (docs/consensus.md): gossip with the topology neighbors, the end of the run
+// over the neighbor graph (a convergecast of the final models on a spanning tree).
 ModeRun consensusRun(node::Node& node, run::NodeJob job, const consensus::PeerLayout& layout,
                      const consensus::ConsensusOptions& options) {
   auto peer = std::make_shared<consensus::ConsensusPeer>(node, std::move(job), layout, options);
@@ -663,7 +665,7 @@ void runTrainingMode(const NodeArgs& args, const NodeSetup& setup, const std::st
         [&](node::Node& node, run::NodeJob job) {
           return singleRun(node, std::move(job), args.run);
         },
-        "training alone");
+        "training alone", setup.peers);
   }
   if (mode == "consensus") {
     consensus::PeerLayout layout;
@@ -672,13 +674,22 @@ void runTrainingMode(const NodeArgs& args, const NodeSetup& setup, const std::st
     for (const auto& n : setup.topo.nodes) {
       layout.members.push_back(n.id);
       layout.degrees[n.id] = n.neighbors.size();
+      layout.graph[n.id] = n.neighbors;
+    }
+    // Connections to the topology neighbors only: gossip, the end of the run and a rejoin all
+    // travel over the neighbor graph.
+    std::vector<node::PeerAddress> neighbors;
+    for (const node::PeerAddress& peer : setup.peers) {
+      if (std::binary_search(setup.me->neighbors.begin(), setup.me->neighbors.end(), peer.id)) {
+        neighbors.push_back(peer);
+      }
     }
     return runTraining(
         args, setup, "consensus",
         [&](node::Node& node, run::NodeJob job) {
           return consensusRun(node, std::move(job), layout, args.consensus);
         },
-        fmt::format("training with neighbors [{}]", fmt::join(layout.neighbors, ", ")));
+        fmt::format("training with neighbors [{}]", fmt::join(layout.neighbors, ", ")), neighbors);
   }
   std::vector<node::NodeId> members;
   for (const auto& n : setup.topo.nodes)
@@ -689,7 +700,8 @@ void runTrainingMode(const NodeArgs& args, const NodeSetup& setup, const std::st
       [&](node::Node& node, run::NodeJob job) {
         return psRun(node, std::move(job), members, options);
       },
-      fmt::format("owning its shard of the parameters, staleness {}", args.ps.staleness));
+      fmt::format("owning its shard of the parameters, staleness {}", args.ps.staleness),
+      setup.peers);
 }
 
 std::string modeOf(const NodeArgs& args, const NodeSetup& setup) {
@@ -791,8 +803,9 @@ void registerNodeCommand(CLI::App& app, std::function<void(const NodeArgs&)> act
   CLI::App* cmd = app.add_subcommand(
       "node",
       "Run one node of a topology file.\n"
-      "The node listens on its address from the file, connects to every other member (the lower\n"
-      "id dials, the higher accepts) and waits until the whole cluster is connected. Then, by\n"
+      "The node listens on its address from the file, connects to every other member (in\n"
+      "consensus mode to its topology neighbors only; the lower id dials, the higher accepts)\n"
+      "and waits until those are connected. Then, by\n"
       "--mode (default: the file's mode):\n"
       "  consensus  train: local SGD steps on this node's shard, gossip averaging with the\n"
       "             topology neighbors, waiting only for the fastest (--backup); per-round\n"

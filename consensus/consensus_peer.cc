@@ -76,6 +76,9 @@ void validateConsensusOptions(const ConsensusOptions& o) {
 
 namespace {
 
+// The root of the end-of-run convergecast: it evaluates the average of the final models.
+constexpr NodeId kCollector = 0;
+
 BoardOptions boardOptions(const PeerLayout& layout, const ConsensusOptions& o) {
   BoardOptions b;
   b.neighbors = layout.neighbors;
@@ -110,11 +113,50 @@ ConsensusPeer::ConsensusPeer(node::Node& node, run::NodeJob job, PeerLayout layo
       catchups_(job_.model->size()),
       membership_(layout_.self, layout_.members) {
   std::sort(layout_.neighbors.begin(), layout_.neighbors.end());
+  std::sort(layout_.members.begin(), layout_.members.end());
+  if (layout_.graph.empty()) {
+    // No graph: a star around the collector (every member sends to node 0 directly).
+    if (layout_.self == kCollector) {
+      tree_.depth = 0;
+      tree_.children = membership_.others();
+    } else {
+      tree_.depth = 1;
+      tree_.parent = kCollector;
+    }
+  } else {
+    tree_ = spanningTreeLinks(layout_.graph, kCollector, layout_.self);
+  }
+  end_peers_ = layout_.neighbors;
+  if (tree_.parent) end_peers_.push_back(*tree_.parent);
+  end_peers_.insert(end_peers_.end(), tree_.children.begin(), tree_.children.end());
+  std::sort(end_peers_.begin(), end_peers_.end());
+  end_peers_.erase(std::unique(end_peers_.begin(), end_peers_.end()), end_peers_.end());
   node_.setHandler(wire::Body::ModelShare, [this](NodeId from, const wire::Envelope& envelope) {
     onModelShare(from, envelope);
   });
-  node_.setHandler(wire::Body::TrainingDone,
-                   [this](NodeId from, const wire::Envelope&) { membership_.finished(from); });
+  node_.setHandler(wire::Body::TrainingDone, [this](NodeId from, const wire::Envelope& envelope) {
+    const wire::TrainingDone* done = envelope.body_as_TrainingDone();
+    if (done != nullptr && done->finished() != nullptr) {
+      if (from != tree_.parent) {
+        node_.logger().warn(
+            "end-of-run summary from node {}, which is not this node's parent in the spanning "
+            "tree: ignored",
+            from);
+      } else {
+        std::vector<NodeId> finished;
+        for (uint32_t id : *done->finished()) {
+          if (std::binary_search(layout_.members.begin(), layout_.members.end(), id)) {
+            finished.push_back(id);
+          }
+        }
+        std::sort(finished.begin(), finished.end());
+        finished.erase(std::unique(finished.begin(), finished.end()), finished.end());
+        auto lock = membership_.lock();
+        summary_ = std::move(finished);
+      }
+    }
+    membership_.finished(from);
+  });
   node_.setHandler(wire::Body::ModelRequest, [this](NodeId from, const wire::Envelope&) {
     if (!isNeighbor(from)) {
       node_.logger().warn("model request from node {}, which is not a neighbor: ignored", from);
@@ -135,7 +177,6 @@ bool ConsensusPeer::isNeighbor(NodeId id) const {
 
 std::optional<std::string> ConsensusPeer::refusalOf(NodeId from, const wire::ModelShare& share,
                                                     spdlog::level::level_enum* level) {
-  constexpr NodeId kCollector = 0;
   *level = spdlog::level::warn;
   const size_t size = job_.model->size();
   if (share.values() == nullptr) return fmt::format("ModelShare from node {} without values", from);
@@ -146,8 +187,11 @@ std::optional<std::string> ConsensusPeer::refusalOf(NodeId from, const wire::Mod
         from, share.total(), size);
   }
   const Round round = share.round();
-  // A Final carries the rounds its sender finished (at most every round); the others a round.
-  const Round last = share.purpose() == wire::SharePurpose::Final ? job_.rounds : job_.rounds - 1;
+  // A Final or PartialSum carries the rounds its sender finished (at most every round); the
+  // others a round.
+  const bool summed = share.purpose() == wire::SharePurpose::Final ||
+                      share.purpose() == wire::SharePurpose::PartialSum;
+  const Round last = summed ? job_.rounds : job_.rounds - 1;
   switch (share.purpose()) {
     case wire::SharePurpose::Gossip:
       if (!isNeighbor(from)) {
@@ -156,11 +200,37 @@ std::optional<std::string> ConsensusPeer::refusalOf(NodeId from, const wire::Mod
       }
       break;
     case wire::SharePurpose::Final:
+      // Sent by builds before the convergecast: a partial sum of the sender's model alone.
       if (layout_.self != kCollector) {
         return fmt::format("final model chunk from node {}, but only node {} collects them", from,
                            kCollector);
       }
       break;
+    case wire::SharePurpose::PartialSum: {
+      if (!std::binary_search(tree_.children.begin(), tree_.children.end(), from)) {
+        return fmt::format(
+            "partial sum chunk from node {}, which is not a child of this node in the spanning "
+            "tree",
+            from);
+      }
+      if (share.models() == nullptr || share.models()->size() == 0) {
+        return fmt::format("partial sum chunk from node {} names no models", from);
+      }
+      std::vector<NodeId> models(share.models()->begin(), share.models()->end());
+      std::sort(models.begin(), models.end());
+      if (std::adjacent_find(models.begin(), models.end()) != models.end() ||
+          !std::binary_search(models.begin(), models.end(), from) ||
+          !std::all_of(models.begin(), models.end(), [&](NodeId id) {
+            return id != layout_.self &&
+                   std::binary_search(layout_.members.begin(), layout_.members.end(), id);
+          })) {
+        return fmt::format(
+            "partial sum chunk from node {} names models [{}]: not distinct members other than "
+            "this node, with the sender's among them",
+            from, idList(models));
+      }
+      break;
+    }
     case wire::SharePurpose::Catchup: {
       auto lock = membership_.lock();
       if (catchup_from_ != from) {
@@ -200,8 +270,8 @@ void ConsensusPeer::countHeld() {
   size_t finals = 0;
   {
     auto lock = membership_.lock();
-    for (const auto& [id, values] : final_models_)
-      finals += values.capacity() * sizeof(float);
+    for (const auto& [id, sum] : partial_sums_)
+      finals += sum.values.capacity() * sizeof(float);
     for (const auto& [id, model] : catchup_models_)
       finals += model.values.capacity() * sizeof(float);
   }
@@ -237,26 +307,40 @@ void ConsensusPeer::onModelShare(NodeId from, const wire::Envelope& envelope) {
   }
   std::span<const float> values(share->values()->data(), share->values()->size());
   bool completed = false;
-  const char* what = share->purpose() == wire::SharePurpose::Final     ? "final model chunk"
-                     : share->purpose() == wire::SharePurpose::Catchup ? "catch-up model chunk"
-                                                                       : "model chunk";
-  ModelAssembler& assembler = share->purpose() == wire::SharePurpose::Final     ? finals_
-                              : share->purpose() == wire::SharePurpose::Catchup ? catchups_
-                                                                                : gossip_;
+  const wire::SharePurpose purpose = share->purpose();
+  const bool summed =
+      purpose == wire::SharePurpose::Final || purpose == wire::SharePurpose::PartialSum;
+  const char* what = purpose == wire::SharePurpose::Final        ? "final model chunk"
+                     : purpose == wire::SharePurpose::PartialSum ? "partial sum chunk"
+                     : purpose == wire::SharePurpose::Catchup    ? "catch-up model chunk"
+                                                                 : "model chunk";
+  ModelAssembler& assembler = summed                                   ? finals_
+                              : purpose == wire::SharePurpose::Catchup ? catchups_
+                                                                       : gossip_;
   if (auto error = assembler.add(from, share->round(), share->offset(), values, &completed)) {
     refuse(spdlog::level::warn, fmt::format("{} from node {}: {}", what, from, *error));
     return;
   }
+  if (purpose == wire::SharePurpose::PartialSum) {
+    // Checked by refusalOf(): distinct members, the sender among them.
+    auto lock = membership_.lock();
+    partial_models_[from].assign(share->models()->begin(), share->models()->end());
+  }
   if (completed) {
-    if (share->purpose() == wire::SharePurpose::Gossip) {
+    if (purpose == wire::SharePurpose::Gossip) {
       board_.modelArrived(from, share->round(),
                           std::make_shared<const std::vector<float>>(gossip_.takeLatest(from)),
                           Clock::now());
     } else {
       {
         auto lock = membership_.lock();
-        if (share->purpose() == wire::SharePurpose::Final) {
-          final_models_[from] = finals_.takeLatest(from);
+        if (purpose == wire::SharePurpose::Final) {
+          partial_sums_[from] = {finals_.takeLatest(from), {from}};
+        } else if (purpose == wire::SharePurpose::PartialSum) {
+          std::vector<NodeId> models = std::move(partial_models_[from]);
+          partial_models_.erase(from);
+          std::sort(models.begin(), models.end());
+          partial_sums_[from] = {finals_.takeLatest(from), std::move(models)};
         } else {
           catchup_models_[from] = {share->round(), catchups_.takeLatest(from)};
         }
@@ -275,10 +359,14 @@ void ConsensusPeer::onPeerEvent(const node::PeerEvent& event) {
         board_.neighborDown(event.peer);
         gossip_.forget(event.peer);
       }
-      // What it had half sent goes with it (its complete final model stays: node 0 averages
+      // What it had half sent goes with it (its complete partial sum stays: node 0 averages
       // every model that made it to the end).
       finals_.forget(event.peer);
       catchups_.forget(event.peer);
+      {
+        auto lock = membership_.lock();
+        partial_models_.erase(event.peer);
+      }
       membership_.down(event.peer);
       countHeld();
       break;
@@ -598,62 +686,174 @@ void ConsensusPeer::ended(const run::LoopReport& /*report*/) {
   report_.final_model.assign(job_.model->params().begin(), job_.model->params().end());
 }
 
+bool ConsensusPeer::waitEndOfRun(const std::function<std::vector<NodeId>()>& missing,
+                                 Clock::time_point deadline, Round last_round,
+                                 std::string_view what) {
+  Clock::time_point next_report = Clock::now() + options_.report_every;
+  auto lock = membership_.lock();
+  while (true) {
+    if (membership_.stoppedLocked()) return false;
+    const std::vector<NodeId> waiting = missing();
+    if (waiting.empty()) return true;
+    if (!requests_.empty()) {
+      // A neighbor that rejoined after this node's last round gets the final model.
+      lock.unlock();
+      answerRequests(last_round);
+      lock.lock();
+      continue;
+    }
+    const Clock::time_point now = Clock::now();
+    if (now >= deadline) return false;
+    if (now >= next_report) {
+      next_report += options_.report_every;
+      node_.logger().info("finished; waiting for {} from node(s) {}", what, idList(waiting));
+    }
+    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::min(deadline, next_report) - now) +
+                      std::chrono::milliseconds(1);
+    membership_.waitFor(lock, wait, [&] { return missing().empty() || !requests_.empty(); });
+  }
+}
+
+void ConsensusPeer::sendPartialSum(NodeId to, Round rounds_done, const std::vector<float>& sum,
+                                   const std::vector<NodeId>& models) {
+  const size_t total = sum.size();
+  for (size_t offset = 0; offset < total || (total == 0 && offset == 0);
+       offset += options_.chunk_floats) {
+    const size_t len = std::min(options_.chunk_floats, total - offset);
+    node::SharedFrame frame = node_.encode(
+        wire::Body::ModelShare,
+        [&](flatbuffers::FlatBufferBuilder& b) {
+          auto values = b.CreateVector(sum.data() + offset, len);
+          auto ids = b.CreateVector(models);
+          return wire::CreateModelShare(b, rounds_done, offset, total, 0, values,
+                                        wire::SharePurpose::PartialSum, ids)
+              .Union();
+        },
+        len * sizeof(float) + models.size() * sizeof(NodeId) + 256);
+    node_.send(to, frame);
+    if (total == 0) break;
+  }
+}
+
 void ConsensusPeer::finish(int64_t rounds_done, std::vector<uint32_t>& finished,
                            std::vector<uint32_t>& departed) {
   spdlog::logger& log = node_.logger();
-  constexpr NodeId kCollector = 0;
-  const std::vector<NodeId>& others = membership_.others();
-  // The final model goes first: on one connection frames arrive in order, so node 0 has it
-  // once it sees this node's TrainingDone.
-  if (layout_.self != kCollector &&
-      std::find(others.begin(), others.end(), kCollector) != others.end()) {
-    sendModel({kCollector}, rounds_done, 0, static_cast<int8_t>(wire::SharePurpose::Final));
-  }
+  const Clock::time_point deadline = Clock::now() + options_.finish_timeout;
+  const Round last_round = rounds_done - 1;
+  // 1. The barrier: this node needs no more gossip from its neighbors.
   node::SharedFrame done =
       node_.encode(wire::Body::TrainingDone, [&](flatbuffers::FlatBufferBuilder& b) {
         return wire::CreateTrainingDone(b, rounds_done).Union();
       });
-  node_.broadcast(others, done);
+  node_.broadcast(end_peers_, done);
 
-  // Wait until every other member is done or gone, so that nobody leaves while a neighbor may
-  // still wait for its models.
-  run::SettleOptions settle;
-  settle.timeout = options_.finish_timeout;
-  settle.report_every = options_.report_every;
-  // A neighbor that rejoined after this node's last round gets the final model.
-  settle.has_work = [&] { return !requests_.empty(); };
-  settle.work = [&] { answerRequests(rounds_done - 1); };
-  run::PeerSettlement settled = membership_.settle(settle, log);
-  finished = std::move(settled.finished);
-  departed = std::move(settled.departed);
-  std::map<NodeId, std::vector<float>> finals;
+  // 2. The convergecast: each child's partial sum (or its departure: its subtree is left out).
+  waitEndOfRun(
+      [&] {
+        std::vector<NodeId> out;
+        for (NodeId child : tree_.children) {
+          if (!partial_sums_.count(child) && !membership_.isDownLocked(child)) out.push_back(child);
+        }
+        return out;
+      },
+      deadline, last_round, "the partial sums of the final models");
+  std::map<NodeId, PartialSum> sums;
   {
     auto lock = membership_.lock();
-    finals = final_models_;
-  }
-  if (!departed.empty()) {
-    log.warn("node(s) {} left before the end of training", idList(departed));
-  }
-
-  if (layout_.self == kCollector) {
-    // The accuracy of the average of every model that made it to the end.
-    ml::Model& model = *job_.model;
-    std::vector<double> sum(model.size());
-    for (size_t i = 0; i < sum.size(); ++i)
-      sum[i] = report_.final_model[i];
-    for (const auto& [id, values] : finals) {
-      for (size_t i = 0; i < sum.size(); ++i)
-        sum[i] += values[i];
+    for (NodeId child : tree_.children) {
+      auto it = partial_sums_.find(child);
+      if (it != partial_sums_.end()) sums.emplace(child, it->second);
     }
-    const size_t count = finals.size() + 1;
+  }
+  const std::span<const float> own = report_.final_model;
+  std::vector<double> sum(own.begin(), own.end());
+  std::vector<NodeId> models{layout_.self};
+  for (NodeId child : tree_.children) {
+    auto it = sums.find(child);
+    if (it == sums.end()) {
+      log.warn("node {} sent no partial sum of the final models: its subtree is left out", child);
+      continue;
+    }
+    const PartialSum& part = it->second;
+    const bool overlaps = std::any_of(part.models.begin(), part.models.end(), [&](NodeId id) {
+      return std::find(models.begin(), models.end(), id) != models.end();
+    });
+    if (overlaps || part.values.size() != sum.size()) {
+      log.warn("the partial sum from node {} repeats models already summed: left out", child);
+      continue;
+    }
+    for (size_t i = 0; i < sum.size(); ++i)
+      sum[i] += part.values[i];
+    models.insert(models.end(), part.models.begin(), part.models.end());
+  }
+  std::sort(models.begin(), models.end());
+
+  // 3. Up to the parent; node 0 evaluates the average instead.
+  std::optional<std::vector<NodeId>> summary;
+  if (tree_.parent) {
+    if (!membership_.isDown(*tree_.parent)) {
+      std::vector<float> values(sum.begin(), sum.end());
+      sendPartialSum(*tree_.parent, rounds_done, values, models);
+    }
+    // 4. The summary from the parent: who made it to the end, cluster-wide.
+    waitEndOfRun(
+        [&] {
+          if (summary_ || membership_.isDownLocked(*tree_.parent)) return std::vector<NodeId>{};
+          return std::vector<NodeId>{*tree_.parent};
+        },
+        deadline, last_round, "the end-of-run summary");
+    auto lock = membership_.lock();
+    summary = summary_;
+  } else if (layout_.self == kCollector) {
+    ml::Model& model = *job_.model;
+    const size_t count = models.size();
     std::unique_ptr<ml::Model> average = model.clone();
     for (size_t i = 0; i < sum.size(); ++i)
       average->params()[i] = static_cast<float>(sum[i] / static_cast<double>(count));
     const ml::Evaluation eval = ml::evaluate(*average, job_.data->test);
     report_.average_accuracy = eval.accuracy;
     report_.averaged_models = count;
-    log.debug("test accuracy of the average of {} final models: {:.2f}%", count,
-              100 * eval.accuracy);
+    report_.average_model.assign(average->params().begin(), average->params().end());
+    log.debug("test accuracy of the average of {} final models ({}): {:.2f}%", count,
+              idList(models), 100 * eval.accuracy);
+    summary = models;
+  }
+  // 5. Down the tree.
+  if (summary && !tree_.children.empty()) {
+    node::SharedFrame down =
+        node_.encode(wire::Body::TrainingDone, [&](flatbuffers::FlatBufferBuilder& b) {
+          return wire::CreateTrainingDone(b, rounds_done, b.CreateVector(*summary)).Union();
+        });
+    node_.broadcast(tree_.children, down);
+  }
+
+  // 6. Stay until every neighbor (and tree link) finished or left: nobody leaves while a
+  // neighbor may still wait for its models.
+  run::SettleOptions settle;
+  settle.peers = end_peers_;
+  settle.timeout =
+      std::max(std::chrono::milliseconds(0),
+               std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+  settle.report_every = options_.report_every;
+  settle.has_work = [&] { return !requests_.empty(); };
+  settle.work = [&] { answerRequests(last_round); };
+  run::PeerSettlement settled = membership_.settle(settle, log);
+  if (summary) {
+    // Cluster-wide: who reached the end (their models were averaged) and who did not.
+    finished.clear();
+    departed.clear();
+    for (NodeId id : membership_.others()) {
+      (std::binary_search(summary->begin(), summary->end(), id) ? finished : departed)
+          .push_back(id);
+    }
+  } else {
+    // The parent left before the summary came: what this node saw of its neighbors.
+    finished = std::move(settled.finished);
+    departed = std::move(settled.departed);
+  }
+  if (!departed.empty()) {
+    log.warn("node(s) {} left before the end of training", idList(departed));
   }
 }
 

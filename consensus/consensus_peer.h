@@ -21,6 +21,7 @@
 #include "consensus/backup_rule.h"
 #include "consensus/mixing.h"
 #include "consensus/round_board.h"
+#include "consensus/spanning_tree.h"
 #include "node/refusal_log.h"
 #include "run/membership.h"
 #include "run/training_loop.h"
@@ -78,13 +79,17 @@ void validateConsensusOptions(const ConsensusOptions& options);
 // `max_frame_bytes` (every node refuses those, so each round would close every connection).
 void validateChunkFitsFrames(const ConsensusOptions& options, uint32_t max_frame_bytes);
 
-// Who this node talks to: gossip only with `neighbors` (from the topology), the end-of-run
-// messages with every member.
+// Who this node talks to: gossip with `neighbors` (from the topology); the end of the run with
+// its neighbors and its links in the spanning tree of `graph` rooted at node 0 (the final
+// models' convergecast), so that a node needs connections to its neighbors only.
 struct PeerLayout {
   NodeId self = 0;
   std::vector<NodeId> neighbors;
   std::vector<NodeId> members;       // every id of the cluster, self included
   std::map<NodeId, size_t> degrees;  // every member's topology degree (Metropolis weights)
+  // Every member's topology neighbors (the tree is computed from it). Empty: node 0 collects
+  // every member's final model directly (a star, which needs a full mesh of connections).
+  std::map<NodeId, std::vector<NodeId>> graph;
 };
 
 // What a run achieved: what every mode reports (run::LoopReport: stopped, seconds, wait time,
@@ -95,9 +100,11 @@ struct ConsensusReport : run::LoopReport {
   int64_t max_staleness = 0;  // of every neighbor model mixed in
   double final_loss = 0;      // of final (the final test evaluation)
   double final_accuracy = 0;
-  // Node 0 only: the accuracy of the average of its own and every final model it received.
+  // Node 0 only: the accuracy of the average of the final models that reached it over the
+  // spanning tree (its own included), how many they were, and the average itself.
   std::optional<double> average_accuracy;
   size_t averaged_models = 0;
+  std::vector<float> average_model;
   std::vector<float> final_model;
   std::vector<size_t> backups;  // b_i of every round run
   int64_t skips = 0;            // how often this node jumped ahead (iteration skipping)
@@ -171,8 +178,8 @@ class ConsensusPeer : private run::TrainingStrategy {
   void afterStep(int64_t step, double loss, const ml::Evaluation* evaluated) override;
   run::Traffic traffic() const override;
   void ended(const run::LoopReport& report) override;
-  // Final model to node 0, TrainingDone to everyone, the wait for the others; node 0 evaluates
-  // the average of the final models.
+  // TrainingDone to the neighbors, the convergecast of the final models up the spanning tree
+  // (node 0 evaluates their average), the summary down it, the wait for the neighbors.
   void finish(int64_t rounds_done, std::vector<uint32_t>& finished,
               std::vector<uint32_t>& departed) override;
   void describeEnd(ml::MetricsEvent& last) override;
@@ -191,6 +198,15 @@ class ConsensusPeer : private run::TrainingStrategy {
                                        spdlog::level::level_enum* level);
   // Loop thread: recounts what is held after a chunk or a departure.
   void countHeld();
+  // Trainer thread, end of run: waits until `missing()` (called under the membership lock) is
+  // empty, stop() or `deadline`, answering late catch-up requests meanwhile and naming what it
+  // waits for every report_every; returns whether nothing is missing.
+  bool waitEndOfRun(const std::function<std::vector<NodeId>()>& missing,
+                    std::chrono::steady_clock::time_point deadline, Round last_round,
+                    std::string_view what);
+  // Sends the sum of final models `sum` naming `models` to `to` as PartialSum chunks.
+  void sendPartialSum(NodeId to, Round rounds_done, const std::vector<float>& sum,
+                      const std::vector<NodeId>& models);
 
   node::Node& node_;
   run::NodeJob job_;
@@ -213,7 +229,20 @@ class ConsensusPeer : private run::TrainingStrategy {
   std::atomic<uint64_t> refused_chunks_{0};
   // Who finished or left, and the end-of-run wait. Its lock also guards the state below.
   run::Membership membership_;
-  std::map<NodeId, std::vector<float>> final_models_;
+  // This node's links in the convergecast tree, and who it exchanges end-of-run messages with
+  // (neighbors and tree links, sorted).
+  TreeLinks tree_;
+  std::vector<NodeId> end_peers_;
+  // A child's (or, in a star, any member's) complete partial sum and the ids it sums.
+  struct PartialSum {
+    std::vector<float> values;
+    std::vector<NodeId> models;
+  };
+  std::map<NodeId, PartialSum> partial_sums_;
+  // The models list of the partial sum being assembled, per sender (from its latest chunk).
+  std::map<NodeId, std::vector<NodeId>> partial_models_;
+  // The tree parent's summary: the members whose final models node 0 averaged.
+  std::optional<std::vector<NodeId>> summary_;
   std::set<NodeId> requests_;           // neighbors waiting for a catch-up model
   std::optional<NodeId> catchup_from_;  // the neighbor asked for a catch-up model, while asked
   std::map<NodeId, ModelAssembler::Complete> catchup_models_;

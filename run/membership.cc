@@ -65,10 +65,11 @@ std::set<uint32_t> Membership::downPeers() const {
 
 PeerSettlement Membership::settle(const SettleOptions& options, spdlog::logger& log) {
   using Clock = std::chrono::steady_clock;
+  const std::vector<uint32_t>& peers = options.peers.empty() ? others_ : options.peers;
   std::unique_lock lock(mu_);
   auto missing = [&] {
     std::vector<uint32_t> out;
-    for (uint32_t m : others_) {
+    for (uint32_t m : peers) {
       if (!done_.count(m) && !down_.count(m)) out.push_back(m);
     }
     return out;
@@ -92,7 +93,7 @@ PeerSettlement Membership::settle(const SettleOptions& options, spdlog::logger& 
     }
   }
   PeerSettlement settlement;
-  for (uint32_t m : others_) {
+  for (uint32_t m : peers) {
     if (done_.count(m)) {
       settlement.finished.push_back(m);
     } else if (down_.count(m)) {

@@ -1,7 +1,8 @@
 // Who of a run's other members finished, who left, and the end-of-run wait for them, shared by
-// both distributed modes: every node tells the others it finished (TrainingDone) and waits until
-// each of them has finished too or left, so that no node leaves while a peer may still need it
-// (a neighbor's models, an owner's keys).
+// both distributed modes: every node tells the peers that may still need it that it finished
+// (TrainingDone) and waits until each of them has finished too or left, so that no node leaves
+// while a peer may still need it (a neighbor's models in consensus mode, an owner's keys in PS
+// mode, where that is every member).
 #pragma once
 
 #include <chrono>
@@ -26,6 +27,8 @@ struct PeerSettlement {
 };
 
 struct SettleOptions {
+  // Whom to wait for: these members only (consensus mode: the neighbors); empty: others().
+  std::vector<uint32_t> peers;
   std::chrono::milliseconds timeout{120000};
   std::chrono::milliseconds report_every{5000};
   // Checked with the lock held at every wake-up: the caller has work to do while it waits (for
@@ -76,8 +79,9 @@ class Membership {
   // With `lock` held: whether `peer` is down now.
   bool isDownLocked(uint32_t peer) const { return down_.count(peer) > 0; }
 
-  // The end-of-run wait: until each of others() finished or left, stop() or the time-out; logs
-  // the members still missing every report_every, and those that never settled at the end.
+  // The end-of-run wait: until each of options.peers (default others()) finished or left, stop()
+  // or the time-out; logs the members still missing every report_every, and those that never
+  // settled at the end. The settlement names those peers only.
   PeerSettlement settle(const SettleOptions& options, spdlog::logger& log);
 
  private:

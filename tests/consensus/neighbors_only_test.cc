@@ -1,0 +1,447 @@
+// Consensus mode with connections to the topology neighbors only (issue 23, item 5): the end of
+// the run travels over the neighbor graph, and node 0 averages the final models that a
+// convergecast on the BFS spanning tree brings it. Nodes as threads in this process (one as a
+// child process killed for real), loopback, port 0, fixed seeds.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spdlog/sinks/base_sink.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "consensus/consensus_peer.h"
+#include "consensus/spanning_tree.h"
+#include "ml/dataset.h"
+#include "node/node.h"
+#include "run/training_run.h"
+
+namespace chorus::consensus {
+namespace {
+
+using namespace std::chrono_literals;
+using Graph = std::map<NodeId, std::vector<NodeId>>;
+
+Graph ring(NodeId n) {
+  Graph g;
+  for (NodeId i = 0; i < n; ++i) {
+    g[i] = {(i + n - 1) % n, (i + 1) % n};
+    std::sort(g[i].begin(), g[i].end());
+  }
+  return g;
+}
+
+// ---- the tree alone ----
+
+TEST(SpanningTree, ARingOfSixHangsFromNodeZeroByLowestIdParents) {
+  const Graph g = ring(6);
+  // Depths 0: 0; 1: 1, 5; 2: 2, 4; 3: 3, whose neighbors 2 and 4 are both one hop closer.
+  EXPECT_EQ(spanningTreeLinks(g, 0, 0).parent, std::nullopt);
+  EXPECT_EQ(spanningTreeLinks(g, 0, 0).children, (std::vector<NodeId>{1, 5}));
+  EXPECT_EQ(spanningTreeLinks(g, 0, 1).parent, 0u);
+  EXPECT_EQ(spanningTreeLinks(g, 0, 1).children, (std::vector<NodeId>{2}));
+  EXPECT_EQ(spanningTreeLinks(g, 0, 2).children, (std::vector<NodeId>{3}));
+  EXPECT_EQ(spanningTreeLinks(g, 0, 3).parent, 2u);
+  EXPECT_EQ(spanningTreeLinks(g, 0, 3).depth, 3);
+  EXPECT_TRUE(spanningTreeLinks(g, 0, 3).children.empty());
+  EXPECT_EQ(spanningTreeLinks(g, 0, 4).parent, 5u);
+  EXPECT_TRUE(spanningTreeLinks(g, 0, 4).children.empty());
+}
+
+TEST(SpanningTree, EveryReachableNodeHasOneNeighborParentThatNamesItAsChild) {
+  // A ring of 64 with chords: the tree is over neighbor edges, parents and children agree, and
+  // following parents always reaches the root.
+  Graph g = ring(64);
+  for (NodeId i = 0; i < 64; i += 8) {
+    g[i].push_back((i + 32) % 64);
+    g[(i + 32) % 64].push_back(i);
+  }
+  for (auto& [id, n] : g) {
+    std::sort(n.begin(), n.end());
+    n.erase(std::unique(n.begin(), n.end()), n.end());
+  }
+  g[64] = {};  // an isolated member: not in the tree
+  size_t children = 0;
+  for (const auto& [id, n] : g) {
+    const TreeLinks links = spanningTreeLinks(g, 0, id);
+    if (id == 64) {
+      EXPECT_EQ(links.depth, -1);
+      EXPECT_FALSE(links.parent.has_value());
+      continue;
+    }
+    children += links.children.size();
+    for (NodeId c : links.children) {
+      EXPECT_TRUE(std::binary_search(n.begin(), n.end(), c));
+      EXPECT_EQ(spanningTreeLinks(g, 0, c).parent, id);
+    }
+    if (id == 0) continue;
+    ASSERT_TRUE(links.parent.has_value()) << id;
+    EXPECT_TRUE(std::binary_search(n.begin(), n.end(), *links.parent));
+    EXPECT_EQ(spanningTreeLinks(g, 0, *links.parent).depth, links.depth - 1);
+  }
+  EXPECT_EQ(children, 63u);  // a tree on the 64 reachable nodes
+}
+
+// ---- end to end ----
+
+// Keeps every log line, for asserting what a node said.
+class LineSink : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  std::string all() {
+    std::lock_guard lock(mutex_);
+    return text_;
+  }
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& message) override {
+    text_.append(message.payload.data(), message.payload.size());
+    text_ += '\n';
+  }
+  void flush_() override {}
+
+ private:
+  std::string text_;
+};
+
+node::NodeOptions nodeOptions(NodeId self, size_t n) {
+  node::NodeOptions o;
+  o.cluster = "neighbors-test";
+  o.self = self;
+  for (size_t i = 0; i < n; ++i)
+    o.members.push_back(static_cast<NodeId>(i));
+  o.heartbeat_interval = 100ms;
+  o.dial_backoff_max = 100ms;
+  o.peer_timeout = 3000ms;
+  o.log_level = spdlog::level::warn;
+  return o;
+}
+
+PeerLayout layoutOf(const Graph& g, NodeId self) {
+  PeerLayout l;
+  l.self = self;
+  l.neighbors = g.at(self);
+  l.graph = g;
+  for (const auto& [id, n] : g) {
+    l.members.push_back(id);
+    l.degrees[id] = n.size();
+  }
+  return l;
+}
+
+run::RunOptions smallRun(int64_t rounds, uint64_t seed) {
+  run::RunOptions options;
+  options.data.name = "synthetic";
+  options.model.name = "softmax";
+  options.lr = 0.05;
+  options.batch = 16;
+  options.rounds = rounds;
+  options.eval_every = 0;
+  options.seed = seed;
+  return options;
+}
+
+std::shared_ptr<const ml::DataSplit> syntheticData() {
+  return std::make_shared<const ml::DataSplit>(ml::makeSynthetic(600, 100, 7));
+}
+
+ConsensusReport getReport(std::future<ConsensusReport>& f) {
+  if (f.wait_for(120s) != std::future_status::ready) {
+    ADD_FAILURE() << "a node did not finish within 120 s";
+    return {};
+  }
+  return f.get();
+}
+
+// Nodes `local` of a graph's cluster in this process, each connected to its neighbors only
+// (the ones with a higher id are dialed; `remote` names where nodes elsewhere listen).
+class NeighborCluster {
+ public:
+  NeighborCluster(Graph graph, std::vector<NodeId> local)
+      : graph_(std::move(graph)), local_(std::move(local)) {
+    for (NodeId id : local_) {
+      node::NodeOptions options = nodeOptions(id, graph_.size());
+      sinks_[id] = std::make_shared<LineSink>();
+      options.log_sinks = {sinks_[id]};
+      nodes_[id] = std::make_unique<node::Node>(options);
+      EXPECT_TRUE(nodes_[id]->listen().ok());
+    }
+  }
+  ~NeighborCluster() {
+    for (auto& [id, peer] : peers_)
+      peer->stop();
+    for (auto& t : threads_)
+      t.join();
+    for (auto& [id, n] : nodes_)
+      n->shutdown(0ms);
+  }
+  node::Node& node(NodeId id) { return *nodes_.at(id); }
+  ConsensusPeer& peer(NodeId id) { return *peers_.at(id); }
+  std::string log(NodeId id) { return sinks_.at(id)->all(); }
+
+  void attach(NodeId id, run::NodeJob job, ConsensusOptions options) {
+    peers_[id] = std::make_unique<ConsensusPeer>(*nodes_.at(id), std::move(job),
+                                                 layoutOf(graph_, id), std::move(options));
+  }
+  void connect(const std::map<NodeId, uint16_t>& remote = {}) {
+    for (NodeId id : local_) {
+      std::vector<node::PeerAddress> peers;
+      for (NodeId n : graph_.at(id)) {
+        // A node elsewhere that dials this one needs no real address.
+        auto far = remote.find(n);
+        uint16_t at = 1;
+        if (far != remote.end()) {
+          at = far->second;
+        } else if (nodes_.count(n) > 0) {
+          at = port(n);
+        }
+        peers.push_back({n, "127.0.0.1", at});
+      }
+      ASSERT_TRUE(nodes_[id]->connect(peers).ok());
+    }
+    for (NodeId id : local_) {
+      node::Status ready = nodes_[id]->waitClusterReady(60s);
+      ASSERT_TRUE(ready.ok()) << ready.message();
+    }
+  }
+  uint16_t port(NodeId id) { return nodes_.at(id)->port(); }
+  std::map<NodeId, std::future<ConsensusReport>> start() {
+    std::map<NodeId, std::future<ConsensusReport>> out;
+    for (auto& [id, peer] : peers_) {
+      auto task = std::make_shared<std::packaged_task<ConsensusReport()>>(
+          [p = peer.get()] { return p->run(); });
+      out[id] = task->get_future();
+      threads_.emplace_back([task] { (*task)(); });
+    }
+    return out;
+  }
+
+ private:
+  Graph graph_;
+  std::vector<NodeId> local_;
+  std::map<NodeId, std::shared_ptr<LineSink>> sinks_;
+  std::map<NodeId, std::unique_ptr<node::Node>> nodes_;
+  std::map<NodeId, std::unique_ptr<ConsensusPeer>> peers_;
+  std::vector<std::thread> threads_;
+};
+
+std::vector<NodeId> allOf(NodeId n) {
+  std::vector<NodeId> ids(n);
+  for (NodeId i = 0; i < n; ++i)
+    ids[i] = i;
+  return ids;
+}
+
+TEST(NeighborsOnly, ARingOfSevenTrainsAndNodeZeroAveragesEveryFinalModel) {
+  constexpr NodeId kNodes = 7;
+  const Graph g = ring(kNodes);
+  auto data = syntheticData();
+  NeighborCluster cluster(g, allOf(kNodes));
+  for (NodeId i = 0; i < kNodes; ++i) {
+    ConsensusOptions co;
+    co.chunk_floats = 100;  // several chunks per model and per partial sum
+    cluster.attach(i, run::prepareNodeJob(smallRun(30, 100 + i), data, i, kNodes, ""), co);
+  }
+  cluster.connect();
+  for (NodeId i = 0; i < kNodes; ++i)
+    EXPECT_EQ(cluster.node(i).connectedPeers(), g.at(i)) << "node " << i;
+  auto futures = cluster.start();
+  std::map<NodeId, ConsensusReport> reports;
+  for (NodeId i = 0; i < kNodes; ++i)
+    reports[i] = getReport(futures[i]);
+  // The mean of the final models, computed directly.
+  const size_t size = reports[0].final_model.size();
+  ASSERT_GT(size, 0u);
+  std::vector<double> mean(size, 0.0);
+  for (NodeId i = 0; i < kNodes; ++i) {
+    const ConsensusReport& r = reports[i];
+    EXPECT_EQ(r.rounds_done, 30) << "node " << i;
+    EXPECT_EQ(r.finished_peers.size(), kNodes - 1) << "node " << i;
+    EXPECT_TRUE(r.departed_peers.empty()) << "node " << i;
+    ASSERT_EQ(r.final_model.size(), size);
+    for (size_t p = 0; p < size; ++p)
+      mean[p] += r.final_model[p] / static_cast<double>(kNodes);
+    if (i != 0) {
+      EXPECT_FALSE(r.average_accuracy.has_value());
+    }
+    // Never connected to a non-neighbor, before or after the run.
+    for (NodeId j = 0; j < kNodes; ++j) {
+      const bool neighbor = std::binary_search(g.at(i).begin(), g.at(i).end(), j);
+      if (j != i && !neighbor) {
+        EXPECT_EQ(cluster.node(i).stats(j).times_up, 0u) << i << "-" << j;
+      }
+    }
+  }
+  const ConsensusReport& root = reports[0];
+  ASSERT_TRUE(root.average_accuracy.has_value());
+  EXPECT_EQ(root.averaged_models, kNodes);
+  ASSERT_EQ(root.average_model.size(), size);
+  double max_error = 0, largest = 0;
+  for (size_t p = 0; p < size; ++p) {
+    max_error = std::max(max_error, std::abs(root.average_model[p] - mean[p]));
+    largest = std::max(largest, std::abs(mean[p]));
+  }
+  // Up to float summation order (partial sums travel as floats).
+  EXPECT_LT(max_error, 1e-5 * std::max(1.0, largest)) << "largest |mean| " << largest;
+  EXPECT_GT(largest, 1e-3);
+}
+
+// Node 3 of a ring of six runs in a child process and is killed mid-run. Its neighbors 2 and 4
+// see it go down; everyone finishes, and node 0 averages the five survivors' models (node 3 is
+// a leaf of the tree: 0 - 1 - 2 - 3 and 0 - 5 - 4).
+TEST(NeighborsOnly, ANodeKilledInARingLeavesTheOthersFinishingAndTheAverageCountsTheSurvivors) {
+  constexpr NodeId kNodes = 6;
+  constexpr NodeId kVictim = 3;
+  const Graph g = ring(kNodes);
+  auto data = syntheticData();
+  int to_parent[2];
+  int to_child[2];
+  ASSERT_EQ(pipe(to_parent), 0);
+  ASSERT_EQ(pipe(to_child), 0);
+  // Fork first, while this process has no other thread; the child learns node 4's port (it
+  // dials node 4) from the pipe once the parent's nodes listen.
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(to_parent[0]);
+    close(to_child[1]);
+    uint16_t port4 = 0;
+    if (read(to_child[0], &port4, sizeof port4) != sizeof port4) _exit(2);
+    node::Node node(nodeOptions(kVictim, kNodes));
+    ConsensusPeer peer(node,
+                       run::prepareNodeJob(smallRun(1'000'000, 103), data, kVictim, kNodes, ""),
+                       layoutOf(g, kVictim), ConsensusOptions{});
+    if (!node.listen().ok()) _exit(3);
+    const uint16_t port = node.port();
+    if (write(to_parent[1], &port, sizeof port) != sizeof port) _exit(4);
+    if (!node.connect({{2, "127.0.0.1", 1}, {4, "127.0.0.1", port4}}).ok() ||
+        !node.waitClusterReady(60s).ok()) {
+      _exit(5);
+    }
+    peer.run();
+    _exit(0);
+  }
+  struct KillOnExit {
+    pid_t pid;
+    ~KillOnExit() {
+      if (pid > 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, nullptr, 0);
+      }
+    }
+  } reaper{child};
+  close(to_parent[1]);
+  close(to_child[0]);
+  std::vector<NodeId> local;
+  for (NodeId i = 0; i < kNodes; ++i) {
+    if (i != kVictim) local.push_back(i);
+  }
+  NeighborCluster cluster(g, local);
+  const uint16_t port4 = cluster.port(4);
+  ASSERT_EQ(write(to_child[1], &port4, sizeof port4), static_cast<ssize_t>(sizeof port4));
+  close(to_child[1]);
+  uint16_t child_port = 0;
+  ASSERT_EQ(read(to_parent[0], &child_port, sizeof child_port),
+            static_cast<ssize_t>(sizeof child_port));
+  close(to_parent[0]);
+
+  std::promise<void> round_five;
+  bool past_five = false;  // node 2's trainer thread only
+  for (NodeId i : local) {
+    ConsensusOptions co;
+    if (i == 2) {
+      co.on_round_end = [&](Round k) {
+        if (k >= 5 && !past_five) {
+          past_five = true;
+          round_five.set_value();
+        }
+      };
+    }
+    cluster.attach(i, run::prepareNodeJob(smallRun(40, 100 + i), data, i, kNodes, ""), co);
+  }
+  cluster.connect({{kVictim, child_port}});
+  auto reached = round_five.get_future();
+  auto futures = cluster.start();
+  ASSERT_EQ(reached.wait_for(60s), std::future_status::ready) << "node 2 did not reach round 5";
+  kill(child, SIGKILL);
+  int status = 0;
+  waitpid(child, &status, 0);
+  reaper.pid = 0;
+  EXPECT_TRUE(WIFSIGNALED(status));
+  for (NodeId i : local) {
+    const ConsensusReport r = getReport(futures[i]);
+    EXPECT_EQ(r.rounds_done, 40) << "node " << i;
+    EXPECT_EQ(r.departed_peers, std::vector<NodeId>{kVictim}) << "node " << i;
+    EXPECT_EQ(r.finished_peers.size(), kNodes - 2) << "node " << i;
+    if (i == 0) {
+      ASSERT_TRUE(r.average_accuracy.has_value());
+      EXPECT_EQ(r.averaged_models, kNodes - 1);
+    }
+  }
+}
+
+// Sends one PartialSum chunk (the whole model) from `node` to `to`; `models` absent when null.
+void sendPartialSum(node::Node& node, NodeId to, size_t size, const std::vector<NodeId>* models) {
+  node.send(to, node.encode(wire::Body::ModelShare, [&](flatbuffers::FlatBufferBuilder& b) {
+    auto values = b.CreateVector(std::vector<float>(size, 0.5f));
+    auto ids = models != nullptr ? b.CreateVector(*models) : 0;
+    return wire::CreateModelShare(b, 3, 0, size, 0, values, wire::SharePurpose::PartialSum, ids)
+        .Union();
+  }));
+}
+
+// Partial sums are untrusted input: one from a node that is not a tree child, or whose models
+// are absent, repeated, leave out the sender or name the receiver, is dropped with a warning
+// naming the sender; a well-formed one is taken. Nodes 1 and 3 of a ring of four are bare
+// runtime nodes playing neighbors (node 3 is node 0's child, node 1 is node 2's parent).
+TEST(NeighborsOnly, BadPartialSumsAreRefusedAndNamed) {
+  const Graph g = ring(4);
+  auto data = syntheticData();
+  NeighborCluster cluster(g, allOf(4));
+  size_t size = 0;
+  for (NodeId i : {0u, 2u}) {
+    run::NodeJob job = run::prepareNodeJob(smallRun(10, 100 + i), data, i, 4, "");
+    size = job.model->size();
+    cluster.attach(i, std::move(job), ConsensusOptions{});
+  }
+  cluster.connect();
+  const std::vector<NodeId> without_sender{1};
+  const std::vector<NodeId> names_receiver{0, 3};
+  const std::vector<NodeId> repeated{3, 3};
+  const std::vector<NodeId> good{2, 3};
+  node::Node& three = cluster.node(3);
+  sendPartialSum(three, 0, size, nullptr);
+  sendPartialSum(three, 0, size, &without_sender);
+  sendPartialSum(three, 0, size, &names_receiver);
+  sendPartialSum(three, 0, size, &repeated);
+  sendPartialSum(three, 0, size, &good);
+  sendPartialSum(cluster.node(1), 2, size, &without_sender);
+  auto handled = [&](NodeId id, uint64_t chunks) {
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (cluster.peer(id).held().chunks < chunks) {
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(1ms);  // polling a counter no event announces
+    }
+    return true;
+  };
+  ASSERT_TRUE(handled(0, 5));
+  ASSERT_TRUE(handled(2, 1));
+  EXPECT_EQ(cluster.peer(0).held().refused, 4u);
+  EXPECT_EQ(cluster.peer(2).held().refused, 1u);
+  const std::string log0 = cluster.log(0);
+  EXPECT_NE(log0.find("partial sum chunk from node 3 names no models"), std::string::npos) << log0;
+  EXPECT_NE(log0.find("names models [1]"), std::string::npos) << log0;
+  EXPECT_NE(log0.find("names models [0, 3]"), std::string::npos) << log0;
+  EXPECT_NE(log0.find("names models [3, 3]"), std::string::npos) << log0;
+  EXPECT_NE(cluster.log(2).find("partial sum chunk from node 1, which is not a child of this node"),
+            std::string::npos)
+      << cluster.log(2);
+}
+
+}  // namespace
+}  // namespace chorus::consensus
