@@ -39,7 +39,8 @@ class SlowPeerTest : public ::testing::Test {
     node_.reset();
     NodeOptions o = fastOptions(kCluster, 1, {0, 1});
     o.link_delay = link_delay;
-    o.peer_timeout = 60s;  // the raw peer sends no heartbeats
+    o.peer_timeout = 60s;       // the raw peer sends no heartbeats
+    o.handshake_timeout = 30s;  // the Welcome waits out the link delay too
     o.heartbeat_interval = 1s;
     o.high_watermark = 512u << 10;
     o.low_watermark = 128u << 10;
@@ -187,7 +188,9 @@ TEST_F(SlowPeerTest, NewerFramesOfAKindPushOlderOnesOut) {
 // With a link delay every frame waits in the link shaper, so nothing leaves while a burst is
 // sent and the outcome is exact: the queue holds kLimit / kFrameBytes frames.
 TEST_F(SlowPeerTest, BehindALinkDelayTheLimitCountsHeldFramesAndDropsTheOldestHeld) {
-  start(400ms);
+  // Long enough that the whole burst is queued before the first frame may leave, even under
+  // ThreadSanitizer on a loaded machine (400 ms was not).
+  start(3s);
   constexpr uint64_t kBurst = 20;
   constexpr uint64_t kFit = kLimit / kFrameBytes - 1;  // the Envelope makes a frame a bit larger
   for (const WhenFull policy : {WhenFull::kRefuse, WhenFull::kDropOlderOfKind}) {
