@@ -105,7 +105,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     node::HandshakeMessage message;
     node::HandshakeSettings sender = settings;  // the other end's view
     sender.self = acceptor ? claimed : dialed;
-    bool valid_mac = false;                     // the harness wrote the right MAC
+    bool valid_mac = false;  // the harness wrote the right MAC
     switch (op % 6) {
       case 0: {  // Hello
         message.type = wire::Body::Hello;
