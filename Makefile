@@ -40,7 +40,7 @@ asan:
 
 # Tests under ThreadSanitizer in a separate build tree (docs/threading.md).
 tsan:
-	@$(MAKE) test BUILD=build-tsan CMAKE_FLAGS="-DCHORUS_TSAN=ON -DCHORUS_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG='-O1 -g'"
+	@TSAN_OPTIONS="suppressions=$(CURDIR)/tests/tsan.supp $(TSAN_OPTIONS)" $(MAKE) test BUILD=build-tsan CMAKE_FLAGS="-DCHORUS_TSAN=ON -DCHORUS_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG='-O1 -g'"
 
 # libFuzzer targets for every reader of untrusted bytes, built with clang in a tree of their own
 # and run FUZZ_SECONDS each (docs/fuzzing.md).
