@@ -639,6 +639,8 @@ ModeRun singleRun(node::Node& node, run::NodeJob job, const run::RunOptions& opt
     run::SingleOptions single;
   };
   auto alone = std::make_shared<Alone>(Alone{std::move(job), {}});
+  auto stopped = std::make_shared<std::atomic<bool>>(false);
+  alone->single.stop = stopped;
   alone->single.save_path = options.save_path;
   alone->single.warmup_epochs = options.warmup_epochs;
   // --resume: the checkpoint's model, and the rounds from 0, as every other node's.
@@ -655,7 +657,8 @@ ModeRun singleRun(node::Node& node, run::NodeJob job, const run::RunOptions& opt
             out.saved = true;
             return out;
           },
-          [] {}};
+          // A signal ends the run before its next step, as it ends a distributed node's.
+          [stopped] { stopped->store(true); }};
 }
 
 void runTrainingMode(const NodeArgs& args, const NodeSetup& setup, const std::string& mode) {

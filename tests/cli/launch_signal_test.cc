@@ -143,6 +143,23 @@ TEST_F(SignalTest, ANodeSignalledTwiceStillLeavesInOrder) {
 
 // Killing the launcher outright (no chance to pass anything on) must not leave its nodes
 // running alone: each was told to get SIGTERM when its parent dies.
+// A cluster of one node trains alone (compare's single variant); Ctrl-C ends it between two
+// steps, as it ends a distributed node, instead of after its last round.
+TEST_F(SignalTest, ANodeTrainingAloneStopsOnAnInterrupt) {
+  const std::filesystem::path single = topology_.string() + ".single.toml";
+  std::ofstream(single) << "[cluster]\nname = \"alone\"\nmode = \"consensus\"\n\n"
+                        << "[[node]]\nid = 0\naddress = \"127.0.0.1:" << freeLoopbackPort()
+                        << "\"\nneighbors = []\n";
+  pid_t pid = start({"node", "--topology", single.string(), "--id", "0", "--data", "synthetic",
+                     "--model", "softmax", "--rounds", "100000000"},
+                    false);
+  kill(pid, SIGINT);
+  int status = finish(pid);
+  std::filesystem::remove(single);
+  ASSERT_TRUE(WIFEXITED(status)) << text_;
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGINT) << text_;
+}
+
 TEST_F(SignalTest, NodesLeaveWhenTheLauncherDies) {
   // Orphans are handed to this process, so that it can see how the node ended.
   ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
