@@ -386,21 +386,29 @@ void ConsensusPeer::stop() {
 
 void ConsensusPeer::sendModel(const std::vector<NodeId>& to, Round round, size_t backups,
                               int8_t purpose) {
+  sendChunks(to, job_.model->params(), round, backups, purpose, {});
+}
+
+void ConsensusPeer::sendChunks(const std::vector<NodeId>& to, std::span<const float> values,
+                               Round round, size_t backups, int8_t purpose,
+                               std::span<const NodeId> models) {
   if (to.empty()) return;
-  const std::span<const float> params = job_.model->params();
-  const size_t total = params.size();
+  const size_t total = values.size();
   for (size_t offset = 0; offset < total || (total == 0 && offset == 0);
        offset += options_.chunk_floats) {
     const size_t len = std::min(options_.chunk_floats, total - offset);
     node::SharedFrame frame = node_.encode(
         wire::Body::ModelShare,
         [&](flatbuffers::FlatBufferBuilder& b) {
-          auto values = b.CreateVector(params.data() + offset, len);
+          auto chunk = b.CreateVector(values.data() + offset, len);
+          // Only a partial sum names the models in it; other shares leave the field out.
+          flatbuffers::Offset<flatbuffers::Vector<uint32_t>> ids;
+          if (!models.empty()) ids = b.CreateVector(models.data(), models.size());
           return wire::CreateModelShare(b, round, offset, total, static_cast<uint32_t>(backups),
-                                        values, static_cast<wire::SharePurpose>(purpose))
+                                        chunk, static_cast<wire::SharePurpose>(purpose), ids)
               .Union();
         },
-        len * sizeof(float) + 256);
+        len * sizeof(float) + models.size() * sizeof(NodeId) + 256);
     node_.broadcast(to, frame);
     if (total == 0) break;
   }
@@ -717,23 +725,8 @@ bool ConsensusPeer::waitEndOfRun(const std::function<std::vector<NodeId>()>& mis
 
 void ConsensusPeer::sendPartialSum(NodeId to, Round rounds_done, const std::vector<float>& sum,
                                    const std::vector<NodeId>& models) {
-  const size_t total = sum.size();
-  for (size_t offset = 0; offset < total || (total == 0 && offset == 0);
-       offset += options_.chunk_floats) {
-    const size_t len = std::min(options_.chunk_floats, total - offset);
-    node::SharedFrame frame = node_.encode(
-        wire::Body::ModelShare,
-        [&](flatbuffers::FlatBufferBuilder& b) {
-          auto values = b.CreateVector(sum.data() + offset, len);
-          auto ids = b.CreateVector(models);
-          return wire::CreateModelShare(b, rounds_done, offset, total, 0, values,
-                                        wire::SharePurpose::PartialSum, ids)
-              .Union();
-        },
-        len * sizeof(float) + models.size() * sizeof(NodeId) + 256);
-    node_.send(to, frame);
-    if (total == 0) break;
-  }
+  sendChunks({to}, sum, rounds_done, 0, static_cast<int8_t>(wire::SharePurpose::PartialSum),
+             models);
 }
 
 void ConsensusPeer::finish(int64_t rounds_done, std::vector<uint32_t>& finished,

@@ -187,6 +187,10 @@ class ConsensusPeer : private run::TrainingStrategy {
   void onModelShare(NodeId from, const wire::Envelope& envelope);
   void onPeerEvent(const node::PeerEvent& event);
   void sendModel(const std::vector<NodeId>& to, Round round, size_t backups, int8_t purpose);
+  // Trainer thread: `values` to `to` in ModelShare chunks of options_.chunk_floats (one empty
+  // chunk for an empty model); `models` is set on partial sums only.
+  void sendChunks(const std::vector<NodeId>& to, std::span<const float> values, Round round,
+                  size_t backups, int8_t purpose, std::span<const NodeId> models);
   // Trainer thread: answers pending ModelRequests with the current model, as of `round`.
   void answerRequests(Round round);
   // Trainer thread: takes a neighbor's current model; returns the first round to run.
