@@ -259,8 +259,9 @@ void streamIdxImages(const std::string& path, Take&& take, SampleShape* shape,
 
 // Reads a CIFAR-10 binary batch record by record, handing `take` each record's label and its
 // pixels as [0, 1] floats, channels last (the file is channel-planar: 1024 red, 1024 green, 1024
-// blue). Returns the number of records.
-template <class Take>
+// blue). With kWithPixels false only the labels are wanted: the pixels are checked for length but
+// not converted, and `take` gets an empty span. Returns the number of records.
+template <bool kWithPixels = true, class Take>
 size_t streamCifarBatch(const std::string& path, Take&& take) {
   constexpr int kPixels = 32 * 32;
   constexpr size_t kRecord = 1 + 3 * kPixels;
@@ -281,11 +282,14 @@ size_t streamCifarBatch(const std::string& path, Take&& take) {
       throw DataError(
           fmt::format("{}: label {} in record {} (labels must be 0..9)", path, record[0], index));
     }
-    for (int p = 0; p < kPixels; ++p) {
-      for (int c = 0; c < 3; ++c)
-        sample[p * 3 + c] = record[1 + c * kPixels + p] / 255.0f;
+    if constexpr (kWithPixels) {
+      for (int p = 0; p < kPixels; ++p) {
+        for (int c = 0; c < 3; ++c)
+          sample[p * 3 + c] = record[1 + c * kPixels + p] / 255.0f;
+      }
     }
-    take(index, static_cast<int32_t>(record[0]), std::span<const float>(sample));
+    take(index, static_cast<int32_t>(record[0]),
+         kWithPixels ? std::span<const float>(sample) : std::span<const float>());
   }
   if (index == 0) throw DataError(fmt::format("{}: empty file, no CIFAR-10 records", path));
   return index;
@@ -632,7 +636,7 @@ std::vector<int32_t> loadTrainLabels(const DataOptions& options) {
     std::vector<int32_t> labels;
     labels.reserve(kCifarTrainRecords);
     for (int b = 1; b <= 5; ++b) {
-      streamCifarBatch(
+      streamCifarBatch</*kWithPixels=*/false>(
           withGz(folder, fmt::format("data_batch_{}.bin", b)),
           [&](size_t, int32_t label, std::span<const float>) { labels.push_back(label); });
     }
