@@ -11,9 +11,11 @@
 #include <string_view>
 #include <vector>
 
+#include "node/protocol.h"
+
 namespace chorus::consensus {
 
-using NodeId = uint32_t;
+using NodeId = node::NodeId;  // defined once, in node/protocol.h
 using Round = int64_t;
 
 // How the weights of one mixing step are chosen (docs/backup-rules.md, "Mixing weights").

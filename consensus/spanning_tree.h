@@ -9,9 +9,11 @@
 #include <optional>
 #include <vector>
 
+#include "node/protocol.h"
+
 namespace chorus::consensus {
 
-using NodeId = uint32_t;
+using NodeId = node::NodeId;  // defined once, in node/protocol.h
 
 // One node's links in the tree.
 struct TreeLinks {

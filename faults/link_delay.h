@@ -9,11 +9,13 @@
 #include <string>
 #include <string_view>
 
+#include "node/link_limits.h"
+
 namespace chorus::faults {
 
-// The largest delay or jitter accepted, in milliseconds: beyond it the runtime's time-outs
-// (handshake, peer liveness) would have to grow with it.
-inline constexpr double kMaxLinkDelayMs = 10'000;
+// The limits the grammars accept, in milliseconds: the runtime's (node/link_limits.h), which
+// validateOptions enforces.
+inline constexpr double kMaxLinkDelayMs = static_cast<double>(node::kMaxLinkDelay.count());
 
 struct LinkDelay {
   std::chrono::microseconds delay{0};   // every frame waits at least this long
@@ -29,13 +31,12 @@ struct LinkDelay {
 // Packet loss as TCP lives it: nothing is lost for good, but a lost segment is sent again after
 // a retransmission time-out, and the link delivers nothing behind it until then
 // (node::NodeOptions::link_loss). Grammar: docs/stragglers.md.
-inline constexpr double kMaxLinkLoss = 0.5;       // the largest probability accepted
-inline constexpr double kMaxLinkRtoMs = 10'000;   // the longest time-out accepted
-inline constexpr double kDefaultLinkRtoMs = 200;  // Linux's smallest retransmission time-out
+inline constexpr double kMaxLinkLoss = node::kMaxLinkLoss;  // the largest probability accepted
+inline constexpr double kMaxLinkRtoMs = static_cast<double>(node::kMaxLinkRto.count());
 
 struct LinkLoss {
   double probability = 0;  // per frame sent
-  std::chrono::microseconds rto{static_cast<int64_t>(kDefaultLinkRtoMs * 1000)};
+  std::chrono::microseconds rto{node::kDefaultLinkRto};
   std::string text;  // as written
 
   bool empty() const { return probability == 0; }

@@ -101,8 +101,8 @@ Status validateOptions(const NodeOptions& o) {
   if (!(o.link_loss >= 0 && o.link_loss <= kMaxLinkLoss)) {
     return bad(fmt::format("link_loss {} is outside 0..{}", o.link_loss, kMaxLinkLoss));
   }
-  if (o.link_loss > 0 && (o.link_rto.count() <= 0 || o.link_rto > std::chrono::seconds(10))) {
-    return bad("link_rto must be above 0 and at most 10 s");
+  if (o.link_loss > 0 && (o.link_rto.count() <= 0 || o.link_rto > kMaxLinkRto)) {
+    return bad(fmt::format("link_rto must be above 0 and at most {} ms", kMaxLinkRto.count()));
   }
   // A handshake takes up to four one-way trips (Hello, Challenge, Proof, Welcome), and a
   // heartbeat must still land within peer_timeout: a longer link delay would turn healthy

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "node/link_limits.h"
 #include "node/protocol.h"
 #include "node/secret.h"
 #include "node/status.h"
@@ -19,11 +20,6 @@ namespace chorus::node {
 
 // The largest NodeOptions::write_slice_packets: 1024 packets are 64 MiB, more than any batch.
 inline constexpr size_t kMaxWriteSlicePackets = 1024;
-// The most retransmissions one frame may wait for under link_loss (1 + 2 + 4 time-outs), so
-// that the longest stall is known and can be kept below the peer time-out.
-inline constexpr int kMaxLinkRetransmissions = 3;
-// The largest NodeOptions::link_loss.
-inline constexpr double kMaxLinkLoss = 0.5;
 
 // Everything a node needs to know; tests shrink the timings to reach edge cases quickly.
 struct NodeOptions {
@@ -66,8 +62,8 @@ struct NodeOptions {
   // retransmission time-out (link_rto) more, doubled for each further loss (at most
   // kMaxLinkRetransmissions), and since TCP delivers in order, the frames behind it wait too.
   double link_loss = 0;
-  std::chrono::microseconds link_rto{200'000};  // Linux's smallest retransmission time-out
-  uint64_t link_seed = 1;                       // seeds the jitter and loss draws, with the node id
+  std::chrono::microseconds link_rto{kDefaultLinkRto};  // Linux's smallest retransmission time-out
+  uint64_t link_seed = 1;  // seeds the jitter and loss draws, with the node id
   // The cluster's shared secret (loadClusterKey): peers must prove they know it at the
   // handshake, and this node proves it to them. Empty: no proof asked or given.
   std::optional<ClusterKey> cluster_key;

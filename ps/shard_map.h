@@ -6,10 +6,12 @@
 #include <span>
 #include <vector>
 
+#include "node/protocol.h"
+
 namespace chorus::ps {
 
 using Key = uint64_t;
-using NodeId = uint32_t;
+using NodeId = node::NodeId;  // defined once, in node/protocol.h
 
 // Gives every key exactly one home node by rendezvous (highest random weight) hashing: the home
 // of `key` is the node n with the largest XXH3_64bits(key, seed = n). Every node computes the
