@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/run_spec.h"
 #include "faults/link_delay.h"
 #include "node/node.h"
 #include "topology/topology.h"
@@ -34,12 +35,14 @@ void addTopoCommands(CLI::App& app);
 void addNodeCommands(CLI::App& app);
 // `chorus launch`: every node of a topology file as child processes of this one
 void addLaunchCommand(CLI::App& app);
-// What `chorus node --topology <topology> --id <id> <node_args>` checks, for each of `ids`, before
-// it reads data or binds a port, run in this process: throws CommandFailure(2, ...) naming the bad
-// flag. So that `chorus launch` refuses a bad node option once, instead of every node failing with
-// it.
-void checkNodeArguments(const std::string& topology, const std::vector<uint32_t>& ids,
-                        const std::vector<std::string>& node_args);
+// Parses `chorus node --topology <topology> <node_args>` once into NodeArgs (id unset) and runs,
+// for each of `ids`, what the node checks before it reads data or binds a port: throws
+// CommandFailure(2, ...) naming the bad flag. So that `chorus launch` refuses a bad node option
+// once, instead of every node failing with it, and hands its nodes the typed result (a run
+// spec). `given`, when not null, receives the flags that were on the command line.
+NodeArgs parseNodeArguments(const std::string& topology, const std::vector<uint32_t>& ids,
+                            const std::vector<std::string>& node_args,
+                            std::vector<std::string>* given = nullptr);
 // The link faults of one node, as its flags and its topology entry give them.
 struct LinkFaults {
   faults::LinkDelay delay;  // --link-delay plus the node's link_delay attribute

@@ -43,6 +43,8 @@ struct CompareArgs {
   // Mode options, passed only to that mode's variants (experiment::OptionScope).
   ps::PsOptions ps;
   consensus::ConsensusOptions consensus;
+  // --staleness: the consensus variants' tau (a PS variant's bound is its name's).
+  run::StalenessBound staleness = run::kDefaultStaleness;
   std::set<std::string> ps_flags, consensus_flags;
   std::string topology;
   std::string variants;
@@ -63,7 +65,6 @@ const std::set<std::string> kOwnFlags = {"--topology",    "--variants",       "-
 // Mode options that the variant's name sets (or that make no sense for a compare): refused with
 // what to write instead.
 const std::vector<std::pair<std::string, std::string>> kVariantFlags = {
-    {"--staleness", "the variant name sets it: ps:bsp, ps:ssp:N or ps:async"},
     {"--backup", "the variant name sets it: consensus:RULE, e.g. consensus:static:1"},
     {"--rejoin", "it is for one restarted node, not for a compare"}};
 
@@ -129,8 +130,14 @@ std::vector<experiment::ForwardedOption> forwardedOptions(CLI::App& cmd, const C
     }
     // A flag (--augment, --no-flip) is forwarded bare: its recorded result is not an argument.
     const bool bare = results.empty() || option->get_items_expected_max() == 0;
+    // The deprecated spelling reaches the nodes as --staleness (said once, by this parse).
+    if (flag == "--staleness-bound") {
+      forwarded.push_back({"--staleness", {joined}, experiment::OptionScope::kConsensus});
+      continue;
+    }
     const experiment::OptionScope scope =
-        flag == ps::kAsyncRoundsFlag           ? experiment::OptionScope::kPsAsync
+        flag == "--staleness"                  ? experiment::OptionScope::kConsensus
+        : flag == ps::kAsyncRoundsFlag         ? experiment::OptionScope::kPsAsync
         : args.ps_flags.count(flag) > 0        ? experiment::OptionScope::kPs
         : args.consensus_flags.count(flag) > 0 ? experiment::OptionScope::kConsensus
                                                : experiment::OptionScope::kEvery;
@@ -284,6 +291,19 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
       throw CommandFailure(2, fmt::format("{} cannot be given to compare: {}", flag, why));
     }
   }
+  // --staleness is the consensus variants' tau; a PS variant's bound is in its name.
+  const bool has_ps = std::any_of(variants.begin(), variants.end(), [](const auto& v) {
+    return v.kind == experiment::Variant::Kind::kPs;
+  });
+  for (const char* flag : {"--staleness", "--staleness-bound"}) {
+    if (has_ps && cmd.get_option(flag)->count() > 0) {
+      throw CommandFailure(2, fmt::format("{} cannot be given to compare: the variant name sets it "
+                                          "for the ps:* variants (ps:bsp, ps:ssp:N or ps:async); "
+                                          "compare the consensus variants' bound in a compare of "
+                                          "their own",
+                                          flag));
+    }
+  }
   std::error_code ec;
   if (!fs::is_regular_file(args.topology, ec)) {
     throw CommandFailure(2, fmt::format("--topology {}: no such file (write one with `chorus topo "
@@ -300,7 +320,9 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
   try {
     run::validateRunOptions(args.run);
     ps::validatePsOptions(args.ps);
-    consensus::validateConsensusOptions(args.consensus);
+    consensus::ConsensusOptions consensus = args.consensus;
+    consensus.staleness = args.staleness;
+    consensus::validateConsensusOptions(consensus);
   } catch (const std::invalid_argument& e) {
     throw CommandFailure(2, e.what());
   }
@@ -386,30 +408,38 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
       // --ready-timeout (or for ever, under BSP).
       launch.fail_fast = true;
       launch.timeout = std::chrono::milliseconds(static_cast<int64_t>(args.run_timeout_s * 1000));
+      std::string topology_path;
       if (variant.kind == experiment::Variant::Kind::kSingle) {
         const fs::path single = run_dir / "single.toml";
         std::ofstream(single) << experiment::singleTopology(
             topo.name + "-single", topo.nodes.front().address(), topo.nodes.front().stragglers);
-        launch.topology_path = single.string();
+        topology_path = single.string();
         launch.ids = {0};
       } else {
-        launch.topology_path = args.topology;
+        topology_path = args.topology;
         for (const auto& n : topo.nodes)
           launch.ids.push_back(n.id);
       }
       const bool single = variant.kind == experiment::Variant::Kind::kSingle;
-      launch.node_args = experiment::nodeArgs(variant, single ? single_forwarded : forwarded,
-                                              budget, seed, run_dir.string());
+      std::vector<std::string> node_args = experiment::nodeArgs(
+          variant, single ? single_forwarded : forwarded, budget, seed, run_dir.string());
       // --save FILE: each run saves its model as FILE in its own folder.
-      for (size_t i = 0; i + 1 < launch.node_args.size(); ++i) {
-        if (launch.node_args[i] == "--save") {
-          launch.node_args[i + 1] =
-              (run_dir / fs::path(launch.node_args[i + 1]).filename()).string();
+      for (size_t i = 0; i + 1 < node_args.size(); ++i) {
+        if (node_args[i] == "--save") {
+          node_args[i + 1] = (run_dir / fs::path(node_args[i + 1]).filename()).string();
         }
       }
-      std::vector<std::string> shown = {"chorus", "launch", launch.topology_path};
-      shown.insert(shown.end(), launch.node_args.begin(), launch.node_args.end());
+      // command.txt: the run as a person would start it again; run.spec: the same settings,
+      // parsed and checked here once, which the nodes read instead of parsing them again.
+      std::vector<std::string> shown = {"chorus", "launch", topology_path};
+      shown.insert(shown.end(), node_args.begin(), node_args.end());
       std::ofstream(run_dir / "command.txt") << experiment::shellQuote(shown) << '\n';
+      launch.spec_path = (run_dir / "run.spec").string();
+      try {
+        writeRunSpec(parseNodeArguments(topology_path, launch.ids, node_args), launch.spec_path);
+      } catch (const RunSpecError& e) {
+        throw CommandFailure(1, e.what());
+      }
 
       const std::string label = fmt::format("[{}/{}] {} seed {}", index, total, variant.name, seed);
       fmt::print("[compare] {}: starting ({})\n", label, (run_dir / "command.txt").string());
@@ -532,6 +562,7 @@ void addCompareCommand(CLI::App& app) {
       ->check(CLI::Range(0.1, 3600.0))
       ->capture_default_str();
   run::addRunOptions(*cmd, args->run);
+  run::addStalenessOption(*cmd, args->staleness);
   args->ps_flags = addModeOptions(*cmd, "PS mode (the ps:* variants only)",
                                   [&](CLI::App& c) { ps::addPsOptions(c, args->ps); });
   args->consensus_flags =
@@ -540,6 +571,12 @@ void addCompareCommand(CLI::App& app) {
   // Set by each variant's name; refused with a pointer to the name when given (kVariantFlags).
   for (const auto& [flag, why] : kVariantFlags)
     cmd->get_option(flag)->group("");
+  cmd->get_option("--staleness")
+      ->group("Consensus mode (the consensus:* variants only)")
+      ->description(
+          "Consensus variants: tau, a neighbor's model may be used up to tau rounds late (0 with "
+          "consensus:wait-all: synchronous D-PSGD). The ps:* variants take their bound from "
+          "their name (ps:bsp, ps:ssp:N, ps:async)");
   cmd->get_option("--out")
       ->description(
           "Output folder: per-run metrics (VARIANT/seed-S/), summary.csv, report.md, plots/")

@@ -1,5 +1,6 @@
 // `chorus launch FILE [node options]`: the embedded way to run a whole cluster on one machine.
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -26,21 +27,31 @@ struct LaunchArgs {
   bool fail_fast_given = false;  // --fail-fast: the default, accepted as before
 };
 
-// True when `flag` (or `flag=VALUE`) is among `args`.
-bool hasFlag(const std::vector<std::string>& args, const std::string& flag) {
-  return std::any_of(args.begin(), args.end(), [&](const std::string& arg) {
-    return arg == flag || arg.rfind(flag + "=", 0) == 0;
-  });
-}
-
-// The value of `flag VALUE` or `flag=VALUE` in `args`, or "" when absent.
-std::string flagValue(const std::vector<std::string>& args, const std::string& flag) {
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == flag && i + 1 < args.size()) return args[i + 1];
-    if (args[i].rfind(flag + "=", 0) == 0) return args[i].substr(flag.size() + 1);
+// The launch's run spec, in the temporary folder for as long as the launch runs: every node
+// reads it once, at its start.
+class TemporarySpec {
+ public:
+  explicit TemporarySpec(const NodeArgs& args)
+      : path_((std::filesystem::temp_directory_path() /
+               fmt::format("chorus-launch-{}.spec", ::getpid()))
+                  .string()) {
+    try {
+      writeRunSpec(args, path_);
+    } catch (const RunSpecError& e) {
+      throw CommandFailure(1, e.what());
+    }
   }
-  return "";
-}
+  ~TemporarySpec() {
+    std::error_code ec;
+    std::filesystem::remove(path_, ec);
+  }
+  TemporarySpec(const TemporarySpec&) = delete;
+  TemporarySpec& operator=(const TemporarySpec&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
 
 std::string selfExecutable() {
   std::error_code ec;
@@ -58,15 +69,9 @@ void runLaunchCommand(CLI::App& cmd, const LaunchArgs& args) {
     throw CommandFailure(2, e.what());
   }
   LaunchOptions options;
-  options.topology_path = args.topology;
   options.binary = selfExecutable();
   options.file = "/proc/self/exe";  // this very image, whatever happens to the file on disk
-  options.node_args = cmd.remaining();
-  // The nodes of a launch start together: a minute covers the slowest start-up (64 nodes
-  // connected within 18 s here), where chorus node alone waits longer for people.
-  if (!hasFlag(options.node_args, "--ready-timeout")) {
-    options.node_args.insert(options.node_args.end(), {"--ready-timeout", "60"});
-  }
+  const std::vector<std::string> node_args = cmd.remaining();
   // A node that fails leaves the others waiting for it: stop them at once, unless asked not to.
   options.fail_fast = !args.keep_going;
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(args.timeout_s * 1000));
@@ -86,19 +91,9 @@ void runLaunchCommand(CLI::App& cmd, const LaunchArgs& args) {
     }
     options.ids = args.ids;
   }
-  // --rejoin restarts nodes into a running job; started on every node there is no job left.
-  const bool rejoin = std::find(options.node_args.begin(), options.node_args.end(), "--rejoin") !=
-                      options.node_args.end();
-  if (rejoin && options.ids.size() == topo.nodes.size()) {
-    throw CommandFailure(
-        2, fmt::format("--rejoin on every node of {} leaves no running job to join: pass --ids "
-                       "with the node(s) to restart (e.g. --ids 2 --rejoin), or leave out "
-                       "--rejoin to start a new job",
-                       args.topology));
-  }
   // launch gives each node its file and id itself; a second one would be refused by every node.
-  for (const std::string& arg : options.node_args) {
-    for (const char* own : {"--id", "--topology"}) {
+  for (const std::string& arg : node_args) {
+    for (const char* own : {"--id", "--topology", "--spec"}) {
       if (arg == own || arg.rfind(std::string(own) + "=", 0) == 0) {
         throw CommandFailure(2, fmt::format("{}: chorus launch passes each node the topology file "
                                             "and its id itself; choose nodes with --ids",
@@ -106,14 +101,29 @@ void runLaunchCommand(CLI::App& cmd, const LaunchArgs& args) {
       }
     }
   }
-  // One check here says once what every node would say.
-  checkNodeArguments(args.topology, options.ids, options.node_args);
-  const std::string mode = flagValue(options.node_args, "--mode");
-  fmt::print("[launch] cluster '{}' ({} mode) from {}: starting {} node(s){}\n", topo.name,
-             mode.empty() ? topology::modeName(topo.mode) : mode, args.topology, options.ids.size(),
-             options.node_args.empty()
-                 ? std::string()
-                 : fmt::format(" with: {}", fmt::join(options.node_args, " ")));
+  // One parse and one check here say once what every node would say; the nodes get the result.
+  std::vector<std::string> given;
+  NodeArgs node = parseNodeArguments(args.topology, options.ids, node_args, &given);
+  // The nodes of a launch start together: a minute covers the slowest start-up (64 nodes
+  // connected within 18 s here), where chorus node alone waits longer for people.
+  if (std::find(given.begin(), given.end(), "--ready-timeout") == given.end()) {
+    node.ready_timeout_s = 60;
+  }
+  // --rejoin restarts nodes into a running job; started on every node there is no job left.
+  if (node.consensus.rejoin && options.ids.size() == topo.nodes.size()) {
+    throw CommandFailure(
+        2, fmt::format("--rejoin on every node of {} leaves no running job to join: pass --ids "
+                       "with the node(s) to restart (e.g. --ids 2 --rejoin), or leave out "
+                       "--rejoin to start a new job",
+                       args.topology));
+  }
+  const TemporarySpec spec(node);
+  options.spec_path = spec.path();
+  const std::string& mode = node.mode;
+  fmt::print(
+      "[launch] cluster '{}' ({} mode) from {}: starting {} node(s){}\n", topo.name,
+      mode.empty() ? topology::modeName(topo.mode) : mode, args.topology, options.ids.size(),
+      node_args.empty() ? std::string() : fmt::format(" with: {}", fmt::join(node_args, " ")));
   std::fflush(stdout);
   LaunchResult result = runLaunch(options);
   auto failures = result.failures();
@@ -147,9 +157,10 @@ void addLaunchCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "launch",
       "Start every node of a topology file on this machine as child processes.\n"
-      "Each child runs `chorus node --topology FILE --id I` followed by every option this command\n"
-      "does not know itself (so: `chorus launch FILE --log-level debug` passes --log-level on);\n"
-      "those options, and the data set, are checked once before any node starts.\n"
+      "Every option this command does not know itself is a `chorus node` option (so: `chorus\n"
+      "launch FILE --log-level debug` sets the nodes' --log-level); those options, and the data\n"
+      "set, are parsed and checked once before any node starts, and each child runs `chorus node\n"
+      "--spec SPEC --id I` with the result (a run spec in the temporary folder).\n"
       "Output lines are prefixed with [node I]; Ctrl-C, SIGTERM or SIGHUP is passed to every node\n"
       "once (another one more than a second later kills them), and a node whose launcher dies\n"
       "leaves in order. Exits 0 only when every node exits 0 (or 86, a crash injected with\n"

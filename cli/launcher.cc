@@ -154,9 +154,9 @@ class Cluster {
     NodeOutcome& outcome = result_.nodes[index];
     outcome.id = options_.ids[index];
 
-    std::vector<std::string> args = {options_.binary,        "node", "--topology",
-                                     options_.topology_path, "--id", std::to_string(outcome.id)};
-    args.insert(args.end(), options_.node_args.begin(), options_.node_args.end());
+    // The settings travel typed in the spec; the command line names it and the node's id only.
+    std::vector<std::string> args = {options_.binary,    "node", "--spec",
+                                     options_.spec_path, "--id", std::to_string(outcome.id)};
     std::vector<char*> argv;
     argv.reserve(args.size() + 1);
     for (auto& a : args)

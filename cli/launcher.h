@@ -16,14 +16,15 @@ namespace chorus::cli {
 inline constexpr const char* kLauncherPidVariable = "CHORUS_LAUNCHER_PID";
 
 struct LaunchOptions {
-  std::string topology_path;
+  // The run spec every node reads (cli/run_spec.h): its settings, parsed and checked once by the
+  // caller. Each child runs `binary node --spec SPEC --id I`.
+  std::string spec_path;
   std::vector<uint32_t> ids;  // nodes to start, in order
-  std::string binary;         // executable run as `binary node --topology F --id I ...`
+  std::string binary;         // executable run as `binary node --spec SPEC --id I`
   // The file executed, when it differs from `binary` (which stays argv[0] and names it in
   // messages): "/proc/self/exe" runs this very image even if the file on disk was replaced by
   // a rebuild during a long compare. Empty: `binary`.
   std::string file;
-  std::vector<std::string> node_args;  // forwarded verbatim after --id
   // Wall-clock limit for the whole cluster; zero means none. When it passes, children get
   // SIGTERM, then SIGKILL after `kill_grace`.
   std::chrono::milliseconds timeout{0};

@@ -26,12 +26,6 @@ void addConsensusOptions(CLI::App& cmd, ConsensusOptions& o) {
                  "Backup-worker rule: wait-all, static:B, deadline:Q or dynamic[:TOLERANCE] "
                  "(docs/backup-rules.md)")
       ->capture_default_str();
-  cmd.add_option("--staleness-bound", o.staleness_bound,
-                 "tau: a neighbor's model may be used up to tau rounds late, and no node runs "
-                 "more than tau rounds ahead of a live neighbor (0 with wait-all: synchronous "
-                 "D-PSGD)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1'000'000}))
-      ->capture_default_str();
   cmd.add_option("--mixing", o.mixing,
                  "Mixing weights: uniform (normalized over the models that arrived) or "
                  "metropolis (Metropolis-Hastings)")
@@ -69,7 +63,12 @@ void validateChunkFitsFrames(const ConsensusOptions& o, uint32_t max_frame_bytes
 void validateConsensusOptions(const ConsensusOptions& o) {
   BackupRule::parse(o.backup);
   parseMixingKind(o.mixing);
-  if (o.staleness_bound < 0) throw std::invalid_argument("--staleness-bound must be >= 0");
+  if (o.staleness.infinite() || o.staleness.bound < 0 || o.staleness.bound > kMaxStaleness) {
+    throw std::invalid_argument(fmt::format(
+        "--staleness {}: consensus mode needs a bound from 0 to {} rounds (async, an infinite "
+        "bound, is PS mode's)",
+        o.staleness.toString(), kMaxStaleness));
+  }
   if (o.chunk_floats == 0) throw std::invalid_argument("--chunk-floats must be > 0");
   if (o.skip_gap < 0) throw std::invalid_argument("--skip-gap must be >= 0");
 }
@@ -82,7 +81,7 @@ constexpr NodeId kCollector = 0;
 BoardOptions boardOptions(const PeerLayout& layout, const ConsensusOptions& o) {
   BoardOptions b;
   b.neighbors = layout.neighbors;
-  b.staleness_bound = o.staleness_bound;
+  b.staleness_bound = o.staleness.bound;
   b.lag_window = o.lag_window;
   b.stall_timeout = o.stall_timeout;
   b.round_timeout = o.round_timeout;
@@ -247,13 +246,13 @@ std::optional<std::string> ConsensusPeer::refusalOf(NodeId from, const wire::Mod
                        from, round, last);
   }
   if (share.purpose() == wire::SharePurpose::Gossip &&
-      round < current_round_.load() - options_.staleness_bound) {
+      round < current_round_.load() - options_.staleness.bound) {
     // A slow neighbor's late model: normal, and no longer of use.
     *level = spdlog::level::debug;
     return fmt::format(
         "round-{} model chunk from node {} is too old to be mixed (this node is in round {}, "
         "tau {})",
-        round, from, current_round_.load(), options_.staleness_bound);
+        round, from, current_round_.load(), options_.staleness.bound);
   }
   const std::span<const float> values(share.values()->data(), share.values()->size());
   if (const std::optional<size_t> bad = node::firstNonFinite(values)) {
@@ -485,13 +484,13 @@ ConsensusReport ConsensusPeer::run() {
 void ConsensusPeer::describe(ml::MetricsEvent& start) {
   start.add("backup", rule_->name())
       .add("mixing", options_.mixing)
-      .add("staleness_bound", options_.staleness_bound)
+      .add("staleness", options_.staleness.toString())
       .addRaw("neighbors", fmt::format("[{}]", idList(layout_.neighbors)));
   node_.logger().info(
       "consensus: {} rounds on {} samples, model {} ({} parameters), neighbors [{}], "
       "backup rule {}, mixing {}, tau {}",
       job_.rounds, job_.shard.size(), job_.model->spec().toString(), job_.model->size(),
-      idList(layout_.neighbors), rule_->name(), options_.mixing, options_.staleness_bound);
+      idList(layout_.neighbors), rule_->name(), options_.mixing, options_.staleness.bound);
 }
 
 int64_t ConsensusPeer::firstStep(ml::MetricsWriter& /*metrics*/) {

@@ -24,6 +24,7 @@
 #include "consensus/spanning_tree.h"
 #include "node/refusal_log.h"
 #include "run/membership.h"
+#include "run/staleness_bound.h"
 #include "run/training_loop.h"
 #include "run/training_run.h"
 
@@ -45,7 +46,9 @@ namespace chorus::consensus {
 struct ConsensusOptions {
   std::string backup = "dynamic";  // BackupRule::parse grammar
   std::string mixing = "uniform";  // uniform | metropolis
-  int64_t staleness_bound = 2;     // tau (Hop's iteration gap)
+  // tau (Hop's iteration gap), --staleness (registered with run::addStalenessOption, one flag
+  // for both modes); finite, at most kMaxStaleness.
+  run::StalenessBound staleness = run::kDefaultStaleness;
   size_t chunk_floats = 256 * 1024;
   size_t lag_window = 32;
   std::chrono::milliseconds stall_timeout{10000};
@@ -71,7 +74,11 @@ struct ConsensusOptions {
   std::function<void(Round)> on_round_end;
 };
 
-// Registers --backup, --staleness-bound, --mixing, --chunk-floats, --skip-gap and --rejoin.
+// The largest tau: a bound beyond any run's rounds.
+inline constexpr int64_t kMaxStaleness = 1'000'000;
+
+// Registers --backup, --mixing, --chunk-floats, --skip-gap and --rejoin (--staleness is both
+// modes': run::addStalenessOption).
 void addConsensusOptions(CLI::App& cmd, ConsensusOptions& options);
 // Throws std::invalid_argument with the parsers' messages for a bad rule or mixing kind.
 void validateConsensusOptions(const ConsensusOptions& options);

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <charconv>
 #include <set>
 #include <stdexcept>
 
@@ -35,26 +34,17 @@ Variant Variant::parse(std::string_view text) {
     v.kind = Kind::kSingle;
     return v;
   }
-  if (text == "ps:bsp") {
-    v.kind = Kind::kPs;
-    v.staleness = "0";
-    return v;
-  }
-  if (text == "ps:async") {
-    v.kind = Kind::kPs;
-    v.staleness = "inf";
-    return v;
-  }
-  constexpr std::string_view kSsp = "ps:ssp:";
-  if (text.starts_with(kSsp)) {
-    std::string_view number = text.substr(kSsp.size());
-    int64_t s = -1;
-    auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), s);
-    if (number.empty() || ec != std::errc() || end != number.data() + number.size() || s < 0) {
+  // ps:bsp, ps:ssp:N, ps:async: the bound's own grammar (run::StalenessBound::variantName).
+  constexpr std::string_view kPs = "ps:";
+  if (text.starts_with(kPs)) {
+    const std::string_view bound = text.substr(kPs.size());
+    if (bound != "bsp" && bound != "async" && !bound.starts_with("ssp:")) unknown(text, "");
+    try {
+      v.staleness = run::StalenessBound::parse(bound);
+    } catch (const std::invalid_argument&) {
       unknown(text, " (the staleness bound N must be an integer >= 0)");
     }
     v.kind = Kind::kPs;
-    v.staleness = std::to_string(s);
     return v;
   }
   constexpr std::string_view kConsensus = "consensus:";
@@ -77,7 +67,7 @@ std::vector<std::string> Variant::modeArgs() const {
     case Kind::kSingle:
       return {};
     case Kind::kPs:
-      return {"--mode", "ps", "--staleness", staleness};
+      return {"--mode", "ps", "--staleness", staleness.toString()};
     case Kind::kConsensus:
       return {"--mode", "consensus", "--backup", backup};
   }
@@ -124,13 +114,16 @@ std::vector<std::string> nodeArgs(const Variant& variant,
                                   const std::string& out_dir) {
   std::vector<std::string> args = variant.modeArgs();
   for (const auto& option : forwarded) {
-    if (isFlag(option.flag, {"--seed", "--out", "--rounds", "--eval-every", "--mode", "--staleness",
-                             "--backup", "--rejoin"})) {
+    // --staleness is the name's in PS mode, and an option of consensus mode.
+    const bool own_staleness =
+        option.flag == "--staleness" && option.scope != OptionScope::kConsensus;
+    if (own_staleness || isFlag(option.flag, {"--seed", "--out", "--rounds", "--eval-every",
+                                              "--mode", "--backup", "--rejoin"})) {
       throw std::logic_error("nodeArgs: " + option.flag + " is set per run, not forwarded");
     }
     const bool ps = variant.kind == Variant::Kind::kPs;
     if ((option.scope == OptionScope::kPs && !ps) ||
-        (option.scope == OptionScope::kPsAsync && !(ps && variant.staleness == "inf")) ||
+        (option.scope == OptionScope::kPsAsync && !(ps && variant.staleness.infinite())) ||
         (option.scope == OptionScope::kConsensus && variant.kind != Variant::Kind::kConsensus)) {
       continue;
     }

@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "run/staleness_bound.h"
+
 namespace chorus::experiment {
 
 // One training strategy to compare.
@@ -17,9 +19,9 @@ struct Variant {
     kConsensus,  // --mode consensus --backup RULE
   };
   Kind kind = Kind::kSingle;
-  std::string name;       // as written, e.g. "ps:ssp:3"
-  std::string staleness;  // kPs: "0", "N" or "inf"
-  std::string backup;     // kConsensus: the backup-worker rule, e.g. "static:1"
+  std::string name;               // as written, e.g. "ps:ssp:3"
+  run::StalenessBound staleness;  // kPs: the name's bound (ps:bsp = 0, ps:async = infinite)
+  std::string backup;             // kConsensus: the backup-worker rule, e.g. "static:1"
 
   // Parses one variant name; throws std::invalid_argument naming the accepted forms.
   static Variant parse(std::string_view text);
@@ -60,7 +62,8 @@ struct RunBudget {
 
 // The options given to every node of one run of `variant` with `seed`, writing metrics to
 // `out_dir`. `forwarded` must not hold --seed, --out, --rounds, --eval-every, --mode,
-// --staleness, --backup or --rejoin: this function sets them (or, --rejoin, no run may). Options
+// --backup or --rejoin, nor --staleness but for the consensus variants (kConsensus): this
+// function sets them (or, --rejoin, no run may). Options
 // scoped to the other mode are left out. The single variant does the work of the
 // whole cluster: with --rounds R it runs R * nodes rounds and evaluates every eval_every * nodes
 // rounds, so that it sees as many samples as all nodes together and is evaluated after the same

@@ -126,7 +126,7 @@ KvWorker::Handle KvWorker::pullImpl(std::optional<Clock> min_clock, std::span<co
     std::unique_lock lock(mu_);
     cancelled = cancelled_;
     reader = clock_;
-    required = min_clock ? *min_clock : options_.staleness.requiredMinClock(reader);
+    required = min_clock ? *min_clock : options_.staleness.requiredMinStep(reader);
     const bool use_cache = !min_clock && options_.cache;
     float* p = out.data();
     for (Key key : keys) {

@@ -26,10 +26,6 @@ namespace chorus::ps {
 using SteadyClock = std::chrono::steady_clock;
 
 void addPsOptions(CLI::App& cmd, PsOptions& o) {
-  cmd.add_option("--staleness", o.staleness,
-                 "PS mode: SSP staleness bound s (a worker at clock c sees every update from "
-                 "clocks <= c-s-1); 0 or bsp = BSP, inf or async = fully asynchronous")
-      ->capture_default_str();
   cmd.add_option("--key-floats", o.key_floats,
                  "PS mode: floats per key (the model's flat parameter buffer is cut into keys "
                  "of this length, each owned by one node)")
@@ -68,10 +64,9 @@ AsyncRounds parseAsyncRounds(std::string_view text) {
 }
 
 void validatePsOptions(const PsOptions& o) {
-  try {
-    Staleness::parse(o.staleness);
-  } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument(fmt::format("--staleness: {}", e.what()));
+  if (o.staleness.bound < 0) {
+    throw std::invalid_argument(
+        fmt::format("--staleness: bad staleness '{}': the bound must be >= 0", o.staleness.bound));
   }
   if (o.key_floats == 0) throw std::invalid_argument("--key-floats must be > 0");
   OwnerOptimizer::parseMomentum(o.owner_momentum);
@@ -92,7 +87,7 @@ PsPeer::PsPeer(node::Node& node, run::NodeJob job, std::vector<NodeId> members, 
       job_(std::move(job)),
       members_(std::move(members)),
       options_(std::move(options)),
-      staleness_((validatePsOptions(options_), Staleness::parse(options_.staleness))),
+      staleness_((validatePsOptions(options_), options_.staleness)),
       map_(members_),
       layout_(job_.model->size(), options_.key_floats),
       membership_(node.id(), members_) {

@@ -39,10 +39,12 @@ namespace chorus::ps {
 
 // The knobs of PS mode; tests shrink the timings.
 struct PsOptions {
-  std::string staleness = "2";  // Staleness::parse grammar: 0 = BSP, inf = fully asynchronous
-  size_t key_floats = 4096;     // floats per key (the model's flat buffer cut into keys)
-  double down_timeout_s = 10;   // a down worker stops blocking pulls after this (0: never)
-  bool cache = true;            // the worker's SSP row cache
+  // --staleness (registered with run::addStalenessOption, one flag for both modes): 0 = BSP,
+  // infinite = fully asynchronous.
+  Staleness staleness = run::kDefaultStaleness;
+  size_t key_floats = 4096;              // floats per key (the model's flat buffer cut into keys)
+  double down_timeout_s = 10;            // a down worker stops blocking pulls after this (0: never)
+  bool cache = true;                     // the worker's SSP row cache
   std::string owner_momentum = "clock";  // clock | push (OwnerOptimizer::Momentum)
   std::string async_rounds = "cluster";  // cluster | worker (AsyncRounds)
   bool async_rounds_given = false;       // --async-rounds was on the command line
@@ -75,8 +77,8 @@ AsyncRounds parseAsyncRounds(std::string_view text);
 // with a warning, and `chorus compare` forwards it to ps:async alone.
 inline constexpr const char* kAsyncRoundsFlag = "--async-rounds";
 
-// Registers --staleness, --key-floats, --down-timeout, --no-cache, --owner-momentum and
-// --async-rounds on `cmd`.
+// Registers --key-floats, --down-timeout, --no-cache, --owner-momentum and --async-rounds on
+// `cmd` (--staleness is both modes': run::addStalenessOption).
 void addPsOptions(CLI::App& cmd, PsOptions& options);
 // Throws std::invalid_argument naming the flag.
 void validatePsOptions(const PsOptions& options);

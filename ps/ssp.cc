@@ -6,27 +6,6 @@
 
 namespace chorus::ps {
 
-Staleness Staleness::parse(std::string_view text) {
-  if (text == "inf" || text == "async") return Staleness{kInfinite};
-  if (text == "bsp") return Staleness{0};
-  int64_t s = -1;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), s);
-  if (ec != std::errc() || end != text.data() + text.size() || s < 0) {
-    throw std::invalid_argument(fmt::format(
-        "bad staleness '{}': use a whole number >= 0 (0 = BSP), 'bsp', or 'inf' / 'async'", text));
-  }
-  return Staleness{s};
-}
-
-std::string Staleness::toString() const {
-  return infinite() ? "inf" : std::to_string(bound);
-}
-
-Clock Staleness::requiredMinClock(Clock reader_clock) const {
-  if (infinite()) return std::numeric_limits<Clock>::min();
-  return reader_clock - bound;
-}
-
 WorkerClocks::WorkerClocks(const std::vector<WorkerId>& workers, Staleness staleness)
     : staleness_(staleness) {
   for (WorkerId w : workers) {
@@ -81,7 +60,7 @@ Clock WorkerClocks::clockOf(WorkerId worker) const {
 }
 
 bool WorkerClocks::ready(Clock reader_clock) const {
-  return minClock() >= staleness_.requiredMinClock(reader_clock);
+  return minClock() >= staleness_.requiredMinStep(reader_clock);
 }
 
 void WorkerClocks::whenReady(Clock reader_clock, Release release) {
@@ -89,7 +68,7 @@ void WorkerClocks::whenReady(Clock reader_clock, Release release) {
     release();
     return;
   }
-  parked_.emplace(staleness_.requiredMinClock(reader_clock), std::move(release));
+  parked_.emplace(staleness_.requiredMinStep(reader_clock), std::move(release));
 }
 
 std::vector<WorkerId> WorkerClocks::laggingBehind(Clock clock) const {

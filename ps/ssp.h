@@ -16,28 +16,21 @@
 #include <string_view>
 #include <vector>
 
+#include "node/protocol.h"
+#include "run/staleness_bound.h"
+
 namespace chorus::ps {
 
 using Clock = int64_t;
-using WorkerId = uint32_t;
+using WorkerId = node::NodeId;  // a worker is a node: the same id
 
 // No run reaches this clock (2^40): a clock from a peer at or above it is refused before it is
 // used, which keeps every sum of workers' clocks far from overflowing.
 inline constexpr int64_t kClockCeiling = int64_t{1} << 40;
 
-// The staleness bound s: 0 is BSP, infinite is fully asynchronous.
-struct Staleness {
-  static constexpr int64_t kInfinite = std::numeric_limits<int64_t>::max();
-  int64_t bound = 0;
-
-  bool infinite() const { return bound == kInfinite; }
-  // "0".."N", "bsp" (= 0), "inf" or "async" (= infinite); throws std::invalid_argument.
-  static Staleness parse(std::string_view text);
-  std::string toString() const;
-  // The lowest clock every live worker must have reached before a read at `reader_clock` can be
-  // answered (reader_clock - s); the lowest possible clock when the bound is infinite.
-  Clock requiredMinClock(Clock reader_clock) const;
-};
+// The staleness bound s: 0 is BSP, infinite is fully asynchronous (one type and grammar for
+// both modes, the flag, compare's variants and the metrics: run/staleness_bound.h).
+using Staleness = run::StalenessBound;
 
 // The owner's view of every worker's clock, with the pulls parked until the slowest catches
 // up. Single-threaded (the owner's loop thread).
@@ -106,7 +99,7 @@ class RowCacheRule {
   explicit RowCacheRule(Staleness staleness) : staleness_(staleness) {}
   // Is a row stamped `row_clock` fresh enough for a read at `reader_clock`?
   bool fresh(Clock row_clock, Clock reader_clock) const {
-    return staleness_.infinite() || row_clock >= staleness_.requiredMinClock(reader_clock);
+    return staleness_.infinite() || row_clock >= staleness_.requiredMinStep(reader_clock);
   }
 
  private:

@@ -12,6 +12,7 @@
 
 #include "faults/straggler.h"
 #include "report/json_line.h"
+#include "run/staleness_bound.h"
 
 namespace chorus::report {
 namespace fs = std::filesystem;
@@ -439,9 +440,14 @@ std::string variantNameOf(const RunMetrics& metrics) {
     return ref.backup.empty() ? "consensus" : "consensus:" + ref.backup;
   }
   if (ref.mode == "ps") {
-    if (ref.staleness == "0") return "ps:bsp";
-    if (ref.staleness == "inf") return "ps:async";
-    return ref.staleness.empty() ? "ps" : "ps:ssp:" + ref.staleness;
+    if (ref.staleness.empty()) return "ps";
+    // The metrics' spelling of the bound, read with the grammar that wrote it; a bound this
+    // build cannot read (1e+300) is shown as written.
+    try {
+      return "ps:" + run::StalenessBound::parse(ref.staleness).variantName();
+    } catch (const std::invalid_argument&) {
+      return "ps:ssp:" + ref.staleness;
+    }
   }
   return "run";
 }

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "cli/run_spec.h"
 #include "tests/cli/run_command.h"
 
 namespace chorus::testing {
@@ -430,6 +431,10 @@ TEST(ChorusLaunch, ABadNodeOptionIsRefusedOnceBeforeAnyNodeStarts) {
            " (its ids are 0 "
            "to 2)"},
       {{"--topology=" + topo}, "--topology: chorus launch passes each node"},
+      {{"--spec", "x.spec"}, "--spec: chorus launch passes each node"},
+      // One bound for both modes; consensus mode needs a finite one.
+      {{"--mode", "consensus", "--staleness", "async"},
+       "--staleness inf: consensus mode needs a bound from 0 to 1000000 rounds"},
   };
   for (const auto& [args, message] : cases) {
     std::vector<std::string> argv{chorusBinary(), "launch", topo};
@@ -442,6 +447,37 @@ TEST(ChorusLaunch, ABadNodeOptionIsRefusedOnceBeforeAnyNodeStarts) {
     EXPECT_FALSE(contains(r.out + r.err, "[node ")) << r.out << r.err;
     EXPECT_FALSE(contains(r.out, "starting")) << r.out;
   }
+  std::filesystem::remove(topo);
+}
+
+// `chorus node --spec FILE --id N`, as launch and compare start their nodes: the spec holds every
+// setting, so no other flag is taken beside it, and a file that is not a spec is named.
+TEST(ChorusNode, ARunSpecHoldsEverySettingAndABadOneIsNamed) {
+  const std::string topo = writeCluster("spec-node", {PortReservation().port()});
+  const std::string spec = topo + ".spec";
+  cli::NodeArgs args;
+  args.topology = topo;
+  args.mode = "ping";
+  args.linger_s = 0;
+  cli::writeRunSpec(args, spec);
+  CommandResult r = runCommand({chorusBinary(), "node", "--spec", spec, "--id", "0"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "node 0 of cluster \"spec-node\" (1 nodes)")) << r.out;
+
+  r = runCommand({chorusBinary(), "node", "--spec", spec, "--id", "0", "--pings", "5"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err, "--pings: --spec " + spec + " holds every setting of the node"))
+      << r.err;
+
+  std::ofstream(spec) << "--mode ping\n";
+  r = runCommand({chorusBinary(), "node", "--spec", spec, "--id", "0"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err, "--spec " + spec + ": not a chorus run spec")) << r.err;
+
+  r = runCommand({chorusBinary(), "node", "--id", "0", "--mode", "ping"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err, "--topology FILE is required (or --spec FILE")) << r.err;
+  std::filesystem::remove(spec);
   std::filesystem::remove(topo);
 }
 

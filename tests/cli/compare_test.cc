@@ -118,6 +118,9 @@ TEST_F(CompareTest, TwoVariantsRunEndToEndAndTheReportCanBeRebuilt) {
   const std::string single_cmd = readFile(out / "single/seed-1/command.txt");
   EXPECT_TRUE(contains(single_cmd, "--rounds 180 --eval-every 30 --seed 1")) << single_cmd;
   EXPECT_TRUE(contains(single_cmd, "--synthetic-train 1500")) << single_cmd;
+  // The nodes read the run's settings from its spec, parsed and checked once by compare.
+  EXPECT_TRUE(fs::exists(out / "single/seed-1/run.spec"));
+  EXPECT_TRUE(fs::exists(out / "consensus-wait-all/seed-1/run.spec"));
   const std::string wait_all_cmd = readFile(out / "consensus-wait-all/seed-1/command.txt");
   EXPECT_TRUE(contains(wait_all_cmd, "--mode consensus --backup wait-all")) << wait_all_cmd;
   EXPECT_TRUE(contains(wait_all_cmd, "--rounds 60 --eval-every 10 --seed 1")) << wait_all_cmd;

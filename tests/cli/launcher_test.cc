@@ -27,8 +27,8 @@ class LauncherTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  // Writes an executable script that is run as `script node --topology F --id I ...`, so the
-  // node id is $5.
+  // Writes an executable script that is run as `script node --spec F --id I`, so the node id
+  // is $5.
   std::string script(const std::string& body) {
     fs::path p = dir_ / "fake-node.sh";
     std::ofstream(p) << "#!/bin/sh\nid=$5\n" << body << "\n";
@@ -37,7 +37,7 @@ class LauncherTest : public ::testing::Test {
   }
 
   LaunchResult launch(LaunchOptions options) {
-    options.topology_path = "cluster.toml";
+    options.spec_path = "run.spec";
     options.out = [this](std::string_view l) { out_.emplace_back(l); };
     options.err = [this](std::string_view l) { err_.emplace_back(l); };
     return runLaunch(options);
@@ -77,14 +77,13 @@ TEST_F(LauncherTest, ANodesOwnLogTagIsNotRepeated) {
   EXPECT_TRUE(saw(err_, "[node 3] [13:26:05.586] [node 9] [info] about another node"));
 }
 
-TEST_F(LauncherTest, ForwardsNodeArguments) {
+// The settings travel in the spec: a node's command line names the spec and its id only.
+TEST_F(LauncherTest, PassesTheSpecAndTheId) {
   LaunchOptions o;
   o.binary = script("echo \"args: $*\"");
   o.ids = {7};
-  o.node_args = {"--log-level", "debug", "--pings=3"};
   EXPECT_TRUE(launch(o).ok());
-  EXPECT_TRUE(
-      saw(out_, "[node 7] args: node --topology cluster.toml --id 7 --log-level debug --pings=3"));
+  EXPECT_TRUE(saw(out_, "[node 7] args: node --spec run.spec --id 7"));
 }
 
 TEST_F(LauncherTest, UnterminatedLastLineIsStillShown) {

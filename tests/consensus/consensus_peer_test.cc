@@ -95,7 +95,7 @@ void expectExactAverage(const Graph& g, int64_t rounds) {
       average[p] += job.model->params()[p] / static_cast<double>(n);
     ConsensusOptions co;
     co.backup = "wait-all";
-    co.staleness_bound = 0;
+    co.staleness = {0};
     co.chunk_floats = 1000;  // several chunks per model
     cluster.attach(i, std::move(job), layoutOf(g, static_cast<NodeId>(i)), co);
   }
@@ -230,7 +230,7 @@ TEST(ConsensusPeer, WaitAllOnACompleteGraphComputesWhatPsBspComputes) {
     for (NodeId i = 0; i < kNodes; ++i) {
       ConsensusOptions co;
       co.backup = "wait-all";
-      co.staleness_bound = 0;
+      co.staleness = {0};
       run::NodeJob job = makeJob(options, data, i, kNodes);
       if (i == 0) initial.assign(job.model->params().begin(), job.model->params().end());
       cluster.attach(i, std::move(job), layoutOf(g, i), co);
@@ -250,7 +250,7 @@ TEST(ConsensusPeer, WaitAllOnACompleteGraphComputesWhatPsBspComputes) {
     const std::vector<NodeId> members = testsupport::membersOf(kNodes);
     for (NodeId i = 0; i < kNodes; ++i) {
       ps::PsOptions po;
-      po.staleness = "0";
+      po.staleness = {0};
       po.key_floats = 500;  // several keys per owner
       cluster.attach<ps::PsPeer>(i, makeJob(options, data, i, kNodes), members, po);
     }
@@ -285,7 +285,7 @@ TEST(ConsensusPeer, TheStalenessBoundHoldsUnderRandomDelays) {
     options.seed = 11;
     ConsensusOptions co;
     co.backup = "static:1";
-    co.staleness_bound = 1;
+    co.staleness = {1};
     cluster.attach(i, makeJob(options, data, i, 4), layoutOf(g, i), co);
   }
   cluster.connect();
@@ -317,7 +317,7 @@ TEST(ConsensusPeer, APersistentlySlowNodeSkipsRoundsUnlessEveryoneWaitsForIt) {
       options.seed = 5;
       ConsensusOptions co;
       co.backup = rule;
-      co.staleness_bound = 2;
+      co.staleness = {2};
       cluster.attach(i, makeJob(options, data, i, 4), layoutOf(g, i), co);
     }
     cluster.connect();

@@ -68,7 +68,7 @@ RunResult trainFourNodes(const std::string& staleness,
     run::RunOptions options = trainingOptions();
     options.out_dir = out.string();
     PsOptions po;
-    po.staleness = staleness;
+    po.staleness = Staleness::parse(staleness);
     po.key_floats = 1000;  // several keys per owner
     if (tweak) tweak(i, po);
     cluster.attach<PsPeer>(i, run::prepareNodeJob(options, data, i, kNodes, ""), members, po);
@@ -203,7 +203,7 @@ TEST(PsPeer, ANodeThatVanishesMidRunLeavesTheOthersFinishingAndItsLostUpdatesNam
     options.rounds = kClocks;
     options.eval_every = 0;
     PsOptions po;
-    po.staleness = "1";
+    po.staleness = {1};
     po.key_floats = 1000;
     po.down_timeout_s = 0.3;
     if (i == 2) {
@@ -247,7 +247,7 @@ TEST(PsPeer, ANonFinitePushAndAnImpossibleClockAreRefusedAndEveryNodeFinishes) {
     options.rounds = kClocks;
     options.eval_every = 0;
     PsOptions po;
-    po.staleness = "2";
+    po.staleness = {2};
     po.key_floats = 1000;
     if (i == 2) {
       po.on_clock_end = [&cluster](Clock c, std::span<const float>) {
@@ -330,7 +330,7 @@ TEST_P(PsRejoin, ARestartedNodeRejoinsWithItsKeysFromALiveNodesLastRead) {
   };
   auto psOptions = [] {
     PsOptions po;
-    po.staleness = GetParam();
+    po.staleness = Staleness::parse(GetParam());
     po.key_floats = 1000;
     po.down_timeout_s = 0.2;  // the others stop waiting for node 2 while it is gone
     return po;
@@ -568,6 +568,7 @@ TEST(PsOptions, AsyncRoundsWithABoundIsIgnoredWithAWarning) {
     CLI::App app;
     PsOptions po;
     addPsOptions(app, po);
+    run::addStalenessOption(app, po.staleness);  // --staleness is both modes' flag
     std::vector<std::string> args{"--staleness", "2"};
     if (given) args.insert(args.end(), {"--async-rounds", "worker"});
     std::reverse(args.begin(), args.end());  // CLI11 takes the arguments last first
@@ -590,7 +591,7 @@ TEST(PsOptions, AsyncRoundsWithABoundIsIgnoredWithAWarning) {
 
 TEST(PsOptions, BadValuesNameTheFlag) {
   PsOptions o;
-  o.staleness = "-1";
+  o.staleness = Staleness{-1};
   EXPECT_THROW(validatePsOptions(o), std::invalid_argument);
   try {
     validatePsOptions(o);

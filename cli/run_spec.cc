@@ -1,0 +1,201 @@
+#include "cli/run_spec.h"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "chorus/run_spec_generated.h"
+
+namespace chorus::cli {
+
+ps::PsOptions NodeArgs::psOptions() const {
+  ps::PsOptions options = ps;
+  options.staleness = staleness;
+  options.rejoin = consensus.rejoin;
+  return options;
+}
+
+consensus::ConsensusOptions NodeArgs::consensusOptions() const {
+  consensus::ConsensusOptions options = consensus;
+  options.staleness = staleness;
+  return options;
+}
+
+namespace {
+
+namespace fb = chorus::spec;
+
+// Every field a flag of `chorus node` can set travels in the spec. A field added to NodeArgs or
+// the option structs it holds changes their size and stops the build here: carry it in
+// run_spec.fbs, encodeRunSpec() and decodeRunSpec() (and the round-trip test), then update the
+// size. (The test hooks of the mode options, std::function members, are not settings.)
+static_assert(sizeof(void*) != 8 || sizeof(NodeArgs) == 1208,
+              "NodeArgs changed: carry the new setting in the run spec (cli/run_spec.fbs)");
+
+std::string text(const flatbuffers::String* s) {
+  return s == nullptr ? std::string() : s->str();
+}
+
+}  // namespace
+
+std::vector<uint8_t> encodeRunSpec(const NodeArgs& a, uint32_t version) {
+  flatbuffers::FlatBufferBuilder b(1024);
+  const run::RunOptions& r = a.run;
+  const auto node = fb::CreateNodeDirect(
+      b, a.topology.c_str(), a.mode.c_str(), a.log_level.c_str(), a.ready_timeout_s, a.pings,
+      a.payload_bytes, a.ping_timeout_s, a.linger_s, a.heartbeat_ms, a.write_slice_packets,
+      a.peer_timeout_ms, a.max_frame_mib, a.secret_file.c_str(), a.link_delay.c_str(),
+      a.link_loss.c_str());
+  const auto data =
+      fb::CreateDataDirect(b, r.data.name.c_str(), r.data.dataDir.c_str(), r.data.syntheticTrain,
+                           r.data.syntheticTest, r.data.normalize, r.train_limit);
+  const auto model =
+      fb::CreateModelDirect(b, r.model.name.c_str(), &r.model.hidden, r.model.dropout);
+  const auto training = fb::CreateTrainingDirect(
+      b, r.shard.c_str(), r.rounds, r.epochs, r.batch, r.lr, r.momentum, r.nesterov, r.weight_decay,
+      r.schedule.c_str(), r.warmup_epochs, r.step_epochs, r.gamma, r.augment, r.crop_padding,
+      r.flip, r.seed, r.stragglers.c_str(), r.eval_every, r.target_acc, r.out_dir.c_str(),
+      r.save_path.c_str(), r.resume_path.c_str(), r.confusion);
+  const fb::Staleness staleness(a.staleness.bound);
+  const auto consensus =
+      fb::CreateConsensusDirect(b, a.consensus.backup.c_str(), a.consensus.mixing.c_str(),
+                                a.consensus.chunk_floats, a.consensus.skip_gap);
+  const auto ps = fb::CreatePsDirect(b, a.ps.key_floats, a.ps.down_timeout_s, a.ps.cache,
+                                     a.ps.owner_momentum.c_str(), a.ps.async_rounds.c_str(),
+                                     a.ps.async_rounds_given);
+  b.Finish(fb::CreateRunSpec(b, version, node, data, model, training, &staleness,
+                             a.consensus.rejoin, consensus, ps),
+           fb::RunSpecIdentifier());
+  return {b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize()};
+}
+
+NodeArgs decodeRunSpec(std::span<const uint8_t> bytes, const std::string& source) {
+  const auto fail = [&](const std::string& why) {
+    return RunSpecError(
+        fmt::format("{}: {}; write it again with `chorus launch` or `chorus "
+                    "compare` of this build, or start the node with flags",
+                    source, why));
+  };
+  if (bytes.size() < 8 || !fb::RunSpecBufferHasIdentifier(bytes.data())) {
+    throw fail("not a chorus run spec (no CRSP identifier)");
+  }
+  flatbuffers::Verifier verifier(bytes.data(), bytes.size());
+  if (!fb::VerifyRunSpecBuffer(verifier))
+    throw fail("a damaged run spec (the verifier refused it)");
+  const fb::RunSpec* spec = fb::GetRunSpec(bytes.data());
+  if (spec->version() != kRunSpecVersion) {
+    throw fail(fmt::format("a run spec of version {}, and this chorus reads version {}",
+                           spec->version(), kRunSpecVersion));
+  }
+  if (spec->node() == nullptr || spec->data() == nullptr || spec->model() == nullptr ||
+      spec->training() == nullptr || spec->staleness() == nullptr || spec->consensus() == nullptr ||
+      spec->ps() == nullptr) {
+    throw fail("a run spec without all of its sections");
+  }
+  NodeArgs a;
+  const fb::Node& n = *spec->node();
+  a.topology = text(n.topology());
+  a.mode = text(n.mode());
+  a.log_level = text(n.log_level());
+  a.ready_timeout_s = n.ready_timeout_s();
+  a.pings = n.pings();
+  a.payload_bytes = n.payload_bytes();
+  a.ping_timeout_s = n.ping_timeout_s();
+  a.linger_s = n.linger_s();
+  a.heartbeat_ms = n.heartbeat_ms();
+  a.write_slice_packets = n.write_slice_packets();
+  a.peer_timeout_ms = n.peer_timeout_ms();
+  a.max_frame_mib = n.max_frame_mib();
+  a.secret_file = text(n.secret_file());
+  a.link_delay = text(n.link_delay());
+  a.link_loss = text(n.link_loss());
+
+  run::RunOptions& r = a.run;
+  const fb::Data& d = *spec->data();
+  r.data.name = text(d.name());
+  r.data.dataDir = text(d.dir());
+  r.data.syntheticTrain = d.synthetic_train();
+  r.data.syntheticTest = d.synthetic_test();
+  r.data.normalize = d.normalize();
+  r.train_limit = d.limit();
+  const fb::Model& m = *spec->model();
+  r.model.name = text(m.name());
+  r.model.hidden.clear();
+  if (m.hidden() != nullptr) r.model.hidden.assign(m.hidden()->begin(), m.hidden()->end());
+  r.model.dropout = m.dropout();
+  const fb::Training& t = *spec->training();
+  r.shard = text(t.shard());
+  r.rounds = t.rounds();
+  r.epochs = t.epochs();
+  r.batch = t.batch();
+  r.lr = t.lr();
+  r.momentum = t.momentum();
+  r.nesterov = t.nesterov();
+  r.weight_decay = t.weight_decay();
+  r.schedule = text(t.schedule());
+  r.warmup_epochs = t.warmup_epochs();
+  r.step_epochs = t.step_epochs();
+  r.gamma = t.gamma();
+  r.augment = t.augment();
+  r.crop_padding = t.crop_padding();
+  r.flip = t.flip();
+  r.seed = t.seed();
+  r.stragglers = text(t.stragglers());
+  r.eval_every = t.eval_every();
+  r.target_acc = t.target_acc();
+  r.out_dir = text(t.out_dir());
+  r.save_path = text(t.save_path());
+  r.resume_path = text(t.resume_path());
+  r.confusion = t.confusion();
+
+  a.staleness = run::StalenessBound{spec->staleness()->bound()};
+  a.consensus.rejoin = spec->rejoin();
+  const fb::Consensus& c = *spec->consensus();
+  a.consensus.backup = text(c.backup());
+  a.consensus.mixing = text(c.mixing());
+  a.consensus.chunk_floats = c.chunk_floats();
+  a.consensus.skip_gap = c.skip_gap();
+  const fb::Ps& p = *spec->ps();
+  a.ps.key_floats = p.key_floats();
+  a.ps.down_timeout_s = p.down_timeout_s();
+  a.ps.cache = p.cache();
+  a.ps.owner_momentum = text(p.owner_momentum());
+  a.ps.async_rounds = text(p.async_rounds());
+  a.ps.async_rounds_given = p.async_rounds_given();
+  return a;
+}
+
+void writeRunSpec(const NodeArgs& args, const std::string& path) {
+  const std::vector<uint8_t> bytes = encodeRunSpec(args);
+  // Written beside and renamed into place: a child never reads half a spec.
+  const std::string partial = path + ".partial";
+  {
+    std::ofstream out(partial, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(bytes.data()),
+              static_cast<std::streamsize>(bytes.size()));
+    if (!out.flush()) {
+      throw RunSpecError(fmt::format("{}: cannot write the run spec: {}", path,
+                                     std::strerror(errno)));  // NOLINT(concurrency-mt-unsafe)
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(partial, path, ec);
+  if (ec) throw RunSpecError(fmt::format("{}: cannot write the run spec: {}", path, ec.message()));
+}
+
+NodeArgs readRunSpec(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw RunSpecError(fmt::format("--spec {}: cannot read it: {}", path,
+                                   std::strerror(errno)));  // NOLINT(concurrency-mt-unsafe)
+  }
+  const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                                   std::istreambuf_iterator<char>());
+  return decodeRunSpec(bytes, "--spec " + path);
+}
+
+}  // namespace chorus::cli

@@ -1,0 +1,224 @@
+// The run spec that launch and compare hand their nodes: every setting survives the trip, and a
+// file that is not a spec of this build is refused naming the file.
+#include "cli/run_spec.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace chorus::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Every setting a flag of `chorus node` can set, each away from its default.
+NodeArgs everySettingChanged() {
+  NodeArgs a;
+  a.topology = "lab.toml";
+  a.mode = "ps";
+  a.log_level = "debug";
+  a.ready_timeout_s = 61.5;
+  a.pings = 9;
+  a.payload_bytes = 4097;
+  a.ping_timeout_s = 31.5;
+  a.linger_s = 0.25;
+  a.heartbeat_ms = 250;
+  a.write_slice_packets = 7;
+  a.peer_timeout_ms = 9000;
+  a.max_frame_mib = 64;
+  a.secret_file = "secret.key";
+  a.link_delay = "20,5";
+  a.link_loss = "0.01,300";
+  run::RunOptions& r = a.run;
+  r.data.name = "synthetic";
+  r.data.dataDir = "/data";
+  r.data.syntheticTrain = 1234;
+  r.data.syntheticTest = 567;
+  r.data.normalize = false;
+  r.train_limit = 999;
+  r.model.name = "mlp";
+  r.model.hidden = {64, 32, 16};
+  r.model.dropout = 0.25f;
+  r.shard = "dirichlet:0.5";
+  r.rounds = 77;
+  r.epochs = 3.5;
+  r.batch = 17;
+  r.lr = 0.125;
+  r.momentum = 0.5;
+  r.nesterov = true;
+  r.weight_decay = 1e-4;
+  r.schedule = "step";
+  r.warmup_epochs = 0.5;
+  r.step_epochs = 2;
+  r.gamma = 0.3;
+  r.augment = true;
+  r.crop_padding = 2;
+  r.flip = false;
+  r.seed = 42;
+  r.stragglers = "fixed:3+slow:1=2";
+  r.eval_every = 5;
+  r.target_acc = 0.9;
+  r.out_dir = "runs/x";
+  r.save_path = "model.ckpt";
+  r.resume_path = "old.ckpt";
+  r.confusion = true;
+  a.staleness = run::StalenessBound{run::StalenessBound::kInfinite};
+  a.consensus.rejoin = true;
+  a.consensus.backup = "static:1";
+  a.consensus.mixing = "metropolis";
+  a.consensus.chunk_floats = 4096;
+  a.consensus.skip_gap = 3;
+  a.ps.key_floats = 100;
+  a.ps.down_timeout_s = 2.5;
+  a.ps.cache = false;
+  a.ps.owner_momentum = "push";
+  a.ps.async_rounds = "worker";
+  a.ps.async_rounds_given = true;
+  return a;
+}
+
+void expectSameSettings(const NodeArgs& a, const NodeArgs& b) {
+  EXPECT_EQ(a.topology, b.topology);
+  EXPECT_EQ(a.mode, b.mode);
+  EXPECT_EQ(a.log_level, b.log_level);
+  EXPECT_EQ(a.ready_timeout_s, b.ready_timeout_s);
+  EXPECT_EQ(a.pings, b.pings);
+  EXPECT_EQ(a.payload_bytes, b.payload_bytes);
+  EXPECT_EQ(a.ping_timeout_s, b.ping_timeout_s);
+  EXPECT_EQ(a.linger_s, b.linger_s);
+  EXPECT_EQ(a.heartbeat_ms, b.heartbeat_ms);
+  EXPECT_EQ(a.write_slice_packets, b.write_slice_packets);
+  EXPECT_EQ(a.peer_timeout_ms, b.peer_timeout_ms);
+  EXPECT_EQ(a.max_frame_mib, b.max_frame_mib);
+  EXPECT_EQ(a.secret_file, b.secret_file);
+  EXPECT_EQ(a.link_delay, b.link_delay);
+  EXPECT_EQ(a.link_loss, b.link_loss);
+  const run::RunOptions &r = a.run, &s = b.run;
+  EXPECT_EQ(r.data.name, s.data.name);
+  EXPECT_EQ(r.data.dataDir, s.data.dataDir);
+  EXPECT_EQ(r.data.syntheticTrain, s.data.syntheticTrain);
+  EXPECT_EQ(r.data.syntheticTest, s.data.syntheticTest);
+  EXPECT_EQ(r.data.normalize, s.data.normalize);
+  EXPECT_EQ(r.train_limit, s.train_limit);
+  EXPECT_EQ(r.model.name, s.model.name);
+  EXPECT_EQ(r.model.hidden, s.model.hidden);
+  EXPECT_EQ(r.model.dropout, s.model.dropout);
+  EXPECT_EQ(r.shard, s.shard);
+  EXPECT_EQ(r.rounds, s.rounds);
+  EXPECT_EQ(r.epochs, s.epochs);
+  EXPECT_EQ(r.batch, s.batch);
+  EXPECT_EQ(r.lr, s.lr);
+  EXPECT_EQ(r.momentum, s.momentum);
+  EXPECT_EQ(r.nesterov, s.nesterov);
+  EXPECT_EQ(r.weight_decay, s.weight_decay);
+  EXPECT_EQ(r.schedule, s.schedule);
+  EXPECT_EQ(r.warmup_epochs, s.warmup_epochs);
+  EXPECT_EQ(r.step_epochs, s.step_epochs);
+  EXPECT_EQ(r.gamma, s.gamma);
+  EXPECT_EQ(r.augment, s.augment);
+  EXPECT_EQ(r.crop_padding, s.crop_padding);
+  EXPECT_EQ(r.flip, s.flip);
+  EXPECT_EQ(r.seed, s.seed);
+  EXPECT_EQ(r.stragglers, s.stragglers);
+  EXPECT_EQ(r.eval_every, s.eval_every);
+  EXPECT_EQ(r.target_acc, s.target_acc);
+  EXPECT_EQ(r.out_dir, s.out_dir);
+  EXPECT_EQ(r.save_path, s.save_path);
+  EXPECT_EQ(r.resume_path, s.resume_path);
+  EXPECT_EQ(r.confusion, s.confusion);
+  EXPECT_EQ(a.staleness, b.staleness);
+  EXPECT_EQ(a.consensus.rejoin, b.consensus.rejoin);
+  EXPECT_EQ(a.consensus.backup, b.consensus.backup);
+  EXPECT_EQ(a.consensus.mixing, b.consensus.mixing);
+  EXPECT_EQ(a.consensus.chunk_floats, b.consensus.chunk_floats);
+  EXPECT_EQ(a.consensus.skip_gap, b.consensus.skip_gap);
+  EXPECT_EQ(a.ps.key_floats, b.ps.key_floats);
+  EXPECT_EQ(a.ps.down_timeout_s, b.ps.down_timeout_s);
+  EXPECT_EQ(a.ps.cache, b.ps.cache);
+  EXPECT_EQ(a.ps.owner_momentum, b.ps.owner_momentum);
+  EXPECT_EQ(a.ps.async_rounds, b.ps.async_rounds);
+  EXPECT_EQ(a.ps.async_rounds_given, b.ps.async_rounds_given);
+}
+
+TEST(RunSpec, EverySettingSurvivesTheTrip) {
+  for (const NodeArgs& args : {NodeArgs{}, everySettingChanged()}) {
+    const std::vector<uint8_t> bytes = encodeRunSpec(args);
+    const NodeArgs back = decodeRunSpec(bytes, "test");
+    expectSameSettings(args, back);
+    EXPECT_FALSE(back.id.has_value());
+  }
+}
+
+// The modes take the one --staleness and the one --rejoin.
+TEST(RunSpec, TheModesTakeTheSharedBoundAndRejoin) {
+  NodeArgs args;
+  args.staleness = run::StalenessBound{5};
+  args.consensus.rejoin = true;
+  EXPECT_EQ(args.psOptions().staleness.bound, 5);
+  EXPECT_TRUE(args.psOptions().rejoin);
+  EXPECT_EQ(args.consensusOptions().staleness.bound, 5);
+}
+
+class RunSpecFile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("run-spec-test-" + std::to_string(getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string refusal(const fs::path& path) {
+    try {
+      (void)readRunSpec(path.string());
+    } catch (const RunSpecError& e) {
+      return e.what();
+    }
+    ADD_FAILURE() << path << " was accepted";
+    return "";
+  }
+  fs::path dir_;
+};
+
+TEST_F(RunSpecFile, WrittenAndReadBack) {
+  const fs::path path = dir_ / "run.spec";
+  writeRunSpec(everySettingChanged(), path.string());
+  expectSameSettings(everySettingChanged(), readRunSpec(path.string()));
+  EXPECT_FALSE(fs::exists(dir_ / "run.spec.partial"));
+}
+
+TEST_F(RunSpecFile, AnUnusableFileIsRefusedNamingIt) {
+  const fs::path missing = dir_ / "missing.spec";
+  EXPECT_NE(refusal(missing).find("--spec " + missing.string() + ": cannot read it"),
+            std::string::npos);
+
+  const fs::path text = dir_ / "text.spec";
+  std::ofstream(text) << "--lr 0.1 --rounds 5\n";
+  EXPECT_NE(refusal(text).find(text.string() + ": not a chorus run spec"), std::string::npos);
+
+  // A spec cut short: the identifier is there, the Verifier refuses the rest.
+  std::vector<uint8_t> bytes = encodeRunSpec(everySettingChanged());
+  const fs::path cut = dir_ / "cut.spec";
+  std::ofstream(cut, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(24));
+  const std::string cut_refusal = refusal(cut);
+  EXPECT_NE(cut_refusal.find(cut.string()), std::string::npos) << cut_refusal;
+
+  // A stale spec, of another build's version.
+  bytes = encodeRunSpec(everySettingChanged(), kRunSpecVersion + 1);
+  const fs::path stale = dir_ / "stale.spec";
+  std::ofstream(stale, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
+  const std::string stale_refusal = refusal(stale);
+  EXPECT_NE(stale_refusal.find(stale.string() + ": a run spec of version " +
+                               std::to_string(kRunSpecVersion + 1)),
+            std::string::npos)
+      << stale_refusal;
+  EXPECT_NE(stale_refusal.find("write it again with `chorus launch`"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace chorus::cli
