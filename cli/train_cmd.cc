@@ -76,6 +76,20 @@ void runTrain(const CLI::App& app, TrainFlags& flags) {
   const std::string& model = flags.run.model.name;
   if (model == "mf" || isKgeModel(model)) {
     if (flags.data->count() == 0) flags.run.data.name = model == "mf" ? "zipf-mf" : "wn18rr";
+    // --eval-every counts steps; the KGE models' epochs are --eval-every-epochs. The old
+    // spelling still means epochs for them, for one release.
+    if (isKgeModel(model) && app.count("--eval-every") > 0) {
+      if (app.count("--eval-every-epochs") > 0) {
+        throw CommandFailure(2, "--eval-every counts steps: for --model " + model +
+                                    " give --eval-every-epochs alone");
+      }
+      std::fprintf(stderr,
+                   "chorus: warning: --eval-every for the knowledge-graph models is deprecated "
+                   "and goes in the next release: write --eval-every-epochs %lld (--eval-every "
+                   "counts steps)\n",
+                   static_cast<long long>(flags.run.eval_every));
+      flags.sparse.evalEvery = flags.run.eval_every;
+    }
     return runSparseTrain(app, flags);
   }
   const std::pair<const std::vector<std::string>*, const char*> families[] = {
@@ -84,8 +98,6 @@ void runTrain(const CLI::App& app, TrainFlags& flags) {
       {&kSparseFlags, "the sparse models only (--model mf, complex or distmult)"}};
   for (const auto& [flags_of, whom] : families) {
     for (const std::string& flag : *flags_of) {
-      // --eval-every is every model's: image models count steps, KGE models epochs.
-      if (flag == "--eval-every") continue;
       if (app.count(flag) > 0) throw CommandFailure(2, fmt::format("{} applies to {}", flag, whom));
     }
   }
@@ -106,7 +118,6 @@ void runTrain(const CLI::App& app, TrainFlags& flags) {
   }
   run::RunOptions options = flags.run;
   const bool eval_given = app.count("--eval-every") > 0;
-  if (eval_given) options.eval_every = flags.sparse.evalEvery;
   // One node: a straggler term for another node would never act.
   try {
     for (const uint32_t named : faults::StragglerProfile::parse(options.stragglers).namedNodes()) {
@@ -182,8 +193,6 @@ void addTrainCommand(CLI::App& app) {
   run::addRunOptions(*train, o);
   // One node trains on the whole training set: there is nothing to split.
   train->remove_option(train->get_option("--shard"));
-  // The KGE models register --eval-every (in epochs); the image models read the same flag.
-  train->remove_option(train->get_option("--eval-every"));
   // The sparse models take more data sets and models than the image ones.
   flags->data = train->get_option("--data");
   flags->data->get_validator()->active(false);
@@ -233,9 +242,8 @@ void addTrainCommand(CLI::App& app) {
   addSparseOptions(*train, flags->sparse);
   train->get_option("--eval-every")
       ->description(
-          "Image models: test accuracy every N steps (default: at the end of every epoch); KGE "
-          "models: filtered MRR on the validation triples every N epochs (default 1); 0: only "
-          "at the end")
+          "Image models: test accuracy every N steps (default: at the end of every epoch; 0: "
+          "only at the end). The KGE models count epochs: --eval-every-epochs")
       ->default_str("");
   train->callback([flags, train] { runTrain(*train, *flags); });
 }

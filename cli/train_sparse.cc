@@ -32,7 +32,7 @@ const std::vector<std::string> kKgeOnlyFlags = {"--dim",
                                                 "--negatives",
                                                 "--loss",
                                                 "--adversarial-temperature",
-                                                "--eval-every",
+                                                "--eval-every-epochs",
                                                 "--adagrad-initial",
                                                 "--time-limit",
                                                 "--reciprocal",
@@ -92,6 +92,8 @@ void runMfTrain(const CLI::App& app, const ml::TrainOptions& o, const SparseFlag
   }
   refuseGiven(app, kDenseOnlyFlags, "mf", "an image model's flag");
   refuseGiven(app, kKgeOnlyFlags, "mf", "a knowledge-graph model's flag");
+  // MF evaluates at the end only (its --eval-every meant KGE's epochs before, refused here too).
+  refuseGiven(app, {"--eval-every"}, "mf", "it evaluates at the end");
   for (const char* dense : {"--data-dir", "--save", "--resume"}) {
     if (given(app, dense))
       throw CommandFailure(2, std::string(dense) + " does not apply to --model mf");
@@ -350,10 +352,11 @@ void addSparseOptions(CLI::App& train, SparseFlags& flags) {
                  "KGE: reciprocal relations: a second embedding r' per relation, head prediction "
                  "(?, r, t) scored as tail prediction (t, r', ?) in training and evaluation (kbc, "
                  "ConvE)");
-  train.add_flag("--keep-best", flags.keepBest,
-                 "KGE: model selection on valid: evaluate valid and test at the end with the "
-                 "tables of the epoch with the best valid MRR (of those --eval-every evaluated) "
-                 "instead of the last epoch's");
+  train.add_flag(
+      "--keep-best", flags.keepBest,
+      "KGE: model selection on valid: evaluate valid and test at the end with the "
+      "tables of the epoch with the best valid MRR (of those --eval-every-epochs evaluated) "
+      "instead of the last epoch's");
   train.add_flag("--share-negatives", k.sharedNegatives,
                  "KGE: draw the --negatives N entities once per step and score every query of the "
                  "batch against them (matrix products: many negatives cost little) instead of N "
@@ -366,9 +369,9 @@ void addSparseOptions(CLI::App& train, SparseFlags& flags) {
       ->check(CLI::Range(0.0, 1e6))
       ->capture_default_str();
   train
-      .add_option("--eval-every", flags.evalEvery,
+      .add_option("--eval-every-epochs", flags.evalEvery,
                   "KGE: filtered MRR on the validation triples every N epochs (0: only at the "
-                  "end, where valid and test are always evaluated)")
+                  "end, where valid and test are always evaluated). --eval-every counts steps")
       ->check(CLI::Range(int64_t{0}, int64_t{1'000'000}))
       ->capture_default_str();
   train

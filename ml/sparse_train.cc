@@ -18,7 +18,7 @@ void validateSparseTrainOptions(const SparseTrainOptions& options) {
   if (!(options.optimizer.lr > 0.0) || !std::isfinite(options.optimizer.lr)) {
     throw std::invalid_argument("--lr must be a positive number");
   }
-  if (options.evalEvery < 0) throw std::invalid_argument("--eval-every must be >= 0");
+  if (options.evalEvery < 0) throw std::invalid_argument("--eval-every-epochs must be >= 0");
   if (options.logEverySteps <= 0) throw std::invalid_argument("--log-every must be > 0");
   if (!(options.timeLimitSeconds >= 0.0)) {
     throw std::invalid_argument("--time-limit must be >= 0");

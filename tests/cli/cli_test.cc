@@ -92,7 +92,7 @@ TEST(ChorusCli, TrainingOptionsHaveOneDefaultInEveryCommand) {
         "--zipf-row", "--zipf-col", "--noise-sigma", "--write-data", "--rank",
         // knowledge-graph embeddings
         "--dim", "--negatives", "--loss", "--adversarial-temperature", "--adagrad-initial",
-        "--time-limit", "--reciprocal", "--share-negatives", "--keep-best",
+        "--time-limit", "--reciprocal", "--share-negatives", "--keep-best", "--eval-every-epochs",
         // both sparse families
         "--reg", "--reg-weight", "--optimizer", "--init-scale"};
     for (const auto& [flag, value] : train) {

@@ -108,5 +108,45 @@ TEST(ChorusTrainMf, BadFlagsAndFilesAreRefused) {
   }
 }
 
+// --eval-every counts steps; the knowledge-graph models count epochs with --eval-every-epochs,
+// and read the old spelling as epochs for one release, saying so.
+TEST(ChorusTrain, EvalEveryCountsStepsAndTheKgeModelsHaveTheirOwnFlag) {
+  TempDir dir;
+  fs::create_directories(dir.file("tiny"));
+  std::ofstream(dir.file("tiny/train.txt")) << "a\tr\tb\nb\tr\tc\nc\tr\ta\na\ts\tc\n";
+  std::ofstream(dir.file("tiny/valid.txt")) << "a\tr\tc\n";
+  std::ofstream(dir.file("tiny/test.txt")) << "b\tr\ta\n";
+  const std::vector<std::string> kge = {chorusBinary(), "train", "--model",     "complex",
+                                        "--data",       "tiny",  "--data-dir",  dir.file(""),
+                                        "--dim",        "4",     "--epochs",    "2",
+                                        "--batch",      "2",     "--negatives", "2"};
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> argv = kge;
+    argv.insert(argv.end(), more.begin(), more.end());
+    return runCommand(argv);
+  };
+  CommandResult r = with({"--eval-every-epochs", "1"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_FALSE(contains(r.err, "deprecated")) << r.err;
+  r = with({"--eval-every", "1"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err,
+                       "--eval-every for the knowledge-graph models is deprecated and goes in the "
+                       "next release: write --eval-every-epochs 1"))
+      << r.err;
+  r = with({"--eval-every", "1", "--eval-every-epochs", "1"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err, "give --eval-every-epochs alone")) << r.err;
+
+  r = runCommand({chorusBinary(), "train", "--model", "softmax", "--data", "synthetic",
+                  "--eval-every-epochs", "2"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err, "--eval-every-epochs applies to the knowledge-graph models only"))
+      << r.err;
+  r = runCommand({chorusBinary(), "train", "--model", "mf", "--eval-every", "3"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err, "--eval-every does not apply to --model mf")) << r.err;
+}
+
 }  // namespace
 }  // namespace chorus::testing
