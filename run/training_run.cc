@@ -80,7 +80,8 @@ void addRunOptions(CLI::App& cmd, RunOptions& o) {
                  "How the training set is split over the nodes: iid or dirichlet:ALPHA "
                  "(label-skewed, 0 < ALPHA <= 1e6)")
       ->capture_default_str();
-  cmd.add_option("--rounds", o.rounds, "Training rounds (0: derived from --epochs)")
+  cmd.add_option("--rounds", o.rounds,
+                 "Training steps per node: consensus rounds, PS clocks (0: derived from --epochs)")
       ->check(CLI::Range(int64_t{0}, int64_t{1'000'000'000}))
       ->capture_default_str();
   cmd.add_option("--epochs", o.epochs,
@@ -135,7 +136,8 @@ void addRunOptions(CLI::App& cmd, RunOptions& o) {
                  "Straggler profile (docs/stragglers.md), added to each node's own attribute "
                  "from the topology file, e.g. shifted-exp:5,20+slow:3=4; crash:N@S ends node "
                  "N's process right after its S-th step (a real crash)");
-  cmd.add_option("--eval-every", o.eval_every, "Test accuracy every N rounds (0: only at the end)")
+  cmd.add_option("--eval-every", o.eval_every,
+                 "Test accuracy every N steps (rounds, clocks; 0: only at the end)")
       ->check(CLI::Range(int64_t{0}, int64_t{1'000'000'000}))
       ->capture_default_str();
   cmd.add_option("--target-acc", o.target_acc,
