@@ -16,6 +16,9 @@ constexpr struct {
     {SampleSchemeKind::kOnlyLocal, "onlylocal"},
 };
 
+// NuPS's untuned setting, the default reuse of pool and postpone.
+constexpr int64_t kDefaultPoolReuse = 16;
+
 }  // namespace
 
 const char* sampleSchemeName(SampleSchemeKind kind) {
@@ -36,6 +39,30 @@ std::optional<std::string> checkSampleOptions(const SampleSchemeOptions& options
   if (options.reuse == 0) return "the sample reuse must be at least 1 (1: every draw once)";
   if (options.group_size == 0) return "the sample group size must be at least 1";
   if (options.max_draws_per_key == 0) return "onlylocal's draws per key must be at least 1";
+  return std::nullopt;
+}
+
+std::optional<std::string> sampleOptionsFromFlags(std::string_view scheme,
+                                                  std::optional<int64_t> reuse,
+                                                  SampleSchemeOptions& out) {
+  const std::optional<SampleSchemeKind> kind = parseSampleScheme(scheme);
+  if (!kind) {
+    return "--sample-scheme must be naive, preloc, pool, postpone or onlylocal, not '" +
+           std::string(scheme) + "'";
+  }
+  const bool reuses = *kind == SampleSchemeKind::kPool || *kind == SampleSchemeKind::kPostpone;
+  if (reuse && !reuses) {
+    return std::string("--sample-reuse applies to --sample-scheme pool and postpone, not ") +
+           sampleSchemeName(*kind);
+  }
+  if (reuse && (*reuse < 1 || *reuse > 1'000'000)) {
+    return "--sample-reuse must be in [1, 1000000] (1: every draw used once), not " +
+           std::to_string(*reuse);
+  }
+  SampleSchemeOptions options = out;
+  options.kind = *kind;
+  options.reuse = reuses ? static_cast<uint32_t>(reuse.value_or(kDefaultPoolReuse)) : 1;
+  out = options;
   return std::nullopt;
 }
 

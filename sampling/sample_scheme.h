@@ -55,6 +55,14 @@ struct SampleSchemeOptions {
 // Why `options` cannot be used (reuse, group_size or max_draws_per_key of 0), or nullopt.
 std::optional<std::string> checkSampleOptions(const SampleSchemeOptions& options);
 
+// The options of the flags --sample-scheme `scheme` and --sample-reuse `reuse` (nullopt: not
+// given; 16 for pool and postpone then, NuPS's untuned setting), parsed once where the flags
+// enter: an error naming the flag when the scheme is unknown, the reuse is not in [1, 1000000],
+// or a reuse is given for a scheme that does not reuse (naive, preloc, onlylocal).
+std::optional<std::string> sampleOptionsFromFlags(std::string_view scheme,
+                                                  std::optional<int64_t> reuse,
+                                                  SampleSchemeOptions& out);
+
 // "Is key k local to this node now?": owned or replicated here, so that reading it sends no
 // frame. Called on the thread that calls the scheme; may change its answers between calls.
 using LocalityOracle = std::function<bool(Key)>;

@@ -92,6 +92,28 @@ TEST(SampleScheme, NamesAndOptions) {
   EXPECT_THROW(SampleScheme(pi, {}, 1, {}), std::invalid_argument);
 }
 
+TEST(SampleScheme, FlagsParseOnceWithErrorsNamingTheFlag) {
+  SampleSchemeOptions o;
+  EXPECT_FALSE(sampleOptionsFromFlags("pool", std::nullopt, o));
+  EXPECT_EQ(o.kind, SampleSchemeKind::kPool);
+  EXPECT_EQ(o.reuse, 16u);  // NuPS's untuned setting
+  EXPECT_FALSE(sampleOptionsFromFlags("postpone", 4, o));
+  EXPECT_EQ(o.kind, SampleSchemeKind::kPostpone);
+  EXPECT_EQ(o.reuse, 4u);
+  EXPECT_FALSE(sampleOptionsFromFlags("preloc", std::nullopt, o));
+  EXPECT_EQ(o.reuse, 1u);
+  auto error = sampleOptionsFromFlags("local", std::nullopt, o);
+  ASSERT_TRUE(error);
+  EXPECT_NE(error->find("--sample-scheme"), std::string::npos) << *error;
+  EXPECT_EQ(o.kind, SampleSchemeKind::kPreloc);  // unchanged by a refused flag
+  error = sampleOptionsFromFlags("naive", 4, o);
+  ASSERT_TRUE(error);
+  EXPECT_NE(error->find("--sample-reuse applies to"), std::string::npos) << *error;
+  error = sampleOptionsFromFlags("pool", 0, o);
+  ASSERT_TRUE(error);
+  EXPECT_NE(error->find("[1, 1000000]"), std::string::npos) << *error;
+}
+
 TEST(SampleScheme, MisuseIsRefused) {
   const NegativeSampler pi = skewedPi();
   SampleScheme scheme(pi, schemeOf(SampleSchemeKind::kPreloc), 1, evenKeysLocal);
