@@ -80,7 +80,7 @@ node::Status SampleWorker::pullSample(sampling::SampleId id, size_t k, SampleBat
   std::sort(distinct.begin(), distinct.end());
   distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
   std::vector<float> read(space_.floatsOf(distinct));
-  const node::Status status = worker_.wait(worker_.pull(distinct, read));
+  node::Status status = worker_.wait(worker_.pull(distinct, read));
   if (!status.ok()) return status;
   std::vector<size_t> at(distinct.size());
   for (size_t i = 1; i < distinct.size(); ++i)
