@@ -12,19 +12,12 @@
 #include <vector>
 
 #include "sampling/negative_sampler.h"
+#include "tests/sampling/chi_square.h"
 
 namespace chorus::sampling {
 namespace {
 
-// Pearson's chi-square of `seen` against n draws from `pi` (keys with pi 0 must not be seen).
-double chiSquare(const std::vector<uint64_t>& seen, const std::vector<double>& pi, uint64_t n) {
-  double chi = 0;
-  for (size_t k = 0; k < seen.size(); ++k) {
-    const double expected = pi[k] * static_cast<double>(n);
-    if (expected > 0) chi += std::pow(static_cast<double>(seen[k]) - expected, 2) / expected;
-  }
-  return chi;
-}
+using sampletest::chiSquare;
 
 TEST(AccessCounts, ExactWithinBudgetSketchBeyondIt) {
   AccessCounts exact(1000);
