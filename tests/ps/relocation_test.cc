@@ -226,12 +226,12 @@ std::shared_ptr<const UpdatePolicy> counting() {
   return std::make_shared<CountingPolicy>();
 }
 
-// A key of `space` whose home in `map` is `home`.
-Key keyHomedAt(const Cluster& c, NodeId home, Key skip = ~Key{0}) {
+// The index-th key (0: the first) whose home is `home`.
+Key keyHomedAt(const Cluster& c, NodeId home, size_t index = 0) {
   for (Key k : c.space().allKeys()) {
-    if (c.map().home(k) == home && k != skip) return k;
+    if (c.map().home(k) == home && index-- == 0) return k;
   }
-  ADD_FAILURE() << "no key homed at node " << home;
+  ADD_FAILURE() << "too few keys homed at node " << home;
   return 0;
 }
 
@@ -501,7 +501,7 @@ void expectRefused(Cluster& c, NodeId from, NodeId to, RelocationBody body,
 TEST(Relocation, BadMessagesFromPeersGetARefusalNamingThePeerAndChangeNothing) {
   Cluster c(3, smallSpace(40, 3), counting());
   const Key at0 = keyHomedAt(c, 0);
-  const Key other0 = keyHomedAt(c, 0, at0);
+  const Key other0 = keyHomedAt(c, 0, 1);
   const Key at1 = keyHomedAt(c, 1);
   const Key missing = 40;
   // Node 2 owns `at0`; node 1 waits for `other0`, whose request is still on its way.
@@ -560,6 +560,78 @@ TEST(Relocation, BadMessagesFromPeersGetARefusalNamingThePeerAndChangeNothing) {
     EXPECT_TRUE(c.holder(k));
   for (NodeId n = 0; n < c.size(); ++n)
     EXPECT_TRUE(c.node(n).idle()) << "node " << n;
+}
+
+// --- A node that goes down ------------------------------------------------------------------
+
+TEST(Relocation, AnOwnerThatGoesDownLosesItsKeysAndNobodyWaitsForThem) {
+  Cluster c(3, smallSpace(60, 2), counting());
+  const NodeId home = 0, survivor = 1, dead = 2;
+  const Key moved = keyHomedAt(c, home);           // node 2 takes it: lost with node 2
+  const Key in_transfer = keyHomedAt(c, home, 1);  // node 2 is sending it to node 1
+  const Key stays = keyHomedAt(c, home, 2);        // never moves
+  const Key homed_at_dead = keyHomedAt(c, dead);
+  c.node(dead).localize(moved);
+  c.node(dead).localize(in_transfer);
+  c.deliverAll();
+  c.node(survivor).localize(in_transfer);
+  c.deliver(survivor, home);
+  c.deliver(home, dead);  // node 2 sent the row to node 1: it dies with the link
+  ASSERT_EQ(c.inFlight(), std::vector<std::string>{"2->1:transfer"});
+  // Node 1's push of `moved` is on its way (via the home), and so is one of `stays`.
+  const uint64_t push_moved = c.node(survivor).push(moved, std::vector<float>{1, 1}, 0);
+  const uint64_t push_stays = c.node(survivor).push(stays, std::vector<float>{1, 1}, 0);
+  c.collect();
+
+  c.dropLinksOf(dead);
+  const DownReport at_home = c.node(home).peerDown(dead);
+  EXPECT_EQ(at_home.lost, std::vector<Key>{moved});
+  EXPECT_EQ(at_home.handed_over, std::vector<Key>{in_transfer});
+  const DownReport at_survivor = c.node(survivor).peerDown(dead);
+  EXPECT_TRUE(at_survivor.lost.empty());
+  EXPECT_EQ(at_survivor.waiting, std::vector<Key>{in_transfer});
+  EXPECT_EQ(at_survivor.failed_ops, 2u);  // both pushes were on the network
+  for (uint64_t op : {push_moved, push_stays}) {
+    const auto failed = c.take(survivor, op);
+    ASSERT_TRUE(failed);
+    ASSERT_TRUE(failed->error);
+    EXPECT_NE(failed->error->find("node 2 went down"), std::string::npos) << *failed->error;
+    EXPECT_NE(failed->error->find("may or may not have been applied"), std::string::npos);
+  }
+  // The push of `stays` was applied after all: its late answer is dropped, not an error.
+  c.deliverAll();
+  EXPECT_TRUE(c.errors().empty()) << c.errors().front();
+  EXPECT_TRUE(c.completions(survivor).empty());
+  EXPECT_EQ(c.node(home).store().find(stays)->values, (std::vector<float>{1, 1}));
+
+  // Later operations and localizes of the lost key fail at once, naming the dead owner.
+  const uint64_t pull = c.node(survivor).pull(moved, 0);
+  const uint64_t localize = c.node(survivor).localize(moved);
+  const uint64_t home_pull = c.node(home).pull(moved, 0);
+  c.deliverAll();
+  for (auto [n, op] : {std::pair{survivor, pull}, {survivor, localize}, {home, home_pull}}) {
+    const auto failed = c.take(n, op);
+    ASSERT_TRUE(failed) << "node " << n << " operation " << op;
+    ASSERT_TRUE(failed->error);
+    EXPECT_NE(failed->error->find("was lost with node 2"), std::string::npos) << *failed->error;
+  }
+  // A key whose home is down cannot move, and pulls of it routed to its home fail.
+  const uint64_t stuck = c.node(survivor).localize(homed_at_dead);
+  const auto refused = c.take(survivor, stuck);
+  ASSERT_TRUE(refused);
+  ASSERT_TRUE(refused->error);
+  EXPECT_NE(refused->error->find("its home, node 2, is down"), std::string::npos);
+  const auto unreachable = c.take(survivor, c.node(survivor).pull(homed_at_dead, 0));
+  ASSERT_TRUE(unreachable);
+  EXPECT_TRUE(unreachable->error);
+  // The rest goes on as before.
+  const uint64_t ok = c.node(survivor).push(stays, std::vector<float>{2, 2}, 1);
+  c.deliverAll();
+  const auto applied = c.take(survivor, ok);
+  ASSERT_TRUE(applied);
+  EXPECT_EQ(applied->error, std::nullopt);
+  EXPECT_EQ(c.node(home).store().find(stays)->values, (std::vector<float>{3, 3}));
+  EXPECT_TRUE(c.errors().empty());
 }
 
 // --- The property: random delivery orders, concurrent localizes, pushes and pulls ----------
