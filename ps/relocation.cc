@@ -24,6 +24,8 @@ const char* refusedKindName(RefusedKind kind) {
       return "pull";
     case RefusedKind::kAnswer:
       return "answer";
+    case RefusedKind::kNotice:
+      return "notice";
   }
   return "unknown";
 }
@@ -39,6 +41,9 @@ struct KindName {
   const char* operator()(const PushApplied&) const { return "push-applied"; }
   const char* operator()(const PullAnswer&) const { return "pull-answer"; }
   const char* operator()(const Refusal&) const { return "refusal"; }
+  const char* operator()(const LocalizeAccepted&) const { return "localize-accepted"; }
+  const char* operator()(const TransferLost&) const { return "transfer-lost"; }
+  const char* operator()(const RowLost&) const { return "row-lost"; }
 };
 
 const char* opName(Completion::Kind kind) {
@@ -276,7 +281,13 @@ void Relocation::relocate(Key key, NodeId requester) {
   directory_.setOwner(key, requester);  // a key of the space and a member: cannot fail
   const uint64_t version = directory_.keyVersion(key);
   last_giver_[key] = old;
-  if (requester == self_) ++transit_[key].awaiting;
+  if (requester == self_) {
+    Transit& t = transit_[key];
+    ++t.awaiting;
+    t.givers[version] = old;
+  } else {
+    send(requester, LocalizeAccepted{key, version, old});
+  }
   if (old == self_) {
     handOver(key, requester, version, from_version);
   } else {
@@ -297,8 +308,12 @@ void Relocation::handOver(Key key, NodeId to, uint64_t version, uint64_t from_ve
 void Relocation::sendRow(Key key, NodeId to, uint64_t version) {
   std::optional<KeyEntry> row = store_.extract(key);
   held_versions_.erase(key);
-  ++stats_.transfers_out;
   learn(key, to, version);
+  if (down_.count(to)) {
+    reportRowLost(key, version, to);  // the node it belongs to now is gone
+    return;
+  }
+  ++stats_.transfers_out;
   send(to, Transfer{key, version, std::move(*row)});
 }
 
@@ -324,9 +339,15 @@ std::optional<std::string> Relocation::receive(NodeId from, RelocationBody body)
           return onPushApplied(from, m);
         } else if constexpr (std::is_same_v<T, PullAnswer>) {
           return onPullAnswer(from, m);
-        } else {
-          static_assert(std::is_same_v<T, Refusal>);
+        } else if constexpr (std::is_same_v<T, Refusal>) {
           return onRefusal(from, m);
+        } else if constexpr (std::is_same_v<T, LocalizeAccepted>) {
+          return onAccepted(from, m);
+        } else if constexpr (std::is_same_v<T, TransferLost>) {
+          return onTransferLost(from, m);
+        } else {
+          static_assert(std::is_same_v<T, RowLost>);
+          return onRowLost(from, m);
         }
       },
       body);
@@ -374,6 +395,11 @@ std::optional<std::string> Relocation::onHandOver(NodeId from, const HandOver& m
              m.version <= m.from_version) {
     error = fmt::format("node {} sent a hand-over of key {} to node {} at version {} (from {})",
                         from, m.key, m.to, m.version, m.from_version);
+  } else if (auto lost = lost_arrivals_.find(m.key);
+             lost != lost_arrivals_.end() && lost->second.count(m.from_version)) {
+    // The row this hand-over follows died on its way here: so does the next transfer.
+    send(m.to, TransferLost{m.key, m.version, lost->second.at(m.from_version)});
+    return std::nullopt;
   } else if (store_.contains(m.key)) {
     if (heldVersion(m.key) != m.from_version) {
       error = fmt::format(
@@ -400,7 +426,8 @@ std::optional<std::string> Relocation::onTransfer(NodeId from, Transfer& m) {
   const size_t len = store_.space().length(m.key);
   if (len == 0) {
     error = fmt::format("node {} sent a transfer of key {}, which does not exist", from, m.key);
-  } else if (!t || t->awaiting == 0 || store_.contains(m.key) || m.version == 0) {
+  } else if (!t || t->awaiting == 0 || store_.contains(m.key) || m.version == 0 ||
+             (!t->givers.count(m.version) && t->awaiting <= t->givers.size())) {
     error = fmt::format("node {} sent a transfer of key {}, which node {} did not ask for", from,
                         m.key, self_);
   } else if (m.row.values.size() != len) {
@@ -429,6 +456,8 @@ void Relocation::arrive(Key key, uint64_t version, KeyEntry row) {
   cache_.erase(key);
   Transit& t = transit_[key];
   --t.awaiting;
+  const NodeId home = directory_.home(key);
+  if (!t.givers.erase(version) && home != self_ && !down_.count(home)) t.early.insert(version);
   // Operations that waited for the row, in the order they came; then the localizes.
   std::deque<KeyOp> queued = std::exchange(t.queued, {});
   std::vector<uint64_t> localizes = std::exchange(t.localizes, {});
@@ -581,6 +610,124 @@ std::optional<std::string> Relocation::onRefusal(NodeId from, const Refusal& m) 
   return fmt::format("node {} sent a refusal of an unknown kind", from);
 }
 
+std::optional<std::string> Relocation::onAccepted(NodeId from, const LocalizeAccepted& m) {
+  std::string error;
+  Transit* t = transit(m.key);
+  if (!store_.space().contains(m.key) || directory_.home(m.key) != from ||
+      !std::binary_search(members_.begin(), members_.end(), m.giver) || m.version == 0) {
+    error = fmt::format(
+        "node {} accepted a localize of key {} from node {} at version {}, but "
+        "it is not the home of such a key",
+        from, m.key, m.giver, m.version);
+  } else if (auto lost = lost_arrivals_.find(m.key);
+             lost != lost_arrivals_.end() && lost->second.count(m.version)) {
+    return std::nullopt;  // given up before the acceptance came
+  } else if (t && t->early.erase(m.version)) {
+    settle(m.key);  // the row came first
+    return std::nullopt;
+  } else if (!t || t->awaiting <= t->givers.size() || t->givers.count(m.version)) {
+    error = fmt::format("node {} accepted a localize of key {} that node {} did not send", from,
+                        m.key, self_);
+  }
+  if (!error.empty()) {
+    refuse(from, RefusedKind::kNotice, m.key, 0, error);
+    return error;
+  }
+  t->givers[m.version] = m.giver;
+  if (down_.count(m.giver)) giveUp(m.key, m.version, m.giver);
+  return std::nullopt;
+}
+
+std::optional<std::string> Relocation::onTransferLost(NodeId from, const TransferLost& m) {
+  const Transit* t = transit(m.key);
+  bool expected = false;
+  if (store_.space().contains(m.key) && t && t->awaiting > 0) {
+    auto giver = t->givers.find(m.version);
+    // From the giver the home named, or for an arrival whose acceptance is still on its way.
+    expected = giver != t->givers.end() ? giver->second == from : t->awaiting > t->givers.size();
+  }
+  if (!expected) {
+    const std::string error = fmt::format(
+        "node {} said the row of key {} at version {} died, but node {} awaits no such row "
+        "from it",
+        from, m.key, m.version, self_);
+    refuse(from, RefusedKind::kNotice, m.key, 0, error);
+    return error;
+  }
+  giveUp(m.key, m.version, m.with);
+  return std::nullopt;
+}
+
+std::optional<std::string> Relocation::onRowLost(NodeId from, const RowLost& m) {
+  if (!store_.space().contains(m.key) || directory_.home(m.key) != self_) {
+    const std::string error = fmt::format(
+        "node {} said the row of key {} died, but node {} is not its home", from, m.key, self_);
+    refuse(from, RefusedKind::kNotice, m.key, 0, error);
+    return error;
+  }
+  lost_.try_emplace(m.key, m.with);
+  return std::nullopt;
+}
+
+void Relocation::giveUp(Key key, uint64_t version, NodeId with) {
+  Transit& t = transit_[key];
+  --t.awaiting;
+  t.givers.erase(version);
+  lost_arrivals_[key][version] = with;
+  std::optional<PassOn> pass_on;
+  if (auto it = t.pass_ons.find(version); it != t.pass_ons.end()) {
+    pass_on = it->second;
+    t.pass_ons.erase(it);
+  }
+  std::vector<uint64_t> localizes;
+  std::deque<KeyOp> queued;
+  if (t.awaiting == 0) {
+    localizes = std::exchange(t.localizes, {});
+    queued = std::exchange(t.queued, {});
+  }
+  settle(key);
+  const std::string reason =
+      fmt::format("the row of key {} died with node {} on its way to node {}", key, with, self_);
+  for (uint64_t id : localizes)
+    complete(Completion{id, Completion::Kind::kLocalize, key, {}, reason});
+  for (const KeyOp& op : queued)
+    failOp(key, op, reason);
+  if (pass_on) send(pass_on->to, TransferLost{key, pass_on->version, with});
+  reportRowLost(key, version, with);
+}
+
+void Relocation::giveUpRequest(Key key, NodeId home) {
+  Transit& t = transit_[key];
+  --t.awaiting;
+  std::vector<uint64_t> localizes;
+  std::deque<KeyOp> queued;
+  if (t.awaiting == 0) {
+    localizes = std::exchange(t.localizes, {});
+    queued = std::exchange(t.queued, {});
+  }
+  settle(key);
+  for (uint64_t id : localizes) {
+    complete(
+        Completion{id,
+                   Completion::Kind::kLocalize,
+                   key,
+                   {},
+                   fmt::format("the localize of key {} died with its home, node {}", key, home)});
+  }
+  // The row stays where it is: the operations go there if the cache knows the way.
+  for (KeyOp& op : queued)
+    dispatch(key, std::move(op));
+}
+
+void Relocation::reportRowLost(Key key, uint64_t version, NodeId with) {
+  const NodeId home = directory_.home(key);
+  if (home == self_) {
+    lost_.try_emplace(key, with);
+  } else {
+    send(home, RowLost{key, version, with});
+  }
+}
+
 // --- Location cache -----------------------------------------------------------------------
 
 void Relocation::learn(Key key, NodeId owner, uint64_t version) {
@@ -615,6 +762,30 @@ DownReport Relocation::peerDown(NodeId node) {
     const NodeId owner = directory_.owner(key);
     if (giver == node && owner != node && !down_.count(owner)) report.handed_over.push_back(key);
   }
+  // Rows on their way here from the dead node, and requests its death left unanswered.
+  std::vector<std::pair<Key, uint64_t>> from_dead;
+  std::vector<std::pair<Key, size_t>> orphaned;
+  for (auto& [key, t] : transit_) {
+    for (const auto& [version, giver] : t.givers) {
+      if (giver == node) from_dead.emplace_back(key, version);
+    }
+    if (directory_.home(key) == node) {
+      t.early.clear();  // no acceptance comes any more
+      if (t.awaiting > t.givers.size()) orphaned.emplace_back(key, t.awaiting - t.givers.size());
+    }
+  }
+  std::sort(from_dead.begin(), from_dead.end());
+  for (const auto& [key, version] : from_dead) {
+    giveUp(key, version, node);
+    report.given_up.push_back(key);
+  }
+  for (const auto& [key, n] : orphaned) {
+    for (size_t i = 0; i < n; ++i)
+      giveUpRequest(key, node);
+  }
+  for (auto it = transit_.begin(); it != transit_.end();) {
+    it = it->second.empty() && it->second.localizes.empty() ? transit_.erase(it) : std::next(it);
+  }
   for (const auto& [key, t] : transit_) {
     if (t.awaiting > 0) report.waiting.push_back(key);
   }
@@ -641,6 +812,8 @@ DownReport Relocation::peerDown(NodeId node) {
   }
   report.failed_ops = failed.size();
   std::sort(report.handed_over.begin(), report.handed_over.end());
+  report.given_up.erase(std::unique(report.given_up.begin(), report.given_up.end()),
+                        report.given_up.end());
   std::sort(report.waiting.begin(), report.waiting.end());
   return report;
 }

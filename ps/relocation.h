@@ -62,7 +62,11 @@ struct DownReport {
   // Keys homed here that `node` handed over last: the row may have died in transfer (the new
   // owner's own report says whether it still waits for it).
   std::vector<Key> handed_over;
-  // Keys this node waits for: their transfer may never come (the home's report tells).
+  // Keys whose row this node awaited from `node`: it died on the way. Their waiting operations
+  // failed, the node a noted hand-over named was told (TransferLost), and so was the home
+  // (RowLost), which counts the key lost from then on.
+  std::vector<Key> given_up;
+  // Keys this node still waits for (from live nodes).
   std::vector<Key> waiting;
   // This node's operations that were on the network: failed, since the core cannot see which
   // nodes a forwarded operation passed through.
@@ -171,7 +175,11 @@ class Relocation {
     std::map<uint64_t, PassOn> pass_ons;  // by the version of the arrival they follow
     std::deque<KeyOp> queued;             // operations to apply when the row arrives, in order
     std::vector<uint64_t> localizes;      // own localize operations waiting for the row
-    bool empty() const { return awaiting == 0 && pass_ons.empty() && queued.empty(); }
+    std::map<uint64_t, NodeId> givers;    // awaited arrivals the home accepted: version -> giver
+    std::set<uint64_t> early;             // arrivals that came before their acceptance
+    bool empty() const {
+      return awaiting == 0 && pass_ons.empty() && queued.empty() && givers.empty() && early.empty();
+    }
   };
   // An own operation not completed yet.
   struct Pending {
@@ -202,6 +210,12 @@ class Relocation {
   // localizes, passes it on when a hand-over is noted for it.
   void arrive(Key key, uint64_t version, KeyEntry row);
   void learn(Key key, NodeId owner, uint64_t version);
+  // The awaited arrival of `key` at `version` will not come: the row died with node `with`.
+  void giveUp(Key key, uint64_t version, NodeId with);
+  // An awaited arrival of `key` that its home (`home`, now down) never accepted will not come.
+  void giveUpRequest(Key key, NodeId home);
+  // The row of `key` (at `version`) died with node `with`: the home counts it lost.
+  void reportRowLost(Key key, uint64_t version, NodeId with);
   void send(NodeId to, RelocationBody body);
   void refuse(NodeId to, RefusedKind kind, Key key, uint64_t op, const std::string& reason);
   Transit* transit(Key key);
@@ -215,6 +229,9 @@ class Relocation {
   std::optional<std::string> onPushApplied(NodeId from, const PushApplied& m);
   std::optional<std::string> onPullAnswer(NodeId from, PullAnswer& m);
   std::optional<std::string> onRefusal(NodeId from, const Refusal& m);
+  std::optional<std::string> onAccepted(NodeId from, const LocalizeAccepted& m);
+  std::optional<std::string> onTransferLost(NodeId from, const TransferLost& m);
+  std::optional<std::string> onRowLost(NodeId from, const RowLost& m);
   // The pending own operation `op` of `kind` for `key`, or why an answer for it is wrong.
   std::optional<std::string> checkAnswer(NodeId from, uint64_t op, Completion::Kind kind,
                                          Key key) const;
@@ -232,7 +249,10 @@ class Relocation {
   std::unordered_set<uint64_t> abandoned_;  // failed by peerDown: late answers are dropped
   // Homed here: who handed each key over last (for peerDown's report).
   std::unordered_map<Key, NodeId> last_giver_;
-  std::unordered_map<Key, NodeId> lost_;  // homed here, lost with this node
+  std::unordered_map<Key, NodeId> lost_;  // homed here: lost with this node
+  // Arrivals given up, by key and version, with the node the row died with: a hand-over that
+  // comes later for one of them tells its receiver at once.
+  std::unordered_map<Key, std::map<uint64_t, NodeId>> lost_arrivals_;
   std::set<NodeId> down_;
   uint64_t next_op_ = 1;
   std::vector<Outgoing> outgoing_;

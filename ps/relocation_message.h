@@ -76,8 +76,41 @@ struct PullAnswer {
   std::vector<float> values;
 };
 
+// Home -> requester: the localize was taken; the row comes from `giver`, owned by the requester
+// from `version` on. Off the critical path (the row does not wait for it); it tells the requester
+// whom it waits for, so that it stops waiting when that node goes down.
+struct LocalizeAccepted {
+  Key key = 0;
+  uint64_t version = 0;
+  NodeId giver = 0;
+};
+
+// Giver -> the node it was to give the row to: the row the receiver awaits at `version` will not
+// come; it died with node `with` on its way here.
+struct TransferLost {
+  Key key = 0;
+  uint64_t version = 0;
+  NodeId with = 0;
+};
+
+// Any node -> home: the row of `key` died with node `with` (it was on its way at `version`):
+// the home counts the key lost.
+struct RowLost {
+  Key key = 0;
+  uint64_t version = 0;
+  NodeId with = 0;
+};
+
 // What a Refusal refuses.
-enum class RefusedKind : uint8_t { kLocalize, kHandOver, kTransfer, kPush, kPull, kAnswer };
+enum class RefusedKind : uint8_t {
+  kLocalize,
+  kHandOver,
+  kTransfer,
+  kPush,
+  kPull,
+  kAnswer,
+  kNotice,  // LocalizeAccepted, TransferLost, RowLost
+};
 const char* refusedKindName(RefusedKind kind);
 
 // Any node -> the sender of a message it could not take, or the origin of an operation that
@@ -89,8 +122,9 @@ struct Refusal {
   std::string reason;
 };
 
-using RelocationBody = std::variant<LocalizeRequest, HandOver, Transfer, KeyPush, KeyPull,
-                                    PushApplied, PullAnswer, Refusal>;
+using RelocationBody =
+    std::variant<LocalizeRequest, HandOver, Transfer, KeyPush, KeyPull, PushApplied, PullAnswer,
+                 Refusal, LocalizeAccepted, TransferLost, RowLost>;
 
 // A message to send: where to, and what.
 struct Outgoing {

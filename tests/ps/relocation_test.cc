@@ -248,29 +248,36 @@ TEST(Relocation, ALocalizeIsThreeMessagesAndMovesTheRowWithItsOptimizerState) {
   const NodeId home = 0, old_owner = 1, requester = 2;
   const Key key = keyHomedAt(c, home);
 
-  // Node 1 takes the key from its home: the home holds it, so two messages do.
+  // Node 1 takes the key from its home: the home holds it, so two messages do (and the notice
+  // that names the giver).
   c.node(old_owner).localize(key);
   EXPECT_EQ(kindOf(c.link(old_owner, home).front()), "localize");
   c.deliver(old_owner, home);
-  ASSERT_EQ(c.link(home, old_owner).size(), 1u);
-  EXPECT_EQ(kindOf(c.link(home, old_owner).front()), "transfer");
-  c.deliver(home, old_owner);
+  ASSERT_EQ(c.link(home, old_owner).size(), 2u);
+  EXPECT_EQ(kindOf(c.link(home, old_owner).front()), "localize-accepted");
+  EXPECT_EQ(kindOf(c.link(home, old_owner).back()), "transfer");
+  c.deliverAll();
   ASSERT_TRUE(c.node(old_owner).holds(key));
   const std::vector<float> grad{1.0f, -2.0f, 0.5f, 3.0f};
   c.node(old_owner).push(key, grad, 0);
   const KeyEntry before = *c.node(old_owner).store().find(key);
   ASSERT_NE(before.state, std::vector<float>(4, 0.0f));
 
-  // Node 2 takes it from node 1: requester -> home -> old owner -> requester.
+  // Node 2 takes it from node 1: requester -> home -> old owner -> requester. The home's notice
+  // to the requester (who gives the row) is off that path.
   const uint64_t op = c.node(requester).localize(key);
   EXPECT_EQ(c.inFlight(), std::vector<std::string>{"2->0:localize"});
   c.deliver(requester, home);
-  EXPECT_EQ(c.inFlight(), std::vector<std::string>{"0->1:hand-over"});
+  EXPECT_EQ(c.inFlight(), (std::vector<std::string>{"0->1:hand-over", "0->2:localize-accepted"}));
   EXPECT_EQ(c.node(home).directoryOwner(key), requester);  // the home changed its entry first
   c.deliver(home, old_owner);
-  EXPECT_EQ(c.inFlight(), std::vector<std::string>{"1->2:transfer"});
+  EXPECT_EQ(c.inFlight(), (std::vector<std::string>{"0->2:localize-accepted", "1->2:transfer"}));
   EXPECT_FALSE(c.node(old_owner).holds(key));
-  c.deliver(old_owner, requester);
+  c.deliver(old_owner, requester);  // the row may come before the notice
+  EXPECT_TRUE(c.node(requester).holds(key));
+  EXPECT_FALSE(c.node(requester).idle());  // it still expects the notice
+  c.deliver(home, requester);
+  EXPECT_TRUE(c.node(requester).idle());
   EXPECT_EQ(c.messagesInFlight(), 0u);
 
   ASSERT_TRUE(c.node(requester).holds(key));
@@ -299,6 +306,7 @@ TEST(Relocation, OperationsOnAKeyInTransferWaitAndAreAppliedInOrder) {
   const Key key = keyHomedAt(c, home);
   c.node(requester).localize(key);
   c.deliver(requester, home);  // the transfer is on its way to node 1
+  c.deliver(home, requester);  // after the notice that names its giver
 
   // Node 2's push goes to the home, which sends it on to the owner its directory names.
   const uint64_t remote = c.node(other).push(key, std::vector<float>{0, 0, 100}, 0);
@@ -332,9 +340,10 @@ TEST(Relocation, ALocalizeThatArrivesDuringATransferIsPassedOnWhenTheRowComes) {
   const Key key = keyHomedAt(c, home);
   c.node(first).localize(key);
   c.node(second).localize(key);
-  c.deliver(first, home);   // home -> 1: transfer
+  c.deliver(first, home);   // home -> 1: notice, transfer
   c.deliver(second, home);  // home -> 1: hand-over to node 2, behind the transfer
-  ASSERT_EQ(c.link(home, first).size(), 2u);
+  ASSERT_EQ(c.link(home, first).size(), 3u);
+  c.deliver(home, first);  // the notice
   EXPECT_EQ(c.node(home).directoryOwner(key), second);
 
   // The home's messages to node 1 are FIFO, so the transfer comes first; node 1's own push,
@@ -345,7 +354,7 @@ TEST(Relocation, ALocalizeThatArrivesDuringATransferIsPassedOnWhenTheRowComes) {
   ASSERT_TRUE(c.take(first, push));
   c.deliver(home, first);  // the hand-over
   EXPECT_FALSE(c.node(first).holds(key));
-  EXPECT_EQ(c.inFlight(), std::vector<std::string>{"1->2:transfer"});
+  EXPECT_EQ(c.inFlight(), (std::vector<std::string>{"0->2:localize-accepted", "1->2:transfer"}));
   c.deliverAll();
   EXPECT_EQ(c.holder(key), second);
   EXPECT_EQ(c.node(second).store().find(key)->values, (std::vector<float>{0, 5, 0}));
@@ -364,9 +373,10 @@ TEST(Relocation, AHandOverThatOvertakesItsRowWaitsAtTheOldOwnerAndFollowsIt) {
 
   c.node(first).localize(key);
   c.node(second).localize(key);
-  c.deliver(first, home);   // home -> 3: hand-over to 1
+  c.deliver(first, home);   // home -> 3: hand-over to 1 (and home -> 1: the notice)
   c.deliver(second, home);  // home -> 1: hand-over to 2
-  c.deliver(home, first);   // arrives before the row: noted
+  c.deliver(home, first);   // the notice
+  c.deliver(home, first);   // the hand-over arrives before the row: noted
   EXPECT_EQ(c.node(first).awaiting(key), 1u);
   const uint64_t pull = c.node(first).pull(key, 0);
   c.deliver(home, holder);  // node 3 sends the row to node 1
@@ -574,11 +584,14 @@ TEST(Relocation, AnOwnerThatGoesDownLosesItsKeysAndNobodyWaitsForThem) {
   c.node(dead).localize(moved);
   c.node(dead).localize(in_transfer);
   c.deliverAll();
-  c.node(survivor).localize(in_transfer);
+  const uint64_t localize = c.node(survivor).localize(in_transfer);
   c.deliver(survivor, home);
-  c.deliver(home, dead);  // node 2 sent the row to node 1: it dies with the link
+  c.deliver(home, survivor);  // the notice: the row comes from node 2
+  c.deliver(home, dead);      // node 2 sent the row to node 1: it dies with the link
   ASSERT_EQ(c.inFlight(), std::vector<std::string>{"2->1:transfer"});
-  // Node 1's push of `moved` is on its way (via the home), and so is one of `stays`.
+  // Node 1 pushes `in_transfer` (queued for the row), and `moved` and `stays` (on their way via
+  // the home).
+  const uint64_t queued = c.node(survivor).push(in_transfer, std::vector<float>{1, 1}, 0);
   const uint64_t push_moved = c.node(survivor).push(moved, std::vector<float>{1, 1}, 0);
   const uint64_t push_stays = c.node(survivor).push(stays, std::vector<float>{1, 1}, 0);
   c.collect();
@@ -589,8 +602,16 @@ TEST(Relocation, AnOwnerThatGoesDownLosesItsKeysAndNobodyWaitsForThem) {
   EXPECT_EQ(at_home.handed_over, std::vector<Key>{in_transfer});
   const DownReport at_survivor = c.node(survivor).peerDown(dead);
   EXPECT_TRUE(at_survivor.lost.empty());
-  EXPECT_EQ(at_survivor.waiting, std::vector<Key>{in_transfer});
-  EXPECT_EQ(at_survivor.failed_ops, 2u);  // both pushes were on the network
+  EXPECT_EQ(at_survivor.given_up, std::vector<Key>{in_transfer});  // its giver is gone
+  EXPECT_TRUE(at_survivor.waiting.empty());
+  EXPECT_EQ(at_survivor.failed_ops, 2u);  // the two pushes on the network
+  for (uint64_t op : {queued, localize}) {
+    const auto died = c.take(survivor, op);
+    ASSERT_TRUE(died);
+    ASSERT_TRUE(died->error);
+    EXPECT_NE(died->error->find("died with node 2 on its way to node 1"), std::string::npos)
+        << *died->error;
+  }
   for (uint64_t op : {push_moved, push_stays}) {
     const auto failed = c.take(survivor, op);
     ASSERT_TRUE(failed);
@@ -598,18 +619,22 @@ TEST(Relocation, AnOwnerThatGoesDownLosesItsKeysAndNobodyWaitsForThem) {
     EXPECT_NE(failed->error->find("node 2 went down"), std::string::npos) << *failed->error;
     EXPECT_NE(failed->error->find("may or may not have been applied"), std::string::npos);
   }
-  // The push of `stays` was applied after all: its late answer is dropped, not an error.
+  // The push of `stays` was applied after all: its late answer is dropped, not an error. The
+  // survivor's RowLost tells the home that `in_transfer` is gone too.
   c.deliverAll();
   EXPECT_TRUE(c.errors().empty()) << c.errors().front();
   EXPECT_TRUE(c.completions(survivor).empty());
   EXPECT_EQ(c.node(home).store().find(stays)->values, (std::vector<float>{1, 1}));
 
-  // Later operations and localizes of the lost key fail at once, naming the dead owner.
-  const uint64_t pull = c.node(survivor).pull(moved, 0);
-  const uint64_t localize = c.node(survivor).localize(moved);
-  const uint64_t home_pull = c.node(home).pull(moved, 0);
+  // Later operations and localizes of the lost keys fail at once, naming the dead node.
+  std::vector<std::pair<NodeId, uint64_t>> ops;
+  for (Key k : {moved, in_transfer}) {
+    ops.emplace_back(survivor, c.node(survivor).pull(k, 0));
+    ops.emplace_back(survivor, c.node(survivor).localize(k));
+    ops.emplace_back(home, c.node(home).push(k, std::vector<float>{1, 1}, 0));
+  }
   c.deliverAll();
-  for (auto [n, op] : {std::pair{survivor, pull}, {survivor, localize}, {home, home_pull}}) {
+  for (auto [n, op] : ops) {
     const auto failed = c.take(n, op);
     ASSERT_TRUE(failed) << "node " << n << " operation " << op;
     ASSERT_TRUE(failed->error);
@@ -624,7 +649,7 @@ TEST(Relocation, AnOwnerThatGoesDownLosesItsKeysAndNobodyWaitsForThem) {
   const auto unreachable = c.take(survivor, c.node(survivor).pull(homed_at_dead, 0));
   ASSERT_TRUE(unreachable);
   EXPECT_TRUE(unreachable->error);
-  // The rest goes on as before.
+  // The rest goes on as before, and nobody waits for anything.
   const uint64_t ok = c.node(survivor).push(stays, std::vector<float>{2, 2}, 1);
   c.deliverAll();
   const auto applied = c.take(survivor, ok);
@@ -632,6 +657,43 @@ TEST(Relocation, AnOwnerThatGoesDownLosesItsKeysAndNobodyWaitsForThem) {
   EXPECT_EQ(applied->error, std::nullopt);
   EXPECT_EQ(c.node(home).store().find(stays)->values, (std::vector<float>{3, 3}));
   EXPECT_TRUE(c.errors().empty());
+  EXPECT_TRUE(c.node(home).idle());
+  EXPECT_TRUE(c.node(survivor).idle());
+}
+
+TEST(Relocation, ARowThatDiesOnItsWayTakesTheLocalizesQueuedBehindItDownWithIt) {
+  // Node 3 holds the key; node 1 localizes it, then node 2 (noted at node 1 as a hand-over).
+  // Node 3 dies before sending the row: node 1 gives up, tells node 2, and both tell the home.
+  Cluster c(4, smallSpace(60, 2), counting());
+  const NodeId home = 0, first = 1, second = 2, dead = 3;
+  const Key key = keyHomedAt(c, home);
+  c.node(dead).localize(key);
+  c.deliverAll();
+  c.node(first).localize(key);
+  c.node(second).localize(key);
+  c.deliver(first, home);
+  c.deliver(second, home);
+  c.deliver(home, first);   // the notice (giver: node 3)
+  c.deliver(home, first);   // the hand-over to node 2: noted
+  c.deliver(home, second);  // the notice (giver: node 1)
+  const uint64_t waiting = c.node(second).pull(key, 0);
+  c.dropLinksOf(dead);
+  for (NodeId n : {home, second, first})
+    c.node(n).peerDown(dead);
+  c.deliverAll();
+  const auto failed = c.take(second, waiting);
+  ASSERT_TRUE(failed);
+  ASSERT_TRUE(failed->error);
+  EXPECT_NE(failed->error->find("died with node 3"), std::string::npos) << *failed->error;
+  for (NodeId n : {home, first, second})
+    EXPECT_TRUE(c.node(n).idle()) << "node " << n;
+  const uint64_t after = c.node(first).localize(key);
+  c.deliverAll();
+  const auto refused = c.take(first, after);
+  ASSERT_TRUE(refused);
+  ASSERT_TRUE(refused->error);
+  EXPECT_NE(refused->error->find("was lost with node 3"), std::string::npos);
+  EXPECT_TRUE(c.errors().empty()) << c.errors().front();
 }
 
 // --- The property: random delivery orders, concurrent localizes, pushes and pulls ----------
