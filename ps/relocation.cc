@@ -44,6 +44,9 @@ struct KindName {
   const char* operator()(const LocalizeAccepted&) const { return "localize-accepted"; }
   const char* operator()(const TransferLost&) const { return "transfer-lost"; }
   const char* operator()(const RowLost&) const { return "row-lost"; }
+  const char* operator()(const TransferQuery&) const { return "transfer-query"; }
+  const char* operator()(const NoHandOver&) const { return "no-hand-over"; }
+  const char* operator()(const OpLost&) const { return "op-lost"; }
 };
 
 const char* opName(Completion::Kind kind) {
@@ -215,9 +218,12 @@ void Relocation::dispatch(Key key, KeyOp op) {
   if (op.origin == self_) {
     ++stats_.sent;
     if (cached) ++stats_.cache_hits;
-    pending_[op.id].on_network = true;
+    if (auto it = pending_.find(op.id); it != pending_.end()) it->second.on_network = true;
   } else {
     ++stats_.passed_on;
+    std::deque<Passed>& passed = passed_[next];
+    if (passed.size() == kPassedMemory) passed.pop_front();
+    passed.push_back(Passed{op.origin, op.id, key});
   }
   if (op.push) {
     send(next, KeyPush{key, op.origin, op.id, op.clock, std::move(op.grad)});
@@ -257,6 +263,9 @@ void Relocation::failOp(Key key, const KeyOp& op, const std::string& reason) {
 }
 
 void Relocation::complete(Completion completion) {
+  // An operation failed by peerDown may still come back here (forwarded back to its origin):
+  // it completed already.
+  if (abandoned_.erase(completion.op)) return;
   pending_.erase(completion.op);
   completions_.push_back(std::move(completion));
 }
@@ -345,9 +354,15 @@ std::optional<std::string> Relocation::receive(NodeId from, RelocationBody body)
           return onAccepted(from, m);
         } else if constexpr (std::is_same_v<T, TransferLost>) {
           return onTransferLost(from, m);
-        } else {
-          static_assert(std::is_same_v<T, RowLost>);
+        } else if constexpr (std::is_same_v<T, RowLost>) {
           return onRowLost(from, m);
+        } else if constexpr (std::is_same_v<T, TransferQuery>) {
+          return onTransferQuery(from, m);
+        } else if constexpr (std::is_same_v<T, NoHandOver>) {
+          return onNoHandOver(from, m);
+        } else {
+          static_assert(std::is_same_v<T, OpLost>);
+          return onOpLost(from, m);
         }
       },
       body);
@@ -424,10 +439,12 @@ std::optional<std::string> Relocation::onTransfer(NodeId from, Transfer& m) {
   std::string error;
   const Transit* t = transit(m.key);
   const size_t len = store_.space().length(m.key);
+  const bool orphan = orphaned_.count(m.key) && !store_.contains(m.key) && m.version > 0 &&
+                      (!t || t->awaiting == 0);
   if (len == 0) {
     error = fmt::format("node {} sent a transfer of key {}, which does not exist", from, m.key);
-  } else if (!t || t->awaiting == 0 || store_.contains(m.key) || m.version == 0 ||
-             (!t->givers.count(m.version) && t->awaiting <= t->givers.size())) {
+  } else if (!orphan && (!t || t->awaiting == 0 || store_.contains(m.key) || m.version == 0 ||
+                         (!t->givers.count(m.version) && t->awaiting <= t->givers.size()))) {
     error = fmt::format("node {} sent a transfer of key {}, which node {} did not ask for", from,
                         m.key, self_);
   } else if (m.row.values.size() != len) {
@@ -444,6 +461,11 @@ std::optional<std::string> Relocation::onTransfer(NodeId from, Transfer& m) {
   if (!error.empty()) {
     refuse(from, RefusedKind::kTransfer, m.key, 0, error);
     return error;
+  }
+  if (orphan) {
+    // A request whose home died after it sent the hand-over: the row is this node's now.
+    if (--orphaned_[m.key] == 0) orphaned_.erase(m.key);
+    ++transit_[m.key].awaiting;
   }
   arrive(m.key, m.version, std::move(m.row));
   return std::nullopt;
@@ -669,6 +691,110 @@ std::optional<std::string> Relocation::onRowLost(NodeId from, const RowLost& m) 
   return std::nullopt;
 }
 
+std::optional<std::string> Relocation::onTransferQuery(NodeId from, const TransferQuery& m) {
+  if (!store_.space().contains(m.key) || directory_.home(m.key) == self_) {
+    const std::string error =
+        fmt::format("node {} asked node {} for the row of key {}, which {}", from, self_, m.key,
+                    store_.space().contains(m.key) ? "is homed here" : "does not exist");
+    refuse(from, RefusedKind::kNotice, m.key, 0, error);
+    return error;
+  }
+  const NodeId home = directory_.home(m.key);
+  if (down_.count(home)) {
+    answerQuery(from, m.key, m.version);
+  } else {
+    // The home's last frames may still be on their way here: answer once they are all in.
+    held_queries_[home].push_back(Query{from, m.key, m.version});
+  }
+  return std::nullopt;
+}
+
+void Relocation::answerQuery(NodeId requester, Key key, uint64_t version) {
+  if (const Transit* t = transit(key)) {
+    for (const auto& [from_version, pass_on] : t->pass_ons) {
+      if (pass_on.to == requester && pass_on.version == version) return;  // it will come
+    }
+  }
+  send(requester, NoHandOver{key, version});
+}
+
+std::optional<std::string> Relocation::onNoHandOver(NodeId from, const NoHandOver& m) {
+  if (!store_.space().contains(m.key)) {
+    const std::string error =
+        fmt::format("node {} answered for key {}, which does not exist", from, m.key);
+    refuse(from, RefusedKind::kNotice, m.key, 0, error);
+    return error;
+  }
+  const Transit* t = transit(m.key);
+  if (!t) return std::nullopt;  // the row came before the answer
+  auto giver = t->givers.find(m.version);
+  if (giver == t->givers.end()) return std::nullopt;
+  if (giver->second != from) {
+    const std::string error =
+        fmt::format("node {} answered for the row of key {} at version {}, which node {} gives",
+                    from, m.key, m.version, giver->second);
+    refuse(from, RefusedKind::kNotice, m.key, 0, error);
+    return error;
+  }
+  giveUpHandOver(m.key, m.version, from);
+  return std::nullopt;
+}
+
+std::optional<std::string> Relocation::onOpLost(NodeId from, const OpLost& m) {
+  if (!store_.space().contains(m.key)) {
+    const std::string error = fmt::format(
+        "node {} said an operation on key {} was lost, but no such key exists", from, m.key);
+    refuse(from, RefusedKind::kNotice, m.key, 0, error);
+    return error;
+  }
+  auto it = pending_.find(m.op);
+  if (it == pending_.end() || !it->second.on_network || it->second.key != m.key) {
+    return std::nullopt;  // it completed (or failed) already
+  }
+  const Completion::Kind kind = it->second.kind;
+  complete(Completion{
+      m.op,
+      kind,
+      m.key,
+      {},
+      fmt::format("node {} passed this {} of key {} on to node {}, which went down{}", from,
+                  opName(kind), m.key, m.with,
+                  kind == Completion::Kind::kPush ? ": it may or may not have been applied" : "")});
+  abandoned_.insert(m.op);  // an answer may still come
+  return std::nullopt;
+}
+
+void Relocation::giveUpHandOver(Key key, uint64_t version, NodeId giver) {
+  Transit& t = transit_[key];
+  --t.awaiting;
+  t.givers.erase(version);
+  std::optional<PassOn> pass_on;
+  if (auto it = t.pass_ons.find(version); it != t.pass_ons.end()) {
+    pass_on = it->second;
+    t.pass_ons.erase(it);
+  }
+  std::vector<uint64_t> localizes;
+  std::deque<KeyOp> queued;
+  if (t.awaiting == 0) {
+    localizes = std::exchange(t.localizes, {});
+    queued = std::exchange(t.queued, {});
+  }
+  settle(key);
+  for (uint64_t id : localizes) {
+    complete(Completion{id,
+                        Completion::Kind::kLocalize,
+                        key,
+                        {},
+                        fmt::format("the home of key {}, node {}, went down before its "
+                                    "hand-over reached node {}; the row stays there",
+                                    key, directory_.home(key), giver)});
+  }
+  // The node noted as next gets no row either.
+  if (pass_on) send(pass_on->to, NoHandOver{key, pass_on->version});
+  for (KeyOp& op : queued)
+    dispatch(key, std::move(op));
+}
+
 void Relocation::giveUp(Key key, uint64_t version, NodeId with) {
   Transit& t = transit_[key];
   --t.awaiting;
@@ -699,6 +825,7 @@ void Relocation::giveUp(Key key, uint64_t version, NodeId with) {
 void Relocation::giveUpRequest(Key key, NodeId home) {
   Transit& t = transit_[key];
   --t.awaiting;
+  ++orphaned_[key];
   std::vector<uint64_t> localizes;
   std::deque<KeyOp> queued;
   if (t.awaiting == 0) {
@@ -774,6 +901,14 @@ DownReport Relocation::peerDown(NodeId node) {
       if (t.awaiting > t.givers.size()) orphaned.emplace_back(key, t.awaiting - t.givers.size());
     }
   }
+  // Keys homed at the dead node that come from a live giver: the hand-over may have died with
+  // the home. Ask the giver, which answers once it, too, saw the home go down.
+  for (const auto& [key, t] : transit_) {
+    if (directory_.home(key) != node) continue;
+    for (const auto& [version, giver] : t.givers) {
+      if (giver != node && giver != self_) send(giver, TransferQuery{key, version});
+    }
+  }
   std::sort(from_dead.begin(), from_dead.end());
   for (const auto& [key, version] : from_dead) {
     giveUp(key, version, node);
@@ -782,6 +917,18 @@ DownReport Relocation::peerDown(NodeId node) {
   for (const auto& [key, n] : orphaned) {
     for (size_t i = 0; i < n; ++i)
       giveUpRequest(key, node);
+  }
+  if (auto passed = passed_.find(node); passed != passed_.end()) {
+    for (const Passed& p : passed->second) {
+      if (!down_.count(p.origin)) send(p.origin, OpLost{p.key, p.op, node});
+    }
+    passed_.erase(passed);
+  }
+  if (auto held = held_queries_.find(node); held != held_queries_.end()) {
+    const std::vector<Query> queries = std::move(held->second);
+    held_queries_.erase(held);
+    for (const Query& q : queries)
+      answerQuery(q.requester, q.key, q.version);
   }
   for (auto it = transit_.begin(); it != transit_.end();) {
     it = it->second.empty() && it->second.localizes.empty() ? transit_.erase(it) : std::next(it);
@@ -799,7 +946,6 @@ DownReport Relocation::peerDown(NodeId node) {
   std::sort(failed.begin(), failed.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
   for (const auto& [id, p] : failed) {
-    abandoned_.insert(id);
     complete(Completion{
         id,
         p.kind,
@@ -809,6 +955,7 @@ DownReport Relocation::peerDown(NodeId node) {
             "node {} went down while this {} of key {} was on the network{}", node, opName(p.kind),
             p.key,
             p.kind == Completion::Kind::kPush ? ": it may or may not have been applied" : "")});
+    abandoned_.insert(id);
   }
   report.failed_ops = failed.size();
   std::sort(report.handed_over.begin(), report.handed_over.end());

@@ -137,6 +137,8 @@ class Relocation {
   bool holds(Key key) const { return store_.contains(key); }
   // The version at which the row held here arrived (0: held since the start). Key held here.
   uint64_t heldVersion(Key key) const;
+  // Does this node, the key's home, count `key` as lost (its row died with a node)?
+  bool lost(Key key) const { return lost_.count(key) > 0; }
   // The owner in this node's directory: keys homed here only (nullopt otherwise).
   std::optional<NodeId> directoryOwner(Key key) const;
   // The directory's version stamp of `key` (keys homed here).
@@ -232,6 +234,15 @@ class Relocation {
   std::optional<std::string> onAccepted(NodeId from, const LocalizeAccepted& m);
   std::optional<std::string> onTransferLost(NodeId from, const TransferLost& m);
   std::optional<std::string> onRowLost(NodeId from, const RowLost& m);
+  std::optional<std::string> onTransferQuery(NodeId from, const TransferQuery& m);
+  std::optional<std::string> onNoHandOver(NodeId from, const NoHandOver& m);
+  std::optional<std::string> onOpLost(NodeId from, const OpLost& m);
+  // Answers a TransferQuery of `requester` (the key's home is down here): nothing when a noted
+  // hand-over will send the row, NoHandOver otherwise.
+  void answerQuery(NodeId requester, Key key, uint64_t version);
+  // The awaited arrival of `key` at `version` from `giver` will not come: the hand-over never
+  // reached it; the row stays there.
+  void giveUpHandOver(Key key, uint64_t version, NodeId giver);
   // The pending own operation `op` of `kind` for `key`, or why an answer for it is wrong.
   std::optional<std::string> checkAnswer(NodeId from, uint64_t op, Completion::Kind kind,
                                          Key key) const;
@@ -253,6 +264,25 @@ class Relocation {
   // Arrivals given up, by key and version, with the node the row died with: a hand-over that
   // comes later for one of them tells its receiver at once.
   std::unordered_map<Key, std::map<uint64_t, NodeId>> lost_arrivals_;
+  // Requests whose home died before it accepted them, per key: the home may have sent the
+  // hand-over before it died, so a row can still come, and it is taken.
+  std::unordered_map<Key, uint32_t> orphaned_;
+  struct Query {
+    NodeId requester = 0;
+    Key key = 0;
+    uint64_t version = 0;
+  };
+  // TransferQueries held until this node, too, saw the key's home go down, by home.
+  std::unordered_map<NodeId, std::vector<Query>> held_queries_;
+  // Others' operations this node sent on, per destination, the latest kPassedMemory: when the
+  // destination goes down, their origins hear of it (they cannot know the path).
+  struct Passed {
+    NodeId origin = 0;
+    uint64_t op = 0;
+    Key key = 0;
+  };
+  static constexpr size_t kPassedMemory = size_t{1} << 14;
+  std::unordered_map<NodeId, std::deque<Passed>> passed_;
   std::set<NodeId> down_;
   uint64_t next_op_ = 1;
   std::vector<Outgoing> outgoing_;

@@ -101,6 +101,28 @@ struct RowLost {
   NodeId with = 0;
 };
 
+// Requester -> giver, once the key's home went down: "will you send the row I await at
+// `version`?" (the home may have died before its hand-over reached the giver).
+struct TransferQuery {
+  Key key = 0;
+  uint64_t version = 0;
+};
+
+// Giver -> requester, in answer to a TransferQuery: no hand-over for `version` reached this node,
+// so no row comes (the row stays where it is). A row sent earlier arrived before this answer.
+struct NoHandOver {
+  Key key = 0;
+  uint64_t version = 0;
+};
+
+// A node that sent an operation on to node `with` -> the operation's origin, once `with` went
+// down: the operation may be lost (a push may or may not have been applied).
+struct OpLost {
+  Key key = 0;
+  uint64_t op = 0;
+  NodeId with = 0;
+};
+
 // What a Refusal refuses.
 enum class RefusedKind : uint8_t {
   kLocalize,
@@ -109,7 +131,7 @@ enum class RefusedKind : uint8_t {
   kPush,
   kPull,
   kAnswer,
-  kNotice,  // LocalizeAccepted, TransferLost, RowLost
+  kNotice,  // LocalizeAccepted, TransferLost, RowLost, TransferQuery, NoHandOver, OpLost
 };
 const char* refusedKindName(RefusedKind kind);
 
@@ -122,9 +144,9 @@ struct Refusal {
   std::string reason;
 };
 
-using RelocationBody =
-    std::variant<LocalizeRequest, HandOver, Transfer, KeyPush, KeyPull, PushApplied, PullAnswer,
-                 Refusal, LocalizeAccepted, TransferLost, RowLost>;
+using RelocationBody = std::variant<LocalizeRequest, HandOver, Transfer, KeyPush, KeyPull,
+                                    PushApplied, PullAnswer, Refusal, LocalizeAccepted,
+                                    TransferLost, RowLost, TransferQuery, NoHandOver, OpLost>;
 
 // A message to send: where to, and what.
 struct Outgoing {
