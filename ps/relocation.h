@@ -53,6 +53,9 @@ struct Completion {
                                      // may not have been applied, as the message says)
 };
 
+// "localize", "push" or "pull".
+const char* completionKindName(Completion::Kind kind);
+
 // What a node learns when `node` went down (Relocation::peerDown).
 struct DownReport {
   NodeId node = 0;
