@@ -625,6 +625,7 @@ std::optional<std::string> Relocation::onRefusal(NodeId from, const Refusal& m) 
     case RefusedKind::kHandOver:
     case RefusedKind::kTransfer:
     case RefusedKind::kAnswer:
+    case RefusedKind::kNotice:
       // Nothing to undo here, but a refused transfer lost a row: the shell logs it.
       return fmt::format("node {} refused node {}'s {} of key {}: {}", from, self_,
                          refusedKindName(m.refused), m.key, m.reason);
