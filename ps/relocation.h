@@ -215,6 +215,15 @@ class Relocation {
   // localizes, passes it on when a hand-over is noted for it.
   void arrive(Key key, uint64_t version, KeyEntry row);
   void learn(Key key, NodeId owner, uint64_t version);
+  // What waited for an arrival that will not come, taken out.
+  struct Abandoned {
+    std::optional<PassOn> pass_on;  // the hand-over noted for it
+    std::vector<uint64_t> localizes;
+    std::deque<KeyOp> queued;  // when no other arrival is awaited
+  };
+  // One awaited arrival of `key` (at `version`, or one never accepted) will not come.
+  Abandoned abandonArrival(Key key, std::optional<uint64_t> version);
+  void failLocalizes(Key key, const std::vector<uint64_t>& ids, const std::string& reason);
   // The awaited arrival of `key` at `version` will not come: the row died with node `with`.
   void giveUp(Key key, uint64_t version, NodeId with);
   // An awaited arrival of `key` that its home (`home`, now down) never accepted will not come.

@@ -142,85 +142,62 @@ std::optional<std::string> Relocation::onOpLost(NodeId from, const OpLost& m) {
   return std::nullopt;
 }
 
-void Relocation::giveUpHandOver(Key key, uint64_t version, NodeId giver) {
+Relocation::Abandoned Relocation::abandonArrival(Key key, std::optional<uint64_t> version) {
+  Abandoned out;
   Transit& t = transit_[key];
   --t.awaiting;
-  t.givers.erase(version);
-  std::optional<PassOn> pass_on;
-  if (auto it = t.pass_ons.find(version); it != t.pass_ons.end()) {
-    pass_on = it->second;
-    t.pass_ons.erase(it);
+  if (version) {
+    t.givers.erase(*version);
+    if (auto it = t.pass_ons.find(*version); it != t.pass_ons.end()) {
+      out.pass_on = it->second;
+      t.pass_ons.erase(it);
+    }
   }
-  std::vector<uint64_t> localizes;
-  std::deque<KeyOp> queued;
   if (t.awaiting == 0) {
-    localizes = std::exchange(t.localizes, {});
-    queued = std::exchange(t.queued, {});
+    out.localizes = std::exchange(t.localizes, {});
+    out.queued = std::exchange(t.queued, {});
   }
   settle(key);
-  for (uint64_t id : localizes) {
-    complete(Completion{id,
-                        Completion::Kind::kLocalize,
-                        key,
-                        {},
-                        fmt::format("the home of key {}, node {}, went down before its "
-                                    "hand-over reached node {}; the row stays there",
-                                    key, directory_.home(key), giver)});
-  }
+  return out;
+}
+
+void Relocation::failLocalizes(Key key, const std::vector<uint64_t>& ids,
+                               const std::string& reason) {
+  for (uint64_t id : ids)
+    complete(Completion{id, Completion::Kind::kLocalize, key, {}, reason});
+}
+
+void Relocation::giveUpHandOver(Key key, uint64_t version, NodeId giver) {
+  Abandoned a = abandonArrival(key, version);
+  failLocalizes(key, a.localizes,
+                fmt::format("the home of key {}, node {}, went down before its hand-over "
+                            "reached node {}; the row stays there",
+                            key, directory_.home(key), giver));
   // The node noted as next gets no row either.
-  if (pass_on) send(pass_on->to, NoHandOver{key, pass_on->version});
-  for (KeyOp& op : queued)
+  if (a.pass_on) send(a.pass_on->to, NoHandOver{key, a.pass_on->version});
+  for (KeyOp& op : a.queued)
     dispatch(key, std::move(op));
 }
 
 void Relocation::giveUp(Key key, uint64_t version, NodeId with) {
-  Transit& t = transit_[key];
-  --t.awaiting;
-  t.givers.erase(version);
   lost_arrivals_[key][version] = with;
-  std::optional<PassOn> pass_on;
-  if (auto it = t.pass_ons.find(version); it != t.pass_ons.end()) {
-    pass_on = it->second;
-    t.pass_ons.erase(it);
-  }
-  std::vector<uint64_t> localizes;
-  std::deque<KeyOp> queued;
-  if (t.awaiting == 0) {
-    localizes = std::exchange(t.localizes, {});
-    queued = std::exchange(t.queued, {});
-  }
-  settle(key);
+  Abandoned a = abandonArrival(key, version);
   const std::string reason =
       fmt::format("the row of key {} died with node {} on its way to node {}", key, with, self_);
-  for (uint64_t id : localizes)
-    complete(Completion{id, Completion::Kind::kLocalize, key, {}, reason});
-  for (const KeyOp& op : queued)
+  failLocalizes(key, a.localizes, reason);
+  for (const KeyOp& op : a.queued)
     failOp(key, op, reason);
-  if (pass_on) send(pass_on->to, TransferLost{key, pass_on->version, with});
+  if (a.pass_on) send(a.pass_on->to, TransferLost{key, a.pass_on->version, with});
   reportRowLost(key, version, with);
 }
 
 void Relocation::giveUpRequest(Key key, NodeId home) {
-  Transit& t = transit_[key];
-  --t.awaiting;
   ++orphaned_[key];
-  std::vector<uint64_t> localizes;
-  std::deque<KeyOp> queued;
-  if (t.awaiting == 0) {
-    localizes = std::exchange(t.localizes, {});
-    queued = std::exchange(t.queued, {});
-  }
-  settle(key);
-  for (uint64_t id : localizes) {
-    complete(
-        Completion{id,
-                   Completion::Kind::kLocalize,
-                   key,
-                   {},
-                   fmt::format("the localize of key {} died with its home, node {}", key, home)});
-  }
+  Abandoned a = abandonArrival(key, std::nullopt);
+  failLocalizes(key, a.localizes,
+                fmt::format("the localize of key {} died with its home, node {}", key, home));
   // The row stays where it is: the operations go there if the cache knows the way.
-  for (KeyOp& op : queued)
+  for (KeyOp& op : a.queued)
     dispatch(key, std::move(op));
 }
 
