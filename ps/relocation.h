@@ -5,7 +5,8 @@
 // outputs are messages to send (ps/relocation_message.h) and completions of its operations.
 // The network shell moves messages and completions and does nothing else. Single-threaded (the
 // node's loop thread). docs/ps-relocation.md has the protocol, its invariants and its failure
-// behaviour; tests/ps/relocation_test.cc checks them under random delivery orders.
+// behaviour; tests/ps/relocation_test.cc checks them step by step and
+// tests/ps/relocation_property_test.cc under random delivery orders and node deaths.
 //
 // Contracts the shell keeps:
 // - Per-link FIFO: messages from one node to another arrive in the order they were sent (TCP).
@@ -13,6 +14,7 @@
 //   clocks below c completed (its PushApplied came back). Forwarded pushes overtake nothing on a
 //   link, but they take other links than the announcement, so FIFO alone no longer tells that a
 //   worker's pushes arrived; completion does.
+// - peerDown(n) comes after the last message n's connection delivered (nothing from n follows).
 #pragma once
 
 #include <cstdint>
@@ -63,7 +65,7 @@ struct DownReport {
   // later operation and localize of them is refused.
   std::vector<Key> lost;
   // Keys homed here that `node` handed over last: the row may have died in transfer (the new
-  // owner's own report says whether it still waits for it).
+  // owner finds out itself and sends RowLost if it did).
   std::vector<Key> handed_over;
   // Keys whose row this node awaited from `node`: it died on the way. Their waiting operations
   // failed, the node a noted hand-over named was told (TransferLost), and so was the home
@@ -128,7 +130,8 @@ class Relocation {
   // changes nothing but a Refusal to `from`, and comes back as an error naming the peer.
   std::optional<std::string> receive(NodeId from, RelocationBody body);
   // `node` went down: what is lost, as far as this node can tell. Operations in flight fail;
-  // keys homed here and owned by `node` are lost; nothing is sent to `node` any more.
+  // keys homed here and owned by `node` are lost; rows awaited from `node` are given up; the
+  // notices that keep the other nodes from waiting go out; nothing is sent to `node` any more.
   DownReport peerDown(NodeId node);
 
   // --- Outputs, taken out in the order they were made.
