@@ -64,23 +64,28 @@ struct RoundRecord {
 
 class Cluster {
  public:
-  Cluster(size_t n, uint64_t seed) : n_(n), rng_(seed) {
+  // With `policy` other than unitSgd() the changes are not whole numbers: pass exact = false,
+  // and only agreement is checked (and AdaGrad's accumulators, which stay whole).
+  Cluster(size_t n, uint64_t seed, std::shared_ptr<const UpdatePolicy> policy = unitSgd(),
+          bool exact = true)
+      : n_(n), rng_(seed), exact_(exact) {
     std::vector<NodeId> ids;
     for (size_t m = 0; m < n; ++m)
       ids.push_back(idOf(m));
-    layout_ =
-        std::make_shared<const ReplicaLayout>(hotSpace(), hotSpace().allKeys(), ShardMap(ids));
+    layout_ = std::make_shared<const ReplicaLayout>(hotSpace(), hotSpace().allKeys(), ShardMap(ids),
+                                                    policy.get());
     const size_t width = layout_->totalWidth();
-    initial_.resize(width);
-    for (size_t j = 0; j < width; ++j)
+    initial_.resize(layout_->totalLength());
+    for (size_t j = 0; j < initial_.size(); ++j)
       initial_[j] = static_cast<float>(static_cast<int>(j % 7) - 3);
     for (size_t m = 0; m < n; ++m)
-      nodes_.push_back(std::make_unique<ReplicaNode>(layout_, idOf(m), initial_, unitSgd()));
+      nodes_.push_back(std::make_unique<ReplicaNode>(layout_, idOf(m), initial_, policy));
     alive_.assign(n, true);
     links_.assign(n, std::vector<std::deque<Event>>(n));
     pending_.assign(n, std::vector<double>(width, 0.0));
     own_.assign(n, std::vector<double>(width, 0.0));
     others_.assign(n, std::vector<double>(width, 0.0));
+    squares_.assign(width, 0.0);
     taken_.resize(n);
     started_.assign(n, 0);
     finished_.assign(n, 0);
@@ -112,6 +117,8 @@ class Cluster {
         grads.push_back(static_cast<float>(g));
         pending_[m][layout_->offset(i) + j] -= g;
         own_[m][layout_->offset(i) + j] -= g;
+        if (layout_->syncsState())
+          squares_[layout_->offset(i) + layout_->length(i) + j] += static_cast<double>(g * g);
       }
     }
     nodes_[m]->replicas().push(keys, grads, 0);
@@ -189,6 +196,26 @@ class Cluster {
         if (alive_[m] && !nodes_[m]->sync().inRound()) tick(m);
     }
     ADD_FAILURE() << "the replicas did not settle";
+  }
+
+  // Every live replica's values equal the others' bit for bit, and its optimizer state holds
+  // exactly every squared gradient pushed (AdaGrad from 0; no deaths).
+  void expectAgreedWithEverySquaredGradient() {
+    std::optional<size_t> first;
+    for (size_t m = 0; m < n_; ++m) {
+      if (!alive_[m]) continue;
+      for (size_t i = 0; i < layout_->size(); ++i) {
+        const std::span<const float> state = nodes_[m]->replicas().state(layout_->keys()[i]);
+        for (size_t j = 0; j < state.size(); ++j)
+          EXPECT_EQ(state[j], squares_[layout_->offset(i) + layout_->length(i) + j])
+              << "node " << idOf(m) << " key " << layout_->keys()[i];
+      }
+      if (first) {
+        EXPECT_EQ(valuesOf(m), valuesOf(*first)) << "node " << idOf(m);
+      } else {
+        first = m;
+      }
+    }
   }
 
   // Every live replica equals the others and the sum of every push that got out.
@@ -327,6 +354,7 @@ class Cluster {
     for (size_t m = 0; m < n_; ++m) {
       if (!alive_[m]) continue;
       EXPECT_LE(max_started_, finished_[m] + 2) << "node " << idOf(m) << " lags";
+      if (!exact_) continue;
       std::vector<double> expected(initial_.begin(), initial_.end());
       for (size_t j = 0; j < expected.size(); ++j)
         expected[j] += own_[m][j] + others_[m][j];
@@ -336,6 +364,8 @@ class Cluster {
 
   size_t n_;
   std::mt19937_64 rng_;
+  bool exact_;
+  std::vector<double> squares_;  // per synced float: every squared gradient pushed to it
   std::shared_ptr<const ReplicaLayout> layout_;
   std::vector<float> initial_;
   std::vector<std::unique_ptr<ReplicaNode>> nodes_;
@@ -356,8 +386,9 @@ class Cluster {
 
 // Random pushes, timers and deliveries; with `kills`, that many nodes die at random moments
 // (at least one node survives).
-void runRandom(size_t n, uint64_t seed, size_t kills, int steps = 400) {
-  Cluster cluster(n, seed);
+void runRandom(size_t n, uint64_t seed, size_t kills, int steps = 400,
+               std::shared_ptr<const UpdatePolicy> adagrad = nullptr) {
+  Cluster cluster(n, seed, adagrad ? adagrad : unitSgd(), !adagrad);
   std::mt19937_64& rng = cluster.rng();
   std::set<int> killAt;
   while (killAt.size() < kills)
@@ -380,7 +411,11 @@ void runRandom(size_t n, uint64_t seed, size_t kills, int steps = 400) {
     }
   }
   cluster.settle();
-  cluster.expectConverged();
+  if (adagrad) {
+    cluster.expectAgreedWithEverySquaredGradient();
+  } else {
+    cluster.expectConverged();
+  }
 }
 
 TEST(ReplicaSync, EveryReplicaConvergesToTheSumOfAllPushes) {
@@ -398,6 +433,19 @@ TEST(ReplicaSync, SurvivorsFinishAgreeAndNameTheLostWhenNodesDieMidSync) {
     for (uint64_t seed = 1; seed <= 30; ++seed) {
       SCOPED_TRACE(testing::Message() << n << " nodes, seed " << seed);
       runRandom(n, seed * 7919 + n, 1 + seed % (n - 1));
+      if (HasFailure()) return;
+    }
+  }
+}
+
+TEST(ReplicaSync, AdagradReplicasAgreeBitForBitAndHoldEverySquaredGradient) {
+  AdagradConfig config;
+  config.schedule.baseLr = 0.1;
+  auto adagrad = std::make_shared<AdagradPolicy>(config);
+  for (size_t n : {1, 2, 3, 4, 6, 7}) {
+    for (uint64_t seed = 1; seed <= 10; ++seed) {
+      SCOPED_TRACE(testing::Message() << n << " nodes, seed " << seed);
+      runRandom(n, seed * 31 + n, 0, 400, adagrad);
       if (HasFailure()) return;
     }
   }
