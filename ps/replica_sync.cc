@@ -182,6 +182,8 @@ void ReplicaSync::finish(Round& round, ReplicaSyncStep& step) {
     }
   }
   step.finished.push_back(std::move(result));
+  for (Part& p : round.parts)
+    p.own.reset();  // a finished round only ever relays its sums
   // No live member can still need an older round once every one of them started this one.
   rounds_.erase(rounds_.begin(), rounds_.lower_bound(round.id));
   if (rounds_.count(round.id + 1) && !rounds_.at(round.id + 1).started) step.start_next = true;
