@@ -100,14 +100,16 @@ class Cluster {
   ReplicaNode& node(size_t m) { return *nodes_[m]; }
   const ReplicaLayout& layout() const { return *layout_; }
   uint64_t totalMessages() const { return messages_; }
+  // Payload bytes of every message sent, as the finished rounds report them.
+  uint64_t totalBytes() const { return bytes_; }
   std::mt19937_64& rng() { return rng_; }
 
-  // Node m pushes integer gradients to a few random hot keys.
-  void push(size_t m) {
+  // Node m pushes integer gradients to a few random hot keys (all of them with `all`).
+  void push(size_t m, bool all = false) {
     std::set<size_t> rows;
-    const size_t count = 1 + rng_() % 3;
+    const size_t count = all ? layout_->size() : 1 + rng_() % 3;
     while (rows.size() < count)
-      rows.insert(rng_() % layout_->size());
+      rows.insert(all ? rows.size() : rng_() % layout_->size());
     std::vector<Key> keys;
     std::vector<float> grads;
     for (size_t i : rows) {
@@ -310,6 +312,7 @@ class Cluster {
     }
     for (const ReplicaRoundResult& result : step.finished) {
       EXPECT_EQ(result.round, finished_[m] + 1) << "rounds finish in order";
+      bytes_ += result.bytes_sent;
       finished_[m] = result.round;
       // Every live node that finished the round got the same sums (a node that died may have
       // seen another: nothing of it reaches the living).
@@ -382,6 +385,7 @@ class Cluster {
   std::map<uint64_t, std::map<size_t, RoundRecord>> results_;  // per round, per node
   std::map<std::pair<size_t, uint64_t>, std::vector<std::vector<NodeId>>> lost_;
   uint64_t messages_ = 0;
+  uint64_t bytes_ = 0;
 };
 
 // Random pushes, timers and deliveries; with `kills`, that many nodes die at random moments
@@ -454,13 +458,21 @@ TEST(ReplicaSync, AdagradReplicasAgreeBitForBitAndHoldEverySquaredGradient) {
 TEST(ReplicaSync, ARoundCostsTwoMessagesPerOtherMember) {
   for (size_t n : {1, 2, 3, 5, 8}) {
     Cluster cluster(n, 42);
+    // Every node changes every hot row (the point of hot keys): the union U is all of them.
     for (size_t m = 0; m < n; ++m)
-      cluster.push(m);
+      cluster.push(m, /*all=*/true);
     // One node's timer starts the round; the others join on its first message.
     cluster.tick(0);
     while (cluster.deliverRandom()) {
     }
     EXPECT_EQ(cluster.totalMessages(), 2 * n * (n - 1)) << n << " nodes";
+    // Rows of U go N - 1 times to their reducer and N - 1 times back: 2 (N - 1) |U| rows in
+    // all, 2 (N - 1) / N |U| per node; plus a header per message and N contributors per sum.
+    const ReplicaLayout& layout = cluster.layout();
+    const uint64_t rowBytes = 8 * layout.size() + 4 * layout.totalWidth();
+    EXPECT_EQ(cluster.totalBytes(),
+              2 * (n - 1) * rowBytes + 16 * 2 * n * (n - 1) + 4 * n * n * (n - 1))
+        << n << " nodes";
     for (size_t m = 0; m < n; ++m) {
       EXPECT_FALSE(cluster.node(m).sync().inRound());
       EXPECT_EQ(cluster.node(m).sync().round(), 1u);
