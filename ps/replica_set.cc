@@ -34,13 +34,12 @@ ReplicaSet::ReplicaSet(std::shared_ptr<const ReplicaLayout> layout, std::span<co
   synced_ = row_;
 }
 
-std::span<float> ReplicaSet::rowState(size_t i) {
+ReplicaSet::StateAt ReplicaSet::stateAt(size_t i) const {
   if (layout_->syncsState()) {
     const size_t begin = layout_->offset(i) + layout_->length(i);
-    return {row_.data() + begin, layout_->offset(i + 1) - begin};
+    return {true, begin, layout_->offset(i) + layout_->width(i) - begin};
   }
-  return {own_state_.data() + own_state_offset_[i],
-          own_state_offset_[i + 1] - own_state_offset_[i]};
+  return {false, own_state_offset_[i], own_state_offset_[i + 1] - own_state_offset_[i]};
 }
 
 std::optional<std::string> ReplicaSet::check(std::span<const Key> keys,
@@ -73,7 +72,8 @@ std::span<const float> ReplicaSet::values(Key key) const {
 }
 
 std::span<const float> ReplicaSet::state(Key key) const {
-  return const_cast<ReplicaSet*>(this)->rowState(*layout_->indexOf(key));
+  const StateAt at = stateAt(*layout_->indexOf(key));
+  return {(at.synced ? row_.data() : own_state_.data()) + at.begin, at.size};
 }
 
 void ReplicaSet::push(std::span<const Key> keys, std::span<const float> grads, int64_t clock) {

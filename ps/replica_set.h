@@ -74,7 +74,18 @@ class ReplicaSet {
   std::span<float> rowValues(size_t i) {
     return {row_.data() + layout_->offset(i), layout_->length(i)};
   }
-  std::span<float> rowState(size_t i);
+  // Where row i's optimizer state lives: in row_ after its values when it is synced, else in
+  // own_state_.
+  struct StateAt {
+    bool synced;
+    size_t begin;
+    size_t size;
+  };
+  StateAt stateAt(size_t i) const;
+  std::span<float> rowState(size_t i) {
+    const StateAt at = stateAt(i);
+    return {(at.synced ? row_.data() : own_state_.data()) + at.begin, at.size};
+  }
 
   std::shared_ptr<const ReplicaLayout> layout_;
   std::shared_ptr<const UpdatePolicy> policy_;
