@@ -15,6 +15,20 @@ size_t ReplicaSyncMessage::payloadBytes() const {
   return kHeader + 8 * keys + 4 * floats + 4 * contributors.size();
 }
 
+std::string describeLoss(const ReplicaRoundResult& result) {
+  if (result.lost.empty()) return {};
+  std::string text = fmt::format("replica sync round {}:", result.round);
+  for (size_t j = 0; j < result.lost.size(); ++j) {
+    const NodeId node = result.lost[j];
+    size_t missing = 0;
+    for (const auto& c : result.contributors)
+      missing += !std::binary_search(c.begin(), c.end(), node);
+    text += fmt::format("{} the delta of node {} is lost in {} of {} parts", j ? ";" : "", node,
+                        missing, result.contributors.size());
+  }
+  return text + (result.lost.size() == 1 ? " (it died mid-sync)" : " (they died mid-sync)");
+}
+
 ReplicaSync::ReplicaSync(std::shared_ptr<const ReplicaLayout> layout, NodeId self)
     : layout_(std::move(layout)), self_(self) {
   const std::optional<size_t> index = layout_->memberIndex(self);

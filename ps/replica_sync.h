@@ -83,6 +83,10 @@ struct ReplicaRoundResult {
   size_t bytes_sent = 0;
 };
 
+// The log line of a round that lost deltas, e.g. "replica sync round 12: the delta of node 3 is
+// lost in 2 of 4 parts (it died mid-sync)"; empty when the round lost nothing.
+std::string describeLoss(const ReplicaRoundResult& result);
+
 struct ReplicaSyncStep {
   std::vector<ReplicaSyncSend> send;
   // Rounds finished by this call (at most one, unless a start finished at once: one member).

@@ -497,6 +497,15 @@ TEST(ReplicaSync, ANodeThatDiesAtTheStartOfARoundIsNamedLost) {
     ASSERT_EQ(lost.size(), 1u);
     EXPECT_EQ(lost[0], std::vector<NodeId>{idOf(2)}) << "node " << idOf(m);
   }
+  ReplicaRoundResult result;
+  result.round = 1;
+  result.contributors = {{5, 8, 14}, {5, 8, 14}, {5, 8, 14}, {5, 8, 11, 14}};
+  result.lost = {11};
+  EXPECT_EQ(describeLoss(result),
+            "replica sync round 1: the delta of node 11 is lost in 3 of 4 parts (it died "
+            "mid-sync)");
+  result.lost.clear();
+  EXPECT_EQ(describeLoss(result), "");
   cluster.expectConverged();
 }
 
