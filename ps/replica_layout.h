@@ -42,7 +42,10 @@ class ReplicaLayout {
   // The hot keys, sorted.
   const std::vector<Key>& keys() const { return keys_; }
   // The position of `key` among the hot keys, or nullopt when it is not hot. O(log size).
-  std::optional<size_t> indexOf(Key key) const;
+  std::optional<size_t> indexOf(Key key) const { return indexFrom(key, 0); }
+  // indexOf, searching from position `from` on: walking sorted keys with the last position as
+  // `from` costs about O(1) per key when they are dense among the hot keys.
+  std::optional<size_t> indexFrom(Key key, size_t from) const;
   // Value floats of hot key number `i`.
   size_t length(size_t i) const { return length_[i]; }
   // Synced floats of hot key number `i`: its value floats, then its summed state floats.

@@ -44,14 +44,15 @@ ReplicaSet::StateAt ReplicaSet::stateAt(size_t i) const {
 
 std::optional<std::string> ReplicaSet::check(std::span<const Key> keys,
                                              std::optional<size_t> floats) const {
-  size_t total = 0;
+  size_t total = 0, hint = 0;
   for (size_t j = 0; j < keys.size(); ++j) {
     if (j > 0 && keys[j] <= keys[j - 1]) {
       return fmt::format("keys must be sorted and unique (key {} after {})", keys[j], keys[j - 1]);
     }
-    const std::optional<size_t> i = layout_->indexOf(keys[j]);
+    const std::optional<size_t> i = layout_->indexFrom(keys[j], hint);
     if (!i) return fmt::format("key {} is not replicated on this node", keys[j]);
     total += layout_->length(*i);
+    hint = *i + 1;
   }
   if (floats && *floats != total) {
     return fmt::format("{} keys hold {} floats, not {}: wrong length", keys.size(), total, *floats);
@@ -81,9 +82,10 @@ void ReplicaSet::push(std::span<const Key> keys, std::span<const float> grads, i
   updates_.clear();
   before_.clear();
   push_rows_.clear();
-  size_t at = 0;
+  size_t at = 0, hint = 0;
   for (Key key : keys) {
-    const size_t i = *l.indexOf(key);
+    const size_t i = *l.indexFrom(key, hint);  // keys are sorted: search on from the last
+    hint = i + 1;
     push_rows_.push_back(i);
     const float* row = row_.data() + l.offset(i);
     before_.insert(before_.end(), row, row + l.width(i));
@@ -123,9 +125,10 @@ SparseRows ReplicaSet::takeDelta() {
 
 void ReplicaSet::applySum(const SparseRows& sum) {
   const ReplicaLayout& l = *layout_;
-  size_t at = 0;
+  size_t at = 0, hint = 0;
   for (Key key : sum.keys) {
-    const size_t i = *l.indexOf(key);
+    const size_t i = *l.indexFrom(key, hint);
+    hint = i + 1;
     const size_t begin = l.offset(i);
     for (size_t j = 0; j < l.width(i); ++j) {
       synced_[begin + j] += sum.values[at + j];

@@ -168,9 +168,10 @@ void ReplicaSync::finish(Round& round, ReplicaSyncStep& step) {
   };
   std::vector<Row> rows;
   for (const Part& p : round.parts) {
-    size_t at = 0;
+    size_t at = 0, hint = 0;
     for (Key key : p.sum->keys) {
-      const size_t w = layout_->width(*layout_->indexOf(key));
+      hint = *layout_->indexFrom(key, hint);
+      const size_t w = layout_->width(hint);
       rows.push_back(Row{key, p.sum->values.data() + at, w});
       at += w;
     }
@@ -218,9 +219,10 @@ ReplicaSyncStep ReplicaSync::start(SparseRows delta) {
   round.live_at_start = liveMembers();
   // This node's delta, cut by part.
   std::vector<SparseRows> parts(round.parts.size());
-  size_t at = 0;
+  size_t at = 0, hint = 0;
   for (Key key : delta.keys) {
-    const size_t i = *layout_->indexOf(key);
+    const size_t i = *layout_->indexFrom(key, hint);
+    hint = i + 1;
     SparseRows& rows = parts[layout_->part(i)];
     rows.keys.push_back(key);
     rows.values.insert(rows.values.end(), delta.values.begin() + static_cast<std::ptrdiff_t>(at),

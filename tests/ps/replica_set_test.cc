@@ -50,6 +50,12 @@ TEST(ReplicaLayout, PlacesRowsAndPartsAndRefusesBadRows) {
   for (size_t i = 0; i < layout.size(); ++i)
     EXPECT_EQ(layout.members()[layout.part(i)], members.home(layout.keys()[i]));
   EXPECT_FALSE(layout.indexOf(5).has_value());
+  EXPECT_EQ(layout.indexFrom(101, 0), 2u);
+  EXPECT_EQ(layout.indexFrom(101, 2), 2u);
+  EXPECT_EQ(layout.indexFrom(3, 1), 1u);
+  EXPECT_FALSE(layout.indexFrom(3, 2).has_value());  // searched from position 2 on
+  EXPECT_FALSE(layout.indexFrom(200, 1).has_value());
+  EXPECT_FALSE(layout.indexFrom(0, 9).has_value());
   EXPECT_THROW(ReplicaLayout(space, {50}, members), std::invalid_argument);
 
   EXPECT_EQ(layout.check(SparseRows{{0, 101}, std::vector<float>(5)}), std::nullopt);
