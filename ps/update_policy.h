@@ -79,6 +79,10 @@ class UpdatePolicy {
   // True when BSP owners are to apply a clock's pushes together (applyClockSum) rather than one
   // at a time.
   virtual bool stepsPerClock() const = 0;
+  // True when the state only ever grows by a per-push term (AdaGrad's sums of squares), so that
+  // the state changes of several nodes' replicas add up to what one owner would hold: replicas
+  // then sync the state with the values (ps/replica_set.h). False: each replica keeps its own.
+  virtual bool stateAddsUp() const { return false; }
 };
 
 // SGD with momentum and weight decay as OwnerOptimizer describes (state: the velocity, when
@@ -119,6 +123,7 @@ class AdagradPolicy final : public UpdatePolicy {
   void applyPush(int64_t clock, std::span<const RowUpdate> rows) const override;
   void applyClockSum(int64_t clock, std::span<const RowUpdate> rows) const override;
   bool stepsPerClock() const override { return false; }
+  bool stateAddsUp() const override { return true; }
 
  private:
   AdagradConfig config_;
