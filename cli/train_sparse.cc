@@ -108,17 +108,12 @@ void runMfTrain(const CLI::App& app, const ml::TrainOptions& o, const SparseFlag
       }
     }
   }
-  ml::MfOptions mf = f.mf;
-  if (!f.reg.empty() && f.reg != "l2" && f.reg != "none") {
-    throw CommandFailure(2, "--model mf takes --reg l2 or none");
+  ml::MfOptions mf;
+  try {
+    mf = mfModelOptions(f);
+  } catch (const std::invalid_argument& e) {
+    throw CommandFailure(2, e.what());
   }
-  if (f.reg == "none") {
-    mf.reg = 0;
-  } else if (f.regWeight >= 0) {
-    mf.reg = f.regWeight;
-  }
-  if (f.initScale >= 0) mf.initStd = f.initScale;
-  mf.optimizer = f.optimizer;
   mf.epochs = given(app, "--epochs") ? o.epochs : kMfEpochs;
   mf.batchSize = given(app, "--batch") ? o.batchSize : kMfBatch;
   mf.learningRate = given(app, "--lr") ? o.learningRate : kMfLr;
@@ -177,32 +172,11 @@ void runKgeTrain(const CLI::App& app, const ml::TrainOptions& o, const SparseFla
                                         "on --data wn18rr, or any triple folder with --data-dir",
                                         o.data.name, o.model.name));
   }
-  ml::KgeConfig kge = f.kge;
+  ml::KgeConfig kge;
   ml::SparseTrainOptions train;
   const std::string reg = f.reg.empty() ? "n3" : f.reg;
   try {
-    kge.model = ml::parseKgeModel(o.model.name);
-    kge.loss = ml::parseKgeLoss(f.loss);
-    kge.regularizer = ml::parseKgeRegularizer(reg);
-    if (f.regWeight >= 0) kge.regWeight = f.regWeight;
-    if (f.initScale >= 0) kge.initScale = f.initScale;
-    if (f.negatives == "all") {
-      kge.allNegatives = true;
-    } else {
-      size_t used = 0;
-      long long n = -1;
-      try {
-        n = std::stoll(f.negatives, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used != f.negatives.size() || n < 1 || n > 1'000'000) {
-        throw std::invalid_argument(fmt::format(
-            "--negatives must be 'all' or a count in [1, 1000000], not '{}'", f.negatives));
-      }
-      kge.negatives = static_cast<size_t>(n);
-    }
-    kge.validate();
+    kge = kgeModelConfig(o.model.name, f);
     train.epochs = o.epochs;
     train.batchSize = given(app, "--batch") ? o.batchSize : kKgeBatch;
     train.optimizer.kind = ml::parseSparseOptimizer(f.optimizer);
@@ -266,7 +240,49 @@ void runKgeTrain(const CLI::App& app, const ml::TrainOptions& o, const SparseFla
   std::fflush(stdout);
 }
 
-void addSparseOptions(CLI::App& train, SparseFlags& flags) {
+ml::MfOptions mfModelOptions(const SparseFlags& f) {
+  ml::MfOptions mf = f.mf;
+  if (!f.reg.empty() && f.reg != "l2" && f.reg != "none") {
+    throw std::invalid_argument("--model mf takes --reg l2 or none");
+  }
+  if (f.reg == "none") {
+    mf.reg = 0;
+  } else if (f.regWeight >= 0) {
+    mf.reg = f.regWeight;
+  }
+  if (f.initScale >= 0) mf.initStd = f.initScale;
+  mf.optimizer = f.optimizer;
+  return mf;
+}
+
+ml::KgeConfig kgeModelConfig(const std::string& model, const SparseFlags& f) {
+  ml::KgeConfig kge = f.kge;
+  kge.model = ml::parseKgeModel(model);
+  kge.loss = ml::parseKgeLoss(f.loss);
+  kge.regularizer = ml::parseKgeRegularizer(f.reg.empty() ? "n3" : f.reg);
+  if (f.regWeight >= 0) kge.regWeight = f.regWeight;
+  if (f.initScale >= 0) kge.initScale = f.initScale;
+  if (f.negatives == "all") {
+    kge.allNegatives = true;
+  } else {
+    size_t used = 0;
+    long long n = -1;
+    try {
+      n = std::stoll(f.negatives, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != f.negatives.size() || n < 1 || n > 1'000'000) {
+      throw std::invalid_argument(fmt::format(
+          "--negatives must be 'all' or a count in [1, 1000000], not '{}'", f.negatives));
+    }
+    kge.negatives = static_cast<size_t>(n);
+  }
+  kge.validate();
+  return kge;
+}
+
+void addSparseOptions(CLI::App& train, SparseFlags& flags, bool evalEveryFlag) {
   ml::MfOptions& mf = flags.mf;
   ml::ZipfRatingsOptions& z = flags.zipf;
   ml::KgeConfig& k = flags.kge;
@@ -365,12 +381,14 @@ void addSparseOptions(CLI::App& train, SparseFlags& flags) {
                   "however small its gradient; TensorFlow starts at 0.1")
       ->check(CLI::Range(0.0, 1e6))
       ->capture_default_str();
-  train
-      .add_option("--eval-every", flags.evalEvery,
-                  "KGE: filtered MRR on the validation triples every N epochs (0: only at the "
-                  "end, where valid and test are always evaluated)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1'000'000}))
-      ->capture_default_str();
+  if (evalEveryFlag) {
+    train
+        .add_option("--eval-every", flags.evalEvery,
+                    "KGE: filtered MRR on the validation triples every N epochs (0: only at the "
+                    "end, where valid and test are always evaluated)")
+        ->check(CLI::Range(int64_t{0}, int64_t{1'000'000}))
+        ->capture_default_str();
+  }
   train
       .add_option("--time-limit", flags.timeLimit,
                   "KGE: stop after the epoch in which training time passes this many seconds "

@@ -58,8 +58,15 @@ void runTraining(ml::ProgressReporter& progress, const std::function<void()>& wo
 
 // True for complex and distmult.
 bool isKgeModel(const std::string& model);
-// Registers the sparse flags on `train`.
-void addSparseOptions(CLI::App& train, SparseFlags& flags);
+// Registers the sparse flags on `train`; --eval-every only with `evalEveryFlag` (chorus node
+// has its own, which sparse models read in epochs).
+void addSparseOptions(CLI::App& train, SparseFlags& flags, bool evalEveryFlag = true);
+// The MF model's options from the sparse flags (the trainer's settings left at their defaults).
+// Throws std::invalid_argument naming the flag.
+ml::MfOptions mfModelOptions(const SparseFlags& flags);
+// The KGE model `model` (complex | distmult) from the sparse flags; validated. Throws
+// std::invalid_argument naming the flag.
+ml::KgeConfig kgeModelConfig(const std::string& model, const SparseFlags& flags);
 // `chorus train --model mf`: generate or read ratings, print their skew, train, compare the test
 // RMSE with the noise floor. `train` tells which flags were given.
 void runMfTrain(const CLI::App& train, const ml::TrainOptions& options, const SparseFlags& flags);
