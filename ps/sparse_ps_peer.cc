@@ -10,7 +10,6 @@
 #include <numeric>
 #include <stdexcept>
 
-#include "chorus/chorus_generated.h"
 #include "ml/metrics.h"
 #include "ml/rng.h"
 #include "node/node.h"
@@ -152,52 +151,15 @@ SparsePsPeer::SparsePsPeer(node::Node& node, ml::SparseWorkload& workload,
   worker_ =
       std::make_unique<KvWorker>(node_, *server_, directory, OwnerOptimizer{}, worker_options);
 
-  node_.setHandler(wire::Body::TrainingDone, [this](NodeId from, const wire::Envelope&) {
-    server_->workerFinished(from);
-    membership_.finished(from);
-    tickNow();
-  });
-  node_.setEventHandler([this](const node::PeerEvent& event) {
-    server_->onPeerEvent(event);
-    worker_->onPeerEvent(event);
-    if (event.kind == node::PeerEventKind::kDown || event.kind == node::PeerEventKind::kLeft) {
-      membership_.down(event.peer);
-      tickNow();
-    } else if (event.kind == node::PeerEventKind::kUp) {
-      membership_.up(event.peer);
-      node::SharedFrame done;
-      {
-        auto lock = membership_.lock();
-        done = done_frame_;
-      }
-      if (done) node_.send(event.peer, done);
-    }
-  });
-  // The owner's time-outs and waiting reports run on the loop thread; this thread only rings.
-  ticker_ = std::thread([this] {
-    std::unique_lock lock(ticker_mu_);
-    while (!closing_) {
-      ticker_cv_.wait_for(lock, options_.ps.tick_every);
-      if (closing_) break;
-      lock.unlock();
-      node_.post([this] { server_->tick(SteadyClock::now()); });
-      lock.lock();
-    }
-  });
+  barrier_ = std::make_unique<PsRunBarrier>(node_, *server_, *worker_, membership_,
+                                            options_.ps.tick_every);
 }
 
-SparsePsPeer::~SparsePsPeer() {
-  {
-    std::lock_guard lock(ticker_mu_);
-    closing_ = true;
-  }
-  ticker_cv_.notify_all();
-  ticker_.join();
-}
+SparsePsPeer::~SparsePsPeer() = default;
 
 void SparsePsPeer::stop() {
   membership_.stop();
-  tickNow();
+  barrier_->tickNow();
   worker_->cancelAll({node::ErrorCode::kShutdown, "stopped"});
 }
 
@@ -432,20 +394,11 @@ SparsePsReport SparsePsPeer::run() {
         }
       }
     }
-    node::SharedFrame done =
-        node_.encode(wire::Body::TrainingDone, [&](flatbuffers::FlatBufferBuilder& b) {
-          return wire::CreateTrainingDone(b, clock).Union();
-        });
-    {
-      auto lock = membership_.lock();
-      done_frame_ = done;
-    }
-    node_.broadcast(membership_.others(), done);
     // Everyone keeps serving its rows until every other member is done or gone.
     run::SettleOptions settle;
     settle.timeout = options_.ps.finish_timeout;
     settle.report_every = options_.ps.report_every;
-    run::PeerSettlement settled = membership_.settle(settle, log);
+    run::PeerSettlement settled = barrier_->finish(clock, settle);
     report_.finished_peers = std::move(settled.finished);
     report_.departed_peers = std::move(settled.departed);
     if (!report_.departed_peers.empty()) {

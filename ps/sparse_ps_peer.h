@@ -9,14 +9,11 @@
 // and metrics: docs/sparse-ps.md.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -24,6 +21,7 @@
 #include "ps/kv_server.h"
 #include "ps/kv_worker.h"
 #include "ps/ps_peer.h"
+#include "ps/ps_run_barrier.h"
 #include "ps/sparse_keys.h"
 #include "run/membership.h"
 
@@ -115,7 +113,6 @@ class SparsePsPeer {
   bool pullModel(std::optional<Clock> min_clock);
   // Waits for the pending push; counts and logs it when it failed.
   void settlePush();
-  void tickNow() { ticker_cv_.notify_all(); }
 
   node::Node& node_;
   ml::SparseWorkload& workload_;
@@ -130,15 +127,11 @@ class SparsePsPeer {
   std::unique_ptr<KvServer> server_;
   std::unique_ptr<KvWorker> worker_;
   run::Membership membership_;
-  node::SharedFrame done_frame_;  // guarded by membership_'s lock
+  // TrainingDone and peer events, the owner's ticker, the end of the run.
+  std::unique_ptr<PsRunBarrier> barrier_;
   std::optional<KvWorker::Handle> pending_push_;
   std::string last_pull_error_;
   SparsePsReport report_;
-
-  std::thread ticker_;
-  std::mutex ticker_mu_;
-  std::condition_variable ticker_cv_;
-  bool closing_ = false;
 };
 
 }  // namespace chorus::ps
