@@ -23,12 +23,11 @@ namespace chorus::cli {
 
 namespace {
 
-// The defaults of `chorus train` for the flags a sparse model shares with the dense ones.
-constexpr size_t kKgeBatch = 512;
-constexpr size_t kMfBatch = 1000;
-constexpr double kSparseLr = 0.1;
-constexpr int64_t kMfEpochs = 10;
-constexpr int64_t kLogEverySteps = 100;
+using sparse_defaults::kKgeBatch;
+using sparse_defaults::kKgeLr;
+using sparse_defaults::kMfBatch;
+using sparse_defaults::kMfEpochs;
+using sparse_defaults::kMfLr;
 
 // The flags of chorus node that a sparse model does not take yet, and why.
 const std::vector<std::pair<std::string, std::string>> kNotForSparse = {
@@ -89,11 +88,11 @@ ml::SparseTrainOptions trainOptions(const run::RunOptions& run, const SparseNode
   train.batchSize =
       given(sparse, "--batch") ? run.batch : (isMf(run.model.name) ? kMfBatch : kKgeBatch);
   train.optimizer.kind = ml::parseSparseOptimizer(f.optimizer);
-  train.optimizer.lr = given(sparse, "--lr") ? run.lr : kSparseLr;
+  train.optimizer.lr = given(sparse, "--lr") ? run.lr : (isMf(run.model.name) ? kMfLr : kKgeLr);
   train.optimizer.initialAccumulator = f.adagradInitial;
   train.seed = run.seed;
   train.evalEvery = given(sparse, "--eval-every") ? run.eval_every : 1;
-  train.logEverySteps = kLogEverySteps;
+  train.logEverySteps = sparse.logEvery;
   return train;
 }
 
@@ -117,6 +116,10 @@ bool isSparseModel(const std::string& model) {
 
 void addSparseNodeOptions(CLI::App& node, SparseNodeArgs& args) {
   addSparseOptions(node, args.flags, /*evalEveryFlag=*/false);
+  node.add_option("--log-every", args.logEvery,
+                  "Sparse models: a \"step\" metrics event every N clocks")
+      ->check(CLI::Range(int64_t{1}, int64_t{1'000'000'000}))
+      ->capture_default_str();
   // --model and --data take the sparse models and their data too (as chorus train's do); an
   // image model's data set is checked by checkImageData().
   std::vector<std::string> models = ml::modelNames();

@@ -40,6 +40,7 @@ class NodeSession {
 // defaults for --batch, --lr and --eval-every, and refuse the flags that do not apply).
 struct SparseNodeArgs {
   SparseFlags flags;
+  int64_t logEvery = 100;       // --log-every: a "step" metrics event every N clocks
   std::set<std::string> given;  // "--batch", ... as given on the command line
 };
 

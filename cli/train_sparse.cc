@@ -43,13 +43,11 @@ const std::vector<std::string> kSparseFlags = {"--reg", "--reg-weight", "--optim
 
 namespace {
 
-// MF's defaults for the flags it shares with the dense models.
-constexpr int64_t kMfEpochs = 10;
-constexpr size_t kMfBatch = 1000;
-constexpr double kMfLr = 0.1;
-// The KGE models'.
-constexpr size_t kKgeBatch = 512;
-constexpr double kKgeLr = 0.1;
+using sparse_defaults::kKgeBatch;
+using sparse_defaults::kKgeLr;
+using sparse_defaults::kMfBatch;
+using sparse_defaults::kMfEpochs;
+using sparse_defaults::kMfLr;
 
 bool given(const CLI::App& app, const std::string& flag) {
   return app.count(flag) > 0;

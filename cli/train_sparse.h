@@ -44,6 +44,16 @@ struct SparseFlags {
   double adagradInitial = 0.0;
 };
 
+// The sparse models' defaults for the flags they share with the dense models (chorus train and
+// chorus node alike).
+namespace sparse_defaults {
+inline constexpr int64_t kMfEpochs = 10;
+inline constexpr size_t kMfBatch = 1000;
+inline constexpr double kMfLr = 0.1;
+inline constexpr size_t kKgeBatch = 512;
+inline constexpr double kKgeLr = 0.1;
+}  // namespace sparse_defaults
+
 // The flags only the dense image models take, only MF takes, only the KGE models take, and only
 // the two sparse families take: each family refuses another's, naming it.
 extern const std::vector<std::string> kDenseOnlyFlags;
