@@ -372,6 +372,9 @@ SparsePsReport SparsePsPeer::run() {
     log.info("{}", line);
   }
   settlePush();
+  const node::PeerStats clock_bytes = traffic();
+  report_.clock_bytes_out = clock_bytes.bytes_out;
+  report_.clock_bytes_in = clock_bytes.bytes_in;
   report_.stopped = membership_.stopped();
   report_.epochs_done = epoch;
   report_.clocks_done = clock;
@@ -424,6 +427,8 @@ SparsePsReport SparsePsPeer::run() {
       .add("local_share", report_.localShare())
       .add("bytes_out", report_.bytes_out)
       .add("bytes_in", report_.bytes_in)
+      .add("clock_bytes_out", report_.clock_bytes_out)
+      .add("clock_bytes_in", report_.clock_bytes_in)
       .add("failed_pulls", report_.failed_pulls)
       .add("failed_pushes", report_.failed_pushes)
       .addBool("stopped", report_.stopped);

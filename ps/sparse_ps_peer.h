@@ -63,8 +63,11 @@ struct SparsePsReport {
   std::string spec;
   uint64_t rows_pulled = 0;  // keys read by the steps (not the evaluation reads)
   uint64_t rows_pushed = 0;
-  uint64_t bytes_out = 0;  // this node's traffic, all peers
+  uint64_t bytes_out = 0;  // this node's traffic, all peers, the final read included
   uint64_t bytes_in = 0;
+  // The same by the end of the last clock (before node 0's final read of the whole model).
+  uint64_t clock_bytes_out = 0;
+  uint64_t clock_bytes_in = 0;
   uint64_t failed_pulls = 0;
   uint64_t failed_pushes = 0;
   WorkerStats worker;

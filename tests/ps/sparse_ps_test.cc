@@ -186,6 +186,35 @@ TEST(SparsePs, AStepReadsOnlyTheRowsItTouches) {
   }
 }
 
+TEST(SparsePs, TheBytesOfAStepFollowTheRowsTouchedNotTheTableSize) {
+  // The same triples (ids below 2000) over a table of 2,000 and one of 20,000 entities: a
+  // node's clocks move about the same bytes, though one table is 10x the other (node 0's final
+  // read of the whole model comes after them).
+  auto bytesFor = [](size_t entities) {
+    testsupport::PlantedGraphOptions options;
+    options.entities = 2000;
+    options.groups = 20;
+    options.train = 600;
+    ml::KgData graph = testsupport::makePlantedGraph(options);
+    for (size_t e = graph.entities(); e < entities; ++e)
+      graph.entityNames.push_back("unused" + std::to_string(e));
+    ml::KgeConfig config = smallComplEx();
+    config.negatives = 2;
+    // Negatives over the whole table: the rows a step touches stay about as many.
+    auto make = [&] { return std::make_unique<ml::KgeWorkload>(graph, config, 3); };
+    const ClusterRun run = trainCluster(2, make, trainOptions(1, 8, 0.1), "2", "sparse-bytes");
+    const SparsePsReport& r = run.reports[1];
+    return std::pair(r.clock_bytes_in + r.clock_bytes_out, r.rows_pulled);
+  };
+  const auto [small_bytes, small_rows] = bytesFor(2000);
+  const auto [large_bytes, large_rows] = bytesFor(20000);
+  EXPECT_GT(small_bytes, 0u);
+  EXPECT_NEAR(static_cast<double>(large_bytes), static_cast<double>(small_bytes),
+              0.25 * static_cast<double>(small_bytes));
+  EXPECT_NEAR(static_cast<double>(large_rows), static_cast<double>(small_rows),
+              0.25 * static_cast<double>(small_rows));
+}
+
 TEST(SparsePs, TwoNodesFactorizeAsWellAsOne) {
   ml::ZipfRatingsOptions zipf;
   zipf.rows = 400;
