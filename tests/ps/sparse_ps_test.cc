@@ -128,7 +128,6 @@ TEST_P(SparsePsKge, ThreeNodesReachTheSingleNodeMrr) {
   const double single = metric(alone, "test", "mrr");
   const double ps = metric(run.reports[0].final, "test", "mrr");
   // A random ranking of 300 entities has an MRR near 0.02; the planted groups allow ~0.1+.
-  std::fprintf(stderr, "single mrr %.4f, ps mrr %.4f\n", single, ps);
   EXPECT_GT(single, 0.08);
   EXPECT_NEAR(ps, single, 0.25 * single) << "staleness " << GetParam();
   for (size_t i = 0; i < run.reports.size(); ++i) {
@@ -234,9 +233,36 @@ TEST(SparsePs, TwoNodesFactorizeAsWellAsOne) {
   const ClusterRun run = trainCluster(2, make, train, "2", "sparse-mf");
   const double single = metric(alone, "test", "rmse");
   const double ps = metric(run.reports[0].final, "test", "rmse");
-  std::fprintf(stderr, "single rmse %.4f, ps rmse %.4f\n", single, ps);
   EXPECT_LT(single, 0.6);  // the planted signal has variance 1
   EXPECT_NEAR(ps, single, 0.1 * single);
+}
+
+TEST(SparsePs, StopEndsEveryNodesRunEarly) {
+  const ml::KgData graph = testsupport::makePlantedGraph({});
+  auto make = [&] { return std::make_unique<ml::KgeWorkload>(graph, smallComplEx(), 11); };
+  LocalCluster cluster(2, 0, {.cluster = "sparse-stop"});
+  std::vector<std::unique_ptr<ml::SparseWorkload>> workloads;
+  const ml::Shards shards = ml::shardIid(graph.train.size(), 2, 1);
+  for (size_t i = 0; i < 2; ++i) {
+    workloads.push_back(make());
+    SparsePsOptions options;
+    options.train = trainOptions(1000, 32, 0.1);
+    if (i == 0) {
+      // Node 0 stops both runs (any thread may) at its clock 5.
+      options.on_pull = [&cluster](Clock clock, std::span<const Key>) {
+        if (clock == 5) cluster.stopAll();
+      };
+    }
+    cluster.attach<SparsePsPeer>(i, *workloads[i], shards[i], testsupport::membersOf(2), options);
+  }
+  cluster.connect();
+  cluster.start();
+  for (size_t i = 0; i < 2; ++i) {
+    const SparsePsReport r = cluster.result<SparsePsReport>(i, std::chrono::seconds(60));
+    EXPECT_TRUE(r.stopped) << "node " << i;
+    EXPECT_LT(r.epochs_done, 1000);
+    EXPECT_TRUE(r.final.empty());
+  }
 }
 
 TEST(StepKeys, SortsDeduplicatesAndPutsValuesBack) {
