@@ -23,11 +23,7 @@ namespace chorus::cli {
 
 namespace {
 
-using sparse_defaults::kKgeBatch;
-using sparse_defaults::kKgeLr;
-using sparse_defaults::kMfBatch;
-using sparse_defaults::kMfEpochs;
-using sparse_defaults::kMfLr;
+namespace defaults = sparse_defaults;
 
 // The flags of chorus node that a sparse model does not take yet, and why.
 const std::vector<std::pair<std::string, std::string>> kNotForSparse = {
@@ -71,7 +67,7 @@ std::string dataName(const run::RunOptions& run, const SparseNodeArgs& sparse) {
 }
 
 int64_t epochsOf(const run::RunOptions& run, const SparseNodeArgs& sparse) {
-  if (isMf(run.model.name) && !given(sparse, "--epochs")) return kMfEpochs;
+  if (isMf(run.model.name) && !given(sparse, "--epochs")) return defaults::kMfEpochs;
   if (run.epochs < 1 || run.epochs != std::floor(run.epochs) || run.epochs > 1e6) {
     throw CommandFailure(2, fmt::format("--epochs {}: a sparse model trains whole epochs (a "
                                         "count from 1)",
@@ -85,10 +81,12 @@ ml::SparseTrainOptions trainOptions(const run::RunOptions& run, const SparseNode
   const SparseFlags& f = sparse.flags;
   ml::SparseTrainOptions train;
   train.epochs = epochsOf(run, sparse);
-  train.batchSize =
-      given(sparse, "--batch") ? run.batch : (isMf(run.model.name) ? kMfBatch : kKgeBatch);
+  train.batchSize = given(sparse, "--batch")
+                        ? run.batch
+                        : (isMf(run.model.name) ? defaults::kMfBatch : defaults::kKgeBatch);
   train.optimizer.kind = ml::parseSparseOptimizer(f.optimizer);
-  train.optimizer.lr = given(sparse, "--lr") ? run.lr : (isMf(run.model.name) ? kMfLr : kKgeLr);
+  train.optimizer.lr =
+      given(sparse, "--lr") ? run.lr : (isMf(run.model.name) ? defaults::kMfLr : defaults::kKgeLr);
   train.optimizer.initialAccumulator = f.adagradInitial;
   train.seed = run.seed;
   train.evalEvery = given(sparse, "--eval-every") ? run.eval_every : 1;

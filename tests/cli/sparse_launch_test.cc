@@ -3,7 +3,6 @@
 // train` reaches with the same flags; `chorus node` runs a one-node cluster; bad flags are
 // refused before any node starts, naming the flag.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -24,19 +23,6 @@ namespace fs = std::filesystem;
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
-
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "chorus-sparse-ps-XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return (fs::path(path_) / name).string(); }
-
- private:
-  std::string path_;
-};
 
 // A graph of 300 entities in 10 groups and 4 relations; relation r links an entity of group g
 // to entities of group g + r + 1: train/valid/test.txt in DIR/planted.
@@ -92,7 +78,7 @@ std::vector<std::string> kgeFlags(const std::string& data_dir) {
 }
 
 TEST(ChorusSparsePs, LaunchTrainsAKnowledgeGraphAsWellAsChorusTrain) {
-  TempDir dir;
+  TempDir dir("chorus-sparse-ps");
   writePlantedGraph(dir.file("graphs/planted"));
   const std::vector<std::string> flags = kgeFlags(dir.file("graphs"));
   std::vector<std::string> train = {chorusBinary(), "train"};
@@ -122,7 +108,7 @@ TEST(ChorusSparsePs, LaunchTrainsAKnowledgeGraphAsWellAsChorusTrain) {
 }
 
 TEST(ChorusSparsePs, ANodeAloneAndALaunchedPairFactorizeLikeChorusTrain) {
-  TempDir dir;
+  TempDir dir("chorus-sparse-ps");
   const std::vector<std::string> flags = {
       "--model",    "mf",    "--mf-rows",         "400", "--mf-cols", "200",
       "--mf-cells", "30000", "--mf-planted-rank", "4",   "--rank",    "4",
@@ -151,7 +137,7 @@ TEST(ChorusSparsePs, ANodeAloneAndALaunchedPairFactorizeLikeChorusTrain) {
 }
 
 TEST(ChorusSparsePs, BadFlagsAreRefusedBeforeAnyNodeStarts) {
-  TempDir dir;
+  TempDir dir("chorus-sparse-ps");
   const std::string topology = writeTopology(dir, 2);
   struct Case {
     std::vector<std::string> flags;

@@ -18,21 +18,8 @@ bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "chorus-train-mf-XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return (fs::path(path_) / name).string(); }
-
- private:
-  std::string path_;
-};
-
 TEST(ChorusTrainMf, SmallGeneratedRunMeetsTheTargetAndWritesItsData) {
-  TempDir dir;
+  TempDir dir("chorus-train-mf");
   CommandResult r = runCommand({chorusBinary(),
                                 "train",
                                 "--model",
@@ -76,7 +63,7 @@ TEST(ChorusTrainMf, SmallGeneratedRunMeetsTheTargetAndWritesItsData) {
 }
 
 TEST(ChorusTrainMf, BadFlagsAndFilesAreRefused) {
-  TempDir dir;
+  TempDir dir("chorus-train-mf");
   struct Case {
     std::vector<std::string> args;
     int code;
