@@ -26,6 +26,8 @@
 #include "cli/launcher.h"
 #include "cli/node_internal.h"
 #include "cli/run_spec.h"
+#include "cli/sparse_node.h"
+#include "cli/suggest.h"
 #include "consensus/consensus_peer.h"
 #include "faults/link_delay.h"
 #include "faults/straggler.h"
@@ -278,6 +280,10 @@ void checkModeArgs(const NodeArgs& args, const NodeSetup& setup, const std::stri
   if (mode != "consensus" && mode != "ps") {
     throw CommandFailure(2, fmt::format("unknown mode \"{}\": use consensus, ps or ping", mode));
   }
+  if (isSparseModel(args.run.model.name)) {
+    return checkSparseNodeArgs(args.run, args.sparse, args.psOptions(), mode);
+  }
+  checkImageData(args.run);
   checkStragglersNameMembers(args.run.stragglers, setup.topo, args.topology);
   try {
     run::validateRunOptions(args.run);
@@ -389,7 +395,7 @@ using ModeFactory = std::function<ModeRun(node::Node&, run::NodeJob)>;
 
 // One training run on a started node: the mode's run behind ModeRun, so that every mode shares
 // the node's lifecycle (flags, data, signals, listen, connect, leave) and its printed result.
-class TrainingSession {
+class TrainingSession : public NodeSession {
  public:
   TrainingSession(node::NodeId self, const run::RunOptions& options, std::string model_spec,
                   ModeRun mode)
@@ -399,7 +405,7 @@ class TrainingSession {
         mode_(std::move(mode)) {}
 
   // Trainer thread: trains, then prints this node's results.
-  void run() {
+  void run() override {
     const TrainingOutcome outcome = mode_.run();
     const run::LoopReport& loop = outcome.loop;
     for (const std::string& line : outcome.before)
@@ -423,7 +429,7 @@ class TrainingSession {
     saveFinalModel(outcome);
   }
   // Any thread (the signal watcher): ends run() early.
-  void stop() { mode_.stop(); }
+  void stop() override { mode_.stop(); }
 
  private:
   // --save: node 0 writes the final model as a checkpoint that --resume reads. Nothing to
@@ -448,35 +454,23 @@ class TrainingSession {
   ModeRun mode_;
 };
 
-// Loads the data, builds the mode's run, joins the cluster, trains and leaves in order.
-// The flags were checked before (checkModeArgs).
+// A node's session from its factory (called once the node exists, before it listens).
+using SessionFactory = std::function<std::unique_ptr<NodeSession>(node::Node&)>;
+
+// Builds the session, joins the cluster, trains and leaves in order: the lifecycle every
+// training run shares (signals, listen, connect, leave). The flags were checked before.
 // `peers`: whom this node connects to (the neighbors in consensus mode, everyone in PS mode).
-void runTraining(const NodeArgs& args, const NodeSetup& setup, const std::string& mode,
-                 const ModeFactory& make_mode, const std::string& peers_description,
-                 const std::vector<node::PeerAddress>& peers) {
+void runSession(const NodeArgs& args, const NodeSetup& setup, const std::string& mode,
+                const SessionFactory& make_session, const std::string& peers_description,
+                const std::vector<node::PeerAddress>& peers) {
   const node::NodeId self = setup.self;
   const topology::Topology& topo = setup.topo;
-  // The data and the model come before the listener: once this node accepts connections its
-  // peers may send models or requests, and the handlers must be in place by then.
-  run::NodeJob job;
-  try {
-    // This process runs one node: it reads its own samples only.
-    job = run::loadNodeProcessJob(args.run, self, static_cast<int>(topo.nodes.size()),
-                                  setup.me->stragglers);
-  } catch (const std::invalid_argument& e) {
-    throw CommandFailure(2, fmt::format("node {}: {}", self, e.what()));
-  } catch (const std::exception& e) {
-    throw CommandFailure(1, fmt::format("node {}: {}", self, e.what()));
-  }
-
   SignalWatcher signals;
   node::Node node(setup.options);
   spdlog::logger& log = node.logger();
-  std::unique_ptr<TrainingSession> session;
+  std::unique_ptr<NodeSession> session;
   try {
-    std::string model_spec = job.model->spec().toString();
-    session = std::make_unique<TrainingSession>(self, args.run, std::move(model_spec),
-                                                make_mode(node, std::move(job)));
+    session = make_session(node);
   } catch (const std::invalid_argument& e) {
     throw CommandFailure(2, fmt::format("node {}: {}", self, e.what()));
   }
@@ -525,6 +519,33 @@ void runTraining(const NodeArgs& args, const NodeSetup& setup, const std::string
   std::fflush(stdout);
   finish(0, "");
   fmt::print("node {}: left the cluster cleanly\n", self);
+}
+
+// Loads the data, builds the mode's run, joins the cluster, trains and leaves in order.
+void runTraining(const NodeArgs& args, const NodeSetup& setup, const std::string& mode,
+                 const ModeFactory& make_mode, const std::string& peers_description,
+                 const std::vector<node::PeerAddress>& peers) {
+  const node::NodeId self = setup.self;
+  // The data and the model come before the listener: once this node accepts connections its
+  // peers may send models or requests, and the handlers must be in place by then.
+  run::NodeJob job;
+  try {
+    // This process runs one node: it reads its own samples only.
+    job = run::loadNodeProcessJob(args.run, self, static_cast<int>(setup.topo.nodes.size()),
+                                  setup.me->stragglers);
+  } catch (const std::invalid_argument& e) {
+    throw CommandFailure(2, fmt::format("node {}: {}", self, e.what()));
+  } catch (const std::exception& e) {
+    throw CommandFailure(1, fmt::format("node {}: {}", self, e.what()));
+  }
+  std::string model_spec = job.model->spec().toString();
+  runSession(
+      args, setup, mode,
+      [&](node::Node& node) {
+        return std::make_unique<TrainingSession>(self, args.run, std::move(model_spec),
+                                                 make_mode(node, std::move(job)));
+      },
+      peers_description, peers);
 }
 
 // Consensus training (docs/consensus.md): gossip with the topology neighbors, the end of the run
@@ -633,6 +654,20 @@ ModeRun singleRun(node::Node& node, run::NodeJob job, const run::RunOptions& opt
 }
 
 void runTrainingMode(const NodeArgs& args, const NodeSetup& setup, const std::string& mode) {
+  if (isSparseModel(args.run.model.name)) {
+    // Sparse models train in PS mode on any number of nodes, one included (docs/sparse-ps.md).
+    std::vector<node::NodeId> members;
+    for (const auto& n : setup.topo.nodes)
+      members.push_back(n.id);
+    const std::shared_ptr<SparseNodeJob> job =
+        loadSparseNodeJob(args.run, args.sparse, setup.self, members);
+    const ps::PsOptions options = args.psOptions();
+    return runSession(
+        args, setup, "ps",
+        [&](node::Node& node) { return sparsePsSession(node, job, members, options); },
+        fmt::format("owning its share of the rows, staleness {}", args.staleness.toString()),
+        setup.peers);
+  }
   if (setup.topo.nodes.size() == 1) {
     return runTraining(
         args, setup, "single",
@@ -692,6 +727,13 @@ std::string runFingerprint(const NodeArgs& args, const std::string& mode) {
   if (mode == "ping") {
     s.insert(s.end(), {{"pings", fmt::format("{}", args.pings)},
                        {"payload-bytes", fmt::format("{}", args.payload_bytes)}});
+  } else if (isSparseModel(args.run.model.name)) {
+    const run::RunOptions& r = args.run;
+    s.insert(s.end(), {{"model", r.model.name},
+                       {"seed", fmt::format("{}", r.seed)},
+                       {"staleness", args.staleness.toString()}});
+    const auto sparse = sparseFingerprint(r, args.sparse);
+    s.insert(s.end(), sparse.begin(), sparse.end());
   } else {
     const run::RunOptions& r = args.run;
     s.insert(s.end(),
@@ -754,6 +796,18 @@ void runNode(const NodeArgs& args) {
 void checkNodes(NodeArgs args, const std::vector<uint32_t>& ids) {
   const topology::Topology topo = loadTopologyFile(args.topology);
   bool trains = false;
+  if (isSparseModel(args.run.model.name)) {
+    for (uint32_t id : ids) {
+      args.id = id;
+      NodeSetup setup = setUpNode(args, spdlog::level::off, &topo);
+      checkModeArgs(args, setup, modeOf(args, setup));
+    }
+    // The nodes of a launch share this machine's data folder: a missing graph is said once.
+    if (modeOf(args, setUpNode(args, spdlog::level::off, &topo)) != "ping") {
+      checkSparseData(args.run, args.sparse);
+    }
+    return;
+  }
   for (uint32_t id : ids) {
     args.id = id;
     NodeSetup setup = setUpNode(args, spdlog::level::off, &topo);

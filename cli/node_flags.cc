@@ -72,6 +72,11 @@ void registerNodeCommand(CLI::App& app, std::function<void(const NodeArgs&)> act
       "             also prints the accuracy of the model as held by the owners (docs/ps.md).\n"
       "A topology of one node trains alone in either training mode: the run of chorus train\n"
       "(the single variant of chorus compare).\n"
+      "Sparse models (--model complex, distmult or mf, with chorus train's flags for them)\n"
+      "train in PS mode: their embedding rows are the keys, each worker reads the rows its\n"
+      "step touches and pushes their gradient, the owners apply the optimizer; node 0 prints\n"
+      "the owners' model's quality at the end (docs/sparse-ps.md). Consensus mode for them is\n"
+      "not implemented yet.\n"
       "Then it leaves in order (Leave, wait for the peers' Leave, close).\n"
       "Example, on each machine with its own id (all nodes of a file on one machine: chorus\n"
       "launch): chorus node --topology lab.toml --id 0 --data fashion-mnist --model mlp --out "
@@ -157,6 +162,7 @@ void registerNodeCommand(CLI::App& app, std::function<void(const NodeArgs&)> act
   run::addStalenessOption(*cmd, args->staleness);
   consensus::addConsensusOptions(*cmd, args->consensus);
   ps::addPsOptions(*cmd, args->ps);
+  addSparseNodeOptions(*cmd, args->sparse);
   cmd->callback([cmd, args, spec, action = std::move(action)] {
     if (spec->empty()) {
       if (args->topology.empty()) {
@@ -164,6 +170,7 @@ void registerNodeCommand(CLI::App& app, std::function<void(const NodeArgs&)> act
                              "--topology FILE is required (or --spec FILE, as chorus launch "
                              "and chorus compare give their nodes)");
       }
+      recordGivenFlags(*cmd, args->sparse);
       return action(*args);
     }
     action(fromSpec(*cmd, *spec, args->id));

@@ -33,11 +33,97 @@ namespace fb = chorus::spec;
 // the option structs it holds changes their size and stops the build here: carry it in
 // run_spec.fbs, encodeRunSpec() and decodeRunSpec() (and the round-trip test), then update the
 // size. (The test hooks of the mode options, std::function members, are not settings.)
-static_assert(sizeof(void*) != 8 || sizeof(NodeArgs) == 1208,
+static_assert(sizeof(void*) != 8 || sizeof(NodeArgs) == 1800,
               "NodeArgs changed: carry the new setting in the run spec (cli/run_spec.fbs)");
 
 std::string text(const flatbuffers::String* s) {
   return s == nullptr ? std::string() : s->str();
+}
+
+flatbuffers::Offset<fb::Sparse> encodeSparse(flatbuffers::FlatBufferBuilder& b,
+                                             const SparseNodeArgs& s) {
+  const SparseFlags& f = s.flags;
+  const ml::MfOptions& m = f.mf;
+  const auto mf = fb::CreateMfDirect(b, m.rank, m.reg, m.optimizer.c_str(), m.learningRate,
+                                     m.batchSize, m.epochs, m.initStd, m.globalMean, m.seed,
+                                     m.metricsPath.c_str(), m.logEverySteps, m.targetRatio);
+  const ml::ZipfRatingsOptions& z = f.zipf;
+  const auto zipf = fb::CreateZipf(b, z.rows, z.cols, z.cells, z.testShare, z.rank, z.rowExponent,
+                                   z.colExponent, z.noiseSigma, z.seed, z.memoryLimitBytes);
+  const ml::KgeConfig& k = f.kge;
+  const auto kge =
+      fb::CreateKge(b, static_cast<int>(k.model), k.dim, k.negatives, k.allNegatives,
+                    k.sharedNegatives, static_cast<int>(k.loss), k.adversarialTemperature,
+                    static_cast<int>(k.regularizer), k.regWeight, k.initScale, k.reciprocal);
+  std::vector<flatbuffers::Offset<flatbuffers::String>> given;
+  for (const std::string& flag : s.given)
+    given.push_back(b.CreateString(flag));
+  return fb::CreateSparseDirect(b, f.reg.c_str(), f.regWeight, f.optimizer.c_str(), f.initScale, mf,
+                                zipf, f.dataFile.c_str(), f.writeData.c_str(), kge,
+                                f.negatives.c_str(), f.loss.c_str(), f.evalEvery, f.timeLimit,
+                                f.keepBest, f.adagradInitial, s.logEvery, &given);
+}
+
+SparseNodeArgs decodeSparse(const fb::Sparse& s) {
+  SparseNodeArgs out;
+  SparseFlags& f = out.flags;
+  f.reg = text(s.reg());
+  f.regWeight = s.reg_weight();
+  f.optimizer = text(s.optimizer());
+  f.initScale = s.init_scale();
+  if (const fb::Mf* m = s.mf()) {
+    f.mf.rank = m->rank();
+    f.mf.reg = m->reg();
+    f.mf.optimizer = text(m->optimizer());
+    f.mf.learningRate = m->learning_rate();
+    f.mf.batchSize = m->batch_size();
+    f.mf.epochs = m->epochs();
+    f.mf.initStd = m->init_std();
+    f.mf.globalMean = m->global_mean();
+    f.mf.seed = m->seed();
+    f.mf.metricsPath = text(m->metrics_path());
+    f.mf.logEverySteps = m->log_every_steps();
+    f.mf.targetRatio = m->target_ratio();
+  }
+  if (const fb::Zipf* z = s.zipf()) {
+    f.zipf.rows = z->rows();
+    f.zipf.cols = z->cols();
+    f.zipf.cells = z->cells();
+    f.zipf.testShare = z->test_share();
+    f.zipf.rank = z->rank();
+    f.zipf.rowExponent = z->row_exponent();
+    f.zipf.colExponent = z->col_exponent();
+    f.zipf.noiseSigma = z->noise_sigma();
+    f.zipf.seed = z->seed();
+    f.zipf.memoryLimitBytes = z->memory_limit_bytes();
+  }
+  f.dataFile = text(s.data_file());
+  f.writeData = text(s.write_data());
+  if (const fb::Kge* k = s.kge()) {
+    f.kge.model = static_cast<ml::KgeModelKind>(k->model());
+    f.kge.dim = k->dim();
+    f.kge.negatives = k->negatives();
+    f.kge.allNegatives = k->all_negatives();
+    f.kge.sharedNegatives = k->shared_negatives();
+    f.kge.loss = static_cast<ml::KgeLossKind>(k->loss());
+    f.kge.adversarialTemperature = k->adversarial_temperature();
+    f.kge.regularizer = static_cast<ml::KgeRegularizerKind>(k->regularizer());
+    f.kge.regWeight = k->reg_weight();
+    f.kge.initScale = k->init_scale();
+    f.kge.reciprocal = k->reciprocal();
+  }
+  f.negatives = text(s.negatives());
+  f.loss = text(s.loss());
+  f.evalEvery = s.eval_every_epochs();
+  f.timeLimit = s.time_limit();
+  f.keepBest = s.keep_best();
+  f.adagradInitial = s.adagrad_initial();
+  out.logEvery = s.log_every();
+  if (s.given() != nullptr) {
+    for (const flatbuffers::String* flag : *s.given())
+      out.given.insert(flag->str());
+  }
+  return out;
 }
 
 }  // namespace
@@ -67,8 +153,9 @@ std::vector<uint8_t> encodeRunSpec(const NodeArgs& a, uint32_t version) {
   const auto ps = fb::CreatePsDirect(b, a.ps.key_floats, a.ps.down_timeout_s, a.ps.cache,
                                      a.ps.owner_momentum.c_str(), a.ps.async_rounds.c_str(),
                                      a.ps.async_rounds_given);
+  const auto sparse = encodeSparse(b, a.sparse);
   b.Finish(fb::CreateRunSpec(b, version, node, data, model, training, &staleness,
-                             a.consensus.rejoin, consensus, ps),
+                             a.consensus.rejoin, consensus, ps, sparse),
            fb::RunSpecIdentifier());
   return {b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize()};
 }
@@ -93,7 +180,7 @@ NodeArgs decodeRunSpec(std::span<const uint8_t> bytes, const std::string& source
   }
   if (spec->node() == nullptr || spec->data() == nullptr || spec->model() == nullptr ||
       spec->training() == nullptr || spec->staleness() == nullptr || spec->consensus() == nullptr ||
-      spec->ps() == nullptr) {
+      spec->ps() == nullptr || spec->sparse() == nullptr) {
     throw fail("a run spec without all of its sections");
   }
   NodeArgs a;
@@ -166,6 +253,7 @@ NodeArgs decodeRunSpec(std::span<const uint8_t> bytes, const std::string& source
   a.ps.owner_momentum = text(p.owner_momentum());
   a.ps.async_rounds = text(p.async_rounds());
   a.ps.async_rounds_given = p.async_rounds_given();
+  a.sparse = decodeSparse(*spec->sparse());
   return a;
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/sparse_node.h"
 #include "consensus/consensus_peer.h"
 #include "ps/ps_peer.h"
 #include "run/staleness_bound.h"
@@ -45,6 +46,7 @@ struct NodeArgs {
   // --rejoin: one flag for both modes (registered with consensus mode's options).
   consensus::ConsensusOptions consensus;
   ps::PsOptions ps;
+  SparseNodeArgs sparse;  // --model complex | distmult | mf (cli/sparse_node.h)
 
   // The mode options as the modes take them, with the shared --staleness and --rejoin.
   ps::PsOptions psOptions() const;
@@ -59,7 +61,7 @@ class RunSpecError : public std::runtime_error {
 
 // The version written into every spec; a reader refuses another one (a spec written by another
 // chorus build: run the launch again with this build).
-inline constexpr uint32_t kRunSpecVersion = 1;
+inline constexpr uint32_t kRunSpecVersion = 2;
 
 // `args` (its id left out) as a spec's bytes, of `version` (tests write others).
 std::vector<uint8_t> encodeRunSpec(const NodeArgs& args, uint32_t version = kRunSpecVersion);

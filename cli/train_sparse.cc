@@ -43,13 +43,11 @@ const std::vector<std::string> kSparseFlags = {"--reg", "--reg-weight", "--optim
 
 namespace {
 
-// MF's defaults for the flags it shares with the dense models.
-constexpr int64_t kMfEpochs = 10;
-constexpr size_t kMfBatch = 1000;
-constexpr double kMfLr = 0.1;
-// The KGE models'.
-constexpr size_t kKgeBatch = 512;
-constexpr double kKgeLr = 0.1;
+using sparse_defaults::kKgeBatch;
+using sparse_defaults::kKgeLr;
+using sparse_defaults::kMfBatch;
+using sparse_defaults::kMfEpochs;
+using sparse_defaults::kMfLr;
 
 bool given(const CLI::App& app, const std::string& flag) {
   return app.count(flag) > 0;
@@ -110,17 +108,12 @@ void runMfTrain(const CLI::App& app, const ml::TrainOptions& o, const SparseFlag
       }
     }
   }
-  ml::MfOptions mf = f.mf;
-  if (!f.reg.empty() && f.reg != "l2" && f.reg != "none") {
-    throw CommandFailure(2, "--model mf takes --reg l2 or none");
+  ml::MfOptions mf;
+  try {
+    mf = mfModelOptions(f);
+  } catch (const std::invalid_argument& e) {
+    throw CommandFailure(2, e.what());
   }
-  if (f.reg == "none") {
-    mf.reg = 0;
-  } else if (f.regWeight >= 0) {
-    mf.reg = f.regWeight;
-  }
-  if (f.initScale >= 0) mf.initStd = f.initScale;
-  mf.optimizer = f.optimizer;
   mf.epochs = given(app, "--epochs") ? o.epochs : kMfEpochs;
   mf.batchSize = given(app, "--batch") ? o.batchSize : kMfBatch;
   mf.learningRate = given(app, "--lr") ? o.learningRate : kMfLr;
@@ -179,32 +172,11 @@ void runKgeTrain(const CLI::App& app, const ml::TrainOptions& o, const SparseFla
                                         "on --data wn18rr, or any triple folder with --data-dir",
                                         o.data.name, o.model.name));
   }
-  ml::KgeConfig kge = f.kge;
+  ml::KgeConfig kge;
   ml::SparseTrainOptions train;
   const std::string reg = f.reg.empty() ? "n3" : f.reg;
   try {
-    kge.model = ml::parseKgeModel(o.model.name);
-    kge.loss = ml::parseKgeLoss(f.loss);
-    kge.regularizer = ml::parseKgeRegularizer(reg);
-    if (f.regWeight >= 0) kge.regWeight = f.regWeight;
-    if (f.initScale >= 0) kge.initScale = f.initScale;
-    if (f.negatives == "all") {
-      kge.allNegatives = true;
-    } else {
-      size_t used = 0;
-      long long n = -1;
-      try {
-        n = std::stoll(f.negatives, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used != f.negatives.size() || n < 1 || n > 1'000'000) {
-        throw std::invalid_argument(fmt::format(
-            "--negatives must be 'all' or a count in [1, 1000000], not '{}'", f.negatives));
-      }
-      kge.negatives = static_cast<size_t>(n);
-    }
-    kge.validate();
+    kge = kgeModelConfig(o.model.name, f);
     train.epochs = o.epochs;
     train.batchSize = given(app, "--batch") ? o.batchSize : kKgeBatch;
     train.optimizer.kind = ml::parseSparseOptimizer(f.optimizer);
@@ -266,6 +238,48 @@ void runKgeTrain(const CLI::App& app, const ml::TrainOptions& o, const SparseFla
     std::printf("%s\n", line.c_str());
   }
   std::fflush(stdout);
+}
+
+ml::MfOptions mfModelOptions(const SparseFlags& f) {
+  ml::MfOptions mf = f.mf;
+  if (!f.reg.empty() && f.reg != "l2" && f.reg != "none") {
+    throw std::invalid_argument("--model mf takes --reg l2 or none");
+  }
+  if (f.reg == "none") {
+    mf.reg = 0;
+  } else if (f.regWeight >= 0) {
+    mf.reg = f.regWeight;
+  }
+  if (f.initScale >= 0) mf.initStd = f.initScale;
+  mf.optimizer = f.optimizer;
+  return mf;
+}
+
+ml::KgeConfig kgeModelConfig(const std::string& model, const SparseFlags& f) {
+  ml::KgeConfig kge = f.kge;
+  kge.model = ml::parseKgeModel(model);
+  kge.loss = ml::parseKgeLoss(f.loss);
+  kge.regularizer = ml::parseKgeRegularizer(f.reg.empty() ? "n3" : f.reg);
+  if (f.regWeight >= 0) kge.regWeight = f.regWeight;
+  if (f.initScale >= 0) kge.initScale = f.initScale;
+  if (f.negatives == "all") {
+    kge.allNegatives = true;
+  } else {
+    size_t used = 0;
+    long long n = -1;
+    try {
+      n = std::stoll(f.negatives, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != f.negatives.size() || n < 1 || n > 1'000'000) {
+      throw std::invalid_argument(fmt::format(
+          "--negatives must be 'all' or a count in [1, 1000000], not '{}'", f.negatives));
+    }
+    kge.negatives = static_cast<size_t>(n);
+  }
+  kge.validate();
+  return kge;
 }
 
 void addSparseOptions(CLI::App& train, SparseFlags& flags) {

@@ -44,6 +44,16 @@ struct SparseFlags {
   double adagradInitial = 0.0;
 };
 
+// The sparse models' defaults for the flags they share with the dense models (chorus train and
+// chorus node alike).
+namespace sparse_defaults {
+inline constexpr int64_t kMfEpochs = 10;
+inline constexpr size_t kMfBatch = 1000;
+inline constexpr double kMfLr = 0.1;
+inline constexpr size_t kKgeBatch = 512;
+inline constexpr double kKgeLr = 0.1;
+}  // namespace sparse_defaults
+
 // The flags only the dense image models take, only MF takes, only the KGE models take, and only
 // the two sparse families take: each family refuses another's, naming it.
 extern const std::vector<std::string> kDenseOnlyFlags;
@@ -58,8 +68,14 @@ void runTraining(ml::ProgressReporter& progress, const std::function<void()>& wo
 
 // True for complex and distmult.
 bool isKgeModel(const std::string& model);
-// Registers the sparse flags on `train`.
+// Registers the sparse flags on `train` (chorus train and chorus node).
 void addSparseOptions(CLI::App& train, SparseFlags& flags);
+// The MF model's options from the sparse flags (the trainer's settings left at their defaults).
+// Throws std::invalid_argument naming the flag.
+ml::MfOptions mfModelOptions(const SparseFlags& flags);
+// The KGE model `model` (complex | distmult) from the sparse flags; validated. Throws
+// std::invalid_argument naming the flag.
+ml::KgeConfig kgeModelConfig(const std::string& model, const SparseFlags& flags);
 // `chorus train --model mf`: generate or read ratings, print their skew, train, compare the test
 // RMSE with the noise floor. `train` tells which flags were given.
 void runMfTrain(const CLI::App& train, const ml::TrainOptions& options, const SparseFlags& flags);

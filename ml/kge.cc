@@ -310,10 +310,42 @@ void KgeModel::queryBackward(const Query& q, const float* dq, SparseGradAccumula
 double KgeModel::computeGradients(std::span<const Triple> batch, Rng& rng,
                                   SparseGradAccumulator& entityGrad,
                                   SparseGradAccumulator& relationGrad) {
+  drawNegatives(batch, rng);
+  return computeDrawnGradients(batch, entityGrad, relationGrad);
+}
+
+void KgeModel::drawNegatives(std::span<const Triple> batch, Rng& rng) {
+  const size_t draws = config_.allNegatives      ? 0
+                       : config_.sharedNegatives ? config_.negatives
+                                                 : batch.size() * 2 * config_.negatives;
+  drawn_.resize(draws);
+  for (uint32_t& entity : drawn_)
+    entity = static_cast<uint32_t>(negatives_(rng.engine()));
+}
+
+void KgeModel::stepRows(std::span<const Triple> batch, std::vector<RowKey>& entityRows,
+                        std::vector<RowKey>& relationRows) const {
+  if (config_.allNegatives) {
+    for (RowKey key = 0; key < entities_.rows(); ++key)
+      entityRows.push_back(key);
+  } else {
+    entityRows.insert(entityRows.end(), drawn_.begin(), drawn_.end());
+  }
+  for (const Triple& t : batch) {
+    entityRows.push_back(t.head);
+    entityRows.push_back(t.tail);
+    relationRows.push_back(t.relation);
+    if (config_.reciprocal) relationRows.push_back(t.relation + relationCount_);
+  }
+}
+
+double KgeModel::computeDrawnGradients(std::span<const Triple> batch,
+                                       SparseGradAccumulator& entityGrad,
+                                       SparseGradAccumulator& relationGrad) {
   if (batch.empty()) return 0.0;
   double loss = config_.allNegatives      ? allEntitiesStep(batch, entityGrad, relationGrad)
-                : config_.sharedNegatives ? sharedStep(batch, rng, entityGrad, relationGrad)
-                                          : sampledStep(batch, rng, entityGrad, relationGrad);
+                : config_.sharedNegatives ? sharedStep(batch, entityGrad, relationGrad)
+                                          : sampledStep(batch, entityGrad, relationGrad);
   // The regularizer of each positive's three rows, in the batch mean.
   const double scale = 1.0 / static_cast<double>(batch.size());
   const size_t dim = config_.dim;
@@ -339,8 +371,7 @@ double KgeModel::computeGradients(std::span<const Triple> batch, Rng& rng,
   return loss;
 }
 
-double KgeModel::sampledStep(std::span<const Triple> batch, Rng& rng,
-                             SparseGradAccumulator& entityGrad,
+double KgeModel::sampledStep(std::span<const Triple> batch, SparseGradAccumulator& entityGrad,
                              SparseGradAccumulator& relationGrad) {
   const size_t dim = config_.dim;
   const size_t n = config_.negatives + 1;  // candidate 0 is the true entity
@@ -355,13 +386,14 @@ double KgeModel::sampledStep(std::span<const Triple> batch, Rng& rng,
   Vec dq(dquery_.data(), static_cast<Eigen::Index>(dim));
   const auto d = static_cast<Eigen::Index>(dim);
   double loss = 0.0;
+  const uint32_t* drawn = drawn_.data();
   for (const Triple& t : batch) {
     for (int direction = 0; direction < 2; ++direction) {
       const Query query = queryOf(t, direction == 0);
       buildQuery(query, query_.data());
       candidates_[0] = query.answer;
       for (size_t j = 1; j < n; ++j)
-        candidates_[j] = static_cast<uint32_t>(negatives_(rng.engine()));
+        candidates_[j] = *drawn++;
       // Gather and score: one dot product per candidate row, read in place (no copy).
       for (size_t j = 0; j < n; ++j)
         scores_[j] = ConstVec(entities_.row(candidates_[j]), d).dot(q);
@@ -380,8 +412,7 @@ double KgeModel::sampledStep(std::span<const Triple> batch, Rng& rng,
   return loss / static_cast<double>(batch.size());
 }
 
-double KgeModel::sharedStep(std::span<const Triple> batch, Rng& rng,
-                            SparseGradAccumulator& entityGrad,
+double KgeModel::sharedStep(std::span<const Triple> batch, SparseGradAccumulator& entityGrad,
                             SparseGradAccumulator& relationGrad) {
   // One set of negatives for the whole step: their rows are gathered once into a dim x N
   // matrix, and each chunk of queries is scored against it with one matrix product (candidate 0
@@ -392,9 +423,7 @@ double KgeModel::sharedStep(std::span<const Triple> batch, Rng& rng,
   const auto scale = static_cast<float>(1.0 / static_cast<double>(batch.size()));
   using ConstVec = Eigen::Map<const Vector>;
   using Vec = Eigen::Map<Vector>;
-  candidates_.resize(config_.negatives);
-  for (uint32_t& c : candidates_)
-    c = static_cast<uint32_t>(negatives_(rng.engine()));
+  candidates_ = drawn_;
   negativeRows_.resize(dim, n);
   for (Eigen::Index k = 0; k < n; ++k)
     negativeRows_.col(k) = ConstVec(entities_.row(candidates_[static_cast<size_t>(k)]), dim);

@@ -117,6 +117,20 @@ class KgeModel {
   double computeGradients(std::span<const Triple> batch, Rng& rng,
                           SparseGradAccumulator& entityGrad, SparseGradAccumulator& relationGrad);
 
+  // The same step in two halves, so that a parameter server can fetch the rows a step touches
+  // before computing it: drawNegatives() takes every random draw of the step on `batch` from
+  // `rng` (in the order computeGradients() takes them: the same rng gives the same step),
+  // stepRows() names the rows the drawn step reads and writes, computeDrawnGradients() computes
+  // it. computeGradients() is drawNegatives() then computeDrawnGradients().
+  void drawNegatives(std::span<const Triple> batch, Rng& rng);
+  // Appends the entity and relation rows of the drawn step on `batch` (unsorted, may repeat;
+  // with allNegatives every entity).
+  void stepRows(std::span<const Triple> batch, std::vector<RowKey>& entityRows,
+                std::vector<RowKey>& relationRows) const;
+  // The gradient of the step on `batch` with the negatives of the last drawNegatives(batch).
+  double computeDrawnGradients(std::span<const Triple> batch, SparseGradAccumulator& entityGrad,
+                               SparseGradAccumulator& relationGrad);
+
   // Scores of every entity as the tail of each (h, r) of `queries` (tailDirection) or as the
   // head of each (r, t) (with reciprocal relations: as the tail of (t, r + R)): out is
   // entities x queries.size(), column j for query j.
@@ -144,9 +158,9 @@ class KgeModel {
   // Adds the gradients of the query's two rows for a query gradient `dq`.
   void queryBackward(const Query& q, const float* dq, SparseGradAccumulator& entityGrad,
                      SparseGradAccumulator& relationGrad) const;
-  double sampledStep(std::span<const Triple> batch, Rng& rng, SparseGradAccumulator& entityGrad,
+  double sampledStep(std::span<const Triple> batch, SparseGradAccumulator& entityGrad,
                      SparseGradAccumulator& relationGrad);
-  double sharedStep(std::span<const Triple> batch, Rng& rng, SparseGradAccumulator& entityGrad,
+  double sharedStep(std::span<const Triple> batch, SparseGradAccumulator& entityGrad,
                     SparseGradAccumulator& relationGrad);
   double allEntitiesStep(std::span<const Triple> batch, SparseGradAccumulator& entityGrad,
                          SparseGradAccumulator& relationGrad);
@@ -157,6 +171,9 @@ class KgeModel {
   SparseTable relations_;
   // Negatives: uniform over the entities, drawn through the shared sampling layer.
   sampling::NegativeSampler negatives_;
+  // The drawn step's negatives: per positive and direction `negatives` entities (sampled), or
+  // `negatives` for the whole step (shared); empty with allNegatives.
+  std::vector<uint32_t> drawn_;
   // Step scratch, reused.
   std::vector<uint32_t> candidates_;
   std::vector<float> scores_, query_, dquery_;

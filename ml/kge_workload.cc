@@ -74,10 +74,23 @@ std::vector<SparseTable*> KgeWorkload::tables() {
 
 double KgeWorkload::computeGradients(std::span<const size_t> points, Rng& rng,
                                      std::span<SparseGradAccumulator> grads) {
+  drawStep(points, rng);
+  return computeDrawnGradients(grads);
+}
+
+void KgeWorkload::drawStep(std::span<const size_t> points, Rng& rng) {
   batch_.resize(points.size());
   for (size_t i = 0; i < points.size(); ++i)
     batch_[i] = data_.train[points[i]];
-  return model_.computeGradients(batch_, rng, grads[0], grads[1]);
+  model_.drawNegatives(batch_, rng);
+}
+
+void KgeWorkload::stepRows(std::span<std::vector<RowKey>> rows) {
+  model_.stepRows(batch_, rows[0], rows[1]);
+}
+
+double KgeWorkload::computeDrawnGradients(std::span<SparseGradAccumulator> grads) {
+  return model_.computeDrawnGradients(batch_, grads[0], grads[1]);
 }
 
 std::vector<std::string> KgeWorkload::evalSplits() const {

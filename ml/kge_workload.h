@@ -31,6 +31,10 @@ class KgeWorkload : public SparseWorkload {
   size_t trainPoints() const override { return data_.train.size(); }
   double computeGradients(std::span<const size_t> points, Rng& rng,
                           std::span<SparseGradAccumulator> grads) override;
+  void drawStep(std::span<const size_t> points, Rng& rng) override;
+  // The drawn step's entities (heads, tails, negatives) and relations.
+  void stepRows(std::span<std::vector<RowKey>> rows) override;
+  double computeDrawnGradients(std::span<SparseGradAccumulator> grads) override;
   // "valid" (when the graph has validation triples) and "test".
   std::vector<std::string> evalSplits() const override;
   // mrr, hits@1, hits@3, hits@10, mean_rank, tail_mrr, head_mrr of the filtered ranking.

@@ -38,12 +38,39 @@ class SparseWorkload {
   // samples from `rng`.
   virtual double computeGradients(std::span<const size_t> points, Rng& rng,
                                   std::span<SparseGradAccumulator> grads) = 0;
+  // The same step in two halves, for a trainer that must fetch the rows a step touches before
+  // computing it (sparse PS mode): drawStep() takes the step's random draws (negative samples)
+  // from `rng`, stepRows() names the rows the drawn step reads and writes, and
+  // computeDrawnGradients() computes it: with the same rng, the same step as computeGradients().
+  // The defaults keep `points` and `rng` for computeDrawnGradients() (rng must outlive it) and
+  // name every row: correct for any workload, sparse only for those that override them.
+  virtual void drawStep(std::span<const size_t> points, Rng& rng) {
+    drawnPoints_.assign(points.begin(), points.end());
+    drawnRng_ = &rng;
+  }
+  // Appends to rows[t] (one list per table, tables() order) the keys of table t that the drawn
+  // step reads; unsorted, may repeat. Rows it writes are among them.
+  virtual void stepRows(std::span<std::vector<RowKey>> rows) {
+    const std::vector<SparseTable*> all = tables();
+    for (size_t t = 0; t < all.size() && t < rows.size(); ++t) {
+      for (RowKey key = 0; key < all[t]->rows(); ++key)
+        rows[t].push_back(key);
+    }
+  }
+  // The gradient of the step drawStep() drew, as computeGradients().
+  virtual double computeDrawnGradients(std::span<SparseGradAccumulator> grads) {
+    return computeGradients(drawnPoints_, *drawnRng_, grads);
+  }
   // The evaluation splits it has, in order ("valid", "test"); the last one is the final one.
   virtual std::vector<std::string> evalSplits() const = 0;
   // Evaluates the current parameters on `split`; the first metric is the headline one.
   virtual std::vector<NamedMetric> evaluate(const std::string& split) = 0;
   // Whether a larger headline metric is better (MRR) or a smaller one (RMSE).
   virtual bool higherIsBetter() const = 0;
+
+ private:
+  std::vector<size_t> drawnPoints_;  // the default drawStep()'s
+  Rng* drawnRng_ = nullptr;
 };
 
 // The driver's settings (the model's own are the workload's).

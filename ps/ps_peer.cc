@@ -148,52 +148,15 @@ PsPeer::PsPeer(node::Node& node, run::NodeJob job, std::vector<NodeId> members, 
   node_.setHandler(wire::Body::PsCatchupReply, [this](NodeId from, const wire::Envelope& envelope) {
     onCatchupReply(from, *envelope.body_as_PsCatchupReply());
   });
-  node_.setHandler(wire::Body::TrainingDone, [this](NodeId from, const wire::Envelope&) {
-    server_->workerFinished(from);
-    membership_.finished(from);
-    tickNow();
-  });
-  node_.setEventHandler([this](const node::PeerEvent& event) {
-    server_->onPeerEvent(event);
-    worker_->onPeerEvent(event);
-    if (event.kind == node::PeerEventKind::kDown || event.kind == node::PeerEventKind::kLeft) {
-      membership_.down(event.peer);
-      tickNow();
-    } else if (event.kind == node::PeerEventKind::kUp) {
-      membership_.up(event.peer);
-      node::SharedFrame done;
-      {
-        auto lock = membership_.lock();
-        done = done_frame_;
-      }
-      if (done) node_.send(event.peer, done);
-    }
-  });
-  // The owner's time-outs and waiting reports run on the loop thread; this thread only rings.
-  ticker_ = std::thread([this] {
-    std::unique_lock lock(ticker_mu_);
-    while (!closing_) {
-      ticker_cv_.wait_for(lock, options_.tick_every);
-      if (closing_) break;
-      lock.unlock();
-      node_.post([this] { server_->tick(SteadyClock::now()); });
-      lock.lock();
-    }
-  });
+  barrier_ =
+      std::make_unique<PsRunBarrier>(node_, *server_, *worker_, membership_, options_.tick_every);
 }
 
 void PsPeer::tickNow() {
-  ticker_cv_.notify_all();
+  barrier_->tickNow();
 }
 
-PsPeer::~PsPeer() {
-  {
-    std::lock_guard lock(ticker_mu_);
-    closing_ = true;
-  }
-  ticker_cv_.notify_all();
-  ticker_.join();
-}
+PsPeer::~PsPeer() = default;
 
 void PsPeer::stop() {
   membership_.stop();
@@ -586,7 +549,6 @@ bool PsPeer::budgetReached(Clock own_clocks) const {
 void PsPeer::finish(int64_t clocks_done, std::vector<uint32_t>& finished,
                     std::vector<uint32_t>& departed) {
   constexpr NodeId kReporter = 0;
-  const std::vector<NodeId>& others = membership_.others();
   if (node_.id() == kReporter) {
     if (cluster_budget_) {
       // Workers end at different clocks, so no clock marks "every update is in". A worker says
@@ -599,17 +561,9 @@ void PsPeer::finish(int64_t clocks_done, std::vector<uint32_t>& finished,
       readOwnersModel(job_.rounds);
     }
   }
-  node::SharedFrame done =
-      node_.encode(wire::Body::TrainingDone, [&](flatbuffers::FlatBufferBuilder& b) {
-        return wire::CreateTrainingDone(b, clocks_done).Union();
-      });
-  {
-    auto lock = membership_.lock();
-    done_frame_ = done;
-  }
-  node_.broadcast(others, done);
-  // Everyone keeps serving its keys until every other member is done or gone.
-  settle(finished, departed);
+  run::PeerSettlement settled = barrier_->finish(clocks_done, settleOptions());
+  finished = std::move(settled.finished);
+  departed = std::move(settled.departed);
   if (!departed.empty()) {
     node_.logger().warn(
         "node(s) {} left before the end of training; the keys they owned stayed at their "
@@ -650,11 +604,15 @@ void PsPeer::readOwnersModel(Clock min_clock) {
   log.debug("test accuracy of the model as held by the owners: {:.2f}%", 100 * eval.accuracy);
 }
 
-void PsPeer::settle(std::vector<uint32_t>& finished, std::vector<uint32_t>& departed) {
+run::SettleOptions PsPeer::settleOptions() const {
   run::SettleOptions options;
   options.timeout = options_.finish_timeout;
   options.report_every = options_.report_every;
-  run::PeerSettlement settled = membership_.settle(options, node_.logger());
+  return options;
+}
+
+void PsPeer::settle(std::vector<uint32_t>& finished, std::vector<uint32_t>& departed) {
+  run::PeerSettlement settled = membership_.settle(settleOptions(), node_.logger());
   finished = std::move(settled.finished);
   departed = std::move(settled.departed);
 }

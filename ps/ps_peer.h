@@ -21,6 +21,7 @@
 #include "node/repeated_log.h"
 #include "ps/kv_server.h"
 #include "ps/kv_worker.h"
+#include "ps/ps_run_barrier.h"
 #include "run/membership.h"
 #include "run/training_loop.h"
 #include "run/training_run.h"
@@ -181,6 +182,8 @@ class PsPeer : private run::TrainingStrategy {
   void onCatchupReply(NodeId from, const wire::PsCatchupReply& reply);
   // Node 0: reads the owners' model once every update up to `min_clock` is in.
   void readOwnersModel(Clock min_clock);
+  // The end-of-run wait's time-outs.
+  run::SettleOptions settleOptions() const;
   // Waits until every other member is done or gone.
   void settle(std::vector<uint32_t>& finished, std::vector<uint32_t>& departed);
   // Has the cluster run its clock budget, counting `own_clocks` for this worker?
@@ -198,17 +201,11 @@ class PsPeer : private run::TrainingStrategy {
   OwnerOptimizer optimizer_;
   std::unique_ptr<KvServer> server_;
   std::unique_ptr<KvWorker> worker_;
-  std::thread ticker_;
-
-  // The ticker's wake-ups and its end.
-  std::mutex ticker_mu_;
-  std::condition_variable ticker_cv_;
-  bool closing_ = false;
   // Who finished or left, and the end-of-run barrier. Its lock also guards the state below.
   run::Membership membership_;
-  // This worker's TrainingDone once sent: a peer whose connection was down then gets it again
-  // when it comes back up, so that it does not wait for it until the finish time-out.
-  node::SharedFrame done_frame_;
+  // TrainingDone and peer events, the owner's ticker, the end-of-run barrier. Destroyed
+  // first (its ticker posts to the server).
+  std::unique_ptr<PsRunBarrier> barrier_;
   // catchUp(): the nodes asked, and their checked answers as they come.
   struct Catchup {
     std::string error;

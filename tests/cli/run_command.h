@@ -21,6 +21,21 @@ CommandResult runCommand(const std::vector<std::string>& argv, double timeout_s 
 // The chorus executable under test (its path is compiled into the test).
 std::string chorusBinary();
 
+// A fresh folder under the system's temporary folder (named from `prefix`), removed with
+// everything in it on destruction.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& prefix);
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  // The path of `name` inside the folder.
+  std::string file(const std::string& name) const;
+
+ private:
+  std::string path_;
+};
+
 // A loopback port that was free a moment ago (bound to port 0, read back, released), for
 // topology files that must name real ports.
 uint16_t freeLoopbackPort();

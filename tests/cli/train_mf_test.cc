@@ -18,21 +18,8 @@ bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "chorus-train-mf-XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return (fs::path(path_) / name).string(); }
-
- private:
-  std::string path_;
-};
-
 TEST(ChorusTrainMf, SmallGeneratedRunMeetsTheTargetAndWritesItsData) {
-  TempDir dir;
+  TempDir dir("chorus-train-mf");
   CommandResult r = runCommand({chorusBinary(),
                                 "train",
                                 "--model",
@@ -76,7 +63,7 @@ TEST(ChorusTrainMf, SmallGeneratedRunMeetsTheTargetAndWritesItsData) {
 }
 
 TEST(ChorusTrainMf, BadFlagsAndFilesAreRefused) {
-  TempDir dir;
+  TempDir dir("chorus-train-mf");
   struct Case {
     std::vector<std::string> args;
     int code;
@@ -111,7 +98,7 @@ TEST(ChorusTrainMf, BadFlagsAndFilesAreRefused) {
 // --eval-every counts steps; the knowledge-graph models count epochs with --eval-every-epochs,
 // and read the old spelling as epochs for one release, saying so.
 TEST(ChorusTrain, EvalEveryCountsStepsAndTheKgeModelsHaveTheirOwnFlag) {
-  TempDir dir;
+  TempDir dir("chorus-eval-every");
   fs::create_directories(dir.file("tiny"));
   std::ofstream(dir.file("tiny/train.txt")) << "a\tr\tb\nb\tr\tc\nc\tr\ta\na\ts\tc\n";
   std::ofstream(dir.file("tiny/valid.txt")) << "a\tr\tc\n";

@@ -118,10 +118,13 @@ class LocalCluster {
     slot.peer = peer;
     slot.run = [raw] { return std::any(raw->run()); };
     slot.stop = [raw] { raw->stop(); };
-    slot.loop_report = [](const std::any& report) {
-      using Report = decltype(std::declval<Peer&>().run());
-      return static_cast<const run::LoopReport&>(std::any_cast<const Report&>(report));
-    };
+    // Peers whose report is no run::LoopReport (sparse PS) have no loopResult().
+    using Report = decltype(std::declval<Peer&>().run());
+    if constexpr (std::is_base_of_v<run::LoopReport, Report>) {
+      slot.loop_report = [](const std::any& report) {
+        return static_cast<const run::LoopReport&>(std::any_cast<const Report&>(report));
+      };
+    }
     return *raw;
   }
   // The peer attached to node i.

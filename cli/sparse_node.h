@@ -1,0 +1,80 @@
+// `chorus node` and `chorus launch` for the sparse models (--model complex | distmult | mf): the
+// sparse flags of `chorus train`, their checks for a cluster, the node's data and workload, and
+// its sparse PS session (ps::SparsePsPeer). node_cmd.cc routes sparse models here and keeps the
+// node's lifecycle (signals, listen, connect, leave) for every model.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cli/train_sparse.h"
+#include "ps/ps_peer.h"
+#include "run/training_run.h"
+
+namespace CLI {
+class App;
+}
+namespace chorus::node {
+class Node;
+}
+
+namespace chorus::cli {
+
+// A training run on a started node, as `chorus node` drives it: built once the node exists
+// (its handlers in place before the node listens), run on the trainer thread, stopped from any
+// thread (a signal).
+class NodeSession {
+ public:
+  virtual ~NodeSession() = default;
+  // Trainer thread: trains, then prints this node's results.
+  virtual void run() = 0;
+  // Any thread: ends run() early.
+  virtual void stop() = 0;
+};
+
+// The sparse flags of a node, and which of every flag were given (sparse models take their own
+// defaults for --batch, --lr and --eval-every, and refuse the flags that do not apply).
+struct SparseNodeArgs {
+  SparseFlags flags;
+  int64_t logEvery = 100;       // --log-every: a "step" metrics event every N clocks
+  std::set<std::string> given;  // "--batch", ... as given on the command line
+};
+
+// complex, distmult and mf.
+bool isSparseModel(const std::string& model);
+// Registers the sparse flags on `node` (its own --eval-every serves them too).
+void addSparseNodeOptions(CLI::App& node, SparseNodeArgs& args);
+// An image model's --data is an image data set (CommandFailure 2 otherwise).
+void checkImageData(const run::RunOptions& run);
+// After parsing: records which of `node`'s flags were given.
+void recordGivenFlags(const CLI::App& node, SparseNodeArgs& args);
+
+// Every check of a sparse model's flags that needs no data and no port (CommandFailure 2): the
+// mode (PS only for now), the flags that do not apply, the data set's name, the model's
+// options. `chorus launch` runs it once before any node starts.
+void checkSparseNodeArgs(const run::RunOptions& run, const SparseNodeArgs& sparse,
+                         const ps::PsOptions& ps, const std::string& mode);
+// For `chorus launch`: the data set exists (a triple folder; a rating file was checked by its
+// flag; generated ratings need nothing). CommandFailure 2 otherwise.
+void checkSparseData(const run::RunOptions& run, const SparseNodeArgs& sparse);
+// What every node of a sparse cluster must run alike, for the handshake's fingerprint.
+std::vector<std::pair<std::string, std::string>> sparseFingerprint(const run::RunOptions& run,
+                                                                   const SparseNodeArgs& sparse);
+
+// This node's data and workload (the seed's model, as on every node) and its shard.
+struct SparseNodeJob;
+// Reads or generates the data (CommandFailure 1 for unreadable data, 2 for bad options) and
+// builds the workload and node `self`'s shard among `members`.
+std::shared_ptr<SparseNodeJob> loadSparseNodeJob(const run::RunOptions& run,
+                                                 const SparseNodeArgs& sparse, uint32_t self,
+                                                 const std::vector<uint32_t>& members);
+// The sparse PS session of `job` on `node` (installs the PS handlers). `members`: every id.
+std::unique_ptr<NodeSession> sparsePsSession(node::Node& node, std::shared_ptr<SparseNodeJob> job,
+                                             const std::vector<uint32_t>& members,
+                                             const ps::PsOptions& ps);
+
+}  // namespace chorus::cli

@@ -1,0 +1,74 @@
+#include "ps/ps_run_barrier.h"
+
+#include "chorus/chorus_generated.h"
+#include "node/node.h"
+#include "ps/kv_server.h"
+#include "ps/kv_worker.h"
+
+namespace chorus::ps {
+
+PsRunBarrier::PsRunBarrier(node::Node& node, KvServer& server, KvWorker& worker,
+                           run::Membership& membership, std::chrono::milliseconds tick_every)
+    : node_(node), server_(server), membership_(membership) {
+  node_.setHandler(wire::Body::TrainingDone, [this](NodeId from, const wire::Envelope&) {
+    server_.workerFinished(from);
+    membership_.finished(from);
+    tickNow();
+  });
+  node_.setEventHandler([this, &worker](const node::PeerEvent& event) {
+    server_.onPeerEvent(event);
+    worker.onPeerEvent(event);
+    if (event.kind == node::PeerEventKind::kDown || event.kind == node::PeerEventKind::kLeft) {
+      membership_.down(event.peer);
+      tickNow();
+    } else if (event.kind == node::PeerEventKind::kUp) {
+      membership_.up(event.peer);
+      node::SharedFrame done;
+      {
+        std::lock_guard lock(mu_);
+        done = done_frame_;
+      }
+      if (done) node_.send(event.peer, done);
+    }
+  });
+  // The owner's time-outs and waiting reports run on the loop thread; this thread only rings.
+  ticker_ = std::thread([this, tick_every] {
+    std::unique_lock lock(mu_);
+    while (!closing_) {
+      ticker_cv_.wait_for(lock, tick_every);
+      if (closing_) break;
+      lock.unlock();
+      node_.post([this] { server_.tick(std::chrono::steady_clock::now()); });
+      lock.lock();
+    }
+  });
+}
+
+PsRunBarrier::~PsRunBarrier() {
+  {
+    std::lock_guard lock(mu_);
+    closing_ = true;
+  }
+  ticker_cv_.notify_all();
+  ticker_.join();
+}
+
+void PsRunBarrier::tickNow() {
+  ticker_cv_.notify_all();
+}
+
+run::PeerSettlement PsRunBarrier::finish(int64_t clocks_done, const run::SettleOptions& options) {
+  node::SharedFrame done =
+      node_.encode(wire::Body::TrainingDone, [&](flatbuffers::FlatBufferBuilder& b) {
+        return wire::CreateTrainingDone(b, clocks_done).Union();
+      });
+  {
+    std::lock_guard lock(mu_);
+    done_frame_ = done;
+  }
+  node_.broadcast(membership_.others(), done);
+  // Everyone keeps serving its keys until every other member is done or gone.
+  return membership_.settle(options, node_.logger());
+}
+
+}  // namespace chorus::ps

@@ -1,0 +1,439 @@
+#include "ps/sparse_ps_peer.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+
+#include "ml/metrics.h"
+#include "ml/rng.h"
+#include "node/node.h"
+
+namespace chorus::ps {
+
+using SteadyClock = std::chrono::steady_clock;
+
+namespace {
+
+double secondsSince(SteadyClock::time_point start) {
+  return std::chrono::duration<double>(SteadyClock::now() - start).count();
+}
+
+std::string formatMetrics(const std::vector<ml::NamedMetric>& metrics) {
+  std::string text;
+  for (const ml::NamedMetric& m : metrics)
+    text += fmt::format("{}{} {:.4f}", text.empty() ? "" : " ", m.name, m.value);
+  return text;
+}
+
+void addMetrics(ml::MetricsEvent& event, const std::string& prefix,
+                const std::vector<ml::NamedMetric>& metrics) {
+  for (const ml::NamedMetric& m : metrics)
+    event.add(prefix + m.name, m.value);
+}
+
+// The owners' rule: the single-node optimizer's, applied to each worker's push as it comes (a
+// worker's step is a whole step, as one node's: push scale 1).
+std::shared_ptr<const UpdatePolicy> ownerPolicy(const ml::SparseOptimizerConfig& config) {
+  ml::LrSchedule schedule;
+  schedule.kind = ml::LrSchedule::Kind::kConstant;
+  schedule.baseLr = config.lr;
+  if (config.kind == ml::SparseOptimizerKind::kAdagrad) {
+    return std::make_shared<AdagradPolicy>(
+        AdagradConfig{.schedule = schedule,
+                      .push_scale = 1.0,
+                      .epsilon = config.epsilon,
+                      .initial_accumulator = config.initialAccumulator});
+  }
+  OwnerOptimizer sgd;
+  sgd.sgd.momentum = 0.0;
+  sgd.sgd.weightDecay = 0.0;
+  sgd.schedule = schedule;
+  sgd.push_scale = 1.0;
+  return std::make_shared<SgdPolicy>(sgd);
+}
+
+}  // namespace
+
+void validateSparsePsOptions(const SparsePsOptions& options) {
+  validatePsOptions(options.ps);
+  ml::validateSparseTrainOptions(options.train);
+  const ml::SparseTrainOptions& t = options.train;
+  if (t.keepBest) throw std::invalid_argument("--keep-best is not supported in PS mode yet");
+  if (t.timeLimitSeconds > 0) {
+    throw std::invalid_argument("--time-limit is not supported in PS mode yet");
+  }
+  if (!t.savePath.empty() || !t.resumePath.empty()) {
+    throw std::invalid_argument(
+        "--save and --resume are not supported for sparse models in PS "
+        "mode yet");
+  }
+  if (options.ps.rejoin) {
+    throw std::invalid_argument("--rejoin is not supported for sparse models in PS mode yet");
+  }
+}
+
+double SparsePsReport::localShare() const {
+  const uint64_t all = worker.keys_local + worker.keys_remote;
+  return all > 0 ? static_cast<double>(worker.keys_local) / static_cast<double>(all) : 0.0;
+}
+
+int64_t sparseClocksPerEpoch(size_t points, size_t workers, size_t batch) {
+  const size_t largest = (points + workers - 1) / workers;
+  return static_cast<int64_t>(std::max<size_t>(1, (largest + batch - 1) / batch));
+}
+
+std::span<const size_t> sparseClockBatch(std::span<const size_t> order, int64_t clock,
+                                         int64_t clocks) {
+  // n * clock stays below 2^64 for any data set and clock count this code can hold.
+  const uint64_t n = order.size();
+  const auto begin =
+      static_cast<size_t>(n * static_cast<uint64_t>(clock) / static_cast<uint64_t>(clocks));
+  const auto end =
+      static_cast<size_t>(n * static_cast<uint64_t>(clock + 1) / static_cast<uint64_t>(clocks));
+  return order.subspan(begin, end - begin);
+}
+
+SparsePsPeer::SparsePsPeer(node::Node& node, ml::SparseWorkload& workload,
+                           std::vector<size_t> shard, std::vector<NodeId> members,
+                           SparsePsOptions options)
+    : node_(node),
+      workload_(workload),
+      tables_(workload.tables()),
+      shard_(std::move(shard)),
+      members_(std::move(members)),
+      options_(std::move(options)),
+      staleness_((validateSparsePsOptions(options_), options_.ps.staleness)),
+      map_(members_),
+      space_(sparseKeySpace(tables_)),
+      membership_(node.id(), members_) {
+  std::sort(members_.begin(), members_.end());
+  clocks_per_epoch_ =
+      sparseClocksPerEpoch(workload_.trainPoints(), members_.size(), options_.train.batchSize);
+  const Clock total_clocks = options_.train.epochs * clocks_per_epoch_;
+
+  // This node's rows, from its copy of the model (every node's is the seed's).
+  KeyStore store(space_, ownerPolicy(options_.train.optimizer));
+  const KeyDirectory directory(map_, space_);
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    const KeyTable& table = space_.tables()[t];
+    for (Key key = table.first; key < table.end(); ++key) {
+      if (directory.owner(key) != node_.id()) continue;
+      const float* row = tables_[t]->row(key - table.first);
+      KeyEntry entry;
+      entry.values.assign(row, row + table.row_floats);
+      if (std::optional<std::string> error = store.insert(key, std::move(entry))) {
+        throw std::logic_error(fmt::format("sparse PS: {}", *error));
+      }
+    }
+  }
+  ServerOptions server_options;
+  server_options.down_timeout = std::chrono::milliseconds(
+      static_cast<int64_t>(std::llround(options_.ps.down_timeout_s * 1000.0)));
+  server_options.report_every = options_.ps.report_every;
+  server_options.bsp = !staleness_.infinite() && staleness_.bound == 0;
+  server_options.max_clock = total_clocks + 1;
+  server_options.on_waiting = options_.ps.on_owner_waiting;
+  server_ =
+      std::make_unique<KvServer>(node_, std::move(store), directory, members_, server_options);
+  WorkerOptions worker_options;
+  worker_options.staleness = staleness_;
+  // A step pushes a gradient for nearly every row it read, which invalidates the row in the
+  // cache (AdaGrad's update cannot be replayed on a cached row without the state): no cache.
+  worker_options.cache = false;
+  worker_options.report_every = options_.ps.report_every;
+  worker_options.on_waiting = options_.ps.on_worker_waiting;
+  worker_ =
+      std::make_unique<KvWorker>(node_, *server_, directory, OwnerOptimizer{}, worker_options);
+
+  barrier_ = std::make_unique<PsRunBarrier>(node_, *server_, *worker_, membership_,
+                                            options_.ps.tick_every);
+}
+
+SparsePsPeer::~SparsePsPeer() = default;
+
+void SparsePsPeer::stop() {
+  membership_.stop();
+  barrier_->tickNow();
+  worker_->cancelAll({node::ErrorCode::kShutdown, "stopped"});
+}
+
+void SparsePsPeer::settlePush() {
+  if (!pending_push_) return;
+  const node::Status status = worker_->wait(*pending_push_);
+  pending_push_.reset();
+  if (!status.ok() && status.code() != node::ErrorCode::kShutdown) {
+    if (report_.failed_pushes++ == 0) {
+      node_.logger().warn("a push was lost: {} (later losses are only counted)", status.message());
+    }
+  }
+}
+
+bool SparsePsPeer::pullModel(std::optional<Clock> min_clock) {
+  std::vector<Key> keys = space_.allKeys();
+  std::vector<float> flat(space_.total());
+  const node::Status status = min_clock ? worker_->wait(worker_->pullAt(*min_clock, keys, flat))
+                                        : worker_->wait(worker_->pull(keys, flat));
+  if (!status.ok()) {
+    if (!membership_.stopped()) {
+      node_.logger().warn("could not read the owners' model: {}", status.message());
+    }
+    return false;
+  }
+  scatterTables(space_, flat, tables_);
+  return true;
+}
+
+SparsePsReport SparsePsPeer::run() {
+  report_ = SparsePsReport{};
+  const ml::SparseTrainOptions& train = options_.train;
+  spdlog::logger& log = node_.logger();
+  const NodeId self = node_.id();
+  const bool reporter = self == members_.front();
+  const size_t rank =
+      static_cast<size_t>(std::find(members_.begin(), members_.end(), self) - members_.begin());
+  report_.clocks_per_epoch = clocks_per_epoch_;
+  report_.spec = workload_.spec();
+  for (const ml::SparseTable* table : tables_)
+    report_.parameters += table->values().size();
+  const size_t owned = server_->store().size();
+
+  ml::MetricsWriter metrics(train.metricsPath);
+  ml::MetricsEvent start("start");
+  start.add("model", workload_.spec())
+      .add("parameters", static_cast<uint64_t>(report_.parameters))
+      .add("train_points", static_cast<uint64_t>(workload_.trainPoints()))
+      .add("batch", static_cast<uint64_t>(train.batchSize))
+      .add("optimizer", ml::sparseOptimizerName(train.optimizer.kind))
+      .add("lr", train.optimizer.lr)
+      .add("seed", train.seed)
+      .add("start_epoch", int64_t{0})
+      .add("mode", "ps")
+      .add("technique", "classic")
+      .add("node", static_cast<uint64_t>(self))
+      .add("workers", static_cast<uint64_t>(members_.size()))
+      .add("staleness", staleness_.toString())
+      .add("shard_points", static_cast<uint64_t>(shard_.size()))
+      .add("clocks_per_epoch", clocks_per_epoch_)
+      .add("keys", static_cast<uint64_t>(space_.numKeys()))
+      .add("owned_keys", static_cast<uint64_t>(owned));
+  for (const auto& [key, value] : train.startFields)
+    start.add(key, value);
+  metrics.write(start);
+  log.info(
+      "sparse ps: {} epochs of {} clocks on {} of {} points, model {} ({} rows as keys, {} "
+      "owned here), staleness {}, {} workers",
+      train.epochs, clocks_per_epoch_, shard_.size(), workload_.trainPoints(), workload_.spec(),
+      space_.numKeys(), owned, staleness_.toString(), members_.size());
+
+  std::vector<ml::SparseGradAccumulator> accumulators;
+  for (const ml::SparseTable* table : tables_)
+    accumulators.emplace_back(table->rows(), table->dim());
+  std::vector<ml::SparseGrad> grads(tables_.size());
+  std::vector<std::vector<ml::RowKey>> rows(tables_.size());
+  StepKeys step_keys(space_);
+  std::vector<float> pulled;
+  std::vector<Key> push_keys;
+  std::vector<float> push_floats;
+  std::vector<size_t> order = shard_;
+  const std::vector<std::string> splits = workload_.evalSplits();
+
+  Clock clock = 0;
+  double window_loss = 0;
+  size_t window_points = 0;
+  int64_t points_seen = 0;
+  WorkerStats stats_before = worker_->stats();
+  const auto traffic = [this] { return node_.totals(); };
+  int64_t epoch = 0;
+  for (; epoch < train.epochs && !membership_.stopped(); ++epoch) {
+    // Each worker's order of an epoch depends only on (seed, epoch, its rank); its sampling
+    // stream too, so that a run is repeatable.
+    std::copy(shard_.begin(), shard_.end(), order.begin());
+    ml::Rng shuffle(
+        ml::mixSeed(train.seed, 0x5EED1000 + static_cast<uint64_t>(epoch) * 4096 + rank));
+    shuffle.shuffle(order.begin(), order.end());
+    ml::Rng rng(ml::mixSeed(train.seed, 0x5EED0000 + static_cast<uint64_t>(epoch) * 4096 + rank));
+    const auto epoch_start = SteadyClock::now();
+    double epoch_wait = 0;
+    double epoch_loss = 0;
+    size_t epoch_points = 0;
+    for (int64_t c = 0; c < clocks_per_epoch_; ++c, ++clock) {
+      const std::span<const size_t> batch = sparseClockBatch(order, c, clocks_per_epoch_);
+      if (!batch.empty()) {
+        // 1. The rows the step touches (its draws first), 2. read exactly those.
+        workload_.drawStep(batch, rng);
+        workload_.stepRows(rows);
+        step_keys.assign(rows);
+        pulled.resize(step_keys.floats());
+        const auto read_start = SteadyClock::now();
+        const node::Status status = worker_->wait(worker_->pull(step_keys.keys(), pulled));
+        epoch_wait += secondsSince(read_start);
+        if (membership_.stopped()) break;
+        if (status.ok()) {
+          step_keys.scatter(pulled, tables_);
+        } else {
+          ++report_.failed_pulls;
+          if (status.message() != last_pull_error_) {
+            log.warn("clock {}: {}; training on with the last values of those rows", clock,
+                     status.message());
+            last_pull_error_ = status.message();
+          }
+        }
+        report_.rows_pulled += step_keys.keys().size();
+        if (options_.on_pull) options_.on_pull(clock, step_keys.keys());
+        // 3. The gradient, with the workload's own code.
+        const double loss = workload_.computeDrawnGradients(accumulators);
+        if (!std::isfinite(loss)) {
+          throw std::runtime_error(fmt::format(
+              "training diverged (loss {}) at epoch {}, clock {}{}", loss, epoch + 1, clock,
+              last_pull_error_.empty()
+                  ? std::string(": lower --lr")
+                  : fmt::format(" after a read failed ({})", last_pull_error_)));
+        }
+        // 4. Push the sparse gradient (at most one push in flight).
+        settlePush();
+        push_keys.clear();
+        push_floats.clear();
+        for (size_t t = 0; t < tables_.size(); ++t) {
+          accumulators[t].finish(grads[t]);
+          appendGrad(space_.tables()[t], grads[t], push_keys, push_floats);
+        }
+        report_.rows_pushed += push_keys.size();
+        pending_push_ = worker_->push(push_keys, push_floats);
+        epoch_loss += loss * static_cast<double>(batch.size());
+        epoch_points += batch.size();
+        window_loss += loss * static_cast<double>(batch.size());
+        window_points += batch.size();
+      }
+      // 5. End the clock.
+      worker_->clock();
+      if ((clock + 1) % train.logEverySteps == 0 && window_points > 0) {
+        const WorkerStats stats = worker_->stats();
+        const node::PeerStats bytes = traffic();
+        const double elapsed = secondsSince(epoch_start);
+        metrics.write(ml::MetricsEvent("step")
+                          .add("epoch", epoch + 1)
+                          .add("step", clock + 1)
+                          .add("loss", window_loss / static_cast<double>(window_points))
+                          .add("lr", train.optimizer.lr)
+                          .add("points_per_s",
+                               elapsed > 0 ? static_cast<double>(epoch_points) / elapsed : 0.0)
+                          .add("keys_local", stats.keys_local - stats_before.keys_local)
+                          .add("keys_remote", stats.keys_remote - stats_before.keys_remote)
+                          .add("bytes_out", bytes.bytes_out)
+                          .add("bytes_in", bytes.bytes_in));
+        stats_before = stats;
+        window_loss = 0;
+        window_points = 0;
+      }
+    }
+    if (membership_.stopped()) break;
+    const double seconds = secondsSince(epoch_start);
+    report_.train_seconds += seconds;
+    report_.wait_seconds += epoch_wait;
+    points_seen += static_cast<int64_t>(epoch_points);
+    const double mean_loss = epoch_loss / static_cast<double>(std::max<size_t>(epoch_points, 1));
+    report_.epoch_losses.push_back(mean_loss);
+    const node::PeerStats bytes = traffic();
+    ml::MetricsEvent event("epoch");
+    event.add("epoch", epoch + 1)
+        .add("step", clock)
+        .add("loss", mean_loss)
+        .add("epoch_seconds", seconds)
+        .add("train_seconds", report_.train_seconds)
+        .add("wait_seconds", epoch_wait)
+        .add("points_per_s", seconds > 0 ? static_cast<double>(epoch_points) / seconds : 0.0)
+        .add("bytes_out", bytes.bytes_out)
+        .add("bytes_in", bytes.bytes_in);
+    std::string line = fmt::format(
+        "epoch {}/{}: train loss {:.4f} (this worker) | {:.1f} s ({:.1f} s waiting for reads), "
+        "{:.0f} points/s",
+        epoch + 1, train.epochs, mean_loss, seconds, epoch_wait,
+        seconds > 0 ? static_cast<double>(epoch_points) / seconds : 0.0);
+    const bool last = epoch + 1 == train.epochs;
+    if (reporter && !splits.empty() && train.evalEvery > 0 && (epoch + 1) % train.evalEvery == 0 &&
+        !last) {
+      const auto eval_start = SteadyClock::now();
+      if (pullModel(std::nullopt)) {
+        const std::vector<ml::NamedMetric> quality = workload_.evaluate(splits.front());
+        const double eval_seconds = secondsSince(eval_start);
+        addMetrics(event, splits.front() + "_", quality);
+        event.add("eval_seconds", eval_seconds);
+        line += fmt::format(" | {}: {} ({:.1f} s)", splits.front(), formatMetrics(quality),
+                            eval_seconds);
+      }
+    }
+    metrics.write(event);
+    log.info("{}", line);
+  }
+  settlePush();
+  const node::PeerStats clock_bytes = traffic();
+  report_.clock_bytes_out = clock_bytes.bytes_out;
+  report_.clock_bytes_in = clock_bytes.bytes_in;
+  report_.stopped = membership_.stopped();
+  report_.epochs_done = epoch;
+  report_.clocks_done = clock;
+  report_.points_per_second =
+      report_.train_seconds > 0 ? static_cast<double>(points_seen) / report_.train_seconds : 0.0;
+
+  ml::MetricsEvent summary("summary");
+  if (!report_.stopped) {
+    // Node 0: the owners' model once every worker's last push is in (workers announce a clock
+    // after pushing it, on the same connection), evaluated on every split.
+    if (reporter) {
+      log.info("reading the owners' model after clock {} of every worker", clock);
+      if (pullModel(clock)) {
+        for (const std::string& split : splits) {
+          const auto eval_start = SteadyClock::now();
+          std::vector<ml::NamedMetric> quality = workload_.evaluate(split);
+          addMetrics(summary, split + "_", quality);
+          summary.add(split + "_eval_seconds", secondsSince(eval_start));
+          report_.final.emplace_back(split, std::move(quality));
+        }
+      }
+    }
+    // Everyone keeps serving its rows until every other member is done or gone.
+    run::SettleOptions settle;
+    settle.timeout = options_.ps.finish_timeout;
+    settle.report_every = options_.ps.report_every;
+    run::PeerSettlement settled = barrier_->finish(clock, settle);
+    report_.finished_peers = std::move(settled.finished);
+    report_.departed_peers = std::move(settled.departed);
+    if (!report_.departed_peers.empty()) {
+      log.warn("node(s) {} left before the end of training; the rows they owned are lost",
+               fmt::join(report_.departed_peers, ", "));
+    }
+  }
+  report_.worker = worker_->stats();
+  report_.server = server_->summary();
+  const node::PeerStats bytes = traffic();
+  report_.bytes_out = bytes.bytes_out;
+  report_.bytes_in = bytes.bytes_in;
+  summary.add("epochs", report_.epochs_done)
+      .add("evaluated_epoch", report_.epochs_done)
+      .add("steps", report_.clocks_done)
+      .add("train_seconds", report_.train_seconds)
+      .add("wait_seconds", report_.wait_seconds)
+      .add("points_per_s", report_.points_per_second)
+      .add("rows_pulled", report_.rows_pulled)
+      .add("rows_pushed", report_.rows_pushed)
+      .add("keys_local", report_.worker.keys_local)
+      .add("keys_remote", report_.worker.keys_remote)
+      .add("local_share", report_.localShare())
+      .add("bytes_out", report_.bytes_out)
+      .add("bytes_in", report_.bytes_in)
+      .add("clock_bytes_out", report_.clock_bytes_out)
+      .add("clock_bytes_in", report_.clock_bytes_in)
+      .add("failed_pulls", report_.failed_pulls)
+      .add("failed_pushes", report_.failed_pushes)
+      .addBool("stopped", report_.stopped);
+  metrics.write(summary);
+  return report_;
+}
+
+}  // namespace chorus::ps

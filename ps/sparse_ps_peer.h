@@ -1,0 +1,140 @@
+// Sparse PS mode over the peer runtime: a sparse workload's embedding rows are the keys (one key
+// per row, ps/sparse_keys.h), every node owns the rows whose home it is (classic placement:
+// ShardMap) with their optimizer state, and every node is a worker on its shard of the training
+// points. A clock is one step: the worker draws the step's negatives, pulls exactly the rows the
+// step touches (one message per owner, this node's rows without frames), computes the
+// gradient with the workload's code and pushes the sparse gradient; owners apply AdaGrad or
+// SGD with the row's state (ps/update_policy.h). SSP as in dense PS mode. Node 0 pulls the
+// whole model to evaluate at the evaluation epochs and after the last clock. Protocol, options
+// and metrics: docs/sparse-ps.md.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ml/sparse_train.h"
+#include "ps/kv_server.h"
+#include "ps/kv_worker.h"
+#include "ps/ps_peer.h"
+#include "ps/ps_run_barrier.h"
+#include "ps/sparse_keys.h"
+#include "run/membership.h"
+
+namespace chorus::node {
+class Node;
+}
+
+namespace chorus::ps {
+
+struct SparsePsOptions {
+  // --staleness, --down-timeout and the time-outs and test hooks of dense PS mode (--key-floats,
+  // --no-cache, --owner-momentum and --async-rounds do not apply: a key is a row, and a row
+  // cache would be invalidated by the worker's own push of nearly every row it read).
+  PsOptions ps;
+  // The training settings of the single-node run (`chorus train`): epochs, batch per worker,
+  // optimizer and rate, seed, evaluation and step-event intervals, metrics file and the start
+  // event's extra fields. keepBest, timeLimitSeconds, savePath and resumePath are not supported.
+  ml::SparseTrainOptions train;
+  // Tests: called on the trainer thread after each step's pull with the keys it pulled.
+  std::function<void(int64_t clock, std::span<const Key> pulled)> on_pull;
+};
+
+// Throws std::invalid_argument naming the flag when an option cannot be used in sparse PS mode.
+void validateSparsePsOptions(const SparsePsOptions& options);
+
+// What a run achieved on this node.
+struct SparsePsReport {
+  bool stopped = false;
+  int64_t epochs_done = 0;
+  int64_t clocks_done = 0;
+  int64_t clocks_per_epoch = 0;
+  double train_seconds = 0;  // the clocks only (evaluations not counted)
+  double wait_seconds = 0;   // of which waiting for pulls
+  double points_per_second = 0;
+  std::vector<double> epoch_losses;  // this worker's mean training loss per epoch
+  // Node 0: every split's metrics of the owners' model after the last clock (evalSplits order).
+  std::vector<std::pair<std::string, std::vector<ml::NamedMetric>>> final;
+  size_t parameters = 0;
+  std::string spec;
+  uint64_t rows_pulled = 0;  // keys read by the steps (not the evaluation reads)
+  uint64_t rows_pushed = 0;
+  uint64_t bytes_out = 0;  // this node's traffic, all peers, the final read included
+  uint64_t bytes_in = 0;
+  // The same by the end of the last clock (before node 0's final read of the whole model).
+  uint64_t clock_bytes_out = 0;
+  uint64_t clock_bytes_in = 0;
+  uint64_t failed_pulls = 0;
+  uint64_t failed_pushes = 0;
+  WorkerStats worker;
+  ServerSummary server;
+  std::vector<uint32_t> finished_peers;
+  std::vector<uint32_t> departed_peers;
+
+  // Share of the key reads and writes served by this node's own rows.
+  double localShare() const;
+};
+
+// The clocks of one epoch: the batches of the largest shard (ceil(ceil(points / workers) /
+// batch)), the same on every worker so that SSP's clocks line up.
+int64_t sparseClocksPerEpoch(size_t points, size_t workers, size_t batch);
+// The points of `shard` for `clock` (0-based within the epoch) of `clocks` clocks: the shard in
+// `order` (a permutation of it) cut into `clocks` slices whose sizes differ by at most one.
+std::span<const size_t> sparseClockBatch(std::span<const size_t> order, int64_t clock,
+                                         int64_t clocks);
+
+class SparsePsPeer {
+ public:
+  // Installs the PS handlers on `node` (which must be shut down before this object is
+  // destroyed). `workload` is this node's copy of the model, initialized alike on every node
+  // (same seed): owners take their rows from it. `shard`: this worker's training points.
+  // `members`: every id of the cluster, self included. Throws std::invalid_argument for bad
+  // options.
+  SparsePsPeer(node::Node& node, ml::SparseWorkload& workload, std::vector<size_t> shard,
+               std::vector<NodeId> members, SparsePsOptions options);
+  ~SparsePsPeer();
+  SparsePsPeer(const SparsePsPeer&) = delete;
+  SparsePsPeer& operator=(const SparsePsPeer&) = delete;
+
+  // Trainer thread: every clock, node 0's evaluations and the end-of-run barrier. Throws
+  // std::runtime_error when the loss is not finite or the metrics file cannot be written.
+  SparsePsReport run();
+  // Any thread: the clocks and the barrier end at once.
+  void stop();
+  // The key space (tables as key ranges) and the default placement.
+  const KeySpace& space() const { return space_; }
+  const ShardMap& shardMap() const { return map_; }
+
+ private:
+  // Reads every key into the workload's tables (node 0's evaluations); `min_clock`: wait until
+  // every worker reached it (the final read), else under SSP as a step's read. False (logged)
+  // when the read failed.
+  bool pullModel(std::optional<Clock> min_clock);
+  // Waits for the pending push; counts and logs it when it failed.
+  void settlePush();
+
+  node::Node& node_;
+  ml::SparseWorkload& workload_;
+  std::vector<ml::SparseTable*> tables_;
+  std::vector<size_t> shard_;
+  std::vector<NodeId> members_;
+  SparsePsOptions options_;
+  Staleness staleness_;
+  ShardMap map_;
+  KeySpace space_;
+  int64_t clocks_per_epoch_ = 0;
+  std::unique_ptr<KvServer> server_;
+  std::unique_ptr<KvWorker> worker_;
+  run::Membership membership_;
+  // TrainingDone and peer events, the owner's ticker, the end of the run.
+  std::unique_ptr<PsRunBarrier> barrier_;
+  std::optional<KvWorker::Handle> pending_push_;
+  std::string last_pull_error_;
+  SparsePsReport report_;
+};
+
+}  // namespace chorus::ps

@@ -1,0 +1,196 @@
+// Sparse models in PS mode through the real executable: `chorus launch` of two nodes trains a
+// small generated knowledge graph and a small generated rating matrix to the quality `chorus
+// train` reaches with the same flags; `chorus node` runs a one-node cluster; bad flags are
+// refused before any node starts, naming the flag.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <regex>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "tests/cli/run_command.h"
+
+namespace chorus::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// A graph of 300 entities in 10 groups and 4 relations; relation r links an entity of group g
+// to entities of group g + r + 1: train/valid/test.txt in DIR/planted.
+void writePlantedGraph(const std::string& dir) {
+  fs::create_directories(dir);
+  std::mt19937_64 rng(5);
+  std::set<std::tuple<int, int, int>> used;
+  auto split = [&](const std::string& name, int count) {
+    std::ofstream out(fs::path(dir) / name);
+    for (int written = 0; written < count;) {
+      const int head = static_cast<int>(rng() % 300);
+      const int relation = static_cast<int>(rng() % 4);
+      const int group = (head / 30 + relation + 1) % 10;
+      const int tail = group * 30 + static_cast<int>(rng() % 30);
+      if (!used.insert({head, relation, tail}).second) continue;
+      out << 'e' << head << "\tr" << relation << "\te" << tail << '\n';
+      ++written;
+    }
+  };
+  split("train.txt", 3000);
+  split("valid.txt", 200);
+  split("test.txt", 200);
+}
+
+// A PS topology of `nodes` nodes on free loopback ports.
+std::string writeTopology(const TempDir& dir, int nodes) {
+  const std::string path = dir.file("ps" + std::to_string(nodes) + ".toml");
+  std::ofstream out(path);
+  out << "[cluster]\nname = \"sparse-ps-test\"\nmode = \"ps\"\n";
+  for (int i = 0; i < nodes; ++i) {
+    out << "\n[[node]]\nid = " << i << "\naddress = \"127.0.0.1:" << freeLoopbackPort()
+        << "\"\nneighbors = [";
+    for (int j = 0, k = 0; j < nodes; ++j) {
+      if (j != i) out << (k++ > 0 ? ", " : "") << j;
+    }
+    out << "]\n";
+  }
+  return path;
+}
+
+// The first number after `label` in `text` (NaN when absent).
+double numberAfter(const std::string& text, const std::string& label) {
+  const size_t at = text.find(label);
+  if (at == std::string::npos) return std::nan("");
+  return std::stod(text.substr(at + label.size()));
+}
+
+std::vector<std::string> kgeFlags(const std::string& data_dir) {
+  return {"--model",
+          "complex",
+          "--data",
+          "planted",
+          "--data-dir",
+          data_dir,
+          "--dim",
+          "32",
+          "--negatives",
+          "16",
+          "--reg",
+          "none",
+          "--init-scale",
+          "0.1",
+          "--batch",
+          "32",
+          "--epochs",
+          "12",
+          "--eval-every-epochs",
+          "6",
+          "--seed",
+          "3"};
+}
+
+TEST(ChorusSparsePs, LaunchTrainsAKnowledgeGraphAsWellAsChorusTrain) {
+  TempDir dir("chorus-sparse-ps");
+  writePlantedGraph(dir.file("graphs/planted"));
+  const std::vector<std::string> flags = kgeFlags(dir.file("graphs"));
+  std::vector<std::string> train = {chorusBinary(), "train"};
+  train.insert(train.end(), flags.begin(), flags.end());
+  const CommandResult alone = runCommand(train);
+  ASSERT_EQ(alone.exit_code, 0) << alone.err;
+  const double single = numberAfter(alone.out, "test (filtered, both directions): mrr ");
+  ASSERT_GT(single, 0.08) << alone.out;
+
+  std::vector<std::string> launch = {chorusBinary(), "launch", writeTopology(dir, 2), "--out",
+                                     dir.file("out")};
+  launch.insert(launch.end(), flags.begin(), flags.end());
+  const CommandResult cluster = runCommand(launch);
+  ASSERT_EQ(cluster.exit_code, 0) << cluster.out << cluster.err;
+  const double ps = numberAfter(cluster.out, "test of the owners' model: mrr ");
+  EXPECT_NEAR(ps, single, 0.25 * single) << cluster.out;
+  EXPECT_TRUE(contains(cluster.out, "node 1: 12 epoch(s)")) << cluster.out;
+  // Node 0's metrics: the single-node run's fields, the evaluation epochs, and PS's own.
+  std::ifstream metrics(dir.file("out/node-0.jsonl"));
+  const std::string lines((std::istreambuf_iterator<char>(metrics)), {});
+  EXPECT_TRUE(contains(lines, "\"event\":\"start\"")) << lines;
+  EXPECT_TRUE(contains(lines, "\"valid_mrr\"")) << lines;
+  for (const char* field : {"\"test_mrr\"", "\"rows_pulled\"", "\"local_share\"", "\"bytes_out\"",
+                            "\"keys_remote\"", "\"points_per_s\""}) {
+    EXPECT_TRUE(contains(lines, field)) << field;
+  }
+}
+
+TEST(ChorusSparsePs, ANodeAloneAndALaunchedPairFactorizeLikeChorusTrain) {
+  TempDir dir("chorus-sparse-ps");
+  const std::vector<std::string> flags = {
+      "--model",    "mf",    "--mf-rows",         "400", "--mf-cols", "200",
+      "--mf-cells", "30000", "--mf-planted-rank", "4",   "--rank",    "4",
+      "--epochs",   "6",     "--batch",           "200", "--seed",    "2"};
+  std::vector<std::string> train = {chorusBinary(), "train"};
+  train.insert(train.end(), flags.begin(), flags.end());
+  const CommandResult alone = runCommand(train);
+  ASSERT_EQ(alone.exit_code, 0) << alone.err;
+  const double single = numberAfter(alone.out, "test: RMSE ");
+  ASSERT_LT(single, 0.6) << alone.out;
+
+  std::vector<std::string> node = {chorusBinary(),        "node", "--topology",
+                                   writeTopology(dir, 1), "--id", "0"};
+  node.insert(node.end(), flags.begin(), flags.end());
+  const CommandResult one = runCommand(node);
+  ASSERT_EQ(one.exit_code, 0) << one.out << one.err;
+  EXPECT_NEAR(numberAfter(one.out, "test of the owners' model: rmse "), single, 0.1 * single)
+      << one.out;
+
+  std::vector<std::string> launch = {chorusBinary(), "launch", writeTopology(dir, 2)};
+  launch.insert(launch.end(), flags.begin(), flags.end());
+  const CommandResult two = runCommand(launch);
+  ASSERT_EQ(two.exit_code, 0) << two.out << two.err;
+  EXPECT_NEAR(numberAfter(two.out, "test of the owners' model: rmse "), single, 0.1 * single)
+      << two.out;
+}
+
+TEST(ChorusSparsePs, BadFlagsAreRefusedBeforeAnyNodeStarts) {
+  TempDir dir("chorus-sparse-ps");
+  const std::string topology = writeTopology(dir, 2);
+  struct Case {
+    std::vector<std::string> flags;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"--mode", "consensus", "--model", "complex"},
+       "consensus mode for sparse models (--model complex) is not implemented yet"},
+      {{"--model", "complex", "--momentum", "0.9"}, "--momentum does not apply to --model complex"},
+      {{"--model", "mf", "--dim", "8"}, "--dim does not apply to --model mf"},
+      {{"--model", "distmult", "--rank", "8"}, "--rank does not apply to --model distmult"},
+      {{"--model", "complex", "--data", "mnist"}, "--data mnist is not a knowledge graph"},
+      {{"--model", "mlp", "--data", "wn18rr"}, "--data wn18rr is not a data set of --model mlp"},
+      {{"--model", "mf", "--epochs", "1.5"}, "--epochs 1.5: a sparse model trains whole epochs"},
+      {{"--model", "mf", "--keep-best"}, "--keep-best does not apply to --model mf"},
+      {{"--model", "mf", "--key-floats", "8"}, "--key-floats does not apply to --model mf"},
+      {{"--model", "complex", "--negatives", "x"}, "--negatives must be 'all' or a count"},
+      {{"--model", "mf", "--data", "ratings"}, "--data ratings needs --data-file FILE"},
+      {{"--model", "complex", "--data", "nosuch"}, "knowledge graph 'nosuch' not found"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> argv = {chorusBinary(), "launch", topology};
+    argv.insert(argv.end(), c.flags.begin(), c.flags.end());
+    const CommandResult r = runCommand(argv, 60);
+    EXPECT_EQ(r.exit_code, 2) << c.message << "\n" << r.out << r.err;
+    EXPECT_TRUE(contains(r.err, c.message)) << r.err;
+    EXPECT_FALSE(contains(r.out, "[node 0]")) << "a node started: " << r.out;
+  }
+  // chorus node refuses the same, alone.
+  const CommandResult node = runCommand({chorusBinary(), "node", "--topology", topology, "--id",
+                                         "0", "--mode", "consensus", "--model", "mf"},
+                                        60);
+  EXPECT_EQ(node.exit_code, 2);
+  EXPECT_TRUE(contains(node.err, "consensus mode for sparse models (--model mf)")) << node.err;
+}
+
+}  // namespace
+}  // namespace chorus::testing

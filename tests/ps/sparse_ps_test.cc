@@ -1,0 +1,345 @@
+// Sparse PS mode end to end over the real runtime: nodes as threads in this process on
+// loopback (port 0, fixed seeds) train one knowledge-graph embedding or matrix factorization
+// together, with the rows as keys; the quality is held against the single-node driver's on the
+// same data and seed, and each step's reads against the rows it touches. Also the pure pieces:
+// the step's keys and the clocks' batches.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <mutex>
+#include <numeric>
+#include <set>
+
+#include "ml/kge_workload.h"
+#include "ml/mf_workload.h"
+#include "ml/ratings.h"
+#include "ml/sharding.h"
+#include "ps/sparse_ps_peer.h"
+#include "tests/support/local_cluster.h"
+#include "tests/support/planted_graph.h"
+
+namespace chorus::ps {
+namespace {
+
+using namespace std::chrono_literals;
+using testsupport::LocalCluster;
+
+ml::KgeConfig smallComplEx() {
+  ml::KgeConfig config;
+  config.model = ml::KgeModelKind::kComplEx;
+  config.dim = 32;
+  config.negatives = 16;
+  config.regularizer = ml::KgeRegularizerKind::kNone;
+  config.initScale = 0.1;
+  return config;
+}
+
+ml::SparseTrainOptions trainOptions(int64_t epochs, size_t batch, double lr) {
+  ml::SparseTrainOptions train;
+  train.epochs = epochs;
+  train.batchSize = batch;
+  train.optimizer.kind = ml::SparseOptimizerKind::kAdagrad;
+  train.optimizer.lr = lr;
+  train.seed = 11;
+  train.evalEvery = 0;
+  train.logEverySteps = 10;
+  return train;
+}
+
+double metric(const std::vector<std::pair<std::string, std::vector<ml::NamedMetric>>>& final,
+              const std::string& split, const std::string& name) {
+  for (const auto& [s, metrics] : final) {
+    if (s != split) continue;
+    for (const ml::NamedMetric& m : metrics) {
+      if (m.name == name) return m.value;
+    }
+  }
+  ADD_FAILURE() << "no " << split << " " << name;
+  return 0;
+}
+
+// The single-node driver's final metrics on a fresh workload.
+template <typename Make>
+std::vector<std::pair<std::string, std::vector<ml::NamedMetric>>> trainAlone(
+    Make make, const ml::SparseTrainOptions& train) {
+  auto workload = make();
+  std::FILE* sink = std::tmpfile();
+  ml::ProgressReporter quiet(sink, false);
+  auto final = ml::trainSparse(*workload, train, quiet).final;
+  std::fclose(sink);
+  return final;
+}
+
+struct ClusterRun {
+  std::vector<SparsePsReport> reports;
+  std::vector<size_t> max_pulled;  // per node: the most keys one step read
+  std::vector<bool> sorted_unique;
+};
+
+// Trains `nodes` peers, each on its own copy of the workload `make` builds (the seed's model)
+// and its iid shard of the points.
+template <typename Make>
+ClusterRun trainCluster(size_t nodes, Make make, const ml::SparseTrainOptions& train,
+                        const std::string& staleness, const std::string& name) {
+  LocalCluster cluster(nodes, 0, {.cluster = name});
+  std::vector<std::unique_ptr<ml::SparseWorkload>> workloads;
+  ClusterRun run;
+  run.max_pulled.assign(nodes, 0);
+  run.sorted_unique.assign(nodes, true);
+  std::mutex mu;
+  for (size_t i = 0; i < nodes; ++i)
+    workloads.push_back(make());
+  const ml::Shards shards =
+      ml::shardIid(workloads[0]->trainPoints(), static_cast<int>(nodes), train.seed);
+  for (size_t i = 0; i < nodes; ++i) {
+    SparsePsOptions options;
+    options.ps.staleness = run::StalenessBound::parse(staleness);
+    options.ps.tick_every = 20ms;
+    options.train = train;
+    options.on_pull = [&run, &mu, i](Clock, std::span<const Key> keys) {
+      std::lock_guard lock(mu);
+      run.max_pulled[i] = std::max(run.max_pulled[i], keys.size());
+      for (size_t k = 1; k < keys.size(); ++k) {
+        if (keys[k - 1] >= keys[k]) run.sorted_unique[i] = false;
+      }
+    };
+    cluster.attach<SparsePsPeer>(i, *workloads[i], shards[i], testsupport::membersOf(nodes),
+                                 options);
+  }
+  cluster.connect();
+  cluster.start();
+  for (size_t i = 0; i < nodes; ++i)
+    run.reports.push_back(cluster.result<SparsePsReport>(i));
+  return run;
+}
+
+class SparsePsKge : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(SparsePsKge, ThreeNodesReachTheSingleNodeMrr) {
+  const ml::KgData graph = testsupport::makePlantedGraph({});
+  auto make = [&] { return std::make_unique<ml::KgeWorkload>(graph, smallComplEx(), 11); };
+  const ml::SparseTrainOptions train = trainOptions(12, 32, 0.1);
+  const auto alone = trainAlone(make, train);
+  const ClusterRun run = trainCluster(3, make, train, GetParam(), "sparse-kge");
+  ASSERT_EQ(run.reports[0].final.size(), 2u);
+  const double single = metric(alone, "test", "mrr");
+  const double ps = metric(run.reports[0].final, "test", "mrr");
+  // A random ranking of 300 entities has an MRR near 0.02; the planted groups allow ~0.1+.
+  EXPECT_GT(single, 0.08);
+  EXPECT_NEAR(ps, single, 0.25 * single) << "staleness " << GetParam();
+  for (size_t i = 0; i < run.reports.size(); ++i) {
+    const SparsePsReport& r = run.reports[i];
+    EXPECT_FALSE(r.stopped);
+    EXPECT_EQ(r.epochs_done, 12);
+    EXPECT_EQ(r.clocks_done, 12 * r.clocks_per_epoch);
+    EXPECT_EQ(r.failed_pulls + r.failed_pushes, 0u);
+    EXPECT_EQ(r.finished_peers.size(), 2u);
+    EXPECT_TRUE(run.sorted_unique[i]);
+    // Classic placement: about a third of the rows are this node's.
+    EXPECT_GT(r.localShare(), 0.15);
+    EXPECT_LT(r.localShare(), 0.55);
+    if (i > 0) {
+      EXPECT_TRUE(r.final.empty());
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Staleness, SparsePsKge, ::testing::Values("0", "2", "inf"),
+                         [](const auto& info) {
+                           return std::string(info.param) == "inf" ? std::string("async")
+                                                                   : std::string("s") + info.param;
+                         });
+
+TEST(SparsePs, AStepReadsOnlyTheRowsItTouches) {
+  // 4000 entities, batches of 8 triples with 4 negatives per direction: a step touches at most
+  // 8 * (2 + 2 * 4) entity rows and 8 relation rows, 1-2% of the table.
+  testsupport::PlantedGraphOptions options;
+  options.entities = 4000;
+  options.groups = 40;
+  options.train = 800;
+  const ml::KgData graph = testsupport::makePlantedGraph(options);
+  ml::KgeConfig config = smallComplEx();
+  config.negatives = 4;
+  auto make = [&] { return std::make_unique<ml::KgeWorkload>(graph, config, 3); };
+  const ml::SparseTrainOptions train = trainOptions(1, 8, 0.1);
+  const ClusterRun run = trainCluster(2, make, train, "2", "sparse-rows");
+  const size_t per_step = 8 * (2 + 2 * 4) + 8;
+  const size_t row_bytes = config.dim * sizeof(float);
+  for (size_t i = 0; i < 2; ++i) {
+    const SparsePsReport& r = run.reports[i];
+    EXPECT_GT(run.max_pulled[i], 8u);
+    EXPECT_LE(run.max_pulled[i], per_step);
+    EXPECT_LE(r.rows_pulled, static_cast<uint64_t>(r.clocks_done) * per_step);
+    // The bytes a node received: its remote rows' values (and each reply's frame), plus node
+    // 0's final read of the whole model. Nothing near a whole model per step.
+    const uint64_t model_bytes = (options.entities + options.relations) * row_bytes;
+    const uint64_t step_bytes =
+        r.worker.keys_remote * (row_bytes + 16) + static_cast<uint64_t>(r.clocks_done) * 512;
+    EXPECT_LE(r.bytes_in, step_bytes + (i == 0 ? model_bytes : 0) + 64 * 1024)
+        << "node " << i << ": " << r.clocks_done << " clocks, " << r.worker.keys_remote
+        << " remote keys";
+    EXPECT_LT(r.bytes_in, static_cast<uint64_t>(r.clocks_done) * model_bytes / 20);
+  }
+}
+
+TEST(SparsePs, TheBytesOfAStepFollowTheRowsTouchedNotTheTableSize) {
+  // The same triples (ids below 2000) over a table of 2,000 and one of 20,000 entities: a
+  // node's clocks move about the same bytes, though one table is 10x the other (node 0's final
+  // read of the whole model comes after them).
+  auto bytesFor = [](size_t entities) {
+    testsupport::PlantedGraphOptions options;
+    options.entities = 2000;
+    options.groups = 20;
+    options.train = 600;
+    ml::KgData graph = testsupport::makePlantedGraph(options);
+    for (size_t e = graph.entities(); e < entities; ++e)
+      graph.entityNames.push_back("unused" + std::to_string(e));
+    ml::KgeConfig config = smallComplEx();
+    config.negatives = 2;
+    // Negatives over the whole table: the rows a step touches stay about as many.
+    auto make = [&] { return std::make_unique<ml::KgeWorkload>(graph, config, 3); };
+    const ClusterRun run = trainCluster(2, make, trainOptions(1, 8, 0.1), "2", "sparse-bytes");
+    const SparsePsReport& r = run.reports[1];
+    return std::pair(r.clock_bytes_in + r.clock_bytes_out, r.rows_pulled);
+  };
+  const auto [small_bytes, small_rows] = bytesFor(2000);
+  const auto [large_bytes, large_rows] = bytesFor(20000);
+  EXPECT_GT(small_bytes, 0u);
+  EXPECT_NEAR(static_cast<double>(large_bytes), static_cast<double>(small_bytes),
+              0.25 * static_cast<double>(small_bytes));
+  EXPECT_NEAR(static_cast<double>(large_rows), static_cast<double>(small_rows),
+              0.25 * static_cast<double>(small_rows));
+}
+
+TEST(SparsePs, TwoNodesFactorizeAsWellAsOne) {
+  ml::ZipfRatingsOptions zipf;
+  zipf.rows = 400;
+  zipf.cols = 200;
+  zipf.cells = 30000;
+  zipf.rank = 4;
+  zipf.noiseSigma = 0.3;
+  zipf.seed = 4;
+  const ml::RatingsData data = ml::makeZipfRatings(zipf);
+  ml::MfOptions mf;
+  mf.rank = 8;
+  mf.reg = 0.01;
+  mf.seed = 4;
+  auto make = [&] { return std::make_unique<ml::MfWorkload>(data, mf); };
+  ml::SparseTrainOptions train = trainOptions(8, 200, 0.1);
+  const auto alone = trainAlone(make, train);
+  const ClusterRun run = trainCluster(2, make, train, "2", "sparse-mf");
+  const double single = metric(alone, "test", "rmse");
+  const double ps = metric(run.reports[0].final, "test", "rmse");
+  EXPECT_LT(single, 0.6);  // the planted signal has variance 1
+  EXPECT_NEAR(ps, single, 0.1 * single);
+}
+
+TEST(SparsePs, StopEndsEveryNodesRunEarly) {
+  const ml::KgData graph = testsupport::makePlantedGraph({});
+  auto make = [&] { return std::make_unique<ml::KgeWorkload>(graph, smallComplEx(), 11); };
+  LocalCluster cluster(2, 0, {.cluster = "sparse-stop"});
+  std::vector<std::unique_ptr<ml::SparseWorkload>> workloads;
+  const ml::Shards shards = ml::shardIid(graph.train.size(), 2, 1);
+  for (size_t i = 0; i < 2; ++i) {
+    workloads.push_back(make());
+    SparsePsOptions options;
+    options.train = trainOptions(1000, 32, 0.1);
+    if (i == 0) {
+      // Node 0 stops both runs (any thread may) at its clock 5.
+      options.on_pull = [&cluster](Clock clock, std::span<const Key>) {
+        if (clock == 5) cluster.stopAll();
+      };
+    }
+    cluster.attach<SparsePsPeer>(i, *workloads[i], shards[i], testsupport::membersOf(2), options);
+  }
+  cluster.connect();
+  cluster.start();
+  for (size_t i = 0; i < 2; ++i) {
+    const SparsePsReport r = cluster.result<SparsePsReport>(i, std::chrono::seconds(60));
+    EXPECT_TRUE(r.stopped) << "node " << i;
+    EXPECT_LT(r.epochs_done, 1000);
+    EXPECT_TRUE(r.final.empty());
+  }
+}
+
+TEST(StepKeys, SortsDeduplicatesAndPutsValuesBack) {
+  ml::SparseTable a("a", 5, 2), b("b", 3, 1);
+  std::vector<ml::SparseTable*> tables = {&a, &b};
+  const KeySpace space = sparseKeySpace(tables);
+  EXPECT_EQ(space.numKeys(), 8u);
+  StepKeys keys(space);
+  std::vector<std::vector<ml::RowKey>> rows = {{4, 1, 4, 0}, {2, 2}};
+  keys.assign(rows);
+  EXPECT_EQ(std::vector<Key>(keys.keys().begin(), keys.keys().end()),
+            (std::vector<Key>{0, 1, 4, 7}));
+  EXPECT_EQ(keys.floats(), 7u);
+  EXPECT_TRUE(rows[0].empty());
+  const std::vector<float> values = {1, 2, 3, 4, 5, 6, 7};
+  keys.scatter(values, tables);
+  EXPECT_EQ(a.row(0)[1], 2);
+  EXPECT_EQ(a.row(4)[0], 5);
+  EXPECT_EQ(b.row(2)[0], 7);
+  // The next step starts afresh.
+  rows = {{1}, {}};
+  keys.assign(rows);
+  EXPECT_EQ(std::vector<Key>(keys.keys().begin(), keys.keys().end()), (std::vector<Key>{1}));
+  rows = {{5}, {}};
+  EXPECT_THROW(keys.assign(rows), std::out_of_range);
+
+  ml::SparseGrad grad;
+  grad.dim = 1;
+  grad.keys = {0, 2};
+  grad.rows.assign({0.5f, 0.25f});
+  std::vector<Key> push_keys;
+  std::vector<float> push_floats;
+  appendGrad(space.tables()[1], grad, push_keys, push_floats);
+  EXPECT_EQ(push_keys, (std::vector<Key>{5, 7}));
+  EXPECT_EQ(push_floats, (std::vector<float>{0.5f, 0.25f}));
+}
+
+TEST(SparseClocks, EveryWorkerRunsTheSameClocksAndEveryPointOnce) {
+  for (size_t points : {1u, 7u, 100u, 1001u}) {
+    for (size_t workers : {1u, 3u, 4u}) {
+      for (size_t batch : {1u, 8u, 64u}) {
+        const int64_t clocks = sparseClocksPerEpoch(points, workers, batch);
+        const ml::Shards shards = ml::shardIid(points, static_cast<int>(workers), 1);
+        std::multiset<size_t> seen;
+        for (const auto& shard : shards) {
+          for (int64_t c = 0; c < clocks; ++c) {
+            const auto part = sparseClockBatch(shard, c, clocks);
+            EXPECT_LE(part.size(), batch) << points << " " << workers << " " << batch;
+            seen.insert(part.begin(), part.end());
+          }
+        }
+        ASSERT_EQ(seen.size(), points);
+        size_t expect = 0;
+        for (size_t p : seen)
+          EXPECT_EQ(p, expect++);
+      }
+    }
+  }
+}
+
+TEST(SparsePsOptions, UnsupportedSettingsNameTheFlag) {
+  SparsePsOptions options;
+  options.train.keepBest = true;
+  EXPECT_THROW(
+      {
+        try {
+          validateSparsePsOptions(options);
+        } catch (const std::invalid_argument& e) {
+          EXPECT_NE(std::string(e.what()).find("--keep-best"), std::string::npos);
+          throw;
+        }
+      },
+      std::invalid_argument);
+  options.train.keepBest = false;
+  options.ps.rejoin = true;
+  EXPECT_THROW(validateSparsePsOptions(options), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace chorus::ps
