@@ -21,6 +21,7 @@
 #include "node/repeated_log.h"
 #include "ps/kv_server.h"
 #include "ps/kv_worker.h"
+#include "ps/ps_service.h"
 #include "run/membership.h"
 #include "run/training_loop.h"
 #include "run/training_run.h"

@@ -30,11 +30,13 @@ class ServingNodeTest : public ::testing::Test {
     ob.log_sinks = {log_};
     b_ = std::make_unique<Node>(ob);
     b_events_.attach(*b_);
-    b_->setHandler(wire::Body::Ping, [this](NodeId from, const wire::Envelope& envelope) {
-      std::lock_guard lock(mutex_);
-      pings_.emplace_back(from, envelope.body_as_Ping()->nonce());
-      changed_.notify_all();
-    });
+    b_->setHandler(ping::messageType(ping::wire::Body::Ping),
+                   [this](NodeId from, const InboundFrame& frame) {
+                     const auto& message = ping::messageOf(frame);
+                     std::lock_guard lock(mutex_);
+                     pings_.emplace_back(from, message.body_as_Ping()->nonce());
+                     changed_.notify_all();
+                   });
     NodeOptions oc = fastOptions(kCluster, 2, {0, 1, 2, 3});
     oc.peer_timeout = 30s;
     oc.log_level = spdlog::level::warn;
@@ -58,9 +60,10 @@ class ServingNodeTest : public ::testing::Test {
   // C pings B and B's handler sees it: B still serves its healthy peer.
   void expectStillServing() {
     const uint64_t nonce = ++next_nonce_;
-    c_->send(1, c_->encode(wire::Body::Ping, [nonce](flatbuffers::FlatBufferBuilder& b) {
-      return wire::CreatePingDirect(b, nonce, nullptr).Union();
-    }));
+    c_->send(1, ping::encodeMessage(
+                    *c_, ping::wire::Body::Ping, [nonce](flatbuffers::FlatBufferBuilder& b) {
+                      return ping::wire::CreatePingDirect(b, nonce, nullptr).Union();
+                    }));
     std::unique_lock lock(mutex_);
     EXPECT_TRUE(changed_.wait_for(lock, kSoon, [&] {
       for (const auto& [from, n] : pings_) {

@@ -13,6 +13,7 @@ namespace {
 
 using testing::makeFrame;
 using testing::makePing;
+using testing::pingServiceOnly;
 
 std::vector<uint8_t> bytesOf(const SharedFrame& frame) {
   return testing::wireBytes(frame);
@@ -44,6 +45,7 @@ TEST(Frame, RoundTripAcrossArbitraryReadBoundaries) {
   }
   for (uint64_t seed = 1; seed <= 5; ++seed) {
     FrameDecoder decoder(FrameLimits{});
+    decoder.setServices(pingServiceOnly);
     std::vector<InboundFrame> frames;
     ASSERT_TRUE(feedInChunks(decoder, stream, seed, &frames).ok());
     ASSERT_EQ(frames.size(), 20u);
@@ -51,9 +53,14 @@ TEST(Frame, RoundTripAcrossArbitraryReadBoundaries) {
       const auto& envelope = frames[i].envelope();
       EXPECT_EQ(envelope.header()->sender(), 3u);
       EXPECT_EQ(envelope.header()->cluster()->str(), "alpha");
-      ASSERT_EQ(envelope.body_type(), wire::Body::Ping);
-      EXPECT_EQ(envelope.body_as_Ping()->nonce(), i + 1);
-      EXPECT_EQ(envelope.body_as_Ping()->payload()->size(), (i + 1) * 13);
+      ASSERT_EQ(envelope.service(), ping::kPingServiceId);
+      ASSERT_EQ(frames[i].verifiedService(), &ping::kPingService);
+      // The message is a FlatBuffer of its own, aligned for its 64-bit fields.
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(frames[i].message().data()) % kMessageAlignment, 0u);
+      const auto& message = ping::messageOf(frames[i]);
+      ASSERT_EQ(message.body_type(), ping::wire::Body::Ping);
+      EXPECT_EQ(message.body_as_Ping()->nonce(), i + 1);
+      EXPECT_EQ(message.body_as_Ping()->payload()->size(), (i + 1) * 13);
     }
     EXPECT_FALSE(decoder.midFrame());
     EXPECT_TRUE(decoder.finish().ok());
@@ -64,11 +71,13 @@ TEST(Frame, LargeTensorIsReadInPlaceThroughReadBuffer) {
   std::vector<float> values(1 << 18);
   for (size_t i = 0; i < values.size(); ++i)
     values[i] = static_cast<float>(i) * 0.5f;
-  auto frame = makeFrame(1, "alpha", wire::Body::Tensor, [&](flatbuffers::FlatBufferBuilder& b) {
-    return wire::CreateTensorDirect(b, 42, &values).Union();
-  });
+  auto frame =
+      makeFrame(1, "alpha", ping::wire::Body::Tensor, [&](flatbuffers::FlatBufferBuilder& b) {
+        return ping::wire::CreateTensorDirect(b, 42, &values).Union();
+      });
   const auto bytes = bytesOf(frame);
   FrameDecoder decoder(FrameLimits{});
+  decoder.setServices(pingServiceOnly);
   size_t offset = 0;
   int frames = 0;
   size_t direct_reads = 0;
@@ -79,7 +88,7 @@ TEST(Frame, LargeTensorIsReadInPlaceThroughReadBuffer) {
     std::memcpy(target.data(), bytes.data() + offset, n);
     offset += n;
     Status status = decoder.commitRead(n, [&](InboundFrame&& f) {
-      const auto* tensor = f.envelope().body_as_Tensor();
+      const auto* tensor = ping::messageOf(f).body_as_Tensor();
       EXPECT_EQ(tensor->tag(), 42u);
       EXPECT_EQ(tensor->values()->size(), values.size());
       EXPECT_EQ(tensor->values()->Get(1000), 500.0f);
@@ -97,7 +106,7 @@ TEST(Frame, EncodeUsesOneSequenceAndTheGivenHeader) {
       9, "beta", wire::Body::Heartbeat,
       [](flatbuffers::FlatBufferBuilder& b) { return wire::CreateHeartbeat(b, 77).Union(); }, 1234);
   EXPECT_EQ(frame->sequence(), 1234u);
-  EXPECT_EQ(frame->bodyType(), wire::Body::Heartbeat);
+  EXPECT_EQ(frame->kind(), static_cast<uint32_t>(wire::Body::Heartbeat));
   EXPECT_EQ(loadLittleEndian32(frame->data()), frame->size() - kFramePrefixBytes);
   ASSERT_TRUE(verifyFrame(frame->data(), frame->size(), FrameLimits{}).ok());
   const auto* envelope = &envelopeOf(frame->data());
@@ -258,17 +267,18 @@ TEST(Frame, AttachmentsRoundTripAcrossArbitraryReadBoundaries) {
   }
   for (uint64_t seed = 1; seed <= 20; ++seed) {
     FrameDecoder decoder(FrameLimits{});
+    decoder.setServices(pingServiceOnly);
     std::vector<InboundFrame> out;
     ASSERT_TRUE(feedInChunks(decoder, stream, seed, &out).ok());
     ASSERT_TRUE(decoder.finish().ok());
     ASSERT_EQ(out.size(), 4u);
     EXPECT_TRUE(out[0].attachment().empty());
-    EXPECT_EQ(out[0].envelope().body_as_Ping()->nonce(), 1u);
+    EXPECT_EQ(ping::messageOf(out[0]).body_as_Ping()->nonce(), 1u);
     const auto got = out[1].attachment();
     EXPECT_EQ(std::vector<uint8_t>(got.begin(), got.end()), big);
     EXPECT_EQ(out[1].wireSize(), frames[1]->size());
     EXPECT_EQ(out[1].envelope().body_as_Heartbeat()->echo_time_ns(), 77);
-    EXPECT_EQ(out[2].envelope().body_as_Ping()->nonce(), 2u);
+    EXPECT_EQ(ping::messageOf(out[2]).body_as_Ping()->nonce(), 2u);
     const auto got_small = out[3].attachment();
     EXPECT_EQ(std::vector<uint8_t>(got_small.begin(), got_small.end()), small);
     EXPECT_EQ(out[3].landing(), nullptr);
@@ -290,7 +300,7 @@ class RecordingLanding : public AttachmentLanding {
 
 // A placer that reads every attachment into `target`, recording into `endings`.
 FrameDecoder::Placer landIn(std::span<uint8_t> target, std::vector<int>* endings) {
-  return [target, endings](const wire::Envelope&, size_t) {
+  return [target, endings](const InboundFrame&, size_t) {
     return std::make_unique<RecordingLanding>(std::vector<std::span<uint8_t>>{target}, endings);
   };
 }
@@ -302,8 +312,8 @@ TEST(Frame, AttachmentLandsWhereThePlacerSaysThroughReadBuffer) {
   std::vector<uint8_t> target(400'000, 0);
   std::vector<int> endings;
   FrameDecoder decoder(FrameLimits{});
-  decoder.setPlacer([&](const wire::Envelope& envelope, size_t size) {
-    EXPECT_EQ(envelope.body_type(), wire::Body::Heartbeat);
+  decoder.setPlacer([&](const InboundFrame& frame, size_t size) {
+    EXPECT_EQ(frame.envelope().body_type(), wire::Body::Heartbeat);
     EXPECT_EQ(size, attachment.size());
     return std::make_unique<RecordingLanding>(
         std::vector<std::span<uint8_t>>{{target.data(), 100'000},

@@ -208,11 +208,24 @@ SharedFrame makeHello(const std::string& cluster, NodeId id, uint32_t version,
   });
 }
 
+SharedFrame makeFrame(NodeId sender, const std::string& cluster, ping::wire::Body type,
+                      const BodyWriter& write_body, uint64_t sequence, Attachment attachment) {
+  return encodeFrame(EnvelopeHeader{sender, cluster, sequence, 0}, ping::messageType(type),
+                     ping::messageWriter(type, write_body), 0, std::move(attachment));
+}
+const ServiceSpec* pingServiceOnly(ServiceId id) {
+  return id == ping::kPingServiceId ? &ping::kPingService : nullptr;
+}
+
+const ping::wire::Message* pingMessageOf(const std::vector<uint8_t>& frame) {
+  return serviceMessageOf<ping::wire::Message>(frame, ping::kPingService);
+}
+
 SharedFrame makePing(NodeId sender, const std::string& cluster, uint64_t nonce,
                      size_t payload_bytes) {
   std::vector<uint8_t> payload(payload_bytes, 0xab);
-  return makeFrame(sender, cluster, wire::Body::Ping, [&](flatbuffers::FlatBufferBuilder& b) {
-    return wire::CreatePingDirect(b, nonce, &payload).Union();
+  return makeFrame(sender, cluster, ping::wire::Body::Ping, [&](flatbuffers::FlatBufferBuilder& b) {
+    return ping::wire::CreatePingDirect(b, nonce, &payload).Union();
   });
 }
 
