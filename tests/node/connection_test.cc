@@ -159,6 +159,38 @@ TEST_F(ServingNodeTest, UnknownBodyTypeClosesConnection) {
                                          "unknown body type 200");
 }
 
+TEST_F(ServingNodeTest, AServiceMessageFailingItsVerifierClosesConnection) {
+  std::vector<uint8_t> message = pingMessageBytes(5);
+  message[0] = 0xf0;  // the message's root offset far outside it
+  message[1] = 0xff;
+  expectBadFrameClosesOnlyThisConnection(
+      handMadeServiceFrame(0, kCluster, ping::kPingServiceId, message),
+      "bytes failed the FlatBuffers Verifier");
+}
+
+TEST_F(ServingNodeTest, AMisalignedServiceMessageClosesConnection) {
+  // Valid in itself, but its 64-bit nonce would be read from a misaligned address.
+  const auto frame = handMadeServiceFrame(0, kCluster, ping::kPingServiceId, pingMessageBytes(5),
+                                          /*offset=*/4);
+  ASSERT_FALSE(frame.empty());
+  expectBadFrameClosesOnlyThisConnection(frame, "ping message not aligned to 8 bytes");
+}
+
+TEST_F(ServingNodeTest, AFrameOfAnUnknownServiceIsDroppedWithALineNamingThePeer) {
+  auto raw = connectAsNodeZero();
+  raw->sendFrame(makePing(0, kCluster, 1));
+  const auto unknown = handMadeServiceFrame(0, kCluster, 77, pingMessageBytes(2));
+  ASSERT_FALSE(unknown.empty());
+  raw->sendBytes(unknown.data(), unknown.size());
+  EXPECT_TRUE(log_->waitForLine({"frame of service 77 from peer 0 dropped", "no such service"}));
+  // The connection stays: the next ping is dispatched.
+  raw->sendFrame(makePing(0, kCluster, 3));
+  std::unique_lock lock(mutex_);
+  EXPECT_TRUE(changed_.wait_for(lock, kSoon, [&] { return pings_.size() == 2; }));
+  EXPECT_EQ(pings_.back(), (std::pair<NodeId, uint64_t>{0, 3}));
+  EXPECT_EQ(b_events_.count(PeerEventKind::kDown, 0), 0u);
+}
+
 TEST_F(ServingNodeTest, FrameClaimingAnotherSenderClosesConnection) {
   expectBadFrameClosesOnlyThisConnection(bytesOf(makePing(3, kCluster, 1)),
                                          "frame claims sender 3 but the handshake established "

@@ -210,6 +210,72 @@ TEST(Frame, UnknownBodyTypeIsRejected) {
   EXPECT_TRUE(decodeAll(envelopeWithBodyType(static_cast<uint8_t>(wire::Body::Heartbeat))).ok());
 }
 
+TEST(Frame, AServiceFrameAndARuntimeFrameCarryOnlyTheirOwnPart) {
+  // A service's frame with a runtime body as well.
+  flatbuffers::FlatBufferBuilder b;
+  const auto message = b.CreateVector(testing::pingMessageBytes(1));
+  const auto body = wire::CreateHeartbeat(b, 1).Union();
+  auto header = wire::CreateHeaderDirect(b, 1, "alpha", 1, 0);
+  b.FinishSizePrefixed(
+      wire::CreateEnvelope(b, header, wire::Body::Heartbeat, body, ping::kPingServiceId, message),
+      wire::EnvelopeIdentifier());
+  Status status = decodeAll({b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize()});
+  EXPECT_NE(status.message().find("Envelope of service 1 with a runtime body"), std::string::npos)
+      << status.toString();
+  // A runtime frame with a service's message.
+  flatbuffers::FlatBufferBuilder r;
+  const auto stray = r.CreateVector(testing::pingMessageBytes(1));
+  const auto beat = wire::CreateHeartbeat(r, 1).Union();
+  header = wire::CreateHeaderDirect(r, 1, "alpha", 1, 0);
+  r.FinishSizePrefixed(
+      wire::CreateEnvelope(r, header, wire::Body::Heartbeat, beat, kRuntimeService, stray),
+      wire::EnvelopeIdentifier());
+  status = decodeAll({r.GetBufferPointer(), r.GetBufferPointer() + r.GetSize()});
+  EXPECT_NE(status.message().find("runtime Heartbeat with a service message"), std::string::npos)
+      << status.toString();
+  // A service's frame without its message.
+  flatbuffers::FlatBufferBuilder e;
+  header = wire::CreateHeaderDirect(e, 1, "alpha", 1, 0);
+  e.FinishSizePrefixed(wire::CreateEnvelope(e, header, wire::Body::NONE, 0, 9),
+                       wire::EnvelopeIdentifier());
+  status = decodeAll({e.GetBufferPointer(), e.GetBufferPointer() + e.GetSize()});
+  EXPECT_NE(status.message().find("Envelope of service 9 without a message"), std::string::npos)
+      << status.toString();
+}
+
+TEST(Frame, AServiceMessageIsVerifiedBeforeThePlacerOrTheSinkSeesIt) {
+  std::vector<uint8_t> message = testing::pingMessageBytes(1);
+  message[0] = 0xf0;  // root offset outside the message
+  const auto frame = testing::handMadeServiceFrame(1, "alpha", ping::kPingServiceId, message);
+  FrameDecoder decoder(FrameLimits{});
+  decoder.setServices(pingServiceOnly);
+  bool delivered = false;
+  const Status status = decoder.consume(frame.data(), frame.size(), [&](InboundFrame&&) {
+    delivered = true;
+    return true;
+  });
+  EXPECT_FALSE(delivered);
+  EXPECT_EQ(status.code(), ErrorCode::kBadFrame);
+  EXPECT_NE(status.message().find("bytes failed the FlatBuffers Verifier"), std::string::npos)
+      << status.toString();
+  // A service the receiver does not know is not read: its frame is handed on unverified.
+  FrameDecoder other(FrameLimits{});
+  other.setServices([](ServiceId) -> const ServiceSpec* { return nullptr; });
+  const InboundFrame* seen = nullptr;
+  std::vector<InboundFrame> kept;
+  ASSERT_TRUE(other
+                  .consume(frame.data(), frame.size(),
+                           [&](InboundFrame&& f) {
+                             kept.push_back(std::move(f));
+                             return true;
+                           })
+                  .ok());
+  ASSERT_EQ(kept.size(), 1u);
+  seen = &kept.front();
+  EXPECT_EQ(seen->verifiedService(), nullptr);
+  EXPECT_EQ(seen->service(), ping::kPingServiceId);
+}
+
 TEST(Frame, EnvelopeWithoutHeaderIsRejected) {
   flatbuffers::FlatBufferBuilder b;
   auto body = wire::CreateHeartbeat(b, 1).Union();

@@ -124,6 +124,14 @@ const Root* serviceMessageOf(const std::vector<uint8_t>& frame, const ServiceSpe
 }
 // The same for the ping service.
 const ping::wire::Message* pingMessageOf(const std::vector<uint8_t>& frame);
+// A ping-service message (Ping with `nonce`) as one finished FlatBuffer of its own.
+std::vector<uint8_t> pingMessageBytes(uint64_t nonce);
+// A whole frame (prefix included) built by hand, as a peer of another build or an attacker
+// might: `service` with `message` copied into Envelope.message, its bytes starting at 8 bytes
+// past a multiple of 8 within the frame plus `offset` (0: aligned; 4: misaligned).
+std::vector<uint8_t> handMadeServiceFrame(NodeId sender, const std::string& cluster,
+                                          ServiceId service, const std::vector<uint8_t>& message,
+                                          size_t offset = 0);
 
 // Tracks callbacks by name; allFiredOnce() fails unless each fired exactly once.
 class CallbackLedger {
