@@ -5,8 +5,8 @@
 #include <utility>
 
 #include "node/frame.h"
-#include "node/node.h"
 #include "node/service.h"
+#include "node/service_messages.h"
 #include "ping/ping_generated.h"
 
 namespace chorus::ping {
@@ -17,27 +17,10 @@ inline constexpr node::ServiceSpec kPingService =
     node::serviceSpec<wire::Message, wire::VerifyMessageBuffer, wire::EnumNameBody>(kPingServiceId,
                                                                                     "ping");
 
-// What handlers and placers of one of this service's messages are set for.
-inline node::MessageType messageType(wire::Body kind) {
-  return {&kPingService, static_cast<uint8_t>(kind)};
-}
-
-// A writer of this service's whole message (for Node::encode or node::encodeFrame) from the
-// writer of its `kind` table.
-inline node::BodyWriter messageWriter(wire::Body kind, node::BodyWriter write_body) {
-  return [kind, write_body = std::move(write_body)](flatbuffers::FlatBufferBuilder& b) {
-    const flatbuffers::Offset<void> body = write_body(b);
-    return wire::CreateMessage(b, kind, body).Union();
-  };
-}
-
-// Encodes one of this service's messages as `node`'s frame (Node::encode).
-inline node::SharedFrame encodeMessage(node::Node& node, wire::Body kind,
-                                       node::BodyWriter write_body, size_t size_hint = 0,
-                                       node::Attachment attachment = {}) {
-  return node.encode(messageType(kind), messageWriter(kind, std::move(write_body)), size_hint,
-                     std::move(attachment));
-}
+// The typed helpers (node/service_messages.h) for this service's messages.
+using node::encodeMessage;
+using node::messageType;
+using node::messageWriter;
 
 // The message of a frame handed to one of this service's handlers or placers (verified).
 inline const wire::Message& messageOf(const node::InboundFrame& frame) {
@@ -45,3 +28,9 @@ inline const wire::Message& messageOf(const node::InboundFrame& frame) {
 }
 
 }  // namespace chorus::ping
+
+template <>
+struct chorus::node::ServiceOf<chorus::ping::wire::Body> {
+  static constexpr const ServiceSpec& spec = chorus::ping::kPingService;
+  using Root = chorus::ping::wire::Message;
+};
