@@ -26,8 +26,8 @@ using chorus::node::ServiceSpec;
 
 // Every service a node may run: their messages are verified by their own schemas.
 const ServiceSpec* everyService(ServiceId id) {
-  for (const ServiceSpec* spec : {&chorus::ping::kPingService, &chorus::consensus::kConsensusService,
-                                  &chorus::ps::kPsService}) {
+  for (const ServiceSpec* spec : {&chorus::ping::kPingService,
+                                  &chorus::consensus::kConsensusService, &chorus::ps::kPsService}) {
     if (spec->id == id) return spec;
   }
   return nullptr;
@@ -112,10 +112,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Before the handshake a node takes small frames only; after the first frame, large ones.
   if ((mode & 1) != 0) decoder.setMaxFrameBytes(4096, " before the handshake");
   if ((mode & 2) != 0) {
-    decoder.setPlacer([landing_parts](const InboundFrame&,
-                                      size_t bytes) -> std::unique_ptr<AttachmentLanding> {
-      return Landing::make(bytes, landing_parts);
-    });
+    decoder.setPlacer(
+        [landing_parts](const InboundFrame&, size_t bytes) -> std::unique_ptr<AttachmentLanding> {
+          return Landing::make(bytes, landing_parts);
+        });
   }
   size_t frames = 0;
   volatile size_t sink = 0;

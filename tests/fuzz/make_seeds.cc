@@ -1,7 +1,7 @@
 // Writes the seed corpus of every fuzz target from the real writers: frames of every runtime body
-// type and every service's message as the runtime encodes them, and small files in the real formats (IDX, CIFAR-10, triples,
-// ratings, checkpoints, metrics lines, topologies). Seeds made by the code itself follow every
-// format change; a committed corpus would go stale.
+// type and every service's message as the runtime encodes them, and small files in the real formats
+// (IDX, CIFAR-10, triples, ratings, checkpoints, metrics lines, topologies). Seeds made by the code
+// itself follow every format change; a committed corpus would go stale.
 //   chorus_fuzz_seeds OUT_DIR   (writes OUT_DIR/<target>/seed-*)
 #include <cstdint>
 #include <cstdio>
@@ -106,15 +106,17 @@ void frameSeeds(const fs::path& root) {
        }},
   };
   for (auto& [kind, writer] : ping_messages) {
-    frames.push_back(node::encodeFrame(header, ping::messageType(kind),
-                                       ping::messageWriter(kind, writer)));
+    frames.push_back(
+        node::encodeFrame(header, ping::messageType(kind), ping::messageWriter(kind, writer)));
   }
   const std::vector<std::pair<consensus::wire::Body, node::BodyWriter>> consensus_messages = {
       {consensus::wire::Body::ModelShare,
        [](FlatBufferBuilder& b) {
          std::vector<float> values{0.5f, -0.5f, 0.25f};
          auto v = b.CreateVector(values);
-         return consensus::wire::CreateModelShare(b, 3, 0, 3, 1, v, consensus::wire::SharePurpose::Gossip).Union();
+         return consensus::wire::CreateModelShare(b, 3, 0, 3, 1, v,
+                                                  consensus::wire::SharePurpose::Gossip)
+             .Union();
        }},
       {consensus::wire::Body::ModelRequest,
        [](FlatBufferBuilder& b) {
@@ -141,7 +143,8 @@ void frameSeeds(const fs::path& root) {
          auto v = b.CreateVector(values);
          return ps::wire::CreatePsPush(b, 8, 3, k, v).Union();
        }},
-      {ps::wire::Body::PsClock, [](FlatBufferBuilder& b) { return ps::wire::CreatePsClock(b, 4).Union(); }},
+      {ps::wire::Body::PsClock,
+       [](FlatBufferBuilder& b) { return ps::wire::CreatePsClock(b, 4).Union(); }},
       {ps::wire::Body::PsReply,
        [](FlatBufferBuilder& b) {
          std::vector<uint64_t> keys{0, 1};
@@ -185,15 +188,15 @@ void frameSeeds(const fs::path& root) {
   static const std::vector<float> floats(300, 0.75f);
   node::Attachment attachment;
   node::appendPiece(attachment, node::bytesOf(std::span<const float>(floats)));
-  std::string with_attachment = bytesOf(node::encodeFrame(
-      header, ps::messageType(ps::wire::Body::PsPush),
-      ps::messageWriter(ps::wire::Body::PsPush,
-                        [](FlatBufferBuilder& b) {
-                          std::vector<uint64_t> keys{0, 1, 2};
-                          auto k = b.CreateVector(keys);
-                          return ps::wire::CreatePsPush(b, 9, 1, k, 0).Union();
-                        }),
-      0, attachment));
+  std::string with_attachment = bytesOf(
+      node::encodeFrame(header, ps::messageType(ps::wire::Body::PsPush),
+                        ps::messageWriter(ps::wire::Body::PsPush,
+                                          [](FlatBufferBuilder& b) {
+                                            std::vector<uint64_t> keys{0, 1, 2};
+                                            auto k = b.CreateVector(keys);
+                                            return ps::wire::CreatePsPush(b, 9, 1, k, 0).Union();
+                                          }),
+                        0, attachment));
   seeds.add(std::string("\x06\x3f\x03\x01", 4) + with_attachment + stream.substr(0, 200));
   seeds.add(std::string("\x05\x10\x00\x01", 4) + stream);
 }
