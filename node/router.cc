@@ -1,8 +1,8 @@
 // The loop thread's side of the node, a router: it accepts and dials connections, hands each
 // frame of a connection still in its handshake to that connection's Handshake and carries out
-// the step it answers, dispatches frames of established peers by body type (Heartbeat, Leave
-// and a late Refuse here, everything else to the layer above's handler), and turns closing
-// connections into membership events. Every method runs on the loop thread.
+// the step it answers, dispatches frames of established peers (the runtime's Heartbeat, Leave
+// and a late Refuse here; a service's message to the handler of its service and kind), and
+// turns closing connections into membership events. Every method runs on the loop thread.
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 

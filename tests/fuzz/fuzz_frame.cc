@@ -1,8 +1,8 @@
 // The frame reader of every connection (node/frame.h) on a stream of untrusted bytes: length
-// prefixes, the Verifier on every body type, attachments read to a buffer of the frame's own or
-// to the receiver's landing, the inbound budget, a frame limit that changes between frames (as
-// it does after the handshake). The first bytes of the input choose the limits and how the
-// stream is cut into reads; the rest is the stream.
+// prefixes, the Verifier on every body type and every service's message, attachments read to a
+// buffer of the frame's own or to the receiver's landing, the inbound budget, a frame limit that
+// changes between frames (as it does after the handshake). The first bytes of the input choose the
+// limits and how the stream is cut into reads; the rest is the stream.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
