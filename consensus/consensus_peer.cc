@@ -130,43 +130,45 @@ ConsensusPeer::ConsensusPeer(node::Node& node, run::NodeJob job, PeerLayout layo
   end_peers_.insert(end_peers_.end(), tree_.children.begin(), tree_.children.end());
   std::sort(end_peers_.begin(), end_peers_.end());
   end_peers_.erase(std::unique(end_peers_.begin(), end_peers_.end()), end_peers_.end());
-  node_.setHandler(wire::Body::ModelShare, [this](NodeId from, const wire::Envelope& envelope) {
-    onModelShare(from, envelope);
-  });
-  node_.setHandler(wire::Body::TrainingDone, [this](NodeId from, const wire::Envelope& envelope) {
-    const wire::TrainingDone* done = envelope.body_as_TrainingDone();
-    if (done != nullptr && done->finished() != nullptr) {
-      if (from != tree_.parent) {
-        node_.logger().warn(
-            "end-of-run summary from node {}, which is not this node's parent in the spanning "
-            "tree: ignored",
-            from);
-      } else {
-        std::vector<NodeId> finished;
-        for (uint32_t id : *done->finished()) {
-          if (std::binary_search(layout_.members.begin(), layout_.members.end(), id)) {
-            finished.push_back(id);
+  node_.setHandler(
+      messageType(wire::Body::ModelShare),
+      [this](NodeId from, const node::InboundFrame& frame) { onModelShare(from, frame); });
+  node_.setHandler(
+      messageType(wire::Body::TrainingDone), [this](NodeId from, const node::InboundFrame& frame) {
+        const wire::TrainingDone* done = messageOf(frame).body_as_TrainingDone();
+        if (done != nullptr && done->finished() != nullptr) {
+          if (from != tree_.parent) {
+            node_.logger().warn(
+                "end-of-run summary from node {}, which is not this node's parent in the spanning "
+                "tree: ignored",
+                from);
+          } else {
+            std::vector<NodeId> finished;
+            for (uint32_t id : *done->finished()) {
+              if (std::binary_search(layout_.members.begin(), layout_.members.end(), id)) {
+                finished.push_back(id);
+              }
+            }
+            std::sort(finished.begin(), finished.end());
+            finished.erase(std::unique(finished.begin(), finished.end()), finished.end());
+            auto lock = membership_.lock();
+            summary_ = std::move(finished);
           }
         }
-        std::sort(finished.begin(), finished.end());
-        finished.erase(std::unique(finished.begin(), finished.end()), finished.end());
-        auto lock = membership_.lock();
-        summary_ = std::move(finished);
-      }
-    }
-    membership_.finished(from);
-  });
-  node_.setHandler(wire::Body::ModelRequest, [this](NodeId from, const wire::Envelope&) {
-    if (!isNeighbor(from)) {
-      node_.logger().warn("model request from node {}, which is not a neighbor: ignored", from);
-      return;
-    }
-    {
-      auto lock = membership_.lock();
-      requests_.insert(from);
-    }
-    membership_.notify();
-  });
+        membership_.finished(from);
+      });
+  node_.setHandler(
+      messageType(wire::Body::ModelRequest), [this](NodeId from, const node::InboundFrame&) {
+        if (!isNeighbor(from)) {
+          node_.logger().warn("model request from node {}, which is not a neighbor: ignored", from);
+          return;
+        }
+        {
+          auto lock = membership_.lock();
+          requests_.insert(from);
+        }
+        membership_.notify();
+      });
   node_.setEventHandler([this](const node::PeerEvent& event) { onPeerEvent(event); });
 }
 
@@ -284,8 +286,8 @@ HeldModels ConsensusPeer::held() const {
   return {held_bytes_.load(), peak_held_bytes_.load(), chunks_.load(), refused_chunks_.load()};
 }
 
-void ConsensusPeer::onModelShare(NodeId from, const wire::Envelope& envelope) {
-  const wire::ModelShare* share = envelope.body_as_ModelShare();
+void ConsensusPeer::onModelShare(NodeId from, const node::InboundFrame& frame) {
+  const wire::ModelShare* share = messageOf(frame).body_as_ModelShare();
   chunks_ += 1;
   auto refuse = [&](spdlog::level::level_enum level, const std::string& why) {
     refused_chunks_ += 1;
@@ -384,27 +386,27 @@ void ConsensusPeer::stop() {
 }
 
 void ConsensusPeer::sendModel(const std::vector<NodeId>& to, Round round, size_t backups,
-                              int8_t purpose) {
+                              wire::SharePurpose purpose) {
   sendChunks(to, job_.model->params(), round, backups, purpose, {});
 }
 
 void ConsensusPeer::sendChunks(const std::vector<NodeId>& to, std::span<const float> values,
-                               Round round, size_t backups, int8_t purpose,
+                               Round round, size_t backups, wire::SharePurpose purpose,
                                std::span<const NodeId> models) {
   if (to.empty()) return;
   const size_t total = values.size();
   for (size_t offset = 0; offset < total || (total == 0 && offset == 0);
        offset += options_.chunk_floats) {
     const size_t len = std::min(options_.chunk_floats, total - offset);
-    node::SharedFrame frame = node_.encode(
-        wire::Body::ModelShare,
+    node::SharedFrame frame = encodeMessage(
+        node_, wire::Body::ModelShare,
         [&](flatbuffers::FlatBufferBuilder& b) {
           auto chunk = b.CreateVector(values.data() + offset, len);
           // Only a partial sum names the models in it; other shares leave the field out.
           flatbuffers::Offset<flatbuffers::Vector<uint32_t>> ids;
           if (!models.empty()) ids = b.CreateVector(models.data(), models.size());
           return wire::CreateModelShare(b, round, offset, total, static_cast<uint32_t>(backups),
-                                        chunk, static_cast<wire::SharePurpose>(purpose), ids)
+                                        chunk, purpose, ids)
               .Union();
         },
         len * sizeof(float) + models.size() * sizeof(NodeId) + 256);
@@ -423,7 +425,7 @@ void ConsensusPeer::answerRequests(Round round) {
   if (to.empty()) return;
   node_.logger().info("sending the model after round {} to rejoining node(s) {}", round,
                       idList(to));
-  sendModel(to, round, 0, static_cast<int8_t>(wire::SharePurpose::Catchup));
+  sendModel(to, round, 0, wire::SharePurpose::Catchup);
 }
 
 Round ConsensusPeer::catchUp() {
@@ -437,7 +439,7 @@ Round ConsensusPeer::catchUp() {
       catchup_from_ = neighbor;
     }
     node::SharedFrame request =
-        node_.encode(wire::Body::ModelRequest, [](flatbuffers::FlatBufferBuilder& b) {
+        encodeMessage(node_, wire::Body::ModelRequest, [](flatbuffers::FlatBufferBuilder& b) {
           return wire::CreateModelRequest(b, b.CreateString("rejoin")).Union();
         });
     node_.send(neighbor, request);
@@ -588,7 +590,7 @@ run::StepExchange ConsensusPeer::exchange(int64_t& step, double compute_s) {
     }
     mixInto(model.params(), mixingWeights(mixing_, own_degree, degrees), others);
   }
-  sendModel(layout_.neighbors, k, plan.backups, static_cast<int8_t>(wire::SharePurpose::Gossip));
+  sendModel(layout_.neighbors, k, plan.backups, wire::SharePurpose::Gossip);
   GatherResult got = board_.gather(k, plan, [&](const std::vector<NodeId>& missing) {
     log.info("round {}: waiting for node{} {}", k, missing.size() == 1 ? "" : "s", idList(missing));
     if (options_.on_waiting) options_.on_waiting(k, missing);
@@ -724,8 +726,7 @@ bool ConsensusPeer::waitEndOfRun(const std::function<std::vector<NodeId>()>& mis
 
 void ConsensusPeer::sendPartialSum(NodeId to, Round rounds_done, const std::vector<float>& sum,
                                    const std::vector<NodeId>& models) {
-  sendChunks({to}, sum, rounds_done, 0, static_cast<int8_t>(wire::SharePurpose::PartialSum),
-             models);
+  sendChunks({to}, sum, rounds_done, 0, wire::SharePurpose::PartialSum, models);
 }
 
 void ConsensusPeer::finish(int64_t rounds_done, std::vector<uint32_t>& finished,
@@ -735,7 +736,7 @@ void ConsensusPeer::finish(int64_t rounds_done, std::vector<uint32_t>& finished,
   const Round last_round = rounds_done - 1;
   // 1. The barrier: this node needs no more gossip from its neighbors.
   node::SharedFrame done =
-      node_.encode(wire::Body::TrainingDone, [&](flatbuffers::FlatBufferBuilder& b) {
+      encodeMessage(node_, wire::Body::TrainingDone, [&](flatbuffers::FlatBufferBuilder& b) {
         return wire::CreateTrainingDone(b, rounds_done).Union();
       });
   node_.broadcast(end_peers_, done);
@@ -814,7 +815,7 @@ void ConsensusPeer::finish(int64_t rounds_done, std::vector<uint32_t>& finished,
   // 5. Down the tree.
   if (summary && !tree_.children.empty()) {
     node::SharedFrame down =
-        node_.encode(wire::Body::TrainingDone, [&](flatbuffers::FlatBufferBuilder& b) {
+        encodeMessage(node_, wire::Body::TrainingDone, [&](flatbuffers::FlatBufferBuilder& b) {
           return wire::CreateTrainingDone(b, rounds_done, b.CreateVector(*summary)).Union();
         });
     node_.broadcast(tree_.children, down);

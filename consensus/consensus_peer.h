@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "consensus/backup_rule.h"
+#include "consensus/consensus_service.h"
 #include "consensus/mixing.h"
 #include "consensus/round_board.h"
 #include "consensus/spanning_tree.h"
@@ -35,10 +36,6 @@ namespace chorus::node {
 class Node;
 struct PeerEvent;
 }  // namespace chorus::node
-namespace chorus::wire {
-struct Envelope;
-struct ModelShare;
-}  // namespace chorus::wire
 
 namespace chorus::consensus {
 
@@ -191,13 +188,14 @@ class ConsensusPeer : private run::TrainingStrategy {
               std::vector<uint32_t>& departed) override;
   void describeEnd(ml::MetricsEvent& last) override;
 
-  void onModelShare(NodeId from, const wire::Envelope& envelope);
+  void onModelShare(NodeId from, const node::InboundFrame& frame);
   void onPeerEvent(const node::PeerEvent& event);
-  void sendModel(const std::vector<NodeId>& to, Round round, size_t backups, int8_t purpose);
+  void sendModel(const std::vector<NodeId>& to, Round round, size_t backups,
+                 wire::SharePurpose purpose);
   // Trainer thread: `values` to `to` in ModelShare chunks of options_.chunk_floats (one empty
   // chunk for an empty model); `models` is set on partial sums only.
   void sendChunks(const std::vector<NodeId>& to, std::span<const float> values, Round round,
-                  size_t backups, int8_t purpose, std::span<const NodeId> models);
+                  size_t backups, wire::SharePurpose purpose, std::span<const NodeId> models);
   // Trainer thread: answers pending ModelRequests with the current model, as of `round`.
   void answerRequests(Round round);
   // Trainer thread: takes a neighbor's current model; returns the first round to run.

@@ -82,7 +82,7 @@ void Connection::writeFromLoop(SharedFrame frame, std::function<void(const Statu
     if (done) done(error_);
     return;
   }
-  const uint32_t kind = options.kind != 0 ? options.kind : static_cast<uint32_t>(frame->bodyType());
+  const uint32_t kind = options.kind != 0 ? options.kind : frame->kind();
   std::vector<QueuedWrite> dropped;
   if (!admitFromLoop(frame->size(), kind, options.when_full, &dropped)) {
     frames_refused_ += 1;
@@ -190,8 +190,7 @@ void Connection::writeTransientFromLoop(const SharedFrame& frame,
       return;
     }
   }
-  queueFromLoop({frame->tailCopy(written), std::move(done), written,
-                 static_cast<uint32_t>(frame->bodyType())});
+  queueFromLoop({frame->tailCopy(written), std::move(done), written, frame->kind()});
 }
 
 void Connection::flushFromLoop() {

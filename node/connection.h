@@ -55,6 +55,11 @@ class Connection {
   void setQueueLimit(size_t bytes) { queue_limit_ = bytes; }
   // Where inbound attachments go (FrameDecoder::setPlacer). Set before start.
   void setPlacer(FrameDecoder::Placer placer) { decoder_.setPlacer(std::move(placer)); }
+  // The services whose messages are verified on arrival (FrameDecoder::setServices). Set
+  // before start.
+  void setServices(FrameDecoder::ServiceLookup services) {
+    decoder_.setServices(std::move(services));
+  }
   // The node-wide budget every inbound buffer is reserved from (FrameDecoder::setBudget).
   // Set before start.
   void setInboundBudget(InboundBudget* budget) { decoder_.setBudget(budget); }

@@ -60,11 +60,11 @@ std::string printableIdentifier(const uint8_t* p) {
 
 }  // namespace
 
-OutboundFrame::OutboundFrame(flatbuffers::DetachedBuffer buffer, uint64_t sequence,
-                             wire::Body body_type, Attachment attachment)
+OutboundFrame::OutboundFrame(flatbuffers::DetachedBuffer buffer, uint64_t sequence, uint32_t kind,
+                             Attachment attachment)
     : buffer_(std::move(buffer)),
       sequence_(sequence),
-      body_type_(body_type),
+      kind_(kind),
       attachment_(std::move(attachment)) {
   std::erase_if(attachment_, [](std::span<const uint8_t> piece) { return piece.empty(); });
   for (const auto& piece : attachment_)
@@ -95,28 +95,68 @@ std::shared_ptr<const OutboundFrame> OutboundFrame::tailCopy(size_t from) const 
   }
   return std::make_shared<const OutboundFrame>(
       flatbuffers::DetachedBuffer(nullptr, false, copy, std::max<size_t>(bytes, 1), copy, bytes),
-      sequence_, body_type_);
+      sequence_, kind_);
 }
 
-SharedFrame encodeFrame(const EnvelopeHeader& header, wire::Body body_type,
-                        const BodyWriter& write_body, size_t size_hint, Attachment attachment) {
-  size_t attachment_bytes = 0;
+namespace {
+
+size_t attachmentBytes(const Attachment& attachment) {
+  size_t bytes = 0;
   for (const auto& piece : attachment)
-    attachment_bytes += piece.size();
-  if (attachment_bytes > std::numeric_limits<uint32_t>::max()) {
+    bytes += piece.size();
+  if (bytes > std::numeric_limits<uint32_t>::max()) {
     throw std::invalid_argument(
-        fmt::format("an attachment of {} bytes does not fit a frame", attachment_bytes));
+        fmt::format("an attachment of {} bytes does not fit a frame", bytes));
   }
-  flatbuffers::FlatBufferBuilder builder(std::max<size_t>(size_hint + 256, 1024));
-  const flatbuffers::Offset<void> body = write_body ? write_body(builder) : 0;
+  return bytes;
+}
+
+// Writes the header and the Envelope around what the builder holds and finishes the frame.
+SharedFrame finishFrame(flatbuffers::FlatBufferBuilder& builder, const EnvelopeHeader& header,
+                        wire::Body body_type, flatbuffers::Offset<void> body, ServiceId service,
+                        flatbuffers::Offset<flatbuffers::Vector<uint8_t>> message, uint32_t kind,
+                        Attachment attachment) {
+  const size_t attachment_bytes = attachmentBytes(attachment);
   const auto cluster = builder.CreateString(header.cluster.data(), header.cluster.size());
   const auto head =
       wire::CreateHeader(builder, header.sender, cluster, header.sequence, header.send_time_ns,
                          static_cast<uint32_t>(attachment_bytes));
-  const auto envelope = wire::CreateEnvelope(builder, head, body_type, body);
+  const auto envelope = wire::CreateEnvelope(builder, head, body_type, body, service, message);
   builder.FinishSizePrefixed(envelope, wire::EnvelopeIdentifier());
-  return std::make_shared<const OutboundFrame>(builder.Release(), header.sequence, body_type,
+  return std::make_shared<const OutboundFrame>(builder.Release(), header.sequence, kind,
                                                std::move(attachment));
+}
+
+}  // namespace
+
+SharedFrame encodeFrame(const EnvelopeHeader& header, wire::Body body_type,
+                        const BodyWriter& write_body, size_t size_hint, Attachment attachment) {
+  (void)attachmentBytes(attachment);  // refused before anything is built
+  flatbuffers::FlatBufferBuilder builder(std::max<size_t>(size_hint + 256, 1024));
+  const flatbuffers::Offset<void> body = write_body ? write_body(builder) : 0;
+  return finishFrame(builder, header, body_type, body, kRuntimeService, 0,
+                     messageKind(kRuntimeService, static_cast<uint8_t>(body_type)),
+                     std::move(attachment));
+}
+
+SharedFrame encodeFrame(const EnvelopeHeader& header, MessageType type,
+                        const BodyWriter& write_message, size_t size_hint, Attachment attachment) {
+  (void)attachmentBytes(attachment);
+  flatbuffers::FlatBufferBuilder builder(std::max<size_t>(size_hint + 256, 1024));
+  // The message is written first, so it ends where the buffer ends: FlatBuffers aligns every
+  // scalar relative to the end, and the finished frame's size is a multiple of its largest
+  // alignment, so what is aligned relative to the message's end is aligned in the frame too.
+  const flatbuffers::Offset<void> root = write_message(builder);
+  // Finished as FlatBuffers finishes a buffer (root offset in front, no identifier: the
+  // service id says whose it is), padded so that it starts at a multiple of 8 from the end ...
+  builder.PreAlign(sizeof(flatbuffers::uoffset_t), kMessageAlignment);
+  builder.PushElement(builder.ReferTo(root.o));
+  const flatbuffers::uoffset_t message_bytes = builder.GetSize();
+  // ... and wrapped in place as the [ubyte] vector `message`: its length in front of it.
+  const auto message =
+      flatbuffers::Offset<flatbuffers::Vector<uint8_t>>(builder.PushElement(message_bytes));
+  return finishFrame(builder, header, wire::Body::NONE, 0, type.service->id, message,
+                     messageKind(type.service->id, type.kind), std::move(attachment));
 }
 
 size_t AttachmentLanding::size() const {
@@ -144,17 +184,50 @@ Status verifyFrame(const uint8_t* frame, size_t frame_size, const FrameLimits& l
             fmt::format("Envelope of {} bytes failed the FlatBuffers Verifier", size)};
   }
   const auto* root = &envelopeOf(frame);
+  if (root->header() == nullptr) {
+    return {ErrorCode::kBadFrame, "Envelope without a header"};
+  }
   const auto type = static_cast<unsigned>(root->body_type());
+  if (root->service() != kRuntimeService) {
+    if (type != static_cast<unsigned>(wire::Body::NONE)) {
+      return {ErrorCode::kBadFrame, fmt::format("Envelope of service {} with a runtime body ({})",
+                                                root->service(), type)};
+    }
+    if (root->message() == nullptr) {
+      return {ErrorCode::kBadFrame,
+              fmt::format("Envelope of service {} without a message", root->service())};
+    }
+    return {};
+  }
   if (type == static_cast<unsigned>(wire::Body::NONE) ||
       type > static_cast<unsigned>(wire::Body::MAX)) {
     return {ErrorCode::kBadFrame, fmt::format("unknown body type {}", type)};
   }
-  if (root->header() == nullptr) {
-    return {ErrorCode::kBadFrame, "Envelope without a header"};
-  }
   if (root->body() == nullptr) {
     return {ErrorCode::kBadFrame, fmt::format("Envelope with body type {} but no body",
                                               wire::EnumNameBody(root->body_type()))};
+  }
+  if (root->message() != nullptr) {
+    return {ErrorCode::kBadFrame, fmt::format("runtime {} with a service message",
+                                              wire::EnumNameBody(root->body_type()))};
+  }
+  return {};
+}
+
+Status verifyMessage(const ServiceSpec& service, std::span<const uint8_t> message,
+                     const FrameLimits& limits) {
+  // The Verifier checks alignment relative to the message's start only; its 64-bit fields are
+  // read in place, so the start itself must be aligned (a sender lays it out so).
+  if (reinterpret_cast<uintptr_t>(message.data()) % kMessageAlignment != 0) {
+    return {ErrorCode::kBadFrame, fmt::format("{} message not aligned to {} bytes within the frame",
+                                              service.name, kMessageAlignment)};
+  }
+  flatbuffers::Verifier verifier(message.data(), message.size(), limits.max_depth,
+                                 limits.max_tables);
+  if (!service.verify(verifier)) {
+    return {ErrorCode::kBadFrame,
+            fmt::format("{} message of {} bytes failed the FlatBuffers Verifier", service.name,
+                        message.size())};
   }
   return {};
 }
@@ -296,6 +369,17 @@ Status FrameDecoder::completeEnvelope(const FrameSink& sink, bool* keep_going) {
   }
   auto frame = std::make_unique<InboundFrame>(std::move(body_), body_size_);
   frame->reservation_ = std::move(body_reservation_);
+  const ServiceId service = frame->service();
+  if (service != kRuntimeService && services_) {
+    if (const ServiceSpec* spec = services_(service)) {
+      status = verifyMessage(*spec, frame->message(), limits_);
+      if (!status.ok()) {
+        error_ = status;
+        return error_;
+      }
+      frame->verified_service_ = spec;
+    }
+  }
   const size_t envelope_size = body_size_;
   body_ = nullptr;
   body_size_ = 0;
@@ -312,8 +396,7 @@ Status FrameDecoder::completeEnvelope(const FrameSink& sink, bool* keep_going) {
                           bytes, envelope_size, max_frame_bytes_, limit_note_)};
     return error_;
   }
-  std::unique_ptr<AttachmentLanding> landing =
-      placer_ ? placer_(frame->envelope(), bytes) : nullptr;
+  std::unique_ptr<AttachmentLanding> landing = placer_ ? placer_(*frame, bytes) : nullptr;
   // A landing of the wrong size is the receiver's mistake: read into a buffer instead (the
   // landing is destroyed without arriving, so its memory is released at once).
   if (landing != nullptr && landing->size() != bytes) landing.reset();

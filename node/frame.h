@@ -15,6 +15,7 @@
 
 #include "chorus/chorus_generated.h"
 #include "node/inbound_budget.h"
+#include "node/service.h"
 #include "node/status.h"
 
 namespace chorus::node {
@@ -60,7 +61,8 @@ std::span<const uint8_t> bytesOf(std::span<const T> values) {
 // completed.
 class OutboundFrame {
  public:
-  OutboundFrame(flatbuffers::DetachedBuffer buffer, uint64_t sequence, wire::Body body_type,
+  // `kind`: the message's kind (messageKind(): the runtime's body type, or service and kind).
+  OutboundFrame(flatbuffers::DetachedBuffer buffer, uint64_t sequence, uint32_t kind,
                 Attachment attachment = {});
   OutboundFrame(const OutboundFrame&) = delete;
   OutboundFrame& operator=(const OutboundFrame&) = delete;
@@ -80,13 +82,13 @@ class OutboundFrame {
   std::shared_ptr<const OutboundFrame> tailCopy(size_t from) const;
   // The sender's sequence number written in the header.
   uint64_t sequence() const { return sequence_; }
-  // The body type written in the Envelope.
-  wire::Body bodyType() const { return body_type_; }
+  // The kind of message it carries (messageKind()): what send policies compare.
+  uint32_t kind() const { return kind_; }
 
  private:
   flatbuffers::DetachedBuffer buffer_;
   uint64_t sequence_;
-  wire::Body body_type_;
+  uint32_t kind_;
   Attachment attachment_;
   size_t attachment_bytes_ = 0;
 };
@@ -104,11 +106,18 @@ struct EnvelopeHeader {
 // (vectors first, then the table) and nothing else.
 using BodyWriter = std::function<flatbuffers::Offset<void>(flatbuffers::FlatBufferBuilder&)>;
 
-// Encodes header + body as one size-prefixed Envelope with the "CHRS" identifier, announcing
-// `attachment` (referenced, not copied: see OutboundFrame). `size_hint` pre-sizes the builder
-// (pass the payload size for large bodies to avoid regrowth).
+// Encodes header + one of the runtime's messages as one size-prefixed Envelope with the "CHRS"
+// identifier, announcing `attachment` (referenced, not copied: see OutboundFrame). `size_hint`
+// pre-sizes the builder (pass the payload size for large bodies to avoid regrowth).
 SharedFrame encodeFrame(const EnvelopeHeader& header, wire::Body body_type,
                         const BodyWriter& write_body, size_t size_hint = 0,
+                        Attachment attachment = {});
+// The same with a service's message: `write_message` writes the service's root table (its
+// whole message, vectors first, nothing else) and returns its offset; it becomes the
+// Envelope's `message` in place, as a FlatBuffer of its own aligned to 8 (no copy of its
+// bytes). `type.kind` must be the kind the writer writes.
+SharedFrame encodeFrame(const EnvelopeHeader& header, MessageType type,
+                        const BodyWriter& write_message, size_t size_hint = 0,
                         Attachment attachment = {});
 
 // Where one inbound frame's attachment is read to, chosen by the receiver once the Envelope
@@ -139,6 +148,15 @@ inline const wire::Envelope& envelopeOf(const uint8_t* frame) {
   return *flatbuffers::GetSizePrefixedRoot<wire::Envelope>(frame);
 }
 
+// Where a service's message starts within a frame, at least: its 64-bit scalars are aligned.
+inline constexpr size_t kMessageAlignment = 8;
+
+// Checks a service's message (the bytes of Envelope.message), in this order: alignment in
+// memory, the service's FlatBuffers Verifier under `limits` on exactly these bytes. Only a
+// message that passed may be read (messageOf()).
+Status verifyMessage(const ServiceSpec& service, std::span<const uint8_t> message,
+                     const FrameLimits& limits);
+
 // A received frame that passed verifyFrame(): owns its bytes (kept at the same alignment
 // as on the sender, prefix included) and its attachment, which is either in a buffer of its
 // own (attachment()) or was read to where the receiver's placer asked (landing()).
@@ -149,6 +167,18 @@ class InboundFrame {
 
   // The verified Envelope; valid as long as this frame lives.
   const wire::Envelope& envelope() const { return envelopeOf(bytes_.get()); }
+  // The service whose message the frame carries (kRuntimeService for a runtime message).
+  ServiceId service() const { return envelope().service(); }
+  // The service's message bytes (empty for a runtime message).
+  std::span<const uint8_t> message() const {
+    const auto* bytes = envelope().message();
+    return bytes == nullptr ? std::span<const uint8_t>() : std::span(bytes->data(), bytes->size());
+  }
+  // The service whose Verifier accepted message(), or null (a runtime message, or a service
+  // this node has not registered: its message was not read).
+  const ServiceSpec* verifiedService() const { return verified_service_; }
+  // The kind of a verified service message.
+  uint8_t kind() const { return verified_service_->kind(message().data()); }
   // Bytes on the wire, prefix and attachment included.
   size_t wireSize() const { return envelope_size_ + kFramePrefixBytes + attachment_size_; }
   // The attachment when it was read into the frame's own buffer (aligned for any scalar);
@@ -167,14 +197,24 @@ class InboundFrame {
   std::unique_ptr<uint8_t[]> attachment_;
   size_t attachment_size_ = 0;
   std::unique_ptr<AttachmentLanding> landing_;
+  const ServiceSpec* verified_service_ = nullptr;
   // The inbound budget held by bytes_ and attachment_, given back when the frame dies.
   BudgetReservation reservation_;
   BudgetReservation attachment_reservation_;
 };
 
+// The root table of a frame's service message that passed its service's Verifier (a frame
+// handed to a service's handler or placer). Never call it on a frame whose verifiedService()
+// is not the service of `Root`.
+template <class Root>
+const Root& messageOf(const InboundFrame& frame) {
+  return *flatbuffers::GetRoot<Root>(frame.message().data());
+}
+
 // Checks one complete frame (`frame` points at its length prefix, `frame_size` counts the
 // prefix too), in this order: size, file identifier, FlatBuffers Verifier under `limits` on
-// exactly this frame, header present, body type known to this build. The FlatBuffers Verifier
+// exactly this frame, header present, then either a runtime body of a type known to this build
+// (service 0) or a service's message (body NONE). The FlatBuffers Verifier
 // checks alignment relative to the buffer start, so it must see the prefix, as the sender's
 // builder laid it out. Meaning checks that need connection state belong to the caller.
 Status verifyFrame(const uint8_t* frame, size_t frame_size, const FrameLimits& limits);
@@ -188,14 +228,18 @@ class FrameDecoder {
   // is being closed).
   using FrameSink = std::function<bool(InboundFrame&&)>;
 
-  // Called with a verified Envelope that announces an attachment of `bytes` (at most the
-  // frame limit): where to read it (every piece's sizes adding up to `bytes`), or null for a
-  // buffer of the frame's own.
+  // Called with a verified frame (Envelope, and its service message when the service is
+  // known) that announces an attachment of `bytes` (at most the frame limit): where to read it
+  // (every piece's sizes adding up to `bytes`), or null for a buffer of the frame's own.
   using Placer =
-      std::function<std::unique_ptr<AttachmentLanding>(const wire::Envelope&, size_t bytes)>;
+      std::function<std::unique_ptr<AttachmentLanding>(const InboundFrame&, size_t bytes)>;
+  // The spec of a service this receiver knows, or null: its messages are verified with it
+  // before the placer or the sink sees the frame (a message that fails ends the stream).
+  using ServiceLookup = std::function<const ServiceSpec*(ServiceId)>;
 
   explicit FrameDecoder(FrameLimits limits);
   void setPlacer(Placer placer) { placer_ = std::move(placer); }
+  void setServices(ServiceLookup services) { services_ = std::move(services); }
   // Every buffer the decoder allocates (Envelope, attachment not placed elsewhere) is first
   // reserved from `budget` (null: none); a frame that does not fit is an error (kOverloaded).
   // The budget must outlive the decoder and every frame it hands out.
@@ -244,6 +288,7 @@ class FrameDecoder {
   bool direct_read_ = false;         // the last readBuffer() pointed into body_ or a piece
   std::unique_ptr<uint8_t[]> scratch_;
   Placer placer_;
+  ServiceLookup services_;
   // A verified frame whose attachment is being read: into pieces_[piece_] at piece_filled_.
   std::unique_ptr<InboundFrame> frame_;
   std::vector<std::span<uint8_t>> pieces_;

@@ -7,6 +7,17 @@
 #include "node/options.h"
 
 namespace chorus::node {
+namespace {
+
+// What a frame carries, for a handshake error: a runtime body's name, or a service's message.
+std::string whatFrameCarries(const wire::Envelope& envelope) {
+  if (envelope.service() != kRuntimeService) {
+    return fmt::format("a message of service {}", envelope.service());
+  }
+  return wire::EnumNameBody(envelope.body_type());
+}
+
+}  // namespace
 
 const char* handshakeStateName(HandshakeState state) {
   switch (state) {
@@ -98,7 +109,7 @@ HandshakeStep Handshake::onFrame(const wire::Envelope& envelope, const std::stri
     case HandshakeState::kAwaitingHello:
       if (type != wire::Body::Hello) {
         return protocolError(
-            fmt::format("expected Hello as the first frame, got {}", wire::EnumNameBody(type)));
+            fmt::format("expected Hello as the first frame, got {}", whatFrameCarries(envelope)));
       }
       return onHello(envelope, description);
     case HandshakeState::kAwaitingProof:
@@ -109,7 +120,7 @@ HandshakeStep Handshake::onFrame(const wire::Envelope& envelope, const std::stri
       if (type == wire::Body::Refuse) return onRefuse(envelope, description);
       if (type != wire::Body::Proof) {
         return protocolError(
-            fmt::format("expected Proof after our Challenge, got {}", wire::EnumNameBody(type)));
+            fmt::format("expected Proof after our Challenge, got {}", whatFrameCarries(envelope)));
       }
       return onProof(envelope, description);
     case HandshakeState::kAwaitingAnswer:
@@ -124,13 +135,13 @@ HandshakeStep Handshake::onFrame(const wire::Envelope& envelope, const std::stri
       if (type == wire::Body::Welcome) return onWelcome(envelope, description);
       if (type == wire::Body::Refuse) return onRefuse(envelope, description);
       return protocolError(
-          fmt::format("expected Welcome or Refuse, got {}", wire::EnumNameBody(type)));
+          fmt::format("expected Welcome or Refuse, got {}", whatFrameCarries(envelope)));
     case HandshakeState::kConnecting:
     case HandshakeState::kEstablished:
     case HandshakeState::kFailed:
       break;
   }
-  return protocolError(fmt::format("{} in handshake state {}", wire::EnumNameBody(type),
+  return protocolError(fmt::format("{} in handshake state {}", whatFrameCarries(envelope),
                                    handshakeStateName(state_)));
 }
 

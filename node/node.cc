@@ -132,6 +132,14 @@ SharedFrame Node::Impl::encode(wire::Body type, const BodyWriter& write_body, si
   return encodeFrame(header, type, write_body, size_hint, std::move(attachment));
 }
 
+SharedFrame Node::Impl::encode(MessageType type, const BodyWriter& write_message, size_t size_hint,
+                               Attachment attachment) {
+  assert(type.service != nullptr && type.service->id != kRuntimeService);
+  EnvelopeHeader header{options_.self, options_.cluster, next_sequence_.fetch_add(1),
+                        steadyNowNs()};
+  return encodeFrame(header, type, write_message, size_hint, std::move(attachment));
+}
+
 void Node::Impl::send(NodeId to, const SharedFrame& frame, const SendCallback& done,
                       const SendOptions& options) {
   assert(frame != nullptr);
@@ -180,15 +188,36 @@ void Node::Impl::sendTransient(NodeId to, const SharedFrame& frame, const SendCa
   });
 }
 
-void Node::Impl::setFrameHandler(wire::Body type, FrameHandler handler) {
+void Node::Impl::setHandler(MessageType type, FrameHandler handler) {
+  assert(type.service != nullptr && type.service->id != kRuntimeService);
   onLoopOrNow([this, type, handler = std::move(handler)]() mutable {
-    handlers_[type] = std::move(handler);
+    registerServiceFromLoop(type.service);
+    handlers_[messageKind(type.service->id, type.kind)] = std::move(handler);
   });
 }
 
-void Node::Impl::setAttachmentPlacer(wire::Body type, AttachmentPlacer placer) {
-  onLoopOrNow(
-      [this, type, placer = std::move(placer)]() mutable { placers_[type] = std::move(placer); });
+void Node::Impl::setAttachmentPlacer(MessageType type, AttachmentPlacer placer) {
+  assert(type.service != nullptr && type.service->id != kRuntimeService);
+  onLoopOrNow([this, type, placer = std::move(placer)]() mutable {
+    registerServiceFromLoop(type.service);
+    placers_[messageKind(type.service->id, type.kind)] = std::move(placer);
+  });
+}
+
+void Node::Impl::registerServiceFromLoop(const ServiceSpec* service) {
+  auto [it, added] = services_.emplace(service->id, service);
+  // Two services with one id is a programming error (the mode registry's test checks the ids
+  // are distinct); the first keeps the id.
+  assert(added || it->second == service);
+  if (!added && it->second != service) {
+    logger_->error("service id {} is taken by \"{}\": \"{}\" cannot have it", service->id,
+                   it->second->name, service->name);
+  }
+}
+
+const ServiceSpec* Node::Impl::serviceFromLoop(ServiceId id) const {
+  auto it = services_.find(id);
+  return it == services_.end() ? nullptr : it->second;
 }
 
 void Node::Impl::setEventHandler(EventHandler handler) {
@@ -257,19 +286,10 @@ Status Node::Impl::runOnLoop(std::function<Status()> fn) {
 
 Node::Node(NodeOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
 Node::~Node() = default;
-void Node::setHandler(wire::Body type, MessageHandler handler) {
-  FrameHandler on_frame;
-  if (handler) {
-    on_frame = [handler = std::move(handler)](NodeId from, const InboundFrame& frame) {
-      handler(from, frame.envelope());
-    };
-  }
-  impl_->setFrameHandler(type, std::move(on_frame));
+void Node::setHandler(MessageType type, FrameHandler handler) {
+  impl_->setHandler(type, std::move(handler));
 }
-void Node::setFrameHandler(wire::Body type, FrameHandler handler) {
-  impl_->setFrameHandler(type, std::move(handler));
-}
-void Node::setAttachmentPlacer(wire::Body type, AttachmentPlacer placer) {
+void Node::setAttachmentPlacer(MessageType type, AttachmentPlacer placer) {
   impl_->setAttachmentPlacer(type, std::move(placer));
 }
 void Node::sendTransient(NodeId to, const SharedFrame& frame, const SendCallback& done) {
@@ -298,9 +318,9 @@ Status Node::waitClusterReady() {
 Status Node::waitClusterReady(std::chrono::milliseconds timeout) {
   return impl_->waitClusterReady(timeout);
 }
-SharedFrame Node::encode(wire::Body type, const BodyWriter& write_body, size_t size_hint,
+SharedFrame Node::encode(MessageType type, const BodyWriter& write_message, size_t size_hint,
                          Attachment attachment) {
-  return impl_->encode(type, write_body, size_hint, std::move(attachment));
+  return impl_->encode(type, write_message, size_hint, std::move(attachment));
 }
 void Node::send(NodeId to, const SharedFrame& frame, const SendCallback& done) {
   impl_->send(to, frame, done, {});

@@ -18,6 +18,7 @@
 #include "node/options.h"
 #include "node/protocol.h"
 #include "node/send_policy.h"
+#include "node/service.h"
 #include "node/status.h"
 
 namespace spdlog {
@@ -67,14 +68,14 @@ struct PeerStats {
   uint64_t frames_refused = 0;
 };
 
-// Runs on the loop thread with the sender and the verified Envelope (valid during the call).
-using MessageHandler = std::function<void(NodeId from, const wire::Envelope& envelope)>;
-// The same with the whole frame, for bodies that may come with an attachment.
+// Runs on the loop thread with the sender and the frame of a service message, whose message
+// passed the service's Verifier (read it with messageOf<Root>(frame)); valid during the call.
 using FrameHandler = std::function<void(NodeId from, const InboundFrame& frame)>;
-// Runs on the loop thread when a frame from an established peer announced an attachment of
-// `bytes`: where to read it (FrameDecoder::Placer), or null for a buffer of the frame's own.
+// Runs on the loop thread when a service frame from an established peer announced an
+// attachment of `bytes` (its message verified as for a FrameHandler): where to read it
+// (FrameDecoder::Placer), or null for a buffer of the frame's own.
 using AttachmentPlacer = std::function<std::unique_ptr<AttachmentLanding>(
-    NodeId from, const wire::Envelope& envelope, size_t bytes)>;
+    NodeId from, const InboundFrame& frame, size_t bytes)>;
 // Runs on the loop thread.
 using EventHandler = std::function<void(const PeerEvent& event)>;
 // Fires exactly once per (frame, peer): ok once the bytes were handed to the kernel, else why
@@ -89,13 +90,15 @@ class Node {
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
 
-  // Sets the handler for one body type, replacing any earlier one. Before listen() or from
-  // any thread after: it is in place when this returns (set on the loop thread; another
-  // thread waits for it, so it must not hold what a loop callback waits for).
-  void setHandler(wire::Body type, MessageHandler handler);
-  void setFrameHandler(wire::Body type, FrameHandler handler);
-  // Sets where attachments of one body type are read to; same threading as setHandler().
-  void setAttachmentPlacer(wire::Body type, AttachmentPlacer placer);
+  // Sets the handler for one message type of a service, replacing any earlier one (an empty
+  // handler removes it). The first call for a service registers it: from then on its messages
+  // are verified with its spec (which must outlive the node); a frame of a service never
+  // registered is dropped with a warning naming the peer. Before listen() or from any thread
+  // after: it is in place when this returns (set on the loop thread; another thread waits for
+  // it, so it must not hold what a loop callback waits for).
+  void setHandler(MessageType type, FrameHandler handler);
+  // Sets where attachments of one message type are read to; same threading as setHandler().
+  void setAttachmentPlacer(MessageType type, AttachmentPlacer placer);
   // Sets the membership/flow-control event handler; same threading as setHandler().
   void setEventHandler(EventHandler handler);
 
@@ -114,10 +117,11 @@ class Node {
   // Same, with options().cluster_ready_timeout.
   Status waitClusterReady();
 
-  // Serializes one frame on the calling thread (header filled by the node, with a fresh
-  // sequence number). Share the result between send()/broadcast() calls.
-  // `attachment` is referenced, not copied (OutboundFrame).
-  SharedFrame encode(wire::Body type, const BodyWriter& write_body, size_t size_hint = 0,
+  // Serializes one frame of a service's message on the calling thread (header filled by the
+  // node, with a fresh sequence number; `write_message` writes the service's root table:
+  // encodeFrame()). Share the result between send()/broadcast() calls. `attachment` is
+  // referenced, not copied (OutboundFrame).
+  SharedFrame encode(MessageType type, const BodyWriter& write_message, size_t size_hint = 0,
                      Attachment attachment = {});
   // Queues a frame for one peer; any thread. `done` fires exactly once. A frame's attachment
   // must stay unchanged until then. When the peer's queue is full (max_queued_bytes) the frame

@@ -21,6 +21,7 @@
 #include "node/liveness.h"
 #include "node/membership.h"
 #include "node/node.h"
+#include "node/repeated_log.h"
 #include "node/uv_handles.h"
 
 namespace chorus::node {
@@ -40,7 +41,10 @@ class Node::Impl {
   Status listen();
   Status connect(std::vector<PeerAddress> peers);
   Status waitClusterReady(milliseconds timeout) { return membership_.waitReady(timeout, running_); }
+  // A runtime message (the node's own frames: handshake, heartbeat, Leave).
   SharedFrame encode(wire::Body type, const BodyWriter& write_body, size_t size_hint = 0,
+                     Attachment attachment = {});
+  SharedFrame encode(MessageType type, const BodyWriter& write_message, size_t size_hint = 0,
                      Attachment attachment = {});
   void send(NodeId to, const SharedFrame& frame, const SendCallback& done,
             const SendOptions& options);
@@ -48,8 +52,8 @@ class Node::Impl {
                  const SendOptions& options);
   void sendTransient(NodeId to, const SharedFrame& frame, const SendCallback& done);
   bool post(std::function<void()> fn) { return running_.load() && loop_.post(std::move(fn)); }
-  void setFrameHandler(wire::Body type, FrameHandler handler);
-  void setAttachmentPlacer(wire::Body type, AttachmentPlacer placer);
+  void setHandler(MessageType type, FrameHandler handler);
+  void setAttachmentPlacer(MessageType type, AttachmentPlacer placer);
   void setEventHandler(EventHandler handler);
   InboundStats inboundStats() const;
   void shutdown(milliseconds linger);
@@ -110,6 +114,13 @@ class Node::Impl {
   // Every verified inbound frame: to the Handshake until established, then dispatch by body
   // type. False stops reading from this connection for now.
   bool onFrameFromLoop(Connection& connection, const InboundFrame& frame);
+  // A service's frame from an established peer: to the handler of its (service, kind).
+  bool onServiceFrameFromLoop(Connection& connection, const InboundFrame& frame);
+  // Registers `service` (the first handler or placer set for it); a second spec with the same
+  // id is a programming error.
+  void registerServiceFromLoop(const ServiceSpec* service);
+  // The spec of a registered service, or null.
+  const ServiceSpec* serviceFromLoop(ServiceId id) const;
 
   // Carries out what the connection's Handshake answers to one frame.
   bool onHandshakeFrameFromLoop(Connection& connection, const wire::Envelope& envelope);
@@ -177,8 +188,12 @@ class Node::Impl {
   std::unordered_map<Connection*, OpenConnection> connections_;
   uint64_t connections_created_ = 0;
   uv::HandlePtr<uv::Tcp> listener_;
-  std::map<wire::Body, FrameHandler> handlers_;
-  std::map<wire::Body, AttachmentPlacer> placers_;
+  // By messageKind(service, kind).
+  std::map<ServiceId, const ServiceSpec*> services_;
+  std::map<uint32_t, FrameHandler> handlers_;
+  std::map<uint32_t, AttachmentPlacer> placers_;
+  // Frames of services this node has not registered, per peer (dropped and logged).
+  RefusalLog unknown_services_;
   EventHandler event_handler_;
   bool leaving_ = false;
   bool stopped_ = false;

@@ -12,7 +12,9 @@ using NodeId = uint32_t;
 // Bumped when the wire format changes in a way the schema evolution rule cannot absorb;
 // peers with another version are refused at Hello (docs/wire-format.md).
 // 2: frames may carry an attachment after the Envelope (Header.attachment).
-inline constexpr uint32_t kProtocolVersion = 2;
+// 3: mode messages travel as a service's message (Envelope.service, Envelope.message), each mode
+//    with its own schema; the runtime's union Body holds its own messages only.
+inline constexpr uint32_t kProtocolVersion = 3;
 
 // The longest cluster name (bytes): it travels in every header, and the handshake frames must
 // fit kHandshakeFrameBytes with it.

@@ -1,8 +1,8 @@
 // The loop thread's side of the node, a router: it accepts and dials connections, hands each
 // frame of a connection still in its handshake to that connection's Handshake and carries out
-// the step it answers, dispatches frames of established peers by body type (Heartbeat, Leave
-// and a late Refuse here, everything else to the layer above's handler), and turns closing
-// connections into membership events. Every method runs on the loop thread.
+// the step it answers, dispatches frames of established peers (the runtime's Heartbeat, Leave
+// and a late Refuse here; a service's message to the handler of its service and kind), and
+// turns closing connections into membership events. Every method runs on the loop thread.
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -72,15 +72,22 @@ Connection* Node::Impl::createConnectionFromLoop(uv::HandlePtr<uv::Tcp> tcp, Con
   raw->setQueueLimit(options_.max_queued_bytes);
   raw->setInboundBudget(&budget_);
   raw->limitFramesBeforeHandshake(std::min(kHandshakeFrameBytes, options_.max_frame_bytes));
-  raw->setPlacer([this, raw](const wire::Envelope& envelope,
-                             size_t bytes) -> std::unique_ptr<AttachmentLanding> {
-    // Only an established peer's frames may land in a receiver's memory; anything else is
-    // read into the frame's own buffer and then judged by onFrameFromLoop.
-    if (!raw->established || envelope.header()->sender() != raw->peer) return nullptr;
-    auto placer = placers_.find(envelope.body_type());
-    if (placer == placers_.end() || !placer->second) return nullptr;
-    return placer->second(raw->peer, envelope, bytes);
-  });
+  // A registered service's messages are verified by the decoder, before the placer or
+  // onFrameFromLoop sees them.
+  raw->setServices([this](ServiceId id) { return serviceFromLoop(id); });
+  raw->setPlacer(
+      [this, raw](const InboundFrame& frame, size_t bytes) -> std::unique_ptr<AttachmentLanding> {
+        // Only an established peer's service frames may land in a receiver's memory; anything
+        // else is read into the frame's own buffer and then judged by onFrameFromLoop.
+        const ServiceSpec* service = frame.verifiedService();
+        if (!raw->established || service == nullptr ||
+            frame.envelope().header()->sender() != raw->peer) {
+          return nullptr;
+        }
+        auto placer = placers_.find(messageKind(service->id, frame.kind()));
+        if (placer == placers_.end() || !placer->second) return nullptr;
+        return placer->second(raw->peer, frame, bytes);
+      });
   const auto handshake_role =
       role == Connection::Role::kDialer ? Handshake::Role::kDialer : Handshake::Role::kAcceptor;
   connections_.emplace(
@@ -198,6 +205,7 @@ bool Node::Impl::onFrameFromLoop(Connection& connection, const InboundFrame& fra
                                 sender, connection.peer));
   }
   if (PeerCounters* counters = countersFor(connection)) counters->frames_in += 1;
+  if (envelope.service() != kRuntimeService) return onServiceFrameFromLoop(connection, frame);
   switch (type) {
     case wire::Body::Hello:
     case wire::Body::Welcome:
@@ -220,9 +228,29 @@ bool Node::Impl::onFrameFromLoop(Connection& connection, const InboundFrame& fra
     default:
       break;
   }
-  auto handler = handlers_.find(type);
+  // Runtime bodies this build knows (verifyFrame) are all handled above.
+  return protocolErrorFromLoop(
+      connection, fmt::format("unexpected {} after the handshake", wire::EnumNameBody(type)));
+}
+
+bool Node::Impl::onServiceFrameFromLoop(Connection& connection, const InboundFrame& frame) {
+  const NodeId sender = connection.peer;
+  const ServiceSpec* service = frame.verifiedService();
+  if (service == nullptr) {
+    // Another mode's traffic (or a newer build's): nothing here reads it. The connection
+    // stays; a peer repeating it is logged a few times, then once in a while.
+    if (unknown_services_.count(sender)) {
+      logger_->warn("frame of service {} from peer {} dropped: no such service here ({} so far)",
+                    frame.service(), sender, unknown_services_.countOf(sender));
+    }
+    return true;
+  }
+  const uint8_t kind = frame.kind();
+  auto handler = handlers_.find(messageKind(service->id, kind));
   if (handler == handlers_.end() || !handler->second) {
-    logger_->debug("no handler for {} from peer {}; dropped", wire::EnumNameBody(type), sender);
+    const char* name = service->kind_name(kind);
+    logger_->debug("no handler for {} message {} from peer {}; dropped", service->name,
+                   *name != '\0' ? std::string(name) : fmt::format("kind {}", kind), sender);
     return true;
   }
   handler->second(sender, frame);

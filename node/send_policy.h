@@ -21,7 +21,8 @@ enum class WhenFull {
 // How one send treats a full queue.
 struct SendOptions {
   WhenFull when_full = WhenFull::kRefuse;
-  // Which frames supersede each other under kDropOlderOfKind; 0: the frame's body type.
+  // Which frames supersede each other under kDropOlderOfKind; 0: the frame's message kind
+  // (OutboundFrame::kind(): its runtime body type, or its service and that service's kind).
   uint32_t kind = 0;
 };
 

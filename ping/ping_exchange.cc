@@ -9,6 +9,8 @@
 #include <map>
 #include <mutex>
 
+#include "ping/ping_service.h"
+
 namespace chorus::ping {
 
 using node::ErrorCode;
@@ -81,12 +83,12 @@ struct PingExchange::State {
     const auto payload = pingPayload(options.seed, node->id(), peer, nonce, options.payload_bytes);
     p.outstanding_nonce = nonce;
     p.sent_at = Clock::now();
-    return node->encode(
-        wire::Body::Ping,
-        [&](flatbuffers::FlatBufferBuilder& b) {
-          return wire::CreatePingDirect(b, nonce, &payload).Union();
-        },
-        payload.size());
+    return node->encode(messageType(wire::Body::Ping),
+                        messageWriter(wire::Body::Ping,
+                                      [&](flatbuffers::FlatBufferBuilder& b) {
+                                        return wire::CreatePingDirect(b, nonce, &payload).Union();
+                                      }),
+                        payload.size());
   }
 
   void sendPing(NodeId peer, const SharedFrame& frame) {
@@ -101,19 +103,20 @@ struct PingExchange::State {
     });
   }
 
-  void onPing(NodeId from, const wire::Envelope& envelope) {
-    const auto* ping = envelope.body_as_Ping();
+  void onPing(NodeId from, const node::InboundFrame& frame) {
+    const auto* ping = messageOf(frame).body_as_Ping();
     std::vector<uint8_t> payload;
     if (ping->payload() != nullptr)
       payload.assign(ping->payload()->begin(), ping->payload()->end());
     const uint64_t nonce = ping->nonce();
-    auto frame = node->encode(
-        wire::Body::Pong,
-        [&](flatbuffers::FlatBufferBuilder& b) {
-          return wire::CreatePongDirect(b, nonce, &payload).Union();
-        },
-        payload.size());
-    node->send(from, frame);
+    auto pong =
+        node->encode(messageType(wire::Body::Pong),
+                     messageWriter(wire::Body::Pong,
+                                   [&](flatbuffers::FlatBufferBuilder& b) {
+                                     return wire::CreatePongDirect(b, nonce, &payload).Union();
+                                   }),
+                     payload.size());
+    node->send(from, pong);
     std::lock_guard lock(mutex);
     auto it = peers.find(from);
     if (it != peers.end()) {
@@ -122,18 +125,18 @@ struct PingExchange::State {
     }
   }
 
-  void onPong(NodeId from, const wire::Envelope& envelope) {
+  void onPong(NodeId from, const node::InboundFrame& frame) {
     SharedFrame next;
     {
       std::lock_guard lock(mutex);
-      next = checkPongLocked(from, envelope);
+      next = checkPongLocked(from, *messageOf(frame).body_as_Pong());
     }
     if (next) sendPing(from, next);
   }
 
   // The next ping to send to `from`, if any.
-  SharedFrame checkPongLocked(NodeId from, const wire::Envelope& envelope) {
-    const auto* pong = envelope.body_as_Pong();
+  SharedFrame checkPongLocked(NodeId from, const wire::Pong& pong_message) {
+    const wire::Pong* pong = &pong_message;
     auto it = peers.find(from);
     if (it == peers.end() || !started) return nullptr;
     PerPeer& p = it->second;
@@ -174,17 +177,19 @@ PingExchange::PingExchange(Node& node, const std::vector<NodeId>& peers, PingOpt
   for (NodeId peer : peers)
     state_->peers[peer];
   std::weak_ptr<State> weak = state_;
-  node_.setHandler(wire::Body::Ping, [weak](NodeId from, const wire::Envelope& envelope) {
-    if (auto state = weak.lock()) state->onPing(from, envelope);
-  });
-  node_.setHandler(wire::Body::Pong, [weak](NodeId from, const wire::Envelope& envelope) {
-    if (auto state = weak.lock()) state->onPong(from, envelope);
-  });
+  node_.setHandler(messageType(wire::Body::Ping),
+                   [weak](NodeId from, const node::InboundFrame& frame) {
+                     if (auto state = weak.lock()) state->onPing(from, frame);
+                   });
+  node_.setHandler(messageType(wire::Body::Pong),
+                   [weak](NodeId from, const node::InboundFrame& frame) {
+                     if (auto state = weak.lock()) state->onPong(from, frame);
+                   });
 }
 
 PingExchange::~PingExchange() {
-  node_.setHandler(wire::Body::Ping, {});
-  node_.setHandler(wire::Body::Pong, {});
+  node_.setHandler(messageType(wire::Body::Ping), {});
+  node_.setHandler(messageType(wire::Body::Pong), {});
 }
 
 void PingExchange::cancel(const Status& why) {

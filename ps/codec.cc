@@ -9,7 +9,14 @@
 namespace chorus::ps {
 
 node::SharedFrame encode(node::Node& node, PsMessage message) {
-  return node.encode(message.type, message.write, message.size_hint, std::move(message.attachment));
+  return encodeMessage(node, message.type, std::move(message.write), message.size_hint,
+                       std::move(message.attachment));
+}
+
+node::SharedFrame encodeFrame(const node::EnvelopeHeader& header, PsMessage message) {
+  return node::encodeFrame(header, messageType(message.type),
+                           messageWriter(message.type, std::move(message.write)), message.size_hint,
+                           std::move(message.attachment));
 }
 
 PsMessage pullRequest(uint64_t request, Clock clock, Clock min_clock, std::span<const Key> keys) {

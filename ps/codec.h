@@ -1,4 +1,4 @@
-// The PS messages on the wire (schema/chorus.fbs: PsPull, PsPush, PsClock, PsReply): how a
+// The PS messages on the wire (ps/ps.fbs: PsPull, PsPush, PsClock, PsReply): how a
 // request or an answer becomes a frame body, and how a received body becomes a typed request,
 // kept apart from what the worker and the owner do with them. Values travel as a frame's
 // attachment where they can (read and written in place, docs/wire-format.md) or in the body's
@@ -13,8 +13,8 @@
 #include <string_view>
 #include <vector>
 
-#include "chorus/chorus_generated.h"
 #include "node/frame.h"
+#include "ps/ps_service.h"
 #include "ps/shard_map.h"
 #include "ps/ssp.h"
 
@@ -34,6 +34,8 @@ struct PsMessage {
 };
 // Encodes `message` as `node`'s frame (header filled by the node).
 node::SharedFrame encode(node::Node& node, PsMessage message);
+// Encodes `message` with the given header, without a node (tests, fuzzing seeds).
+node::SharedFrame encodeFrame(const node::EnvelopeHeader& header, PsMessage message);
 
 // Worker -> owner: read `keys` once every live worker reached `min_clock`.
 PsMessage pullRequest(uint64_t request, Clock clock, Clock min_clock, std::span<const Key> keys);

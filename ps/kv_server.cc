@@ -46,15 +46,15 @@ KvServer::KvServer(node::Node& node, KeyStore store, std::optional<KeyDirectory>
       gate_(workers, gateOptions(options_)),
       num_workers_(std::max<Clock>(1, static_cast<Clock>(workers.size()))),
       holding_(options_.hold_until_restored) {
-  node_.setHandler(wire::Body::PsPull, [this](node::NodeId from, const wire::Envelope& envelope) {
-    onPullFrame(from, envelope);
-  });
-  node_.setFrameHandler(
-      wire::Body::PsPush,
+  node_.setHandler(
+      messageType(wire::Body::PsPull),
+      [this](node::NodeId from, const node::InboundFrame& frame) { onPullFrame(from, frame); });
+  node_.setHandler(
+      messageType(wire::Body::PsPush),
       [this](node::NodeId from, const node::InboundFrame& frame) { onPushFrame(from, frame); });
-  node_.setHandler(wire::Body::PsClock, [this](node::NodeId from, const wire::Envelope& envelope) {
-    onClockFrame(from, envelope);
-  });
+  node_.setHandler(
+      messageType(wire::Body::PsClock),
+      [this](node::NodeId from, const node::InboundFrame& frame) { onClockFrame(from, frame); });
 }
 
 void KvServer::countError() {
@@ -229,9 +229,9 @@ void KvServer::replyError(WorkerId to, uint64_t request, wire::PsOp op, const st
   node_.send(to, encode(node_, errorReply(request, op, error)));
 }
 
-void KvServer::onPullFrame(WorkerId from, const wire::Envelope& envelope) {
+void KvServer::onPullFrame(WorkerId from, const node::InboundFrame& frame) {
   PullRequest request;
-  if (auto malformed = decodePull(*envelope.body_as_PsPull(), request)) {
+  if (auto malformed = decodePull(*messageOf(frame).body_as_PsPull(), request)) {
     countError();
     replyError(from, request.request, wire::PsOp::Pull, *malformed);
     return;
@@ -255,7 +255,7 @@ void KvServer::onPullFrame(WorkerId from, const wire::Envelope& envelope) {
 void KvServer::onPushFrame(WorkerId from, const node::InboundFrame& frame) {
   PushRequest request;
   std::optional<std::string> error =
-      decodePush(*frame.envelope().body_as_PsPush(), frame.attachment(), request);
+      decodePush(*messageOf(frame).body_as_PsPush(), frame.attachment(), request);
   if (!error) error = gate_.checkSender(from, request.clock, "push");
   if (error) {
     countError();
@@ -313,8 +313,8 @@ std::optional<std::string> KvServer::restore(std::span<const uint64_t> keys,
   return std::nullopt;
 }
 
-void KvServer::onClockFrame(WorkerId from, const wire::Envelope& envelope) {
-  const wire::PsClock* message = envelope.body_as_PsClock();
+void KvServer::onClockFrame(WorkerId from, const node::InboundFrame& frame) {
+  const wire::PsClock* message = messageOf(frame).body_as_PsClock();
   if (auto error = clock(from, message->clock())) {
     replyError(from, 0, wire::PsOp::Clock, *error);
   }

@@ -20,6 +20,7 @@
 #include "node/refusal_log.h"
 #include "ps/key_directory.h"
 #include "ps/key_store.h"
+#include "ps/ps_service.h"
 #include "ps/ssp.h"
 #include "ps/ssp_gate.h"
 
@@ -27,10 +28,6 @@ namespace chorus::node {
 class Node;
 struct PeerEvent;
 }  // namespace chorus::node
-namespace chorus::wire {
-struct Envelope;
-enum class PsOp : int8_t;
-}  // namespace chorus::wire
 
 namespace chorus::ps {
 
@@ -137,9 +134,9 @@ class KvServer {
  private:
   KvServer(node::Node& node, KeyStore store, std::optional<KeyDirectory> directory,
            const std::vector<WorkerId>& workers, ServerOptions options);
-  void onPullFrame(WorkerId from, const wire::Envelope& envelope);
+  void onPullFrame(WorkerId from, const node::InboundFrame& frame);
   void onPushFrame(WorkerId from, const node::InboundFrame& frame);
-  void onClockFrame(WorkerId from, const wire::Envelope& envelope);
+  void onClockFrame(WorkerId from, const node::InboundFrame& frame);
   // Applies one push and acknowledges it (or replies with the error).
   void handlePush(WorkerId from, uint64_t request, Clock clock, std::span<const uint64_t> keys,
                   std::span<const float> grads);

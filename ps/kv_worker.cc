@@ -32,12 +32,11 @@ KvWorker::KvWorker(node::Node& node, KvServer& local, KeyDirectory directory,
   for (NodeId n : directory_.shardMap().nodes()) {
     if (n != self_) others_.push_back(n);
   }
-  node_.setFrameHandler(wire::Body::PsReply, [this](NodeId from, const node::InboundFrame& frame) {
-    onReply(from, frame);
-  });
-  node_.setAttachmentPlacer(wire::Body::PsReply,
-                            [this](NodeId from, const wire::Envelope& envelope, size_t bytes) {
-                              return placeReply(from, *envelope.body_as_PsReply(), bytes);
+  node_.setHandler(messageType(wire::Body::PsReply),
+                   [this](NodeId from, const node::InboundFrame& frame) { onReply(from, frame); });
+  node_.setAttachmentPlacer(messageType(wire::Body::PsReply),
+                            [this](NodeId from, const node::InboundFrame& frame, size_t bytes) {
+                              return placeReply(from, *messageOf(frame).body_as_PsReply(), bytes);
                             });
 }
 
@@ -544,7 +543,7 @@ std::unique_ptr<node::AttachmentLanding> KvWorker::placeReply(NodeId from,
 }
 
 void KvWorker::onReply(NodeId from, const node::InboundFrame& frame) {
-  const wire::PsReply& body = *frame.envelope().body_as_PsReply();
+  const wire::PsReply& body = *messageOf(frame).body_as_PsReply();
   const ReplyView reply = decodeReply(body);
   const std::string& error = reply.error;
   if (reply.op == wire::PsOp::Clock) {

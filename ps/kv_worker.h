@@ -21,6 +21,7 @@
 #include "ps/key_directory.h"
 #include "ps/key_space.h"
 #include "ps/key_store.h"
+#include "ps/ps_service.h"
 #include "ps/shard_map.h"
 #include "ps/ssp.h"
 

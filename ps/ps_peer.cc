@@ -143,11 +143,12 @@ PsPeer::PsPeer(node::Node& node, run::NodeJob job, std::vector<NodeId> members, 
   // there.
   worker_->setModelView(job_.model->params());
 
-  node_.setHandler(wire::Body::PsCatchupRequest,
-                   [this](NodeId from, const wire::Envelope&) { answerCatchup(from); });
-  node_.setHandler(wire::Body::PsCatchupReply, [this](NodeId from, const wire::Envelope& envelope) {
-    onCatchupReply(from, *envelope.body_as_PsCatchupReply());
-  });
+  node_.setHandler(messageType(wire::Body::PsCatchupRequest),
+                   [this](NodeId from, const node::InboundFrame&) { answerCatchup(from); });
+  node_.setHandler(messageType(wire::Body::PsCatchupReply),
+                   [this](NodeId from, const node::InboundFrame& frame) {
+                     onCatchupReply(from, *messageOf(frame).body_as_PsCatchupReply());
+                   });
   barrier_ =
       std::make_unique<PsRunBarrier>(node_, *server_, *worker_, membership_, options_.tick_every);
 }
@@ -369,10 +370,10 @@ Clock PsPeer::catchUp(PsReport& report) {
   if (!asked.empty()) {
     log.info("rejoining: asking node(s) {} for this node's keys and the workers' clocks",
              fmt::join(asked, ", "));
-    node_.broadcast(
-        asked, node_.encode(wire::Body::PsCatchupRequest, [](flatbuffers::FlatBufferBuilder& b) {
-          return wire::CreatePsCatchupRequest(b).Union();
-        }));
+    node_.broadcast(asked, encodeMessage(node_, wire::Body::PsCatchupRequest,
+                                         [](flatbuffers::FlatBufferBuilder& b) {
+                                           return wire::CreatePsCatchupRequest(b).Union();
+                                         }));
   }
   std::map<NodeId, Catchup> answers;
   std::set<NodeId> gone;
@@ -481,8 +482,8 @@ void PsPeer::answerCatchup(NodeId to) {
   const std::vector<WorkerView> views = server_->workerViews();
   node_.logger().info("node {} is rejoining: sending it {} key(s) as last read here{}", to,
                       keys.size(), error ? fmt::format(" (cannot: {})", *error) : "");
-  node_.send(to, node_.encode(
-                     wire::Body::PsCatchupReply,
+  node_.send(to, encodeMessage(
+                     node_, wire::Body::PsCatchupReply,
                      [&](flatbuffers::FlatBufferBuilder& b) {
                        if (error) {
                          return wire::CreatePsCatchupReply(b, b.CreateString(*error)).Union();

@@ -22,6 +22,7 @@
 #include "ps/kv_server.h"
 #include "ps/kv_worker.h"
 #include "ps/ps_run_barrier.h"
+#include "ps/ps_service.h"
 #include "run/membership.h"
 #include "run/training_loop.h"
 #include "run/training_run.h"

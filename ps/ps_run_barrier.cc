@@ -1,20 +1,21 @@
 #include "ps/ps_run_barrier.h"
 
-#include "chorus/chorus_generated.h"
 #include "node/node.h"
 #include "ps/kv_server.h"
 #include "ps/kv_worker.h"
+#include "ps/ps_service.h"
 
 namespace chorus::ps {
 
 PsRunBarrier::PsRunBarrier(node::Node& node, KvServer& server, KvWorker& worker,
                            run::Membership& membership, std::chrono::milliseconds tick_every)
     : node_(node), server_(server), membership_(membership) {
-  node_.setHandler(wire::Body::TrainingDone, [this](NodeId from, const wire::Envelope&) {
-    server_.workerFinished(from);
-    membership_.finished(from);
-    tickNow();
-  });
+  node_.setHandler(messageType(wire::Body::TrainingDone),
+                   [this](NodeId from, const node::InboundFrame&) {
+                     server_.workerFinished(from);
+                     membership_.finished(from);
+                     tickNow();
+                   });
   node_.setEventHandler([this, &worker](const node::PeerEvent& event) {
     server_.onPeerEvent(event);
     worker.onPeerEvent(event);
@@ -59,7 +60,7 @@ void PsRunBarrier::tickNow() {
 
 run::PeerSettlement PsRunBarrier::finish(int64_t clocks_done, const run::SettleOptions& options) {
   node::SharedFrame done =
-      node_.encode(wire::Body::TrainingDone, [&](flatbuffers::FlatBufferBuilder& b) {
+      encodeMessage(node_, wire::Body::TrainingDone, [&](flatbuffers::FlatBufferBuilder& b) {
         return wire::CreateTrainingDone(b, clocks_done).Union();
       });
   {

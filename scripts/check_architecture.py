@@ -19,7 +19,7 @@ links = {}
 for cmake in sorted(root.glob("*/CMakeLists.txt")):
     folder = cmake.parent.name
     text = re.sub(r"#[^\n]*", "", cmake.read_text())
-    for lib in re.findall(r"add_library\(\s*(chorus_\w+)", text):
+    for lib in re.findall(r"(?:add_library|chorus_add_schema)\(\s*(chorus_\w+)", text):
         library_folder[lib] = folder
     for target, args in re.findall(r"target_link_libraries\(\s*(chorus_\w+)([^)]*)\)", text):
         links.setdefault(target, set()).update(re.findall(r"\bchorus_\w+", args))

@@ -20,6 +20,7 @@
 #include "node/finite.h"
 #include "node/frame.h"
 #include "node/node.h"
+#include "ping/ping_service.h"
 
 namespace chorus::node {
 namespace {
@@ -31,10 +32,11 @@ using namespace std::chrono_literals;
 // One Tensor frame holding `values`, encoded as the runtime does (builder pre-sized).
 SharedFrame encodeTensorFrame(const std::vector<float>& values) {
   return encodeFrame(
-      EnvelopeHeader{1, "bench", 1, 0}, wire::Body::Tensor,
-      [&](flatbuffers::FlatBufferBuilder& b) {
-        return wire::CreateTensorDirect(b, 7, &values).Union();
-      },
+      EnvelopeHeader{1, "bench", 1, 0}, ping::messageType(ping::wire::Body::Tensor),
+      ping::messageWriter(ping::wire::Body::Tensor,
+                          [&](flatbuffers::FlatBufferBuilder& b) {
+                            return ping::wire::CreateTensorDirect(b, 7, &values).Union();
+                          }),
       values.size() * sizeof(float));
 }
 
@@ -47,8 +49,12 @@ void BM_FrameEncodeVerifyDecode(benchmark::State& state) {
     // On the receiving side the socket read lands in the frame's own buffer, so decoding is
     // verify + an in-place view of the floats.
     Status status = verifyFrame(frame->data(), frame->size(), limits);
+    const auto* bytes = envelopeOf(frame->data()).message();
+    if (status.ok()) {
+      status = verifyMessage(ping::kPingService, {bytes->data(), bytes->size()}, limits);
+    }
     if (!status.ok()) state.SkipWithError(status.message().c_str());
-    const auto* tensor = envelopeOf(frame->data()).body_as_Tensor();
+    const auto* tensor = flatbuffers::GetRoot<ping::wire::Message>(bytes->data())->body_as_Tensor();
     benchmark::DoNotOptimize(tensor->values()->data()[floats / 2]);
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * state.range(0));
@@ -60,10 +66,13 @@ void BM_FrameEncodeVerifyDecodeViaDecoderCopy(benchmark::State& state) {
   const size_t floats = static_cast<size_t>(state.range(0)) / sizeof(float);
   std::vector<float> values(floats, 1.5f);
   FrameDecoder decoder(FrameLimits{1u << 31, 64, 1'000'000});
+  decoder.setServices([](ServiceId id) -> const ServiceSpec* {
+    return id == ping::kPingServiceId ? &ping::kPingService : nullptr;
+  });
   for (auto _ : state) {
     auto frame = encodeTensorFrame(values);
     Status status = decoder.consume(frame->data(), frame->size(), [&](InboundFrame&& f) {
-      benchmark::DoNotOptimize(f.envelope().body_as_Tensor()->values()->data()[floats / 2]);
+      benchmark::DoNotOptimize(ping::messageOf(f).body_as_Tensor()->values()->data()[floats / 2]);
       return true;
     });
     if (!status.ok()) state.SkipWithError(status.message().c_str());
@@ -121,13 +130,13 @@ struct NodePair {
     b.self = 1;
     sender = std::make_unique<Node>(a);
     receiver = std::make_unique<Node>(b);
-    auto count = [this](NodeId, const wire::Envelope&) {
+    auto count = [this](NodeId, const InboundFrame&) {
       std::lock_guard lock(mutex);
       ++received;
       changed.notify_all();
     };
-    receiver->setHandler(wire::Body::Tensor, count);
-    receiver->setHandler(wire::Body::Ping, count);
+    receiver->setHandler(ping::messageType(ping::wire::Body::Tensor), count);
+    receiver->setHandler(ping::messageType(ping::wire::Body::Ping), count);
     if (!sender->listen().ok() || !receiver->listen().ok()) std::abort();
     if (!sender->connect({{1, "127.0.0.1", receiver->port()}}).ok()) std::abort();
     if (!receiver->connect({{0, "", 0}}).ok()) std::abort();
@@ -156,10 +165,10 @@ constexpr size_t kSmallPayload = 64;
 void BM_NodeBulk4MiB(benchmark::State& state) {
   NodePair pair;
   std::vector<float> values(kBulkBytes / sizeof(float), 2.0f);
-  auto frame = pair.sender->encode(
-      wire::Body::Tensor,
+  auto frame = ping::encodeMessage(
+      *pair.sender, ping::wire::Body::Tensor,
       [&](flatbuffers::FlatBufferBuilder& b) {
-        return wire::CreateTensorDirect(b, 1, &values).Union();
+        return ping::wire::CreateTensorDirect(b, 1, &values).Union();
       },
       kBulkBytes);
   uint64_t target = 0;
@@ -183,9 +192,10 @@ void BM_NodeSmallMessages64B(benchmark::State& state) {
       // Encoded per message, as a real sender would.
       const uint64_t n = ++nonce;
       pair.sender->send(
-          1, pair.sender->encode(wire::Body::Ping, [&](flatbuffers::FlatBufferBuilder& b) {
-            return wire::CreatePingDirect(b, n, &payload).Union();
-          }));
+          1, ping::encodeMessage(*pair.sender, ping::wire::Body::Ping,
+                                 [&](flatbuffers::FlatBufferBuilder& b) {
+                                   return ping::wire::CreatePingDirect(b, n, &payload).Union();
+                                 }));
     }
     target += kSmallPerIteration;
     pair.waitReceived(target);
@@ -291,20 +301,22 @@ void rawSocketMessages(benchmark::State& state, size_t message_bytes, int per_it
 void BM_RawSocketBulk4MiB(benchmark::State& state) {
   // Exactly the bytes of the node's 4 MiB Tensor frame.
   std::vector<float> values(kBulkBytes / sizeof(float), 2.0f);
-  const auto frame = encodeFrame(EnvelopeHeader{0, "bench", 1, 0}, wire::Body::Tensor,
-                                 [&](flatbuffers::FlatBufferBuilder& b) {
-                                   return wire::CreateTensorDirect(b, 1, &values).Union();
-                                 });
+  const auto frame = encodeFrame(
+      EnvelopeHeader{0, "bench", 1, 0}, ping::messageType(ping::wire::Body::Tensor),
+      ping::messageWriter(ping::wire::Body::Tensor, [&](flatbuffers::FlatBufferBuilder& b) {
+        return ping::wire::CreateTensorDirect(b, 1, &values).Union();
+      }));
   rawSocketMessages(state, frame->size(), kBulkPerIteration);
 }
 
 void BM_RawSocketSmallMessages64B(benchmark::State& state) {
   // Exactly the bytes of the node's Ping frame with a 64-byte payload.
   std::vector<uint8_t> payload(kSmallPayload, 9);
-  const auto frame = encodeFrame(EnvelopeHeader{0, "bench", 1, 0}, wire::Body::Ping,
-                                 [&](flatbuffers::FlatBufferBuilder& b) {
-                                   return wire::CreatePingDirect(b, 1, &payload).Union();
-                                 });
+  const auto frame = encodeFrame(
+      EnvelopeHeader{0, "bench", 1, 0}, ping::messageType(ping::wire::Body::Ping),
+      ping::messageWriter(ping::wire::Body::Ping, [&](flatbuffers::FlatBufferBuilder& b) {
+        return ping::wire::CreatePingDirect(b, 1, &payload).Union();
+      }));
   rawSocketMessages(state, frame->size(), kSmallPerIteration);
 }
 

@@ -577,10 +577,10 @@ TEST(ConsensusPeer, ARestartedNodeRejoinsFromANeighborsModel) {
 void sendShare(node::Node& node, NodeId to, Round round, uint64_t offset, uint64_t total,
                const std::vector<float>& values,
                wire::SharePurpose purpose = wire::SharePurpose::Gossip) {
-  node.send(to, node.encode(wire::Body::ModelShare, [&](flatbuffers::FlatBufferBuilder& b) {
-    auto v = b.CreateVector(values);
-    return wire::CreateModelShare(b, round, offset, total, 0, v, purpose).Union();
-  }));
+  node.send(to, encodeMessage(node, wire::Body::ModelShare, [&](flatbuffers::FlatBufferBuilder& b) {
+              auto v = b.CreateVector(values);
+              return wire::CreateModelShare(b, round, offset, total, 0, v, purpose).Union();
+            }));
 }
 
 // Polls `done` until it holds or `timeout` passes (for counters no event announces).

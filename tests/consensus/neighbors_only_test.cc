@@ -387,12 +387,13 @@ TEST(NeighborsOnly, ANodeKilledInARingLeavesTheOthersFinishingAndTheAverageCount
 
 // Sends one PartialSum chunk (the whole model) from `node` to `to`; `models` absent when null.
 void sendPartialSum(node::Node& node, NodeId to, size_t size, const std::vector<NodeId>* models) {
-  node.send(to, node.encode(wire::Body::ModelShare, [&](flatbuffers::FlatBufferBuilder& b) {
-    auto values = b.CreateVector(std::vector<float>(size, 0.5f));
-    auto ids = models != nullptr ? b.CreateVector(*models) : 0;
-    return wire::CreateModelShare(b, 3, 0, size, 0, values, wire::SharePurpose::PartialSum, ids)
-        .Union();
-  }));
+  node.send(to, encodeMessage(node, wire::Body::ModelShare, [&](flatbuffers::FlatBufferBuilder& b) {
+              auto values = b.CreateVector(std::vector<float>(size, 0.5f));
+              auto ids = models != nullptr ? b.CreateVector(*models) : 0;
+              return wire::CreateModelShare(b, 3, 0, size, 0, values,
+                                            wire::SharePurpose::PartialSum, ids)
+                  .Union();
+            }));
 }
 
 // Partial sums are untrusted input: one from a node that is not a tree child, or whose models

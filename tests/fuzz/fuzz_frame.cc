@@ -1,15 +1,18 @@
 // The frame reader of every connection (node/frame.h) on a stream of untrusted bytes: length
-// prefixes, the Verifier on every body type, attachments read to a buffer of the frame's own or
-// to the receiver's landing, the inbound budget, a frame limit that changes between frames (as
-// it does after the handshake). The first bytes of the input choose the limits and how the
-// stream is cut into reads; the rest is the stream.
+// prefixes, the Verifier on every body type and every service's message, attachments read to a
+// buffer of the frame's own or to the receiver's landing, the inbound budget, a frame limit that
+// changes between frames (as it does after the handshake). The first bytes of the input choose the
+// limits and how the stream is cut into reads; the rest is the stream.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <vector>
 
+#include "consensus/consensus_service.h"
 #include "node/frame.h"
 #include "node/inbound_budget.h"
+#include "ping/ping_service.h"
+#include "ps/ps_service.h"
 
 namespace {
 
@@ -18,6 +21,17 @@ using chorus::node::FrameDecoder;
 using chorus::node::FrameLimits;
 using chorus::node::InboundBudget;
 using chorus::node::InboundFrame;
+using chorus::node::ServiceId;
+using chorus::node::ServiceSpec;
+
+// Every service a node may run: their messages are verified by their own schemas.
+const ServiceSpec* everyService(ServiceId id) {
+  for (const ServiceSpec* spec : {&chorus::ping::kPingService,
+                                  &chorus::consensus::kConsensusService, &chorus::ps::kPsService}) {
+    if (spec->id == id) return spec;
+  }
+  return nullptr;
+}
 
 // A landing in memory the test owns, cut into `parts` pieces.
 class Landing : public AttachmentLanding {
@@ -48,6 +62,25 @@ size_t touch(const InboundFrame& frame) {
     if (header->cluster() != nullptr) seen += header->cluster()->size();
   }
   seen += static_cast<size_t>(envelope.body_type());
+  // A verified message is read as its service's handlers read it: its kind and its body.
+  if (const ServiceSpec* service = frame.verifiedService()) {
+    seen += service->kind(frame.message().data());
+    if (service->id == chorus::ps::kPsServiceId) {
+      const auto& message = chorus::ps::messageOf(frame);
+      if (const auto* pull = message.body_as_PsPull(); pull != nullptr && pull->keys() != nullptr) {
+        for (uint64_t key : *pull->keys())
+          seen += key;
+      }
+    } else if (service->id == chorus::consensus::kConsensusServiceId) {
+      const auto& message = chorus::consensus::messageOf(frame);
+      if (const auto* share = message.body_as_ModelShare();
+          share != nullptr && share->values() != nullptr) {
+        seen += share->values()->size() + static_cast<size_t>(share->round());
+      }
+    } else if (const auto* ping = chorus::ping::messageOf(frame).body_as_Ping()) {
+      seen += ping->nonce() + (ping->payload() != nullptr ? ping->payload()->size() : 0);
+    }
+  }
   for (uint8_t byte : frame.attachment())
     seen += byte;
   if (const auto* landing = frame.landing()) {
@@ -74,14 +107,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   limits.max_frame_bytes = 1u << 20;  // large enough for every seed, small enough for a fuzzer
   InboundBudget budget(2u << 20);     // must outlive the decoder and its frames
   FrameDecoder decoder(limits);
+  decoder.setServices(everyService);
   if (use_budget) decoder.setBudget(&budget);
   // Before the handshake a node takes small frames only; after the first frame, large ones.
   if ((mode & 1) != 0) decoder.setMaxFrameBytes(4096, " before the handshake");
   if ((mode & 2) != 0) {
-    decoder.setPlacer([landing_parts](const chorus::wire::Envelope&,
-                                      size_t bytes) -> std::unique_ptr<AttachmentLanding> {
-      return Landing::make(bytes, landing_parts);
-    });
+    decoder.setPlacer(
+        [landing_parts](const InboundFrame&, size_t bytes) -> std::unique_ptr<AttachmentLanding> {
+          return Landing::make(bytes, landing_parts);
+        });
   }
   size_t frames = 0;
   volatile size_t sink = 0;

@@ -1,7 +1,7 @@
-// Writes the seed corpus of every fuzz target from the real writers: frames of every body type
-// as the runtime encodes them, and small files in the real formats (IDX, CIFAR-10, triples,
-// ratings, checkpoints, metrics lines, topologies). Seeds made by the code itself follow every
-// format change; a committed corpus would go stale.
+// Writes the seed corpus of every fuzz target from the real writers: frames of every runtime body
+// type and every service's message as the runtime encodes them, and small files in the real formats
+// (IDX, CIFAR-10, triples, ratings, checkpoints, metrics lines, topologies). Seeds made by the code
+// itself follow every format change; a committed corpus would go stale.
 //   chorus_fuzz_seeds OUT_DIR   (writes OUT_DIR/<target>/seed-*)
 #include <cstdint>
 #include <cstdio>
@@ -10,8 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "consensus/consensus_service.h"
 #include "ml/checkpoint.h"
 #include "node/frame.h"
+#include "ping/ping_service.h"
+#include "ps/ps_service.h"
 #include "topology/topology.h"
 
 namespace fs = std::filesystem;
@@ -80,58 +83,81 @@ void frameSeeds(const fs::path& root) {
       {w::Body::Heartbeat, [](FlatBufferBuilder& b) { return w::CreateHeartbeat(b, 9).Union(); }},
       {w::Body::Leave,
        [](FlatBufferBuilder& b) { return w::CreateLeave(b, b.CreateString("done")).Union(); }},
-      {w::Body::Ping,
+  };
+  std::vector<node::SharedFrame> frames;
+  for (auto& [type, writer] : bodies)
+    frames.push_back(node::encodeFrame(header, type, writer));
+  // Every service's messages, as the node encodes them (Envelope.service and the message).
+  const std::vector<std::pair<ping::wire::Body, node::BodyWriter>> ping_messages = {
+      {ping::wire::Body::Ping,
        [](FlatBufferBuilder& b) {
          std::vector<uint8_t> payload(16, 3);
-         return w::CreatePing(b, 4, b.CreateVector(payload)).Union();
+         return ping::wire::CreatePing(b, 4, b.CreateVector(payload)).Union();
        }},
-      {w::Body::Pong,
+      {ping::wire::Body::Pong,
        [](FlatBufferBuilder& b) {
          std::vector<uint8_t> payload(16, 3);
-         return w::CreatePong(b, 4, b.CreateVector(payload)).Union();
+         return ping::wire::CreatePong(b, 4, b.CreateVector(payload)).Union();
        }},
-      {w::Body::Tensor,
+      {ping::wire::Body::Tensor,
        [](FlatBufferBuilder& b) {
          std::vector<float> values{1, 2, 3, 4};
-         return w::CreateTensor(b, 1, b.CreateVector(values)).Union();
+         return ping::wire::CreateTensor(b, 1, b.CreateVector(values)).Union();
        }},
-      {w::Body::ModelShare,
+  };
+  for (auto& [kind, writer] : ping_messages) {
+    frames.push_back(
+        node::encodeFrame(header, ping::messageType(kind), ping::messageWriter(kind, writer)));
+  }
+  const std::vector<std::pair<consensus::wire::Body, node::BodyWriter>> consensus_messages = {
+      {consensus::wire::Body::ModelShare,
        [](FlatBufferBuilder& b) {
          std::vector<float> values{0.5f, -0.5f, 0.25f};
          auto v = b.CreateVector(values);
-         return w::CreateModelShare(b, 3, 0, 3, 1, v, w::SharePurpose::Gossip).Union();
+         return consensus::wire::CreateModelShare(b, 3, 0, 3, 1, v,
+                                                  consensus::wire::SharePurpose::Gossip)
+             .Union();
        }},
-      {w::Body::ModelRequest,
+      {consensus::wire::Body::ModelRequest,
        [](FlatBufferBuilder& b) {
-         return w::CreateModelRequest(b, b.CreateString("rejoin")).Union();
+         return consensus::wire::CreateModelRequest(b, b.CreateString("rejoin")).Union();
        }},
-      {w::Body::TrainingDone,
-       [](FlatBufferBuilder& b) { return w::CreateTrainingDone(b, 40).Union(); }},
-      {w::Body::PsPull,
+      {consensus::wire::Body::TrainingDone,
+       [](FlatBufferBuilder& b) { return consensus::wire::CreateTrainingDone(b, 40).Union(); }},
+  };
+  for (auto& [kind, writer] : consensus_messages) {
+    frames.push_back(node::encodeFrame(header, consensus::messageType(kind),
+                                       consensus::messageWriter(kind, writer)));
+  }
+  const std::vector<std::pair<ps::wire::Body, node::BodyWriter>> ps_messages = {
+      {ps::wire::Body::PsPull,
        [](FlatBufferBuilder& b) {
          std::vector<uint64_t> keys{0, 1, 5};
-         return w::CreatePsPull(b, 7, 3, 1, b.CreateVector(keys)).Union();
+         return ps::wire::CreatePsPull(b, 7, 3, 1, b.CreateVector(keys)).Union();
        }},
-      {w::Body::PsPush,
+      {ps::wire::Body::PsPush,
        [](FlatBufferBuilder& b) {
          std::vector<uint64_t> keys{0, 1};
          std::vector<float> values{0.1f, 0.2f};
          auto k = b.CreateVector(keys);
          auto v = b.CreateVector(values);
-         return w::CreatePsPush(b, 8, 3, k, v).Union();
+         return ps::wire::CreatePsPush(b, 8, 3, k, v).Union();
        }},
-      {w::Body::PsClock, [](FlatBufferBuilder& b) { return w::CreatePsClock(b, 4).Union(); }},
-      {w::Body::PsReply,
+      {ps::wire::Body::PsClock,
+       [](FlatBufferBuilder& b) { return ps::wire::CreatePsClock(b, 4).Union(); }},
+      {ps::wire::Body::PsReply,
        [](FlatBufferBuilder& b) {
          std::vector<uint64_t> keys{0, 1};
          std::vector<float> values{0.1f, 0.2f};
          auto k = b.CreateVector(keys);
          auto v = b.CreateVector(values);
-         return w::CreatePsReply(b, 7, w::PsOp::Pull, 0, 2, k, v).Union();
+         return ps::wire::CreatePsReply(b, 7, ps::wire::PsOp::Pull, 0, 2, k, v).Union();
        }},
-      {w::Body::PsCatchupRequest,
-       [](FlatBufferBuilder& b) { return w::CreatePsCatchupRequest(b).Union(); }},
-      {w::Body::PsCatchupReply,
+      {ps::wire::Body::PsCatchupRequest,
+       [](FlatBufferBuilder& b) { return ps::wire::CreatePsCatchupRequest(b).Union(); }},
+      {ps::wire::Body::TrainingDone,
+       [](FlatBufferBuilder& b) { return ps::wire::CreateTrainingDone(b, 40).Union(); }},
+      {ps::wire::Body::PsCatchupReply,
        [](FlatBufferBuilder& b) {
          std::vector<uint32_t> workers{0, 1};
          std::vector<int64_t> clocks{3, 4};
@@ -143,13 +169,17 @@ void frameSeeds(const fs::path& root) {
          auto ct = b.CreateVector(counted);
          auto k = b.CreateVector(keys);
          auto v = b.CreateVector(values);
-         return w::CreatePsCatchupReply(b, 0, wk, c, ct, k, v, 3).Union();
+         return ps::wire::CreatePsCatchupReply(b, 0, wk, c, ct, k, v, 3).Union();
        }},
   };
+  for (auto& [kind, writer] : ps_messages) {
+    frames.push_back(
+        node::encodeFrame(header, ps::messageType(kind), ps::messageWriter(kind, writer)));
+  }
   Seeds seeds(root, "fuzz_frame");
   std::string stream;
-  for (auto& [type, writer] : bodies) {
-    std::string frame = bytesOf(node::encodeFrame(header, type, writer));
+  for (const node::SharedFrame& encoded : frames) {
+    std::string frame = bytesOf(encoded);
     // control bytes: mode, bytes per read - 1, landing pieces, budget
     seeds.add(std::string("\x00\xff\x00\x00", 4) + frame);
     stream += frame;
@@ -158,14 +188,15 @@ void frameSeeds(const fs::path& root) {
   static const std::vector<float> floats(300, 0.75f);
   node::Attachment attachment;
   node::appendPiece(attachment, node::bytesOf(std::span<const float>(floats)));
-  std::string with_attachment = bytesOf(node::encodeFrame(
-      header, w::Body::PsPush,
-      [](FlatBufferBuilder& b) {
-        std::vector<uint64_t> keys{0, 1, 2};
-        auto k = b.CreateVector(keys);
-        return w::CreatePsPush(b, 9, 1, k, 0).Union();
-      },
-      0, attachment));
+  std::string with_attachment = bytesOf(
+      node::encodeFrame(header, ps::messageType(ps::wire::Body::PsPush),
+                        ps::messageWriter(ps::wire::Body::PsPush,
+                                          [](FlatBufferBuilder& b) {
+                                            std::vector<uint64_t> keys{0, 1, 2};
+                                            auto k = b.CreateVector(keys);
+                                            return ps::wire::CreatePsPush(b, 9, 1, k, 0).Union();
+                                          }),
+                        0, attachment));
   seeds.add(std::string("\x06\x3f\x03\x01", 4) + with_attachment + stream.substr(0, 200));
   seeds.add(std::string("\x05\x10\x00\x01", 4) + stream);
 }

@@ -60,9 +60,10 @@ class SlowPeerTest : public ::testing::Test {
 
   SharedFrame ping(uint64_t nonce) {
     std::vector<uint8_t> payload(kFrameBytes, static_cast<uint8_t>(nonce));
-    return node_->encode(wire::Body::Ping, [&](flatbuffers::FlatBufferBuilder& b) {
-      return wire::CreatePingDirect(b, nonce, &payload).Union();
-    });
+    return ping::encodeMessage(*node_, ping::wire::Body::Ping,
+                               [&](flatbuffers::FlatBufferBuilder& b) {
+                                 return ping::wire::CreatePingDirect(b, nonce, &payload).Union();
+                               });
   }
   // Waits until every closure posted before ran on the loop thread.
   void drainLoop() {
@@ -76,9 +77,9 @@ class SlowPeerTest : public ::testing::Test {
     while (nonces.empty() || nonces.back() != last) {
       auto frame = peer_->readFrame();
       if (!frame) break;
-      const auto& envelope = envelopeOf(frame->data());
-      if (envelope.body_type() == wire::Body::Ping) {
-        nonces.push_back(envelope.body_as_Ping()->nonce());
+      const ping::wire::Message* message = testing::pingMessageOf(*frame);
+      if (message != nullptr && message->body_type() == ping::wire::Body::Ping) {
+        nonces.push_back(message->body_as_Ping()->nonce());
       }
     }
     return nonces;

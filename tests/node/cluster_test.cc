@@ -87,13 +87,15 @@ TEST(Cluster, EightNodesConnectFullyAndExchangeMessages) {
     ping.payload_bytes = 4096;
     exchanges.push_back(std::make_unique<PingExchange>(*nodes.back(), peers, ping));
     // Handlers are set before listen(), so no frame can arrive before them.
-    nodes.back()->setHandler(wire::Body::Tensor, [&, i](NodeId from, const wire::Envelope& e) {
-      EXPECT_EQ(from, 0u);
-      EXPECT_EQ(e.body_as_Tensor()->values()->size(), 1000u);
-      std::lock_guard lock(mutex);
-      sequences[i] = e.header()->sequence();
-      changed.notify_all();
-    });
+    nodes.back()->setHandler(ping::messageType(ping::wire::Body::Tensor),
+                             [&, i](NodeId from, const InboundFrame& frame) {
+                               const auto& message = ping::messageOf(frame);
+                               EXPECT_EQ(from, 0u);
+                               EXPECT_EQ(message.body_as_Tensor()->values()->size(), 1000u);
+                               std::lock_guard lock(mutex);
+                               sequences[i] = frame.envelope().header()->sequence();
+                               changed.notify_all();
+                             });
     ASSERT_TRUE(nodes.back()->listen().ok());
   }
   for (NodeId i = 0; i < kNodes; ++i) {
@@ -126,9 +128,10 @@ TEST(Cluster, EightNodesConnectFullyAndExchangeMessages) {
   }
   // A broadcast is serialized once: every neighbor receives the same sequence number.
   std::vector<float> values(1000, 0.25f);
-  auto frame = nodes[0]->encode(wire::Body::Tensor, [&](flatbuffers::FlatBufferBuilder& b) {
-    return wire::CreateTensorDirect(b, 3, &values).Union();
-  });
+  auto frame = ping::encodeMessage(*nodes[0], ping::wire::Body::Tensor,
+                                   [&](flatbuffers::FlatBufferBuilder& b) {
+                                     return ping::wire::CreateTensorDirect(b, 3, &values).Union();
+                                   });
   std::vector<NodeId> neighbors;
   for (NodeId j = 1; j < kNodes; ++j)
     neighbors.push_back(j);
@@ -366,9 +369,10 @@ TEST(Cluster, OrderlyShutdownIsReportedAsLeaveNotDown) {
 void sendNumberedTensors(Node& node, NodeId peer, int count) {
   for (int i = 0; i < count; ++i) {
     std::vector<float> values{static_cast<float>(i)};
-    node.send(peer, node.encode(wire::Body::Tensor, [&](flatbuffers::FlatBufferBuilder& b) {
-      return wire::CreateTensorDirect(b, 1, &values).Union();
-    }));
+    node.send(peer, ping::encodeMessage(
+                        node, ping::wire::Body::Tensor, [&](flatbuffers::FlatBufferBuilder& b) {
+                          return ping::wire::CreateTensorDirect(b, 1, &values).Union();
+                        }));
   }
 }
 
@@ -377,13 +381,15 @@ void sendNumberedTensors(Node& node, NodeId peer, int count) {
 class NumberedTensorSink {
  public:
   void attach(Node& node) {
-    node.setHandler(wire::Body::Tensor, [this](NodeId, const wire::Envelope& e) {
-      std::lock_guard lock(mutex_);
-      last_arrival_ = std::chrono::steady_clock::now();
-      if (received_.empty()) first_arrival_ = last_arrival_;
-      received_.push_back(e.body_as_Tensor()->values()->Get(0));
-      changed_.notify_all();
-    });
+    node.setHandler(ping::messageType(ping::wire::Body::Tensor),
+                    [this](NodeId, const InboundFrame& frame) {
+                      const auto& message = ping::messageOf(frame);
+                      std::lock_guard lock(mutex_);
+                      last_arrival_ = std::chrono::steady_clock::now();
+                      if (received_.empty()) first_arrival_ = last_arrival_;
+                      received_.push_back(message.body_as_Tensor()->values()->Get(0));
+                      changed_.notify_all();
+                    });
   }
   // Waits for `count` frames and checks that they came in the order sent.
   void expectAllInOrder(size_t count) {
@@ -522,9 +528,10 @@ TEST(Cluster, EverySendCallbackFiresExactlyOnce) {
   Pair pair("eta");
   CallbackLedger ledger;
   std::atomic<int> ok_count{0};
-  auto frame = pair.low->encode(wire::Body::Ping, [](flatbuffers::FlatBufferBuilder& b) {
-    return wire::CreatePingDirect(b, 1, nullptr).Union();
-  });
+  auto frame =
+      ping::encodeMessage(*pair.low, ping::wire::Body::Ping, [](flatbuffers::FlatBufferBuilder& b) {
+        return ping::wire::CreatePingDirect(b, 1, nullptr).Union();
+      });
   auto track = [&](const std::string& name, ErrorCode expected, bool strict) {
     auto fired = ledger.expect(name);
     return [&, fired, expected, strict, name](NodeId, const Status& status) {
@@ -596,10 +603,10 @@ TEST(Cluster, BackpressureRaisesSlowThenDrained) {
   ASSERT_TRUE(node.waitClusterReady(kSoon).ok());
   constexpr int kFrames = 32;
   std::vector<float> values(256 * 1024);  // 1 MiB
-  auto frame = node.encode(
-      wire::Body::Tensor,
+  auto frame = ping::encodeMessage(
+      node, ping::wire::Body::Tensor,
       [&](flatbuffers::FlatBufferBuilder& b) {
-        return wire::CreateTensorDirect(b, 5, &values).Union();
+        return ping::wire::CreateTensorDirect(b, 5, &values).Union();
       },
       values.size() * sizeof(float));
   CallbackLedger ledger;
@@ -620,8 +627,8 @@ TEST(Cluster, BackpressureRaisesSlowThenDrained) {
   while (tensors < kFrames) {
     auto envelope = raw.readFrame();
     ASSERT_TRUE(envelope.has_value());
-    const auto* e = &envelopeOf(envelope->data());
-    if (e->body_type() == wire::Body::Tensor) {
+    const auto* e = pingMessageOf(*envelope);
+    if (e != nullptr && e->body_type() == ping::wire::Body::Tensor) {
       ASSERT_EQ(e->body_as_Tensor()->values()->size(), values.size());
       ++tensors;
     }
@@ -670,17 +677,20 @@ TEST(Cluster, LargeFramesArriveWholeWithAnyWriteSlice) {
     };
     for (int f = 0; f < kFrames; ++f) {
       const std::vector<float> values = valuesOf(f);
-      node.send(0, node.encode(wire::Body::Tensor, [&](flatbuffers::FlatBufferBuilder& b) {
-        return wire::CreateTensorDirect(b, static_cast<uint64_t>(f), &values).Union();
-      }));
+      node.send(
+          0,
+          ping::encodeMessage(
+              node, ping::wire::Body::Tensor, [&](flatbuffers::FlatBufferBuilder& b) {
+                return ping::wire::CreateTensorDirect(b, static_cast<uint64_t>(f), &values).Union();
+              }));
     }
     int seen = 0;
     while (seen < kFrames) {
       auto frame = raw.readFrame();
       ASSERT_TRUE(frame.has_value());
       ASSERT_TRUE(verifyFrame(frame->data(), frame->size(), FrameLimits{}).ok());
-      const auto* e = &envelopeOf(frame->data());
-      if (e->body_type() != wire::Body::Tensor) continue;
+      const auto* e = pingMessageOf(*frame);
+      if (e == nullptr || e->body_type() != ping::wire::Body::Tensor) continue;
       const auto* tensor = e->body_as_Tensor();
       ASSERT_EQ(tensor->tag(), static_cast<uint64_t>(seen));
       const std::vector<float> expected = valuesOf(seen);
@@ -715,38 +725,41 @@ TEST(Cluster, AttachmentsArriveWholeAndTransientSendsKeepTheBytesOfTheirCall) {
   std::condition_variable changed;
   std::vector<std::pair<uint64_t, bool>> received;  // tag, bytes as sent
   pair.high->setAttachmentPlacer(
-      wire::Body::Tensor,
-      [&](NodeId from, const wire::Envelope& e,
+      ping::messageType(ping::wire::Body::Tensor),
+      [&](NodeId from, const InboundFrame& frame,
           size_t bytes) -> std::unique_ptr<AttachmentLanding> {
-        const uint64_t tag = e.body_as_Tensor()->tag();
+        const uint64_t tag = ping::messageOf(frame).body_as_Tensor()->tag();
         if (from != 0 || tag % 2 == 0 || bytes != kBytes) return nullptr;
         return std::make_unique<AttachmentLanding>(std::vector<std::span<uint8_t>>{landed[tag]});
       });
-  pair.high->setFrameHandler(wire::Body::Tensor, [&](NodeId, const InboundFrame& frame) {
-    const uint64_t tag = frame.envelope().body_as_Tensor()->tag();
-    const auto expected = patternOf(tag);
-    bool same = false;
-    if (frame.landing() != nullptr) {
-      same = tag % 2 == 1 && landed[tag] == expected;
-    } else {
-      const auto got = frame.attachment();
-      same = tag % 2 == 0 && std::equal(got.begin(), got.end(), expected.begin(), expected.end());
-    }
-    {
-      std::lock_guard lock(mu);
-      received.emplace_back(tag, same);
-    }
-    changed.notify_all();
-  });
+  pair.high->setHandler(
+      ping::messageType(ping::wire::Body::Tensor), [&](NodeId, const InboundFrame& frame) {
+        const uint64_t tag = ping::messageOf(frame).body_as_Tensor()->tag();
+        const auto expected = patternOf(tag);
+        bool same = false;
+        if (frame.landing() != nullptr) {
+          same = tag % 2 == 1 && landed[tag] == expected;
+        } else {
+          const auto got = frame.attachment();
+          same =
+              tag % 2 == 0 && std::equal(got.begin(), got.end(), expected.begin(), expected.end());
+        }
+        {
+          std::lock_guard lock(mu);
+          received.emplace_back(tag, same);
+        }
+        changed.notify_all();
+      });
   std::vector<uint8_t> source;
   std::atomic<int> sent_ok{0};
   ASSERT_TRUE(pair.low->post([&] {
     for (uint64_t tag = 0; tag < kFrames; ++tag) {
       source = patternOf(tag);
-      auto frame = pair.low->encode(
-          wire::Body::Tensor,
-          [&](flatbuffers::FlatBufferBuilder& b) { return wire::CreateTensor(b, tag).Union(); }, 0,
-          {std::span<const uint8_t>(source)});
+      auto frame = ping::encodeMessage(*pair.low, ping::wire::Body::Tensor,
+                                       [&](flatbuffers::FlatBufferBuilder& b) {
+                                         return ping::wire::CreateTensor(b, tag).Union();
+                                       },
+                                       0, {std::span<const uint8_t>(source)});
       pair.low->sendTransient(1, frame, [&](NodeId, const Status& status) {
         if (status.ok()) ++sent_ok;
       });

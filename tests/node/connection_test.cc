@@ -30,11 +30,13 @@ class ServingNodeTest : public ::testing::Test {
     ob.log_sinks = {log_};
     b_ = std::make_unique<Node>(ob);
     b_events_.attach(*b_);
-    b_->setHandler(wire::Body::Ping, [this](NodeId from, const wire::Envelope& envelope) {
-      std::lock_guard lock(mutex_);
-      pings_.emplace_back(from, envelope.body_as_Ping()->nonce());
-      changed_.notify_all();
-    });
+    b_->setHandler(ping::messageType(ping::wire::Body::Ping),
+                   [this](NodeId from, const InboundFrame& frame) {
+                     const auto& message = ping::messageOf(frame);
+                     std::lock_guard lock(mutex_);
+                     pings_.emplace_back(from, message.body_as_Ping()->nonce());
+                     changed_.notify_all();
+                   });
     NodeOptions oc = fastOptions(kCluster, 2, {0, 1, 2, 3});
     oc.peer_timeout = 30s;
     oc.log_level = spdlog::level::warn;
@@ -58,9 +60,10 @@ class ServingNodeTest : public ::testing::Test {
   // C pings B and B's handler sees it: B still serves its healthy peer.
   void expectStillServing() {
     const uint64_t nonce = ++next_nonce_;
-    c_->send(1, c_->encode(wire::Body::Ping, [nonce](flatbuffers::FlatBufferBuilder& b) {
-      return wire::CreatePingDirect(b, nonce, nullptr).Union();
-    }));
+    c_->send(1, ping::encodeMessage(
+                    *c_, ping::wire::Body::Ping, [nonce](flatbuffers::FlatBufferBuilder& b) {
+                      return ping::wire::CreatePingDirect(b, nonce, nullptr).Union();
+                    }));
     std::unique_lock lock(mutex_);
     EXPECT_TRUE(changed_.wait_for(lock, kSoon, [&] {
       for (const auto& [from, n] : pings_) {
@@ -154,6 +157,38 @@ TEST_F(ServingNodeTest, UnknownBodyTypeClosesConnection) {
   b.FinishSizePrefixed(eb.Finish(), wire::EnvelopeIdentifier());
   expectBadFrameClosesOnlyThisConnection({b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize()},
                                          "unknown body type 200");
+}
+
+TEST_F(ServingNodeTest, AServiceMessageFailingItsVerifierClosesConnection) {
+  std::vector<uint8_t> message = pingMessageBytes(5);
+  message[0] = 0xf0;  // the message's root offset far outside it
+  message[1] = 0xff;
+  expectBadFrameClosesOnlyThisConnection(
+      handMadeServiceFrame(0, kCluster, ping::kPingServiceId, message),
+      "bytes failed the FlatBuffers Verifier");
+}
+
+TEST_F(ServingNodeTest, AMisalignedServiceMessageClosesConnection) {
+  // Valid in itself, but its 64-bit nonce would be read from a misaligned address.
+  const auto frame = handMadeServiceFrame(0, kCluster, ping::kPingServiceId, pingMessageBytes(5),
+                                          /*offset=*/4);
+  ASSERT_FALSE(frame.empty());
+  expectBadFrameClosesOnlyThisConnection(frame, "ping message not aligned to 8 bytes");
+}
+
+TEST_F(ServingNodeTest, AFrameOfAnUnknownServiceIsDroppedWithALineNamingThePeer) {
+  auto raw = connectAsNodeZero();
+  raw->sendFrame(makePing(0, kCluster, 1));
+  const auto unknown = handMadeServiceFrame(0, kCluster, 77, pingMessageBytes(2));
+  ASSERT_FALSE(unknown.empty());
+  raw->sendBytes(unknown.data(), unknown.size());
+  EXPECT_TRUE(log_->waitForLine({"frame of service 77 from peer 0 dropped", "no such service"}));
+  // The connection stays: the next ping is dispatched.
+  raw->sendFrame(makePing(0, kCluster, 3));
+  std::unique_lock lock(mutex_);
+  EXPECT_TRUE(changed_.wait_for(lock, kSoon, [&] { return pings_.size() == 2; }));
+  EXPECT_EQ(pings_.back(), (std::pair<NodeId, uint64_t>{0, 3}));
+  EXPECT_EQ(b_events_.count(PeerEventKind::kDown, 0), 0u);
 }
 
 TEST_F(ServingNodeTest, FrameClaimingAnotherSenderClosesConnection) {

@@ -13,6 +13,7 @@ namespace {
 
 using testing::makeFrame;
 using testing::makePing;
+using testing::pingServiceOnly;
 
 std::vector<uint8_t> bytesOf(const SharedFrame& frame) {
   return testing::wireBytes(frame);
@@ -44,6 +45,7 @@ TEST(Frame, RoundTripAcrossArbitraryReadBoundaries) {
   }
   for (uint64_t seed = 1; seed <= 5; ++seed) {
     FrameDecoder decoder(FrameLimits{});
+    decoder.setServices(pingServiceOnly);
     std::vector<InboundFrame> frames;
     ASSERT_TRUE(feedInChunks(decoder, stream, seed, &frames).ok());
     ASSERT_EQ(frames.size(), 20u);
@@ -51,9 +53,14 @@ TEST(Frame, RoundTripAcrossArbitraryReadBoundaries) {
       const auto& envelope = frames[i].envelope();
       EXPECT_EQ(envelope.header()->sender(), 3u);
       EXPECT_EQ(envelope.header()->cluster()->str(), "alpha");
-      ASSERT_EQ(envelope.body_type(), wire::Body::Ping);
-      EXPECT_EQ(envelope.body_as_Ping()->nonce(), i + 1);
-      EXPECT_EQ(envelope.body_as_Ping()->payload()->size(), (i + 1) * 13);
+      ASSERT_EQ(envelope.service(), ping::kPingServiceId);
+      ASSERT_EQ(frames[i].verifiedService(), &ping::kPingService);
+      // The message is a FlatBuffer of its own, aligned for its 64-bit fields.
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(frames[i].message().data()) % kMessageAlignment, 0u);
+      const auto& message = ping::messageOf(frames[i]);
+      ASSERT_EQ(message.body_type(), ping::wire::Body::Ping);
+      EXPECT_EQ(message.body_as_Ping()->nonce(), i + 1);
+      EXPECT_EQ(message.body_as_Ping()->payload()->size(), (i + 1) * 13);
     }
     EXPECT_FALSE(decoder.midFrame());
     EXPECT_TRUE(decoder.finish().ok());
@@ -64,11 +71,13 @@ TEST(Frame, LargeTensorIsReadInPlaceThroughReadBuffer) {
   std::vector<float> values(1 << 18);
   for (size_t i = 0; i < values.size(); ++i)
     values[i] = static_cast<float>(i) * 0.5f;
-  auto frame = makeFrame(1, "alpha", wire::Body::Tensor, [&](flatbuffers::FlatBufferBuilder& b) {
-    return wire::CreateTensorDirect(b, 42, &values).Union();
-  });
+  auto frame =
+      makeFrame(1, "alpha", ping::wire::Body::Tensor, [&](flatbuffers::FlatBufferBuilder& b) {
+        return ping::wire::CreateTensorDirect(b, 42, &values).Union();
+      });
   const auto bytes = bytesOf(frame);
   FrameDecoder decoder(FrameLimits{});
+  decoder.setServices(pingServiceOnly);
   size_t offset = 0;
   int frames = 0;
   size_t direct_reads = 0;
@@ -79,7 +88,7 @@ TEST(Frame, LargeTensorIsReadInPlaceThroughReadBuffer) {
     std::memcpy(target.data(), bytes.data() + offset, n);
     offset += n;
     Status status = decoder.commitRead(n, [&](InboundFrame&& f) {
-      const auto* tensor = f.envelope().body_as_Tensor();
+      const auto* tensor = ping::messageOf(f).body_as_Tensor();
       EXPECT_EQ(tensor->tag(), 42u);
       EXPECT_EQ(tensor->values()->size(), values.size());
       EXPECT_EQ(tensor->values()->Get(1000), 500.0f);
@@ -97,7 +106,7 @@ TEST(Frame, EncodeUsesOneSequenceAndTheGivenHeader) {
       9, "beta", wire::Body::Heartbeat,
       [](flatbuffers::FlatBufferBuilder& b) { return wire::CreateHeartbeat(b, 77).Union(); }, 1234);
   EXPECT_EQ(frame->sequence(), 1234u);
-  EXPECT_EQ(frame->bodyType(), wire::Body::Heartbeat);
+  EXPECT_EQ(frame->kind(), static_cast<uint32_t>(wire::Body::Heartbeat));
   EXPECT_EQ(loadLittleEndian32(frame->data()), frame->size() - kFramePrefixBytes);
   ASSERT_TRUE(verifyFrame(frame->data(), frame->size(), FrameLimits{}).ok());
   const auto* envelope = &envelopeOf(frame->data());
@@ -201,6 +210,72 @@ TEST(Frame, UnknownBodyTypeIsRejected) {
   EXPECT_TRUE(decodeAll(envelopeWithBodyType(static_cast<uint8_t>(wire::Body::Heartbeat))).ok());
 }
 
+TEST(Frame, AServiceFrameAndARuntimeFrameCarryOnlyTheirOwnPart) {
+  // A service's frame with a runtime body as well.
+  flatbuffers::FlatBufferBuilder b;
+  const auto message = b.CreateVector(testing::pingMessageBytes(1));
+  const auto body = wire::CreateHeartbeat(b, 1).Union();
+  auto header = wire::CreateHeaderDirect(b, 1, "alpha", 1, 0);
+  b.FinishSizePrefixed(
+      wire::CreateEnvelope(b, header, wire::Body::Heartbeat, body, ping::kPingServiceId, message),
+      wire::EnvelopeIdentifier());
+  Status status = decodeAll({b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize()});
+  EXPECT_NE(status.message().find("Envelope of service 1 with a runtime body"), std::string::npos)
+      << status.toString();
+  // A runtime frame with a service's message.
+  flatbuffers::FlatBufferBuilder r;
+  const auto stray = r.CreateVector(testing::pingMessageBytes(1));
+  const auto beat = wire::CreateHeartbeat(r, 1).Union();
+  header = wire::CreateHeaderDirect(r, 1, "alpha", 1, 0);
+  r.FinishSizePrefixed(
+      wire::CreateEnvelope(r, header, wire::Body::Heartbeat, beat, kRuntimeService, stray),
+      wire::EnvelopeIdentifier());
+  status = decodeAll({r.GetBufferPointer(), r.GetBufferPointer() + r.GetSize()});
+  EXPECT_NE(status.message().find("runtime Heartbeat with a service message"), std::string::npos)
+      << status.toString();
+  // A service's frame without its message.
+  flatbuffers::FlatBufferBuilder e;
+  header = wire::CreateHeaderDirect(e, 1, "alpha", 1, 0);
+  e.FinishSizePrefixed(wire::CreateEnvelope(e, header, wire::Body::NONE, 0, 9),
+                       wire::EnvelopeIdentifier());
+  status = decodeAll({e.GetBufferPointer(), e.GetBufferPointer() + e.GetSize()});
+  EXPECT_NE(status.message().find("Envelope of service 9 without a message"), std::string::npos)
+      << status.toString();
+}
+
+TEST(Frame, AServiceMessageIsVerifiedBeforeThePlacerOrTheSinkSeesIt) {
+  std::vector<uint8_t> message = testing::pingMessageBytes(1);
+  message[0] = 0xf0;  // root offset outside the message
+  const auto frame = testing::handMadeServiceFrame(1, "alpha", ping::kPingServiceId, message);
+  FrameDecoder decoder(FrameLimits{});
+  decoder.setServices(pingServiceOnly);
+  bool delivered = false;
+  const Status status = decoder.consume(frame.data(), frame.size(), [&](InboundFrame&&) {
+    delivered = true;
+    return true;
+  });
+  EXPECT_FALSE(delivered);
+  EXPECT_EQ(status.code(), ErrorCode::kBadFrame);
+  EXPECT_NE(status.message().find("bytes failed the FlatBuffers Verifier"), std::string::npos)
+      << status.toString();
+  // A service the receiver does not know is not read: its frame is handed on unverified.
+  FrameDecoder other(FrameLimits{});
+  other.setServices([](ServiceId) -> const ServiceSpec* { return nullptr; });
+  const InboundFrame* seen = nullptr;
+  std::vector<InboundFrame> kept;
+  ASSERT_TRUE(other
+                  .consume(frame.data(), frame.size(),
+                           [&](InboundFrame&& f) {
+                             kept.push_back(std::move(f));
+                             return true;
+                           })
+                  .ok());
+  ASSERT_EQ(kept.size(), 1u);
+  seen = &kept.front();
+  EXPECT_EQ(seen->verifiedService(), nullptr);
+  EXPECT_EQ(seen->service(), ping::kPingServiceId);
+}
+
 TEST(Frame, EnvelopeWithoutHeaderIsRejected) {
   flatbuffers::FlatBufferBuilder b;
   auto body = wire::CreateHeartbeat(b, 1).Union();
@@ -258,17 +333,18 @@ TEST(Frame, AttachmentsRoundTripAcrossArbitraryReadBoundaries) {
   }
   for (uint64_t seed = 1; seed <= 20; ++seed) {
     FrameDecoder decoder(FrameLimits{});
+    decoder.setServices(pingServiceOnly);
     std::vector<InboundFrame> out;
     ASSERT_TRUE(feedInChunks(decoder, stream, seed, &out).ok());
     ASSERT_TRUE(decoder.finish().ok());
     ASSERT_EQ(out.size(), 4u);
     EXPECT_TRUE(out[0].attachment().empty());
-    EXPECT_EQ(out[0].envelope().body_as_Ping()->nonce(), 1u);
+    EXPECT_EQ(ping::messageOf(out[0]).body_as_Ping()->nonce(), 1u);
     const auto got = out[1].attachment();
     EXPECT_EQ(std::vector<uint8_t>(got.begin(), got.end()), big);
     EXPECT_EQ(out[1].wireSize(), frames[1]->size());
     EXPECT_EQ(out[1].envelope().body_as_Heartbeat()->echo_time_ns(), 77);
-    EXPECT_EQ(out[2].envelope().body_as_Ping()->nonce(), 2u);
+    EXPECT_EQ(ping::messageOf(out[2]).body_as_Ping()->nonce(), 2u);
     const auto got_small = out[3].attachment();
     EXPECT_EQ(std::vector<uint8_t>(got_small.begin(), got_small.end()), small);
     EXPECT_EQ(out[3].landing(), nullptr);
@@ -290,7 +366,7 @@ class RecordingLanding : public AttachmentLanding {
 
 // A placer that reads every attachment into `target`, recording into `endings`.
 FrameDecoder::Placer landIn(std::span<uint8_t> target, std::vector<int>* endings) {
-  return [target, endings](const wire::Envelope&, size_t) {
+  return [target, endings](const InboundFrame&, size_t) {
     return std::make_unique<RecordingLanding>(std::vector<std::span<uint8_t>>{target}, endings);
   };
 }
@@ -302,8 +378,8 @@ TEST(Frame, AttachmentLandsWhereThePlacerSaysThroughReadBuffer) {
   std::vector<uint8_t> target(400'000, 0);
   std::vector<int> endings;
   FrameDecoder decoder(FrameLimits{});
-  decoder.setPlacer([&](const wire::Envelope& envelope, size_t size) {
-    EXPECT_EQ(envelope.body_type(), wire::Body::Heartbeat);
+  decoder.setPlacer([&](const InboundFrame& frame, size_t size) {
+    EXPECT_EQ(frame.envelope().body_type(), wire::Body::Heartbeat);
     EXPECT_EQ(size, attachment.size());
     return std::make_unique<RecordingLanding>(
         std::vector<std::span<uint8_t>>{{target.data(), 100'000},

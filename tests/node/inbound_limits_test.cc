@@ -43,11 +43,13 @@ std::vector<uint8_t> prefixOf(uint32_t length) {
 class TensorCounter {
  public:
   void attach(Node& node) {
-    node.setHandler(wire::Body::Tensor, [this](NodeId from, const wire::Envelope& envelope) {
-      std::lock_guard lock(mutex_);
-      seen_.emplace_back(from, envelope.body_as_Tensor()->values()->size());
-      changed_.notify_all();
-    });
+    node.setHandler(ping::messageType(ping::wire::Body::Tensor),
+                    [this](NodeId from, const InboundFrame& frame) {
+                      const auto& message = ping::messageOf(frame);
+                      std::lock_guard lock(mutex_);
+                      seen_.emplace_back(from, message.body_as_Tensor()->values()->size());
+                      changed_.notify_all();
+                    });
   }
   bool waitFor(NodeId from, size_t floats) {
     std::unique_lock lock(mutex_);
@@ -67,10 +69,10 @@ class TensorCounter {
 
 SharedFrame tensorFrame(Node& node, size_t floats) {
   std::vector<float> values(floats, 0.5f);
-  return node.encode(
-      wire::Body::Tensor,
+  return ping::encodeMessage(
+      node, ping::wire::Body::Tensor,
       [&](flatbuffers::FlatBufferBuilder& b) {
-        return wire::CreateTensorDirect(b, 1, &values).Union();
+        return ping::wire::CreateTensorDirect(b, 1, &values).Union();
       },
       floats * sizeof(float));
 }
@@ -270,8 +272,8 @@ TEST(InboundBudget, AFrameOverTheBudgetClosesItsConnectionNamingThePeer) {
   constexpr size_t kFloats = 250'000;
   auto frameFrom = [&](NodeId sender) {
     std::vector<float> values(kFloats, 1.0f);
-    return wireBytes(makeFrame(sender, "budget", wire::Body::Tensor, [&](auto& b) {
-      return wire::CreateTensorDirect(b, 1, &values).Union();
+    return wireBytes(makeFrame(sender, "budget", ping::wire::Body::Tensor, [&](auto& b) {
+      return ping::wire::CreateTensorDirect(b, 1, &values).Union();
     }));
   };
   RawPeer first(node.port());

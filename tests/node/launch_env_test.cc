@@ -90,15 +90,16 @@ TEST(PingExchange, CorruptedEchoIsDetected) {
     auto frame = raw.readFrame();
     ASSERT_TRUE(frame.has_value());
     ASSERT_TRUE(verifyFrame(frame->data(), frame->size(), FrameLimits{}).ok());
-    const auto& envelope = envelopeOf(frame->data());
-    if (envelope.body_type() != wire::Body::Ping) continue;
-    std::vector<uint8_t> payload(envelope.body_as_Ping()->payload()->begin(),
-                                 envelope.body_as_Ping()->payload()->end());
+    const ping::wire::Message* message = pingMessageOf(*frame);
+    if (message == nullptr || message->body_type() != ping::wire::Body::Ping) continue;
+    std::vector<uint8_t> payload(message->body_as_Ping()->payload()->begin(),
+                                 message->body_as_Ping()->payload()->end());
     payload[3] ^= 0x40;
-    const uint64_t nonce = envelope.body_as_Ping()->nonce();
-    raw.sendFrame(makeFrame(0, "iota", wire::Body::Pong, [&](flatbuffers::FlatBufferBuilder& b) {
-      return wire::CreatePongDirect(b, nonce, &payload).Union();
-    }));
+    const uint64_t nonce = message->body_as_Ping()->nonce();
+    raw.sendFrame(
+        makeFrame(0, "iota", ping::wire::Body::Pong, [&](flatbuffers::FlatBufferBuilder& b) {
+          return ping::wire::CreatePongDirect(b, nonce, &payload).Union();
+        }));
     break;
   }
   runner.join();

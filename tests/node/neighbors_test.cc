@@ -105,11 +105,12 @@ TEST(Neighbors, ARingConnectsEachNodeToItsTwoNeighborsOnlyAndGossipArrives) {
   startCluster(cluster, kNodes, [](NodeId i) { return ringNeighbors(i, kNodes); });
   if (HasFatalFailure()) return;
   for (NodeId i = 0; i < kNodes; ++i) {
-    cluster.nodes[i]->setHandler(wire::Body::Tensor, [&, i](NodeId from, const wire::Envelope&) {
-      std::lock_guard lock(mutex);
-      heard[i].insert(from);
-      changed.notify_all();
-    });
+    cluster.nodes[i]->setHandler(ping::messageType(ping::wire::Body::Tensor),
+                                 [&, i](NodeId from, const InboundFrame&) {
+                                   std::lock_guard lock(mutex);
+                                   heard[i].insert(from);
+                                   changed.notify_all();
+                                 });
   }
   for (NodeId i = 0; i < kNodes; ++i) {
     EXPECT_EQ(cluster.nodes[i]->connectedPeers(), ringNeighbors(i, kNodes)) << "node " << i;
@@ -122,19 +123,19 @@ TEST(Neighbors, ARingConnectsEachNodeToItsTwoNeighborsOnlyAndGossipArrives) {
   // Each node gossips to its neighbors; a send to a non-neighbor fails as not connected.
   std::vector<float> values(16, 1.0f);
   for (NodeId i = 0; i < kNodes; ++i) {
-    auto frame =
-        cluster.nodes[i]->encode(wire::Body::Tensor, [&](flatbuffers::FlatBufferBuilder& b) {
-          return wire::CreateTensorDirect(b, 0, &values).Union();
-        });
+    auto frame = ping::encodeMessage(*cluster.nodes[i], ping::wire::Body::Tensor,
+                                     [&](flatbuffers::FlatBufferBuilder& b) {
+                                       return ping::wire::CreateTensorDirect(b, 0, &values).Union();
+                                     });
     cluster.nodes[i]->broadcast(ringNeighbors(i, kNodes), frame);
   }
   std::promise<Status> far;
   cluster.nodes[0]->send(
       4,
-      cluster.nodes[0]->encode(wire::Body::Tensor,
-                               [&](flatbuffers::FlatBufferBuilder& b) {
-                                 return wire::CreateTensorDirect(b, 0, &values).Union();
-                               }),
+      ping::encodeMessage(*cluster.nodes[0], ping::wire::Body::Tensor,
+                          [&](flatbuffers::FlatBufferBuilder& b) {
+                            return ping::wire::CreateTensorDirect(b, 0, &values).Union();
+                          }),
       [&far](NodeId, const Status& s) { far.set_value(s); });
   EXPECT_EQ(far.get_future().get().code(), ErrorCode::kNotConnected);
   {

@@ -172,14 +172,16 @@ TEST(SharedSecret, NodesWithTheSameSecretConnectAndExchangeFrames) {
   std::mutex mu;
   std::condition_variable changed;
   std::vector<uint64_t> nonces;
-  cluster.node(2).setHandler(wire::Body::Ping, [&](NodeId, const wire::Envelope& envelope) {
-    std::lock_guard lock(mu);
-    nonces.push_back(envelope.body_as_Ping()->nonce());
-    changed.notify_all();
-  });
-  cluster.node(0).send(2, cluster.node(0).encode(wire::Body::Ping, [](auto& b) {
-    return wire::CreatePingDirect(b, 42, nullptr).Union();
-  }));
+  cluster.node(2).setHandler(ping::messageType(ping::wire::Body::Ping),
+                             [&](NodeId, const InboundFrame& frame) {
+                               const auto& message = ping::messageOf(frame);
+                               std::lock_guard lock(mu);
+                               nonces.push_back(message.body_as_Ping()->nonce());
+                               changed.notify_all();
+                             });
+  cluster.node(0).send(2, ping::encodeMessage(cluster.node(0), ping::wire::Body::Ping, [](auto& b) {
+                         return ping::wire::CreatePingDirect(b, 42, nullptr).Union();
+                       }));
   std::unique_lock lock(mu);
   EXPECT_TRUE(changed.wait_for(lock, kSoon, [&] { return !nonces.empty(); }));
   EXPECT_EQ(nonces, std::vector<uint64_t>{42});

@@ -208,11 +208,52 @@ SharedFrame makeHello(const std::string& cluster, NodeId id, uint32_t version,
   });
 }
 
+SharedFrame makeFrame(NodeId sender, const std::string& cluster, ping::wire::Body type,
+                      const BodyWriter& write_body, uint64_t sequence, Attachment attachment) {
+  return encodeFrame(EnvelopeHeader{sender, cluster, sequence, 0}, ping::messageType(type),
+                     ping::messageWriter(type, write_body), 0, std::move(attachment));
+}
+const ServiceSpec* pingServiceOnly(ServiceId id) {
+  return id == ping::kPingServiceId ? &ping::kPingService : nullptr;
+}
+
+const ping::wire::Message* pingMessageOf(const std::vector<uint8_t>& frame) {
+  return serviceMessageOf<ping::wire::Message>(frame, ping::kPingService);
+}
+
+std::vector<uint8_t> pingMessageBytes(uint64_t nonce) {
+  flatbuffers::FlatBufferBuilder b;
+  const auto ping = ping::wire::CreatePing(b, nonce).Union();
+  b.Finish(ping::wire::CreateMessage(b, ping::wire::Body::Ping, ping));
+  return {b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize()};
+}
+
+std::vector<uint8_t> handMadeServiceFrame(NodeId sender, const std::string& cluster,
+                                          ServiceId service, const std::vector<uint8_t>& message,
+                                          size_t offset) {
+  // The message's place depends on what is built before it: a filler string of 0 to 7 bytes
+  // shifts it until it starts where asked.
+  for (size_t filler = 0; filler < 8; ++filler) {
+    flatbuffers::FlatBufferBuilder b;
+    b.CreateString(std::string(filler, 'x'));
+    const auto bytes = b.CreateVector(message);
+    const auto header = wire::CreateHeaderDirect(b, sender, cluster.c_str(), 1, 0);
+    b.FinishSizePrefixed(wire::CreateEnvelope(b, header, wire::Body::NONE, 0, service, bytes),
+                         wire::EnvelopeIdentifier());
+    std::vector<uint8_t> frame(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
+    const auto* placed = envelopeOf(frame.data()).message();
+    if (static_cast<size_t>(placed->data() - frame.data()) % kMessageAlignment == offset) {
+      return frame;
+    }
+  }
+  return {};
+}
+
 SharedFrame makePing(NodeId sender, const std::string& cluster, uint64_t nonce,
                      size_t payload_bytes) {
   std::vector<uint8_t> payload(payload_bytes, 0xab);
-  return makeFrame(sender, cluster, wire::Body::Ping, [&](flatbuffers::FlatBufferBuilder& b) {
-    return wire::CreatePingDirect(b, nonce, &payload).Union();
+  return makeFrame(sender, cluster, ping::wire::Body::Ping, [&](flatbuffers::FlatBufferBuilder& b) {
+    return ping::wire::CreatePingDirect(b, nonce, &payload).Union();
   });
 }
 

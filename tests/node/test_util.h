@@ -15,6 +15,7 @@
 
 #include "node/frame.h"
 #include "node/node.h"
+#include "ping/ping_service.h"
 
 namespace chorus::node::testing {
 
@@ -98,11 +99,39 @@ std::vector<uint8_t> wireBytes(const SharedFrame& frame);
 // A frame with an explicit header, as a peer with id `sender` would write it.
 SharedFrame makeFrame(NodeId sender, const std::string& cluster, wire::Body type,
                       const BodyWriter& write_body, uint64_t sequence = 1);
+// The same with a message of the ping service (ping/ping.fbs), the node tests' traffic.
+SharedFrame makeFrame(NodeId sender, const std::string& cluster, ping::wire::Body type,
+                      const BodyWriter& write_body, uint64_t sequence = 1,
+                      Attachment attachment = {});
 // A Hello as node `id` writes it; with a `nonce`, one offering to prove the cluster's secret.
 SharedFrame makeHello(const std::string& cluster, NodeId id, uint32_t version = kProtocolVersion,
                       const std::vector<uint8_t>* nonce = nullptr);
 SharedFrame makePing(NodeId sender, const std::string& cluster, uint64_t nonce,
                      size_t payload_bytes = 16);
+
+// A FrameDecoder::ServiceLookup that knows the ping service only (as a node running it).
+const ServiceSpec* pingServiceOnly(ServiceId id);
+// The message of `service` (root table `Root`) in a whole frame as RawPeer::readFrame() returns
+// it, verified (frame and message), or null when the frame carries anything else.
+template <class Root>
+const Root* serviceMessageOf(const std::vector<uint8_t>& frame, const ServiceSpec& service) {
+  if (!verifyFrame(frame.data(), frame.size(), FrameLimits{}).ok()) return nullptr;
+  const wire::Envelope& envelope = envelopeOf(frame.data());
+  if (envelope.service() != service.id) return nullptr;
+  const std::span<const uint8_t> message(envelope.message()->data(), envelope.message()->size());
+  if (!verifyMessage(service, message, FrameLimits{}).ok()) return nullptr;
+  return flatbuffers::GetRoot<Root>(message.data());
+}
+// The same for the ping service.
+const ping::wire::Message* pingMessageOf(const std::vector<uint8_t>& frame);
+// A ping-service message (Ping with `nonce`) as one finished FlatBuffer of its own.
+std::vector<uint8_t> pingMessageBytes(uint64_t nonce);
+// A whole frame (prefix included) built by hand, as a peer of another build or an attacker
+// might: `service` with `message` copied into Envelope.message, its bytes starting at 8 bytes
+// past a multiple of 8 within the frame plus `offset` (0: aligned; 4: misaligned).
+std::vector<uint8_t> handMadeServiceFrame(NodeId sender, const std::string& cluster,
+                                          ServiceId service, const std::vector<uint8_t>& message,
+                                          size_t offset = 0);
 
 // Tracks callbacks by name; allFiredOnce() fails unless each fired exactly once.
 class CallbackLedger {

@@ -15,7 +15,11 @@ struct Received {
   node::SharedFrame frame;
   std::vector<float> attachment;  // float storage: aligned as the receiver's buffer is
 
-  const wire::Envelope& envelope() const { return node::envelopeOf(frame->data()); }
+  // The PS message, verified by roundTrip().
+  const wire::Message& message() const {
+    const auto* bytes = node::envelopeOf(frame->data()).message();
+    return *flatbuffers::GetRoot<wire::Message>(bytes->data());
+  }
   std::span<const uint8_t> attached() const {
     return {reinterpret_cast<const uint8_t*>(attachment.data()), frame->attachmentSize()};
   }
@@ -23,9 +27,13 @@ struct Received {
 
 Received roundTrip(PsMessage message) {
   Received r;
-  r.frame = node::encodeFrame(node::EnvelopeHeader{.sender = 3, .cluster = "codec"}, message.type,
-                              message.write, message.size_hint, std::move(message.attachment));
-  const node::Status verified = node::verifyFrame(r.frame->data(), r.frame->envelopeSize(), {});
+  r.frame = encodeFrame(node::EnvelopeHeader{.sender = 3, .cluster = "codec"}, std::move(message));
+  node::Status verified = node::verifyFrame(r.frame->data(), r.frame->envelopeSize(), {});
+  EXPECT_TRUE(verified.ok()) << verified.message();
+  // What the node does before any handler runs: the PS service verifies its message.
+  const auto* bytes = node::envelopeOf(r.frame->data()).message();
+  EXPECT_EQ(node::envelopeOf(r.frame->data()).service(), kPsServiceId);
+  verified = node::verifyMessage(kPsService, {bytes->data(), bytes->size()}, {});
   EXPECT_TRUE(verified.ok()) << verified.message();
   r.attachment.resize((r.frame->attachmentSize() + sizeof(float) - 1) / sizeof(float));
   auto* out = reinterpret_cast<uint8_t*>(r.attachment.data());
@@ -40,9 +48,9 @@ Received roundTrip(PsMessage message) {
 TEST(Codec, APullRequestCarriesItsClocksAndKeys) {
   const std::vector<Key> keys{2, 9, 1u << 30};
   const Received r = roundTrip(pullRequest(17, 5, 3, keys));
-  ASSERT_EQ(r.envelope().body_type(), wire::Body::PsPull);
+  ASSERT_EQ(r.message().body_type(), wire::Body::PsPull);
   PullRequest pull;
-  ASSERT_EQ(decodePull(*r.envelope().body_as_PsPull(), pull), std::nullopt);
+  ASSERT_EQ(decodePull(*r.message().body_as_PsPull(), pull), std::nullopt);
   EXPECT_EQ(pull.request, 17u);
   EXPECT_EQ(pull.clock, 5);
   EXPECT_EQ(pull.min_clock, 3);
@@ -57,7 +65,7 @@ TEST(Codec, APushTravelsInTheBodyOrAsTheAttachment) {
     const Received r = roundTrip(pushRequest(8, 2, keys, rows, 5, attach));
     EXPECT_EQ(r.frame->attachmentSize(), attach ? 5 * sizeof(float) : 0u);
     PushRequest push;
-    ASSERT_EQ(decodePush(*r.envelope().body_as_PsPush(), r.attached(), push), std::nullopt);
+    ASSERT_EQ(decodePush(*r.message().body_as_PsPush(), r.attached(), push), std::nullopt);
     EXPECT_EQ(push.request, 8u);
     EXPECT_EQ(push.clock, 2);
     EXPECT_EQ(std::vector<Key>(push.keys.begin(), push.keys.end()), keys);
@@ -71,29 +79,29 @@ TEST(Codec, RepliesCarryValuesAcksAndErrors) {
   const std::vector<float> row{0.5f, -1};
   const std::vector<std::span<const float>> rows{row};
   Received r = roundTrip(pullReply(4, 11, keys, rows));
-  ReplyView reply = decodeReply(*r.envelope().body_as_PsReply());
+  ReplyView reply = decodeReply(*r.message().body_as_PsReply());
   EXPECT_EQ(reply.request, 4u);
   EXPECT_EQ(reply.op, wire::PsOp::Pull);
   EXPECT_EQ(reply.error, "");
   EXPECT_EQ(reply.min_clock, 11);
   EXPECT_EQ(std::vector<Key>(reply.keys.begin(), reply.keys.end()), keys);
-  const auto values = valuesOf(r.envelope().body_as_PsReply()->values(), r.attached());
+  const auto values = valuesOf(r.message().body_as_PsReply()->values(), r.attached());
   ASSERT_TRUE(values);
   EXPECT_EQ(std::vector<float>(values->begin(), values->end()), row);
 
   r = roundTrip(pushAck(5));
-  reply = decodeReply(*r.envelope().body_as_PsReply());
+  reply = decodeReply(*r.message().body_as_PsReply());
   EXPECT_EQ(reply.request, 5u);
   EXPECT_EQ(reply.op, wire::PsOp::Push);
   EXPECT_EQ(reply.error, "");
 
   r = roundTrip(errorReply(0, wire::PsOp::Clock, "clock going backwards"));
-  reply = decodeReply(*r.envelope().body_as_PsReply());
+  reply = decodeReply(*r.message().body_as_PsReply());
   EXPECT_EQ(reply.op, wire::PsOp::Clock);
   EXPECT_EQ(reply.error, "clock going backwards");
 
   r = roundTrip(clockAnnouncement(42));
-  EXPECT_EQ(r.envelope().body_as_PsClock()->clock(), 42);
+  EXPECT_EQ(r.message().body_as_PsClock()->clock(), 42);
 }
 
 TEST(Codec, MalformedRequestsAreNamed) {
@@ -105,7 +113,7 @@ TEST(Codec, MalformedRequestsAreNamed) {
       .attachment = {}};
   Received r = roundTrip(std::move(no_keys));
   PullRequest pull;
-  EXPECT_EQ(decodePull(*r.envelope().body_as_PsPull(), pull), "pull without keys");
+  EXPECT_EQ(decodePull(*r.message().body_as_PsPull(), pull), "pull without keys");
   EXPECT_EQ(pull.request, 6u);
 
   // Values in the body and an attachment as well.
@@ -116,7 +124,7 @@ TEST(Codec, MalformedRequestsAreNamed) {
   both.attachment.push_back(node::bytesOf(std::span<const float>(row)));
   r = roundTrip(std::move(both));
   PushRequest push;
-  const auto error = decodePush(*r.envelope().body_as_PsPush(), r.attached(), push);
+  const auto error = decodePush(*r.message().body_as_PsPush(), r.attached(), push);
   ASSERT_TRUE(error);
   EXPECT_NE(error->find("both the body and an attachment"), std::string::npos) << *error;
   EXPECT_EQ(push.request, 9u);

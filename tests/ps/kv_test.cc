@@ -243,19 +243,22 @@ TEST(KvWorker, AReplyCutOffInsideItsValuesFailsThePull) {
     auto frame = raw->readFrame();
     ASSERT_TRUE(frame.has_value());
     ASSERT_TRUE(node::verifyFrame(frame->data(), frame->size(), node::FrameLimits{}).ok());
-    const wire::Envelope& e = node::envelopeOf(frame->data());
-    if (e.body_type() != wire::Body::PsPull) continue;
-    request = e.body_as_PsPull()->request();
+    const auto* e = node::testing::serviceMessageOf<wire::Message>(*frame, kPsService);
+    if (e == nullptr || e->body_type() != wire::Body::PsPull) continue;
+    request = e->body_as_PsPull()->request();
     break;
   }
   const std::vector<float> values(keys.size() * 4, 2.5f);
-  const node::SharedFrame reply = node::encodeFrame(
-      node::EnvelopeHeader{0, "ps-test", 2, 0}, wire::Body::PsReply,
-      [&](flatbuffers::FlatBufferBuilder& b) {
-        return wire::CreatePsReply(b, request, wire::PsOp::Pull, 0, 0, b.CreateVector(keys))
-            .Union();
-      },
-      0, {node::bytesOf(std::span<const float>(values))});
+  const node::SharedFrame reply =
+      encodeFrame(node::EnvelopeHeader{0, "ps-test", 2, 0},
+                  PsMessage{wire::Body::PsReply,
+                            [&](flatbuffers::FlatBufferBuilder& b) {
+                              return wire::CreatePsReply(b, request, wire::PsOp::Pull, 0, 0,
+                                                         b.CreateVector(keys))
+                                  .Union();
+                            },
+                            0,
+                            {node::bytesOf(std::span<const float>(values))}});
   const std::vector<uint8_t> bytes = node::testing::wireBytes(reply);
   raw->sendBytes(bytes.data(), reply->envelopeSize() + reply->attachmentSize() / 2);
   raw.reset();  // the owner is gone in the middle of its values
@@ -303,21 +306,22 @@ TEST(KvWorker, AnOwnersNonFiniteReplyIsRefusedAndTheRowsKeepTheirLastRead) {
       auto frame = raw.readFrame();
       ASSERT_TRUE(frame.has_value());
       ASSERT_TRUE(node::verifyFrame(frame->data(), frame->size(), node::FrameLimits{}).ok());
-      const wire::Envelope& e = node::envelopeOf(frame->data());
-      if (e.body_type() != wire::Body::PsPull) continue;
-      request = e.body_as_PsPull()->request();
+      const auto* e = node::testing::serviceMessageOf<wire::Message>(*frame, kPsService);
+      if (e == nullptr || e->body_type() != wire::Body::PsPull) continue;
+      request = e->body_as_PsPull()->request();
       break;
     }
-    const node::SharedFrame reply = node::encodeFrame(
-        node::EnvelopeHeader{0, "ps-test", ++sequence, 0}, wire::Body::PsReply,
-        [&](flatbuffers::FlatBufferBuilder& b) {
-          auto k = b.CreateVector(keys);
-          auto v = attached ? 0 : b.CreateVector(values);
-          return wire::CreatePsReply(b, request, wire::PsOp::Pull, 0, 0, k, v).Union();
-        },
-        0,
-        attached ? node::Attachment{node::bytesOf(std::span<const float>(values))}
-                 : node::Attachment{});
+    const node::SharedFrame reply = encodeFrame(
+        node::EnvelopeHeader{0, "ps-test", ++sequence, 0},
+        PsMessage{wire::Body::PsReply,
+                  [&](flatbuffers::FlatBufferBuilder& b) {
+                    auto k = b.CreateVector(keys);
+                    auto v = attached ? 0 : b.CreateVector(values);
+                    return wire::CreatePsReply(b, request, wire::PsOp::Pull, 0, 0, k, v).Union();
+                  },
+                  0,
+                  attached ? node::Attachment{node::bytesOf(std::span<const float>(values))}
+                           : node::Attachment{}});
     raw.sendFrame(reply);
   };
   const std::vector<float> good(out.size(), 2.5f);
@@ -583,12 +587,13 @@ TEST(KvWorker, AnOwnerThatComesBackUpHearsTheLatestClockAgain) {
   // Node 0 records what worker 1 announces instead of serving it (installed on its loop and
   // waited for, so that no announcement reaches the server first).
   cluster.onLoop(0, [&] {
-    cluster.node(0).setHandler(wire::Body::PsClock, [&](NodeId from, const wire::Envelope& e) {
-      if (from != 1) return;
-      std::lock_guard lock(mu);
-      heard.push_back(e.body_as_PsClock()->clock());
-      heard_cv.notify_all();
-    });
+    cluster.node(0).setHandler(messageType(wire::Body::PsClock),
+                               [&](NodeId from, const node::InboundFrame& frame) {
+                                 if (from != 1) return;
+                                 std::lock_guard lock(mu);
+                                 heard.push_back(messageOf(frame).body_as_PsClock()->clock());
+                                 heard_cv.notify_all();
+                               });
   });
   const auto heardAtLeast = [&](size_t n) {
     std::unique_lock lock(mu);
@@ -612,24 +617,25 @@ TEST(KvWorker, AnOwnerThatComesBackUpHearsTheLatestClockAgain) {
 class ReplyCollector {
  public:
   explicit ReplyCollector(node::Node& node) {
-    node.setFrameHandler(wire::Body::PsReply, [this](NodeId, const node::InboundFrame& frame) {
-      const wire::PsReply* r = frame.envelope().body_as_PsReply();
-      Reply reply;
-      reply.request = r->request();
-      reply.op = r->op();
-      reply.error = r->error() ? r->error()->str() : "";
-      if (r->values()) reply.values.assign(r->values()->begin(), r->values()->end());
-      const std::span<const uint8_t> attached = frame.attachment();
-      if (!attached.empty()) {
-        reply.values.resize(attached.size() / sizeof(float));
-        std::memcpy(reply.values.data(), attached.data(), reply.values.size() * sizeof(float));
-      }
-      {
-        std::lock_guard lock(mu_);
-        replies_.push_back(std::move(reply));
-      }
-      changed_.notify_all();
-    });
+    node.setHandler(
+        messageType(wire::Body::PsReply), [this](NodeId, const node::InboundFrame& frame) {
+          const wire::PsReply* r = messageOf(frame).body_as_PsReply();
+          Reply reply;
+          reply.request = r->request();
+          reply.op = r->op();
+          reply.error = r->error() ? r->error()->str() : "";
+          if (r->values()) reply.values.assign(r->values()->begin(), r->values()->end());
+          const std::span<const uint8_t> attached = frame.attachment();
+          if (!attached.empty()) {
+            reply.values.resize(attached.size() / sizeof(float));
+            std::memcpy(reply.values.data(), attached.data(), reply.values.size() * sizeof(float));
+          }
+          {
+            std::lock_guard lock(mu_);
+            replies_.push_back(std::move(reply));
+          }
+          changed_.notify_all();
+        });
   }
   struct Reply {
     uint64_t request = 0;

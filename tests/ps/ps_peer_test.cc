@@ -264,14 +264,16 @@ TEST(PsPeer, ANonFinitePushAndAnImpossibleClockAreRefusedAndEveryNodeFinishes) {
           }
           std::vector<float> poisoned(floats, 0.01f);
           poisoned[floats / 2] = std::nanf("");
-          node.send(owner, node.encode(wire::Body::PsPush, [&](flatbuffers::FlatBufferBuilder& b) {
-            return wire::CreatePsPush(b, uint64_t{1} << 62, c + 1, b.CreateVector(keys),
-                                      b.CreateVector(poisoned))
-                .Union();
-          }));
-          node.send(owner, node.encode(wire::Body::PsClock, [](flatbuffers::FlatBufferBuilder& b) {
-            return wire::CreatePsClock(b, std::numeric_limits<int64_t>::max()).Union();
-          }));
+          node.send(owner,
+                    encodeMessage(node, wire::Body::PsPush, [&](flatbuffers::FlatBufferBuilder& b) {
+                      return wire::CreatePsPush(b, uint64_t{1} << 62, c + 1, b.CreateVector(keys),
+                                                b.CreateVector(poisoned))
+                          .Union();
+                    }));
+          node.send(owner,
+                    encodeMessage(node, wire::Body::PsClock, [](flatbuffers::FlatBufferBuilder& b) {
+                      return wire::CreatePsClock(b, std::numeric_limits<int64_t>::max()).Union();
+                    }));
         }
       };
     }
@@ -542,11 +544,12 @@ TEST(PsPeer, StartingIntoARunningJobWithoutRejoinIsAClearError) {
   // Node 1 is a bare runtime node playing a worker that has been training for a while: its
   // first request is a pull at clock 57. The pull must not be answered with initial values.
   std::atomic<int> replies{0};
-  node1.setHandler(wire::Body::PsReply, [&replies](NodeId, const wire::Envelope&) { ++replies; });
+  node1.setHandler(messageType(wire::Body::PsReply),
+                   [&replies](NodeId, const node::InboundFrame&) { ++replies; });
   const std::vector<uint64_t> keys{0};
-  node1.send(0, node1.encode(wire::Body::PsPull, [&](flatbuffers::FlatBufferBuilder& b) {
-    return wire::CreatePsPull(b, 1, 57, 0, b.CreateVector(keys)).Union();
-  }));
+  node1.send(0, encodeMessage(node1, wire::Body::PsPull, [&](flatbuffers::FlatBufferBuilder& b) {
+               return wire::CreatePsPull(b, 1, 57, 0, b.CreateVector(keys)).Union();
+             }));
   ASSERT_TRUE(cluster.finishedWithin(0, 60s));
   try {
     cluster.result<PsReport>(0);

@@ -1,0 +1,77 @@
+#include "modes/registry.h"
+
+#include <gtest/gtest.h>
+
+#include "consensus/consensus_service.h"
+#include "node/frame.h"
+#include "ping/ping_service.h"
+#include "ps/ps_service.h"
+
+namespace chorus::modes {
+namespace {
+
+TEST(ModeRegistry, NamesAndServiceIdsAreDistinctAndNoneIsTheRuntimes) {
+  EXPECT_EQ(registryProblems(registry()), "");
+  EXPECT_EQ(modeNames(), "consensus, ping, ps or single");
+  ASSERT_NE(findMode("ps"), nullptr);
+  EXPECT_EQ(findMode("ps")->service, &ps::kPsService);
+  EXPECT_EQ(findMode("single")->service, nullptr);
+  EXPECT_EQ(findMode("gossip"), nullptr);
+}
+
+TEST(ModeRegistry, ProblemsAreNamed) {
+  std::vector<Mode> modes = registry();
+  modes.push_back({"ping", "again", nullptr});
+  EXPECT_EQ(registryProblems(modes), "two modes are called \"ping\"");
+  static constexpr node::ServiceSpec kClash{ps::kPsServiceId, "clash"};
+  modes = registry();
+  modes.push_back({"clash", "takes PS's id", &kClash});
+  EXPECT_EQ(registryProblems(modes), "modes \"ps\" and \"clash\" share service id 3");
+  static constexpr node::ServiceSpec kRuntime{node::kRuntimeService, "runtime"};
+  modes = {{"zero", "the runtime's id", &kRuntime}};
+  EXPECT_EQ(registryProblems(modes), "mode \"zero\" has service id 0, the runtime's");
+}
+
+// Each registered spec reads what its mode writes: a frame encoded with the mode's writer
+// passes the spec's Verifier, and the spec reads the kind that was written.
+template <class Kind>
+void expectSpecReads(const Mode& mode, node::MessageType type, const node::BodyWriter& writer,
+                     Kind kind) {
+  SCOPED_TRACE(std::string(mode.name));
+  ASSERT_EQ(type.service, mode.service);
+  const node::SharedFrame frame =
+      node::encodeFrame(node::EnvelopeHeader{1, "modes", 1, 0}, type, writer);
+  ASSERT_TRUE(node::verifyFrame(frame->data(), frame->envelopeSize(), {}).ok());
+  const auto* message = node::envelopeOf(frame->data()).message();
+  ASSERT_NE(message, nullptr);
+  const std::span<const uint8_t> bytes(message->data(), message->size());
+  const node::Status status = node::verifyMessage(*mode.service, bytes, {});
+  ASSERT_TRUE(status.ok()) << status.message();
+  EXPECT_EQ(mode.service->kind(bytes.data()), static_cast<uint8_t>(kind));
+  EXPECT_NE(std::string(mode.service->kind_name(static_cast<uint8_t>(kind))), "");
+}
+
+TEST(ModeRegistry, EachServiceVerifiesWhatItsModeWrites) {
+  expectSpecReads(*findMode("ping"), ping::messageType(ping::wire::Body::Pong),
+                  ping::messageWriter(ping::wire::Body::Pong,
+                                      [](flatbuffers::FlatBufferBuilder& b) {
+                                        return ping::wire::CreatePong(b, 9).Union();
+                                      }),
+                  ping::wire::Body::Pong);
+  expectSpecReads(
+      *findMode("consensus"), consensus::messageType(consensus::wire::Body::TrainingDone),
+      consensus::messageWriter(consensus::wire::Body::TrainingDone,
+                               [](flatbuffers::FlatBufferBuilder& b) {
+                                 return consensus::wire::CreateTrainingDone(b, 4).Union();
+                               }),
+      consensus::wire::Body::TrainingDone);
+  expectSpecReads(*findMode("ps"), ps::messageType(ps::wire::Body::PsClock),
+                  ps::messageWriter(ps::wire::Body::PsClock,
+                                    [](flatbuffers::FlatBufferBuilder& b) {
+                                      return ps::wire::CreatePsClock(b, 7).Union();
+                                    }),
+                  ps::wire::Body::PsClock);
+}
+
+}  // namespace
+}  // namespace chorus::modes
