@@ -20,6 +20,7 @@
 
 #include "consensus/backup_rule.h"
 #include "consensus/mixing.h"
+#include "consensus/partial_sum.h"
 #include "consensus/round_board.h"
 #include "consensus/spanning_tree.h"
 #include "node/refusal_log.h"
@@ -72,6 +73,12 @@ struct ConsensusOptions {
   std::function<void(Round, const std::vector<NodeId>&)> on_waiting;
   // Tests: called on the trainer thread after each round's mixing step.
   std::function<void(Round)> on_round_end;
+  // Tests: called on the loop thread when a partial sum of the final models has fully arrived,
+  // with its sender and the node that summed it.
+  std::function<void(NodeId from, NodeId owner)> on_partial_sum;
+  // Tests: called on the trainer thread at the end of the run, just before this node first sends
+  // its partial sum up the tree (node 0: before it averages).
+  std::function<void()> before_partial_sum;
 };
 
 // The largest tau: a bound beyond any run's rounds.
@@ -112,6 +119,13 @@ struct ConsensusReport : run::LoopReport {
   std::optional<double> average_accuracy;
   size_t averaged_models = 0;
   std::vector<float> average_model;
+  // The members whose final models are not in node 0's average (down, or cut off with their
+  // subtree); known at node 0 and at every node the summary reached.
+  std::vector<NodeId> missing_models;
+  // Set when this node could not reach node 0 at the end of the run (every tree neighbor closer
+  // to node 0 down; the graph split, or the node is stranded): why, naming the nodes down. Its
+  // model (and its subtree's) is not in the average; `chorus node` exits 1 with this message.
+  std::optional<std::string> cut_off;
   std::vector<float> final_model;
   std::vector<size_t> backups;  // b_i of every round run
   int64_t skips = 0;            // how often this node jumped ahead (iteration skipping)
@@ -197,7 +211,8 @@ class ConsensusPeer : private run::TrainingStrategy {
   // Trainer thread: `values` to `to` in ModelShare chunks of options_.chunk_floats (one empty
   // chunk for an empty model); `models` is set on partial sums only.
   void sendChunks(const std::vector<NodeId>& to, std::span<const float> values, Round round,
-                  size_t backups, int8_t purpose, std::span<const NodeId> models);
+                  size_t backups, int8_t purpose, std::span<const NodeId> models,
+                  std::span<const float> low = {}, int64_t owner = -1);
   // Trainer thread: answers pending ModelRequests with the current model, as of `round`.
   void answerRequests(Round round);
   // Trainer thread: takes a neighbor's current model; returns the first round to run.
@@ -215,9 +230,21 @@ class ConsensusPeer : private run::TrainingStrategy {
   bool waitEndOfRun(const std::function<std::vector<NodeId>()>& missing,
                     std::chrono::steady_clock::time_point deadline, Round last_round,
                     std::string_view what);
-  // Sends the sum of final models `sum` naming `models` to `to` as PartialSum chunks.
-  void sendPartialSum(NodeId to, Round rounds_done, const std::vector<float>& sum,
-                      const std::vector<NodeId>& models);
+  // Sends the sum of final models `sum` naming `models` to `to` as PartialSum chunks (a
+  // double-float pair per value); `owner` >= 0 makes it travel unmerged (docs/consensus.md).
+  void sendPartialSum(NodeId to, Round rounds_done, std::span<const double> sum,
+                      std::span<const NodeId> models, int64_t owner);
+  // Sends TrainingDone {rounds_done, finished = summary, parent} to `to`.
+  void sendTrainingDone(const std::vector<NodeId>& to, Round rounds_done,
+                        const std::vector<NodeId>* summary, std::optional<NodeId> parent);
+  // Under the membership lock: the tree neighbors this node knows are down.
+  std::set<NodeId> downLocked() const;
+  // The convergecast below node 0, after this node's own sum is made: sends it (and the sums it
+  // relays) to its parent, re-attaching when the parent goes down, until the summary comes.
+  // Returns the summary, or none (cut off, stopped, deadline).
+  std::optional<std::vector<NodeId>> sendUpTheTree(Round rounds_done, const SumLedger& own,
+                                                   std::set<NodeId>& handled,
+                                                   std::chrono::steady_clock::time_point deadline);
 
   node::Node& node_;
   run::NodeJob job_;
@@ -229,6 +256,7 @@ class ConsensusPeer : private run::TrainingStrategy {
   // Loop-thread state.
   ModelAssembler gossip_;
   ModelAssembler finals_;
+  ModelAssembler finals_low_;  // the low halves of partial sums, keyed like finals_
   ModelAssembler catchups_;
   node::RefusalLog refusals_;
   // The round the trainer is in (set before it sends that round's model): gossip of rounds
@@ -244,16 +272,30 @@ class ConsensusPeer : private run::TrainingStrategy {
   // (neighbors and tree links, sorted).
   TreeLinks tree_;
   std::vector<NodeId> end_peers_;
-  // A child's (or, in a star, any member's) complete partial sum and the ids it sums.
+  // The graph the tree is drawn in (the topology, or a star around node 0 without one), its BFS
+  // depths from node 0, and the neighbors that may name this node as their parent.
+  std::map<NodeId, std::vector<NodeId>> tree_graph_;
+  std::map<NodeId, int64_t> depths_;
+  std::vector<NodeId> possible_children_;
+  // A complete partial sum that arrived, keyed by the node that summed it (its owner).
   struct PartialSum {
-    std::vector<float> values;
-    std::vector<NodeId> models;
+    NodeId from = 0;     // who sent it here
+    bool relay = false;  // it travels unmerged to node 0 (owner set on the wire)
+    std::vector<double> values;
+    std::vector<NodeId> models;  // sorted
   };
   std::map<NodeId, PartialSum> partial_sums_;
-  // The models list of the partial sum being assembled, per sender (from its latest chunk).
-  std::map<NodeId, std::vector<NodeId>> partial_models_;
-  // The tree parent's summary: the members whose final models node 0 averaged.
+  // The models list (and owner) of the partial sum being assembled, per key.
+  std::map<NodeId, std::pair<std::vector<NodeId>, bool>> partial_models_;
+  // The parent each neighbor last named (TrainingDone.parent).
+  std::map<NodeId, NodeId> named_parent_;
+  // This node's parent now (set at the end of the run; the summary is taken from it only).
+  std::optional<NodeId> parent_;
+  // The summary from the parent: the members whose final models node 0 averaged.
   std::optional<std::vector<NodeId>> summary_;
+  // The summary once this node sent it down: a child that re-attaches later gets it at once.
+  std::optional<std::vector<NodeId>> summary_sent_;
+  std::atomic<Round> rounds_done_{0};   // for that late summary (set by finish())
   std::set<NodeId> requests_;           // neighbors waiting for a catch-up model
   std::optional<NodeId> catchup_from_;  // the neighbor asked for a catch-up model, while asked
   std::map<NodeId, ModelAssembler::Complete> catchup_models_;
