@@ -449,6 +449,11 @@ void ConsensusPeer::stop() {
   board_.stop();
 }
 
+node::SendOptions gossipSendOptions(size_t chunk_index) {
+  return {node::WhenFull::kDropOlderOfKind,
+          kGossipChunkKind + static_cast<uint32_t>(chunk_index % kGossipChunkKinds)};
+}
+
 void ConsensusPeer::sendModel(const std::vector<NodeId>& to, Round round, size_t backups,
                               int8_t purpose) {
   sendChunks(to, job_.model->params(), round, backups, purpose, {});
@@ -460,6 +465,7 @@ void ConsensusPeer::sendChunks(const std::vector<NodeId>& to, std::span<const fl
                                int64_t owner) {
   if (to.empty()) return;
   const size_t total = values.size();
+  const bool gossip = purpose == static_cast<int8_t>(wire::SharePurpose::Gossip);
   for (size_t offset = 0; offset < total || (total == 0 && offset == 0);
        offset += options_.chunk_floats) {
     const size_t len = std::min(options_.chunk_floats, total - offset);
@@ -478,7 +484,13 @@ void ConsensusPeer::sendChunks(const std::vector<NodeId>& to, std::span<const fl
               .Union();
         },
         (low.empty() ? 1 : 2) * len * sizeof(float) + models.size() * sizeof(NodeId) + 256);
-    node_.broadcast(to, frame);
+    if (gossip) {
+      // A neighbor that cannot keep up gets the newest share: this chunk pushes the same chunk of
+      // older rounds, still queued to it, out (docs/consensus.md, "A slow neighbor").
+      node_.broadcast(to, frame, gossipSendOptions(offset / options_.chunk_floats));
+    } else {
+      node_.broadcast(to, frame);
+    }
     if (total == 0) break;
   }
 }
@@ -747,6 +759,13 @@ void ConsensusPeer::describeStep(ml::MetricsEvent& event) {
       .add("backup_staleness", r.backup_staleness)
       .add("skipped", r.skipped)
       .addBool("timed_out", r.timed_out);
+  // Send-side backpressure since the previous round line: gossip chunks that a newer one pushed
+  // out of a slow neighbor's queue, and frames refused because a queue was full.
+  const node::PeerStats totals = node_.totals();
+  event.add("shares_superseded", totals.frames_superseded - rounds_.superseded_seen)
+      .add("frames_refused", totals.frames_refused - rounds_.refused_seen);
+  rounds_.superseded_seen = totals.frames_superseded;
+  rounds_.refused_seen = totals.frames_refused;
 }
 
 void ConsensusPeer::afterStep(int64_t step, double /*loss*/, const ml::Evaluation* /*evaluated*/) {
@@ -761,6 +780,7 @@ run::Traffic ConsensusPeer::traffic() const {
 
 void ConsensusPeer::ended(const run::LoopReport& /*report*/) {
   report_.final_model.assign(job_.model->params().begin(), job_.model->params().end());
+  report_.shares_superseded = node_.totals().frames_superseded;
 }
 
 bool ConsensusPeer::waitEndOfRun(const std::function<std::vector<NodeId>()>& missing,

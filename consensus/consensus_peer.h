@@ -24,6 +24,7 @@
 #include "consensus/round_board.h"
 #include "consensus/spanning_tree.h"
 #include "node/refusal_log.h"
+#include "node/send_policy.h"
 #include "run/membership.h"
 #include "run/staleness_bound.h"
 #include "run/training_loop.h"
@@ -84,6 +85,15 @@ struct ConsensusOptions {
 // The largest tau: a bound beyond any run's rounds.
 inline constexpr int64_t kMaxStaleness = 1'000'000;
 
+// The send policy of gossip (node/send_policy.h): chunk i of a round's model supersedes chunk i
+// of older rounds still queued to a neighbor that cannot keep up (kinds kGossipChunkKind + i,
+// modulo kGossipChunkKinds, apart from every body type), so the newest share gets through and a
+// chunk never pushes out another chunk of its own model. Other shares (catch-up, partial sums)
+// must all arrive and keep the refusing default.
+inline constexpr uint32_t kGossipChunkKind = 1u << 20;
+inline constexpr uint32_t kGossipChunkKinds = 1u << 20;
+node::SendOptions gossipSendOptions(size_t chunk_index);
+
 // Registers --backup, --mixing, --chunk-floats, --skip-gap and --rejoin (--staleness is both
 // modes': run::addStalenessOption).
 void addConsensusOptions(CLI::App& cmd, ConsensusOptions& options);
@@ -129,7 +139,9 @@ struct ConsensusReport : run::LoopReport {
   std::vector<float> final_model;
   std::vector<size_t> backups;  // b_i of every round run
   int64_t skips = 0;            // how often this node jumped ahead (iteration skipping)
-  int64_t skipped_rounds = 0;   // rounds it jumped over
+  // Gossip chunks dropped from slow neighbors' queues for a newer round's (gossipSendOptions).
+  uint64_t shares_superseded = 0;
+  int64_t skipped_rounds = 0;  // rounds it jumped over
 };
 
 // What peers' models hold in this node's memory (docs/consensus.md, "What a peer can make a
@@ -182,6 +194,7 @@ class ConsensusPeer : private run::TrainingStrategy {
     bool timed_out = false;
     double distance = 0, staleness_sum = 0;
     int64_t staleness_max = 0;
+    uint64_t superseded_seen = 0, refused_seen = 0;  // the node's totals at the last round line
   };
 
   // run::TrainingStrategy: the consensus round around the local step.

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <future>
 #include <map>
 #include <memory>
@@ -107,10 +108,13 @@ inline ConsensusReport getReport(std::future<ConsensusReport>& f) {
 // (the ones with a higher id are dialed; `remote` names where nodes elsewhere listen).
 class NeighborCluster {
  public:
-  NeighborCluster(Graph graph, std::vector<NodeId> local)
+  // `tune` may change each node's runtime options (link faults, queue limits) before it starts.
+  NeighborCluster(Graph graph, std::vector<NodeId> local,
+                  const std::function<void(node::NodeOptions&)>& tune = {})
       : graph_(std::move(graph)), local_(std::move(local)) {
     for (NodeId id : local_) {
       node::NodeOptions options = nodeOptions(id, graph_.size());
+      if (tune) tune(options);
       sinks_[id] = std::make_shared<LineSink>();
       options.log_sinks = {sinks_[id]};
       nodes_[id] = std::make_unique<node::Node>(options);
