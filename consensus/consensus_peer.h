@@ -139,7 +139,8 @@ struct ConsensusReport : run::LoopReport {
   std::vector<float> final_model;
   std::vector<size_t> backups;  // b_i of every round run
   int64_t skips = 0;            // how often this node jumped ahead (iteration skipping)
-  // Gossip chunks dropped from slow neighbors' queues for a newer round's (gossipSendOptions).
+  // Gossip chunks dropped from slow neighbors' queues for a newer round's (gossipSendOptions),
+  // as the node counted them when the rounds ended.
   uint64_t shares_superseded = 0;
   int64_t skipped_rounds = 0;  // rounds it jumped over
 };

@@ -55,7 +55,10 @@ TEST(SlowNeighbor, GossipToALaggingLinkDropsOlderSharesNotNewerOnes) {
   const node::PeerStats sent = cluster.node(0).totals();
   EXPECT_GT(cluster.node(0).stats(1).frames_superseded, 0u) << "the link kept up";
   EXPECT_GT(cluster.node(0).stats(2).frames_superseded, 0u) << "the link kept up";
-  EXPECT_EQ(reports[0].shares_superseded, sent.frames_superseded);
+  // The report counts what was superseded by the end of the rounds (a send still on its way to
+  // the loop thread then is counted by the node only).
+  EXPECT_GT(reports[0].shares_superseded, 0u);
+  EXPECT_LE(reports[0].shares_superseded, sent.frames_superseded);
   // Nothing was refused: each new share made room by pushing older ones out, and the end of the
   // run (TrainingDone, the summary) still fit beside them.
   EXPECT_EQ(sent.frames_refused, 0u);

@@ -5,6 +5,7 @@
 // port 0, fixed seeds; nodes killed at a chosen round or event, never after a sleep).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <future>
@@ -195,18 +196,21 @@ TEST(TreeRepair, ASubtreeReSentAfterItsParentForwardedItIsCountedOnce) {
   std::promise<void> root_has_victims_sum;
   std::promise<void> resent_reached_two;
   std::atomic<int> resent{0};
+  std::atomic<bool> root_signalled{false};
   for (NodeId i = 0; i < kNodes; ++i) {
     ConsensusOptions co = quickOptions();
     if (i == 0) {
       co.on_partial_sum = [&](NodeId from, NodeId) {
-        if (from == kVictim) root_has_victims_sum.set_value();
+        if (from == kVictim && !root_signalled.exchange(true)) root_has_victims_sum.set_value();
       };
     }
     if (i == 2) {
       co.on_partial_sum = [&](NodeId from, NodeId) {
         if ((from == 3 || from == 4) && ++resent == 2) resent_reached_two.set_value();
       };
-      co.before_partial_sum = [&] { resent_reached_two.get_future().wait(); };
+      co.before_partial_sum = [&] {
+        EXPECT_EQ(resent_reached_two.get_future().wait_for(120s), std::future_status::ready);
+      };
     }
     cluster.attach(i, run::prepareNodeJob(smallRun(kRounds, 300 + i), data, i, kNodes, ""), co);
   }
