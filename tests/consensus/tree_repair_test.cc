@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <future>
+#include <memory>
 #include <random>
 #include <set>
 #include <string>
@@ -158,8 +159,12 @@ TEST(TreeRepair, AnInnerTreeNodeKilledMidRunLosesOnlyItsOwnModel) {
   for (NodeId i = 0; i < kNodes; ++i) {
     ConsensusOptions co = quickOptions();
     if (i == kVictim) {
-      co.on_round_end = [&cluster](Round k) {
-        if (k == 5) cluster.kill(kVictim);
+      // At the first round end from round 5 on (iteration skipping may jump over round 5).
+      co.on_round_end = [&cluster, killed = std::make_shared<bool>(false)](Round k) {
+        if (k >= 5 && !*killed) {
+          *killed = true;
+          cluster.kill(kVictim);
+        }
       };
     }
     cluster.attach(i, run::prepareNodeJob(smallRun(kRounds, 200 + i), data, i, kNodes, ""), co);
@@ -250,8 +255,12 @@ TEST(TreeRepair, NodesCutOffFromTheRootEndAtOnceAndSaySo) {
     ConsensusOptions co = quickOptions();
     co.finish_timeout = 100s;
     if (i == kVictim) {
-      co.on_round_end = [&cluster](Round k) {
-        if (k == 5) cluster.kill(kVictim);
+      // At the first round end from round 5 on (iteration skipping may jump over round 5).
+      co.on_round_end = [&cluster, killed = std::make_shared<bool>(false)](Round k) {
+        if (k >= 5 && !*killed) {
+          *killed = true;
+          cluster.kill(kVictim);
+        }
       };
     }
     cluster.attach(i, run::prepareNodeJob(smallRun(kRounds, 400 + i), data, i, kNodes, ""), co);
