@@ -181,6 +181,14 @@ class NeighborCluster {
     }
     return out;
   }
+  // start(), then every node's report (a failure for one not done within 120 s).
+  std::map<NodeId, ConsensusReport> runAll(bool leave_when_done = false) {
+    auto futures = start(leave_when_done);
+    std::map<NodeId, ConsensusReport> reports;
+    for (auto& [id, f] : futures)
+      reports[id] = getReport(f);
+    return reports;
+  }
 
  private:
   Graph graph_;

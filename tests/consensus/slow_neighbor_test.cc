@@ -44,10 +44,7 @@ TEST(SlowNeighbor, GossipToALaggingLinkDropsOlderSharesNotNewerOnes) {
     cluster.attach(i, run::prepareNodeJob(smallRun(kRounds, 500 + i), data, i, kNodes, ""), co);
   }
   cluster.connect();
-  auto futures = cluster.start();
-  std::map<NodeId, ConsensusReport> reports;
-  for (NodeId i = 0; i < kNodes; ++i)
-    reports[i] = getReport(futures[i]);
+  std::map<NodeId, ConsensusReport> reports = cluster.runAll();
   for (NodeId i = 0; i < kNodes; ++i) {
     EXPECT_EQ(reports[i].rounds_done, kRounds) << "node " << i;
     EXPECT_TRUE(reports[i].departed_peers.empty()) << "node " << i;

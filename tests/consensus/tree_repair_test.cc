@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <future>
 #include <memory>
 #include <random>
@@ -142,6 +143,17 @@ TEST(SumLedger, TheDoubleFloatPairKeepsWhatAFloatSumOfManyModelsLoses) {
 
 constexpr int64_t kRounds = 40;
 
+// An on_round_end hook that kills `victim` at its first round end from `round` on (iteration
+// skipping may jump over `round` itself).
+std::function<void(Round)> killAtRound(NeighborCluster& cluster, NodeId victim, Round round) {
+  return [&cluster, victim, round, killed = std::make_shared<bool>(false)](Round k) {
+    if (k >= round && !*killed) {
+      *killed = true;
+      cluster.kill(victim);
+    }
+  };
+}
+
 ConsensusOptions quickOptions() {
   ConsensusOptions co;
   co.chunk_floats = 100;  // several chunks per model and per partial sum
@@ -159,21 +171,12 @@ TEST(TreeRepair, AnInnerTreeNodeKilledMidRunLosesOnlyItsOwnModel) {
   for (NodeId i = 0; i < kNodes; ++i) {
     ConsensusOptions co = quickOptions();
     if (i == kVictim) {
-      // At the first round end from round 5 on (iteration skipping may jump over round 5).
-      co.on_round_end = [&cluster, killed = std::make_shared<bool>(false)](Round k) {
-        if (k >= 5 && !*killed) {
-          *killed = true;
-          cluster.kill(kVictim);
-        }
-      };
+      co.on_round_end = killAtRound(cluster, kVictim, 5);
     }
     cluster.attach(i, run::prepareNodeJob(smallRun(kRounds, 200 + i), data, i, kNodes, ""), co);
   }
   cluster.connect();
-  auto futures = cluster.start();
-  std::map<NodeId, ConsensusReport> reports;
-  for (NodeId i = 0; i < kNodes; ++i)
-    reports[i] = getReport(futures[i]);
+  std::map<NodeId, ConsensusReport> reports = cluster.runAll();
   EXPECT_TRUE(reports[kVictim].stopped);
   const std::vector<NodeId> survivors{0, 2, 3, 4, 5, 6};
   for (NodeId i : survivors) {
@@ -255,22 +258,13 @@ TEST(TreeRepair, NodesCutOffFromTheRootEndAtOnceAndSaySo) {
     ConsensusOptions co = quickOptions();
     co.finish_timeout = 100s;
     if (i == kVictim) {
-      // At the first round end from round 5 on (iteration skipping may jump over round 5).
-      co.on_round_end = [&cluster, killed = std::make_shared<bool>(false)](Round k) {
-        if (k >= 5 && !*killed) {
-          *killed = true;
-          cluster.kill(kVictim);
-        }
-      };
+      co.on_round_end = killAtRound(cluster, kVictim, 5);
     }
     cluster.attach(i, run::prepareNodeJob(smallRun(kRounds, 400 + i), data, i, kNodes, ""), co);
   }
   cluster.connect();
   const auto started = std::chrono::steady_clock::now();
-  auto futures = cluster.start(/*leave_when_done=*/true);
-  std::map<NodeId, ConsensusReport> reports;
-  for (NodeId i = 0; i < kNodes; ++i)
-    reports[i] = getReport(futures[i]);
+  std::map<NodeId, ConsensusReport> reports = cluster.runAll(/*leave_when_done=*/true);
   EXPECT_LT(std::chrono::steady_clock::now() - started, 60s) << "waited for the finish deadline";
   expectAverageOf(reports, {0, 1, 2});
   EXPECT_EQ(reports[0].missing_models, (std::vector<NodeId>{3, 4, 5, 6}));
