@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -566,6 +567,8 @@ ModeRun consensusRun(node::Node& node, run::NodeJob job, const consensus::PeerLa
                               report.averaged_models, 100 * *report.average_accuracy));
             }
             out.model_to_save = report.final_model;
+            // Its model never reached node 0's average: a failed run (exit 1), said once.
+            if (report.cut_off) throw std::runtime_error(*report.cut_off);
             return out;
           },
           [peer = peer.get()] { peer->stop(); }};

@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <stdexcept>
 
@@ -109,25 +110,30 @@ ConsensusPeer::ConsensusPeer(node::Node& node, run::NodeJob job, PeerLayout layo
       board_(boardOptions(layout_, options_)),
       gossip_(job_.model->size()),
       finals_(job_.model->size()),
+      finals_low_(job_.model->size()),
       catchups_(job_.model->size()),
       membership_(layout_.self, layout_.members) {
   std::sort(layout_.neighbors.begin(), layout_.neighbors.end());
   std::sort(layout_.members.begin(), layout_.members.end());
-  if (layout_.graph.empty()) {
+  tree_graph_ = layout_.graph;
+  if (tree_graph_.empty()) {
     // No graph: a star around the collector (every member sends to node 0 directly).
-    if (layout_.self == kCollector) {
-      tree_.depth = 0;
-      tree_.children = membership_.others();
-    } else {
-      tree_.depth = 1;
-      tree_.parent = kCollector;
+    for (NodeId id : layout_.members) {
+      if (id == kCollector) continue;
+      tree_graph_[kCollector].push_back(id);
+      tree_graph_[id] = {kCollector};
     }
-  } else {
-    tree_ = spanningTreeLinks(layout_.graph, kCollector, layout_.self);
   }
+  tree_ = spanningTreeLinks(tree_graph_, kCollector, layout_.self);
+  depths_ = depthsFrom(tree_graph_, kCollector);
+  possible_children_ = possibleChildren(tree_graph_, depths_, layout_.self);
   end_peers_ = layout_.neighbors;
   if (tree_.parent) end_peers_.push_back(*tree_.parent);
   end_peers_.insert(end_peers_.end(), tree_.children.begin(), tree_.children.end());
+  // A repaired tree links this node to any neighbor in the tree graph.
+  if (auto it = tree_graph_.find(layout_.self); it != tree_graph_.end()) {
+    end_peers_.insert(end_peers_.end(), it->second.begin(), it->second.end());
+  }
   std::sort(end_peers_.begin(), end_peers_.end());
   end_peers_.erase(std::unique(end_peers_.begin(), end_peers_.end()), end_peers_.end());
   node_.setHandler(
@@ -136,8 +142,28 @@ ConsensusPeer::ConsensusPeer(node::Node& node, run::NodeJob job, PeerLayout layo
   node_.setHandler(
       messageType(wire::Body::TrainingDone), [this](NodeId from, const node::InboundFrame& frame) {
         const wire::TrainingDone* done = messageOf(frame).body_as_TrainingDone();
+        if (done != nullptr && done->parent() >= 0) {
+          // The sender's parent in the end-of-run tree (its barrier, or a re-attach).
+          const auto named = static_cast<NodeId>(done->parent());
+          std::optional<std::vector<NodeId>> late_summary;
+          {
+            auto lock = membership_.lock();
+            named_parent_[from] = named;
+            if (named == layout_.self) late_summary = summary_sent_;
+          }
+          if (late_summary) {
+            // It re-attached after the summary went down: it gets it now.
+            sendTrainingDone({from}, rounds_done_.load(), &*late_summary, std::nullopt);
+          }
+          membership_.notify();
+        }
         if (done != nullptr && done->finished() != nullptr) {
-          if (from != tree_.parent) {
+          bool from_parent = false;
+          {
+            auto lock = membership_.lock();
+            from_parent = parent_ == from;
+          }
+          if (!from_parent) {
             node_.logger().warn(
                 "end-of-run summary from node {}, which is not this node's parent in the spanning "
                 "tree: ignored",
@@ -208,27 +234,40 @@ std::optional<std::string> ConsensusPeer::refusalOf(NodeId from, const wire::Mod
       }
       break;
     case wire::SharePurpose::PartialSum: {
-      if (!std::binary_search(tree_.children.begin(), tree_.children.end(), from)) {
+      bool child = false;
+      {
+        auto lock = membership_.lock();
+        auto named = named_parent_.find(from);
+        child = named != named_parent_.end() && named->second == layout_.self;
+      }
+      if (!child) {
         return fmt::format(
-            "partial sum chunk from node {}, which is not a child of this node in the spanning "
-            "tree",
+            "partial sum chunk from node {}, which did not name this node as its parent in the "
+            "end-of-run tree",
             from);
       }
       if (share.models() == nullptr || share.models()->size() == 0) {
         return fmt::format("partial sum chunk from node {} names no models", from);
       }
+      if (share.low() != nullptr && share.low()->size() != share.values()->size()) {
+        return fmt::format("partial sum chunk from node {} has {} low parts for {} values", from,
+                           share.low()->size(), share.values()->size());
+      }
+      // The node that summed it: the sender, or the owner of a relayed (unmerged) sum.
+      const int64_t owner = share.owner() >= 0 ? share.owner() : from;
       std::vector<NodeId> models(share.models()->begin(), share.models()->end());
       std::sort(models.begin(), models.end());
-      if (std::adjacent_find(models.begin(), models.end()) != models.end() ||
-          !std::binary_search(models.begin(), models.end(), from) ||
+      if (owner > std::numeric_limits<NodeId>::max() ||
+          std::adjacent_find(models.begin(), models.end()) != models.end() ||
+          !std::binary_search(models.begin(), models.end(), static_cast<NodeId>(owner)) ||
           !std::all_of(models.begin(), models.end(), [&](NodeId id) {
             return id != layout_.self &&
                    std::binary_search(layout_.members.begin(), layout_.members.end(), id);
           })) {
         return fmt::format(
             "partial sum chunk from node {} names models [{}]: not distinct members other than "
-            "this node, with the sender's among them",
-            from, idList(models));
+            "this node, with its summer's (node {}) among them",
+            from, idList(models), owner);
       }
       break;
     }
@@ -272,12 +311,12 @@ void ConsensusPeer::countHeld() {
   {
     auto lock = membership_.lock();
     for (const auto& [id, sum] : partial_sums_)
-      finals += sum.values.capacity() * sizeof(float);
+      finals += sum.values.capacity() * sizeof(double);
     for (const auto& [id, model] : catchup_models_)
       finals += model.values.capacity() * sizeof(float);
   }
-  const uint64_t bytes = gossip_.heldBytes() + finals_.heldBytes() + catchups_.heldBytes() +
-                         board_.heldBytes() + finals;
+  const uint64_t bytes = gossip_.heldBytes() + finals_.heldBytes() + finals_low_.heldBytes() +
+                         catchups_.heldBytes() + board_.heldBytes() + finals;
   held_bytes_ = bytes;
   if (bytes > peak_held_bytes_.load()) peak_held_bytes_ = bytes;
 }
@@ -318,14 +357,33 @@ void ConsensusPeer::onModelShare(NodeId from, const node::InboundFrame& frame) {
   ModelAssembler& assembler = summed                                   ? finals_
                               : purpose == wire::SharePurpose::Catchup ? catchups_
                                                                        : gossip_;
-  if (auto error = assembler.add(from, share->round(), share->offset(), values, &completed)) {
+  // A partial sum is assembled under the node that summed it (a relayed one under its owner:
+  // one node can relay several), the others under their sender.
+  const bool relay = purpose == wire::SharePurpose::PartialSum && share->owner() >= 0;
+  const NodeId key = relay ? static_cast<NodeId>(share->owner()) : from;
+  if (auto error = assembler.add(key, share->round(), share->offset(), values, &completed)) {
     refuse(spdlog::level::warn, fmt::format("{} from node {}: {}", what, from, *error));
     return;
   }
   if (purpose == wire::SharePurpose::PartialSum) {
-    // Checked by refusalOf(): distinct members, the sender among them.
+    // The low halves travel in the same chunks (none from a sender of floats only: zeros).
+    std::vector<float> zeros;
+    std::span<const float> low;
+    if (share->low() != nullptr) {
+      low = {share->low()->data(), share->low()->size()};
+    } else {
+      zeros.assign(values.size(), 0.0f);
+      low = zeros;
+    }
+    bool low_completed = false;
+    if (auto error = finals_low_.add(key, share->round(), share->offset(), low, &low_completed)) {
+      refuse(spdlog::level::warn, fmt::format("{} from node {}: {}", what, from, *error));
+      return;
+    }
+    // Checked by refusalOf(): distinct members, the summer among them.
     auto lock = membership_.lock();
-    partial_models_[from].assign(share->models()->begin(), share->models()->end());
+    partial_models_[key] = {std::vector<NodeId>(share->models()->begin(), share->models()->end()),
+                            relay};
   }
   if (completed) {
     if (purpose == wire::SharePurpose::Gossip) {
@@ -336,17 +394,24 @@ void ConsensusPeer::onModelShare(NodeId from, const node::InboundFrame& frame) {
       {
         auto lock = membership_.lock();
         if (purpose == wire::SharePurpose::Final) {
-          partial_sums_[from] = {finals_.takeLatest(from), {from}};
+          const std::vector<float> model = finals_.takeLatest(from);
+          partial_sums_[from] = {
+              from, false, std::vector<double>(model.begin(), model.end()), {from}};
         } else if (purpose == wire::SharePurpose::PartialSum) {
-          std::vector<NodeId> models = std::move(partial_models_[from]);
-          partial_models_.erase(from);
+          auto [models, relayed] = std::move(partial_models_[key]);
+          partial_models_.erase(key);
           std::sort(models.begin(), models.end());
-          partial_sums_[from] = {finals_.takeLatest(from), std::move(models)};
+          const std::vector<float> hi = finals_.takeLatest(key);
+          const std::vector<float> lo = finals_low_.takeLatest(key);
+          partial_sums_[key] = {from, relayed, joinWide(hi, lo), std::move(models)};
         } else {
           catchup_models_[from] = {share->round(), catchups_.takeLatest(from)};
         }
       }
       membership_.notify();
+      if (purpose == wire::SharePurpose::PartialSum && options_.on_partial_sum) {
+        options_.on_partial_sum(from, key);
+      }
     }
   }
   countHeld();
@@ -363,6 +428,7 @@ void ConsensusPeer::onPeerEvent(const node::PeerEvent& event) {
       // What it had half sent goes with it (its complete partial sum stays: node 0 averages
       // every model that made it to the end).
       finals_.forget(event.peer);
+      finals_low_.forget(event.peer);
       catchups_.forget(event.peer);
       {
         auto lock = membership_.lock();
@@ -385,6 +451,11 @@ void ConsensusPeer::stop() {
   board_.stop();
 }
 
+node::SendOptions gossipSendOptions(size_t chunk_index) {
+  return {node::WhenFull::kDropOlderOfKind,
+          kGossipChunkKind + static_cast<uint32_t>(chunk_index % kGossipChunkKinds)};
+}
+
 void ConsensusPeer::sendModel(const std::vector<NodeId>& to, Round round, size_t backups,
                               wire::SharePurpose purpose) {
   sendChunks(to, job_.model->params(), round, backups, purpose, {});
@@ -392,9 +463,11 @@ void ConsensusPeer::sendModel(const std::vector<NodeId>& to, Round round, size_t
 
 void ConsensusPeer::sendChunks(const std::vector<NodeId>& to, std::span<const float> values,
                                Round round, size_t backups, wire::SharePurpose purpose,
-                               std::span<const NodeId> models) {
+                               std::span<const NodeId> models, std::span<const float> low,
+                               int64_t owner) {
   if (to.empty()) return;
   const size_t total = values.size();
+  const bool gossip = purpose == wire::SharePurpose::Gossip;
   for (size_t offset = 0; offset < total || (total == 0 && offset == 0);
        offset += options_.chunk_floats) {
     const size_t len = std::min(options_.chunk_floats, total - offset);
@@ -405,12 +478,20 @@ void ConsensusPeer::sendChunks(const std::vector<NodeId>& to, std::span<const fl
           // Only a partial sum names the models in it; other shares leave the field out.
           flatbuffers::Offset<flatbuffers::Vector<uint32_t>> ids;
           if (!models.empty()) ids = b.CreateVector(models.data(), models.size());
+          flatbuffers::Offset<flatbuffers::Vector<float>> lows;
+          if (!low.empty()) lows = b.CreateVector(low.data() + offset, len);
           return wire::CreateModelShare(b, round, offset, total, static_cast<uint32_t>(backups),
-                                        chunk, purpose, ids)
+                                        chunk, purpose, ids, lows, owner)
               .Union();
         },
-        len * sizeof(float) + models.size() * sizeof(NodeId) + 256);
-    node_.broadcast(to, frame);
+        (low.empty() ? 1 : 2) * len * sizeof(float) + models.size() * sizeof(NodeId) + 256);
+    if (gossip) {
+      // A neighbor that cannot keep up gets the newest share: this chunk pushes the same chunk of
+      // older rounds, still queued to it, out (docs/consensus.md, "A slow neighbor").
+      node_.broadcast(to, frame, gossipSendOptions(offset / options_.chunk_floats));
+    } else {
+      node_.broadcast(to, frame);
+    }
     if (total == 0) break;
   }
 }
@@ -679,6 +760,13 @@ void ConsensusPeer::describeStep(ml::MetricsEvent& event) {
       .add("backup_staleness", r.backup_staleness)
       .add("skipped", r.skipped)
       .addBool("timed_out", r.timed_out);
+  // Send-side backpressure since the previous round line: gossip chunks that a newer one pushed
+  // out of a slow neighbor's queue, and frames refused because a queue was full.
+  const node::PeerStats totals = node_.totals();
+  event.add("shares_superseded", totals.frames_superseded - rounds_.superseded_seen)
+      .add("frames_refused", totals.frames_refused - rounds_.refused_seen);
+  rounds_.superseded_seen = totals.frames_superseded;
+  rounds_.refused_seen = totals.frames_refused;
 }
 
 void ConsensusPeer::afterStep(int64_t step, double /*loss*/, const ml::Evaluation* /*evaluated*/) {
@@ -693,6 +781,7 @@ run::Traffic ConsensusPeer::traffic() const {
 
 void ConsensusPeer::ended(const run::LoopReport& /*report*/) {
   report_.final_model.assign(job_.model->params().begin(), job_.model->params().end());
+  report_.shares_superseded = node_.totals().frames_superseded;
 }
 
 bool ConsensusPeer::waitEndOfRun(const std::function<std::vector<NodeId>()>& missing,
@@ -724,9 +813,119 @@ bool ConsensusPeer::waitEndOfRun(const std::function<std::vector<NodeId>()>& mis
   }
 }
 
-void ConsensusPeer::sendPartialSum(NodeId to, Round rounds_done, const std::vector<float>& sum,
-                                   const std::vector<NodeId>& models) {
-  sendChunks({to}, sum, rounds_done, 0, wire::SharePurpose::PartialSum, models);
+void ConsensusPeer::sendPartialSum(NodeId to, Round rounds_done, std::span<const double> sum,
+                                   std::span<const NodeId> models, int64_t owner) {
+  std::vector<float> hi, lo;
+  splitWide(sum, hi, lo);
+  sendChunks({to}, hi, rounds_done, 0, wire::SharePurpose::PartialSum, models, lo, owner);
+}
+
+void ConsensusPeer::sendTrainingDone(const std::vector<NodeId>& to, Round rounds_done,
+                                     const std::vector<NodeId>* summary,
+                                     std::optional<NodeId> parent) {
+  if (to.empty()) return;
+  node::SharedFrame frame =
+      encodeMessage(node_, wire::Body::TrainingDone, [&](flatbuffers::FlatBufferBuilder& b) {
+        flatbuffers::Offset<flatbuffers::Vector<uint32_t>> finished;
+        if (summary != nullptr) finished = b.CreateVector(*summary);
+        return wire::CreateTrainingDone(b, rounds_done, finished,
+                                        parent ? static_cast<int64_t>(*parent) : -1)
+            .Union();
+      });
+  node_.broadcast(to, frame);
+}
+
+std::set<NodeId> ConsensusPeer::downLocked() const {
+  std::set<NodeId> down;
+  if (auto it = tree_graph_.find(layout_.self); it != tree_graph_.end()) {
+    for (NodeId n : it->second) {
+      if (membership_.isDownLocked(n)) down.insert(n);
+    }
+  }
+  return down;
+}
+
+std::optional<std::vector<NodeId>> ConsensusPeer::sendUpTheTree(Round rounds_done,
+                                                                const SumLedger& own,
+                                                                std::set<NodeId>& handled,
+                                                                Clock::time_point deadline) {
+  spdlog::logger& log = node_.logger();
+  const Round last_round = rounds_done - 1;
+  std::optional<NodeId> sent_to;
+  std::set<NodeId> relayed;  // owners of the sums relayed to sent_to
+  while (true) {
+    std::optional<NodeId> parent;
+    std::set<NodeId> down;
+    std::map<NodeId, PartialSum> to_relay;
+    {
+      auto lock = membership_.lock();
+      if (summary_) return summary_;
+      down = downLocked();
+      parent = repairedParent(tree_graph_, depths_, layout_.self, down);
+      if (parent != sent_to) relayed.clear();
+      for (const auto& [owner, sum] : partial_sums_) {
+        if (handled.count(owner) == 0 && relayed.count(owner) == 0) to_relay.emplace(owner, sum);
+      }
+      parent_ = parent;
+    }
+    const std::vector<NodeId> down_ids(down.begin(), down.end());
+    if (!parent) {
+      const bool reaches = reachesRoot(tree_graph_, kCollector, layout_.self, down);
+      report_.cut_off =
+          reaches ? fmt::format(
+                        "no live neighbor closer to node {} in the end-of-run tree (node(s) {} "
+                        "down): the final models of node(s) {} are not in the cluster's average",
+                        kCollector, idList(down_ids), idList(own.models()))
+                  : fmt::format(
+                        "cut off from node {}: every path to it crosses node(s) that are down "
+                        "({} known here); the final models of node(s) {} are not in the "
+                        "cluster's average",
+                        kCollector, idList(down_ids), idList(own.models()));
+      log.error("{}", *report_.cut_off);
+      return std::nullopt;
+    }
+    if (parent != sent_to) {
+      if (sent_to) {
+        log.warn(
+            "tree parent node {} went down before the end-of-run summary came: re-attaching to "
+            "node {} and re-sending the partial sum of node(s) {} (node {} drops it if it was "
+            "counted already)",
+            *sent_to, *parent, idList(own.models()), kCollector);
+      }
+      // The parent named at the barrier knows; a new one learns it here, before the sums.
+      if (sent_to || parent != tree_.parent) {
+        sendTrainingDone({*parent}, rounds_done, nullptr, parent);
+      }
+    }
+    // Relayed sums first: the parent has them before it takes this node's own as complete.
+    for (const auto& [owner, sum] : to_relay) {
+      log.info("relaying the partial sum of node(s) {} (from node {}) to node {}",
+               idList(sum.models), sum.from, *parent);
+      sendPartialSum(*parent, rounds_done, sum.values, sum.models, owner);
+      relayed.insert(owner);
+    }
+    if (parent != sent_to) {
+      // Sent once as an ordinary sum; sent again (the first parent may have forwarded it before
+      // it went down), unmerged, so that node 0 can tell it is a copy.
+      sendPartialSum(*parent, rounds_done, own.sum(), own.models(),
+                     sent_to ? static_cast<int64_t>(layout_.self) : -1);
+      sent_to = parent;
+    }
+    // Until the summary comes, the parent goes down, or a sum to relay arrives.
+    waitEndOfRun(
+        [&] {
+          if (summary_ || membership_.isDownLocked(*sent_to)) return std::vector<NodeId>{};
+          for (const auto& [owner, sum] : partial_sums_) {
+            if (handled.count(owner) == 0 && relayed.count(owner) == 0)
+              return std::vector<NodeId>{};
+          }
+          return std::vector<NodeId>{*sent_to};
+        },
+        deadline, last_round, "the end-of-run summary");
+    auto lock = membership_.lock();
+    if (summary_) return summary_;
+    if (membership_.stoppedLocked() || Clock::now() >= deadline) return std::nullopt;
+  }
 }
 
 void ConsensusPeer::finish(int64_t rounds_done, std::vector<uint32_t>& finished,
@@ -734,76 +933,102 @@ void ConsensusPeer::finish(int64_t rounds_done, std::vector<uint32_t>& finished,
   spdlog::logger& log = node_.logger();
   const Clock::time_point deadline = Clock::now() + options_.finish_timeout;
   const Round last_round = rounds_done - 1;
-  // 1. The barrier: this node needs no more gossip from its neighbors.
-  node::SharedFrame done =
-      encodeMessage(node_, wire::Body::TrainingDone, [&](flatbuffers::FlatBufferBuilder& b) {
-        return wire::CreateTrainingDone(b, rounds_done).Union();
-      });
-  node_.broadcast(end_peers_, done);
+  rounds_done_ = rounds_done;
+  // 1. The barrier: this node needs no more gossip from its neighbors; it names its parent in
+  // the end-of-run tree (the lowest-id live neighbor one hop closer to node 0).
+  std::optional<NodeId> parent;
+  {
+    auto lock = membership_.lock();
+    parent = repairedParent(tree_graph_, depths_, layout_.self, downLocked());
+    parent_ = parent;
+  }
+  tree_.parent = parent;
+  sendTrainingDone(end_peers_, rounds_done, nullptr, parent);
 
-  // 2. The convergecast: each child's partial sum (or its departure: its subtree is left out).
+  // 2. The convergecast: each neighbor that may be a child says whose child it is; those that
+  // named this node send their partial sums (or go down: their subtree re-attaches elsewhere, or
+  // is missing).
+  auto childrenLocked = [&] {
+    std::vector<NodeId> out;
+    for (const auto& [id, named] : named_parent_) {
+      if (named == layout_.self && !membership_.isDownLocked(id)) out.push_back(id);
+    }
+    return out;
+  };
   waitEndOfRun(
       [&] {
         std::vector<NodeId> out;
-        for (NodeId child : tree_.children) {
-          if (!partial_sums_.count(child) && !membership_.isDownLocked(child)) out.push_back(child);
+        for (NodeId n : possible_children_) {
+          if (membership_.isDownLocked(n)) continue;
+          auto named = named_parent_.find(n);
+          if (named == named_parent_.end() ||
+              (named->second == layout_.self && partial_sums_.count(n) == 0)) {
+            out.push_back(n);
+          }
         }
         return out;
       },
       deadline, last_round, "the partial sums of the final models");
+  if (options_.before_partial_sum) options_.before_partial_sum();
   std::map<NodeId, PartialSum> sums;
   {
     auto lock = membership_.lock();
-    for (NodeId child : tree_.children) {
-      auto it = partial_sums_.find(child);
-      if (it != partial_sums_.end()) sums.emplace(child, it->second);
+    sums = partial_sums_;
+  }
+  // This node's own sum: its model and its children's sums (in id order, fixed).
+  SumLedger own(report_.final_model.size());
+  own.add(std::span<const float>(report_.final_model), std::vector<NodeId>{layout_.self});
+  std::set<NodeId> handled;  // sums added here (not to relay)
+  for (auto& [owner, part] : sums) {
+    if (part.relay || part.from != owner) continue;
+    const SumLedger::Verdict verdict = own.add(part.values, part.models);
+    handled.insert(owner);
+    if (verdict != SumLedger::Verdict::kAdded) {
+      log.warn(
+          "the partial sum from node {} (of node(s) {}) repeats models already summed: left out",
+          owner, idList(part.models));
     }
   }
-  const std::span<const float> own = report_.final_model;
-  std::vector<double> sum(own.begin(), own.end());
-  std::vector<NodeId> models{layout_.self};
-  for (NodeId child : tree_.children) {
-    auto it = sums.find(child);
-    if (it == sums.end()) {
-      log.warn("node {} sent no partial sum of the final models: its subtree is left out", child);
-      continue;
-    }
-    const PartialSum& part = it->second;
-    const bool overlaps = std::any_of(part.models.begin(), part.models.end(), [&](NodeId id) {
-      return std::find(models.begin(), models.end(), id) != models.end();
-    });
-    if (overlaps || part.values.size() != sum.size()) {
-      log.warn("the partial sum from node {} repeats models already summed: left out", child);
-      continue;
-    }
-    for (size_t i = 0; i < sum.size(); ++i)
-      sum[i] += part.values[i];
-    models.insert(models.end(), part.models.begin(), part.models.end());
-  }
-  std::sort(models.begin(), models.end());
 
-  // 3. Up to the parent; node 0 evaluates the average instead.
   std::optional<std::vector<NodeId>> summary;
-  if (tree_.parent) {
-    if (!membership_.isDown(*tree_.parent)) {
-      std::vector<float> values(sum.begin(), sum.end());
-      sendPartialSum(*tree_.parent, rounds_done, values, models);
+  if (layout_.self != kCollector) {
+    // 3. Up the tree (re-attaching when the parent goes down), until the summary comes down.
+    summary = sendUpTheTree(rounds_done, own, handled, deadline);
+  } else {
+    // 3. Node 0: the relayed sums too, larger first; a copy of a subtree already counted through
+    // its former parent is dropped (node 0 counts every model at most once).
+    std::vector<std::pair<NodeId, const PartialSum*>> relays;
+    for (const auto& [owner, part] : sums) {
+      if (handled.count(owner) == 0) relays.emplace_back(owner, &part);
     }
-    // 4. The summary from the parent: who made it to the end, cluster-wide.
-    waitEndOfRun(
-        [&] {
-          if (summary_ || membership_.isDownLocked(*tree_.parent)) return std::vector<NodeId>{};
-          return std::vector<NodeId>{*tree_.parent};
-        },
-        deadline, last_round, "the end-of-run summary");
-    auto lock = membership_.lock();
-    summary = summary_;
-  } else if (layout_.self == kCollector) {
+    std::stable_sort(relays.begin(), relays.end(), [](const auto& a, const auto& b) {
+      return a.second->models.size() > b.second->models.size();
+    });
+    for (const auto& [owner, part] : relays) {
+      switch (own.add(part->values, part->models)) {
+        case SumLedger::Verdict::kAdded:
+          log.info("averaging the re-sent partial sum of node(s) {} (from node {})",
+                   idList(part->models), part->from);
+          break;
+        case SumLedger::Verdict::kAlreadyCounted:
+          log.warn(
+              "the re-sent partial sum of node(s) {} (from node {}) is counted already (its "
+              "former parent forwarded it): dropped",
+              idList(part->models), part->from);
+          break;
+        default:
+          log.warn(
+              "the re-sent partial sum of node(s) {} (from node {}) overlaps models "
+              "counted: left out",
+              idList(part->models), part->from);
+      }
+    }
     ml::Model& model = *job_.model;
+    const std::vector<NodeId>& models = own.models();
     const size_t count = models.size();
     std::unique_ptr<ml::Model> average = model.clone();
-    for (size_t i = 0; i < sum.size(); ++i)
-      average->params()[i] = static_cast<float>(sum[i] / static_cast<double>(count));
+    for (size_t i = 0; i < own.sum().size(); ++i)
+      average->params()[i] = static_cast<float>(own.sum()[i] / static_cast<double>(count));
     const ml::Evaluation eval = ml::evaluate(*average, job_.data->test);
     report_.average_accuracy = eval.accuracy;
     report_.averaged_models = count;
@@ -812,16 +1037,31 @@ void ConsensusPeer::finish(int64_t rounds_done, std::vector<uint32_t>& finished,
               idList(models), 100 * eval.accuracy);
     summary = models;
   }
-  // 5. Down the tree.
-  if (summary && !tree_.children.empty()) {
-    node::SharedFrame down =
-        encodeMessage(node_, wire::Body::TrainingDone, [&](flatbuffers::FlatBufferBuilder& b) {
-          return wire::CreateTrainingDone(b, rounds_done, b.CreateVector(*summary)).Union();
-        });
-    node_.broadcast(tree_.children, down);
+  // 4. Down the tree, to every neighbor that named this node its parent (one that re-attaches
+  // later gets it when it says so).
+  if (summary) {
+    std::vector<NodeId> children;
+    {
+      auto lock = membership_.lock();
+      children = childrenLocked();
+      summary_sent_ = summary;
+    }
+    sendTrainingDone(children, rounds_done, &*summary, std::nullopt);
+    report_.missing_models.clear();
+    for (NodeId id : layout_.members) {
+      if (!std::binary_search(summary->begin(), summary->end(), id)) {
+        report_.missing_models.push_back(id);
+      }
+    }
+    if (!report_.missing_models.empty()) {
+      log.warn(
+          "the final models of node(s) {} are missing from node {}'s average (down, or cut "
+          "off with their subtree)",
+          idList(report_.missing_models), kCollector);
+    }
   }
 
-  // 6. Stay until every neighbor (and tree link) finished or left: nobody leaves while a
+  // 5. Stay until every neighbor (and tree link) finished or left: nobody leaves while a
   // neighbor may still wait for its models.
   run::SettleOptions settle;
   settle.peers = end_peers_;
@@ -841,7 +1081,7 @@ void ConsensusPeer::finish(int64_t rounds_done, std::vector<uint32_t>& finished,
           .push_back(id);
     }
   } else {
-    // The parent left before the summary came: what this node saw of its neighbors.
+    // No summary came (cut off, or the deadline): what this node saw of its neighbors.
     finished = std::move(settled.finished);
     departed = std::move(settled.departed);
   }
@@ -852,6 +1092,10 @@ void ConsensusPeer::finish(int64_t rounds_done, std::vector<uint32_t>& finished,
 
 void ConsensusPeer::describeEnd(ml::MetricsEvent& last) {
   last.add("skips", report_.skips).add("skipped_rounds", report_.skipped_rounds);
+  if (!report_.missing_models.empty() || report_.average_accuracy) {
+    last.addRaw("missing_models", fmt::format("[{}]", fmt::join(report_.missing_models, ",")));
+  }
+  if (report_.cut_off) last.addBool("cut_off", true);
   if (report_.average_accuracy) {
     last.add("average_accuracy", *report_.average_accuracy)
         .add("averaged_models", static_cast<uint64_t>(report_.averaged_models));

@@ -21,9 +21,11 @@
 #include "consensus/backup_rule.h"
 #include "consensus/consensus_service.h"
 #include "consensus/mixing.h"
+#include "consensus/partial_sum.h"
 #include "consensus/round_board.h"
 #include "consensus/spanning_tree.h"
 #include "node/refusal_log.h"
+#include "node/send_policy.h"
 #include "run/membership.h"
 #include "run/staleness_bound.h"
 #include "run/training_loop.h"
@@ -69,10 +71,25 @@ struct ConsensusOptions {
   std::function<void(Round, const std::vector<NodeId>&)> on_waiting;
   // Tests: called on the trainer thread after each round's mixing step.
   std::function<void(Round)> on_round_end;
+  // Tests: called on the loop thread when a partial sum of the final models has fully arrived,
+  // with its sender and the node that summed it.
+  std::function<void(NodeId from, NodeId owner)> on_partial_sum;
+  // Tests: called on the trainer thread at the end of the run, just before this node first sends
+  // its partial sum up the tree (node 0: before it averages).
+  std::function<void()> before_partial_sum;
 };
 
 // The largest tau: a bound beyond any run's rounds.
 inline constexpr int64_t kMaxStaleness = 1'000'000;
+
+// The send policy of gossip (node/send_policy.h): chunk i of a round's model supersedes chunk i
+// of older rounds still queued to a neighbor that cannot keep up (kinds kGossipChunkKind + i,
+// modulo kGossipChunkKinds, apart from every body type), so the newest share gets through and a
+// chunk never pushes out another chunk of its own model. Other shares (catch-up, partial sums)
+// must all arrive and keep the refusing default.
+inline constexpr uint32_t kGossipChunkKind = 1u << 20;
+inline constexpr uint32_t kGossipChunkKinds = 1u << 20;
+node::SendOptions gossipSendOptions(size_t chunk_index);
 
 // Registers --backup, --mixing, --chunk-floats, --skip-gap and --rejoin (--staleness is both
 // modes': run::addStalenessOption).
@@ -109,10 +126,20 @@ struct ConsensusReport : run::LoopReport {
   std::optional<double> average_accuracy;
   size_t averaged_models = 0;
   std::vector<float> average_model;
+  // The members whose final models are not in node 0's average (down, or cut off with their
+  // subtree); known at node 0 and at every node the summary reached.
+  std::vector<NodeId> missing_models;
+  // Set when this node could not reach node 0 at the end of the run (every tree neighbor closer
+  // to node 0 down; the graph split, or the node is stranded): why, naming the nodes down. Its
+  // model (and its subtree's) is not in the average; `chorus node` exits 1 with this message.
+  std::optional<std::string> cut_off;
   std::vector<float> final_model;
   std::vector<size_t> backups;  // b_i of every round run
   int64_t skips = 0;            // how often this node jumped ahead (iteration skipping)
-  int64_t skipped_rounds = 0;   // rounds it jumped over
+  // Gossip chunks dropped from slow neighbors' queues for a newer round's (gossipSendOptions),
+  // as the node counted them when the rounds ended.
+  uint64_t shares_superseded = 0;
+  int64_t skipped_rounds = 0;  // rounds it jumped over
 };
 
 // What peers' models hold in this node's memory (docs/consensus.md, "What a peer can make a
@@ -165,6 +192,7 @@ class ConsensusPeer : private run::TrainingStrategy {
     bool timed_out = false;
     double distance = 0, staleness_sum = 0;
     int64_t staleness_max = 0;
+    uint64_t superseded_seen = 0, refused_seen = 0;  // the node's totals at the last round line
   };
 
   // run::TrainingStrategy: the consensus round around the local step.
@@ -195,7 +223,8 @@ class ConsensusPeer : private run::TrainingStrategy {
   // Trainer thread: `values` to `to` in ModelShare chunks of options_.chunk_floats (one empty
   // chunk for an empty model); `models` is set on partial sums only.
   void sendChunks(const std::vector<NodeId>& to, std::span<const float> values, Round round,
-                  size_t backups, wire::SharePurpose purpose, std::span<const NodeId> models);
+                  size_t backups, wire::SharePurpose purpose, std::span<const NodeId> models,
+                  std::span<const float> low = {}, int64_t owner = -1);
   // Trainer thread: answers pending ModelRequests with the current model, as of `round`.
   void answerRequests(Round round);
   // Trainer thread: takes a neighbor's current model; returns the first round to run.
@@ -213,9 +242,21 @@ class ConsensusPeer : private run::TrainingStrategy {
   bool waitEndOfRun(const std::function<std::vector<NodeId>()>& missing,
                     std::chrono::steady_clock::time_point deadline, Round last_round,
                     std::string_view what);
-  // Sends the sum of final models `sum` naming `models` to `to` as PartialSum chunks.
-  void sendPartialSum(NodeId to, Round rounds_done, const std::vector<float>& sum,
-                      const std::vector<NodeId>& models);
+  // Sends the sum of final models `sum` naming `models` to `to` as PartialSum chunks (a
+  // double-float pair per value); `owner` >= 0 makes it travel unmerged (docs/consensus.md).
+  void sendPartialSum(NodeId to, Round rounds_done, std::span<const double> sum,
+                      std::span<const NodeId> models, int64_t owner);
+  // Sends TrainingDone {rounds_done, finished = summary, parent} to `to`.
+  void sendTrainingDone(const std::vector<NodeId>& to, Round rounds_done,
+                        const std::vector<NodeId>* summary, std::optional<NodeId> parent);
+  // Under the membership lock: the tree neighbors this node knows are down.
+  std::set<NodeId> downLocked() const;
+  // The convergecast below node 0, after this node's own sum is made: sends it (and the sums it
+  // relays) to its parent, re-attaching when the parent goes down, until the summary comes.
+  // Returns the summary, or none (cut off, stopped, deadline).
+  std::optional<std::vector<NodeId>> sendUpTheTree(Round rounds_done, const SumLedger& own,
+                                                   std::set<NodeId>& handled,
+                                                   std::chrono::steady_clock::time_point deadline);
 
   node::Node& node_;
   run::NodeJob job_;
@@ -227,6 +268,7 @@ class ConsensusPeer : private run::TrainingStrategy {
   // Loop-thread state.
   ModelAssembler gossip_;
   ModelAssembler finals_;
+  ModelAssembler finals_low_;  // the low halves of partial sums, keyed like finals_
   ModelAssembler catchups_;
   node::RefusalLog refusals_;
   // The round the trainer is in (set before it sends that round's model): gossip of rounds
@@ -242,16 +284,30 @@ class ConsensusPeer : private run::TrainingStrategy {
   // (neighbors and tree links, sorted).
   TreeLinks tree_;
   std::vector<NodeId> end_peers_;
-  // A child's (or, in a star, any member's) complete partial sum and the ids it sums.
+  // The graph the tree is drawn in (the topology, or a star around node 0 without one), its BFS
+  // depths from node 0, and the neighbors that may name this node as their parent.
+  std::map<NodeId, std::vector<NodeId>> tree_graph_;
+  std::map<NodeId, int64_t> depths_;
+  std::vector<NodeId> possible_children_;
+  // A complete partial sum that arrived, keyed by the node that summed it (its owner).
   struct PartialSum {
-    std::vector<float> values;
-    std::vector<NodeId> models;
+    NodeId from = 0;     // who sent it here
+    bool relay = false;  // it travels unmerged to node 0 (owner set on the wire)
+    std::vector<double> values;
+    std::vector<NodeId> models;  // sorted
   };
   std::map<NodeId, PartialSum> partial_sums_;
-  // The models list of the partial sum being assembled, per sender (from its latest chunk).
-  std::map<NodeId, std::vector<NodeId>> partial_models_;
-  // The tree parent's summary: the members whose final models node 0 averaged.
+  // The models list (and owner) of the partial sum being assembled, per key.
+  std::map<NodeId, std::pair<std::vector<NodeId>, bool>> partial_models_;
+  // The parent each neighbor last named (TrainingDone.parent).
+  std::map<NodeId, NodeId> named_parent_;
+  // This node's parent now (set at the end of the run; the summary is taken from it only).
+  std::optional<NodeId> parent_;
+  // The summary from the parent: the members whose final models node 0 averaged.
   std::optional<std::vector<NodeId>> summary_;
+  // The summary once this node sent it down: a child that re-attaches later gets it at once.
+  std::optional<std::vector<NodeId>> summary_sent_;
+  std::atomic<Round> rounds_done_{0};   // for that late summary (set by finish())
   std::set<NodeId> requests_;           // neighbors waiting for a catch-up model
   std::optional<NodeId> catchup_from_;  // the neighbor asked for a catch-up model, while asked
   std::map<NodeId, ModelAssembler::Complete> catchup_models_;

@@ -57,8 +57,9 @@ size_t count(const std::string& text, const std::string& part) {
 // their own attribute. Cleans up after itself.
 class CrashCluster {
  public:
+  // A full mesh, or with `line` a line 0 - 1 - ... - nodes-1.
   CrashCluster(const std::string& name, int nodes, const std::string& mode,
-               const std::map<int, std::string>& stragglers = {})
+               const std::map<int, std::string>& stragglers = {}, bool line = false)
       : nodes_(nodes) {
     const std::string unique = name + "-" + std::to_string(getpid());
     topology_ = fs::temp_directory_path() / (unique + ".toml");
@@ -69,7 +70,7 @@ class CrashCluster {
       f << "\n[[node]]\nid = " << i << "\naddress = \"127.0.0.1:" << freeLoopbackPort()
         << "\"\nneighbors = [";
       for (int j = 0, listed = 0; j < nodes; ++j) {
-        if (j != i) f << (listed++ > 0 ? ", " : "") << j;
+        if (j != i && (!line || j == i - 1 || j == i + 1)) f << (listed++ > 0 ? ", " : "") << j;
       }
       f << "]\n";
       if (auto it = stragglers.find(i); it != stragglers.end())
@@ -211,6 +212,31 @@ TEST(ChorusCrash, ConsensusNeighborsGoOnWithoutTheCrashedNode) {
   EXPECT_EQ(count(crashed, "\"event\":\"round\""), 9u) << crashed;
   EXPECT_EQ(count(crashed, "\"event\":\"final\""), 0u) << crashed;
   EXPECT_EQ(crashed.back(), '\n');
+}
+
+// A line 0 - 1 - 2 - 3 - 4 whose node 2 crashes: nodes 3 and 4 are cut off from node 0. They end
+// at once with a line naming what is down and exit 1; with --keep-going (a failed node would
+// otherwise stop the launch) node 0 averages 0 and 1 and names the others missing.
+TEST(ChorusCrash, ConsensusNodesCutOffFromNodeZeroExitWithAMessage) {
+  CrashCluster cluster("crash-split", 5, "consensus", {}, /*line=*/true);
+  CommandResult r =
+      cluster.launch({"--rounds", "40", "--stragglers", "crash:2@10", "--keep-going"});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err,
+                       "[node 3] chorus: error: node 3: cut off from node 0: every path to "
+                       "it crosses node(s) that are down (2 known here); the final models "
+                       "of node(s) 3, 4 are not in the cluster's average"))
+      << r.err;
+  EXPECT_TRUE(contains(r.err, "[node 4] chorus: error: node 4: cut off from node 0")) << r.err;
+  EXPECT_TRUE(contains(r.err, "[launch] node 3 exited with status 1")) << r.err;
+  EXPECT_TRUE(contains(r.out, "[node 0] node 0: test accuracy of the average of 2 final models"))
+      << r.out;
+  const std::vector<std::string> written = lines(cluster.metrics(0));
+  ASSERT_FALSE(written.empty());
+  EXPECT_TRUE(contains(written.back(), "\"missing_models\":[2,3,4]")) << written.back();
+  const std::vector<std::string> cut = lines(cluster.metrics(3));
+  ASSERT_FALSE(cut.empty());
+  EXPECT_TRUE(contains(cut.back(), "\"cut_off\":true")) << cut.back();
 }
 
 // Node 2 (its own topology attribute says so) owned a shard of the keys and was a worker. The
