@@ -34,9 +34,9 @@
 #include "launch/launch_env.h"
 #include "ml/checkpoint.h"
 #include "ml/dataset.h"
+#include "modes/registry.h"
 #include "node/connection.h"
 #include "node/node.h"
-#include "ping/ping_session.h"
 #include "ps/ps_peer.h"
 #include "run/cli_checks.h"
 #include "run/single_node.h"
@@ -263,29 +263,38 @@ NodeSetup setUpNode(const NodeArgs& args, spdlog::level::level_enum level,
   return setup;
 }
 
-// The ping settings of the flags.
-ping::PingOptions pingOptions(const NodeArgs& args) {
-  ping::PingOptions options;
-  options.pings_per_peer = args.pings;
-  options.payload_bytes = args.payload_bytes;
-  options.timeout = secondsToMs(args.ping_timeout_s);
-  return options;
+// The settings of the modes the registry runs (modes/session.h), from the flags.
+modes::ModeSettings modeSettings(const NodeArgs& args, const NodeSetup& setup) {
+  modes::ModeSettings settings;
+  settings.ping.pings_per_peer = args.pings;
+  settings.ping.payload_bytes = args.payload_bytes;
+  settings.ping.timeout = secondsToMs(args.ping_timeout_s);
+  settings.max_frame_bytes = setup.options.max_frame_bytes;
+  return settings;
+}
+
+// The registry's entry of `mode`, one `--mode` takes (CommandFailure 2 otherwise).
+const modes::Mode& registeredMode(const std::string& mode) {
+  const modes::Mode* entry = modes::findMode(mode);
+  if (entry == nullptr || !entry->named_by_flag) {
+    throw CommandFailure(2,
+                         fmt::format("unknown mode \"{}\": use {}", mode, modes::flagModeNames()));
+  }
+  return *entry;
 }
 
 // Every check of the flags that needs no data and no port, for the mode the node will run in
 // (exit 2). `chorus launch` runs the same checks once before it starts any node.
 void checkModeArgs(const NodeArgs& args, const NodeSetup& setup, const std::string& mode) {
-  if (mode == "ping") {
+  const modes::Mode& entry = registeredMode(mode);
+  if (entry.check != nullptr) {
     try {
-      ping::validatePingFitsFrames(pingOptions(args), setup.options.max_frame_bytes);
+      entry.check(modeSettings(args, setup));
     } catch (const std::invalid_argument& e) {
       throw CommandFailure(2, e.what());
     }
-    return;
   }
-  if (mode != "consensus" && mode != "ps") {
-    throw CommandFailure(2, fmt::format("unknown mode \"{}\": use consensus, ps or ping", mode));
-  }
+  if (!entry.trains) return;
   if (isSparseModel(args.run.model.name)) {
     return checkSparseNodeArgs(args.run, args.sparse, args.psOptions(), mode);
   }
@@ -605,37 +614,37 @@ ModeRun singleRun(node::Node& node, run::NodeJob job, const run::RunOptions& opt
           [stopped] { stopped->store(true); }};
 }
 
-// The ping session (ping/ping_session.h) as the node drives a session.
-class PingNodeSession : public NodeSession {
+// A registered mode's session (modes/session.h) as the node drives a session.
+class RegisteredSession : public NodeSession {
  public:
-  PingNodeSession(node::Node& node, std::vector<node::NodeId> peers, ping::PingOptions options)
-      : ping_(node, std::move(peers), options) {}
+  explicit RegisteredSession(std::unique_ptr<modes::Session> session)
+      : session_(std::move(session)) {}
   void run() override {
-    const ping::PingOutcome outcome = ping_.run();
-    if (outcome.exit_code != 0) throw CommandFailure(outcome.exit_code, outcome.message);
+    try {
+      session_->run();
+    } catch (const modes::SessionFailure& e) {
+      throw CommandFailure(e.exitCode(), e.what());
+    }
   }
-  void stop() override { ping_.stop(); }
+  void stop() override { session_->stop(); }
 
  private:
-  ping::PingSession ping_;
+  std::unique_ptr<modes::Session> session_;
 };
 
-// A connectivity check: Ping/Pong with every other member.
-void runPing(const NodeArgs& args, const NodeSetup& setup) {
-  const ping::PingOptions options = pingOptions(args);
+// A mode whose session the registry builds (ping): with every other member.
+void runRegisteredMode(const NodeArgs& args, const NodeSetup& setup, const modes::Mode& mode) {
+  const modes::ModeSettings settings = modeSettings(args, setup);
+  const modes::Session* session = nullptr;
   runSession(
-      args, setup, "ping",
+      args, setup, std::string(mode.name),
       [&](node::Node& node) {
-        return std::make_unique<PingNodeSession>(node, setup.peer_ids, options);
+        std::unique_ptr<modes::Session> made =
+            mode.make_session({node, setup.topo, *setup.me, setup.peer_ids}, settings);
+        session = made.get();
+        return std::make_unique<RegisteredSession>(std::move(made));
       },
-      [&](int64_t ready_ms) {
-        return fmt::format(
-            "node {} of cluster \"{}\" ({} nodes) listening on {}: connected to all {} peers in "
-            "{} ms",
-            setup.self, setup.topo.name, setup.topo.nodes.size(), setup.me->address(),
-            setup.peers.size(), ready_ms);
-      },
-      setup.peers);
+      [&](int64_t ready_ms) { return session->connectedLine(ready_ms); }, setup.peers);
 }
 
 void runTrainingMode(const NodeArgs& args, const NodeSetup& setup, const std::string& mode) {
@@ -709,11 +718,12 @@ std::string modeOf(const NodeArgs& args, const NodeSetup& setup) {
 // (NodeOptions::run_fingerprint): a node started with another model, mode or optimizer would
 // otherwise hang the others or train something else. Per-node settings (its output folder,
 // straggler terms, data folder, log level, time-outs) stay out.
-std::string runFingerprint(const NodeArgs& args, const std::string& mode) {
+std::string runFingerprint(const NodeArgs& args, const std::string& mode,
+                           const modes::ModeSettings& settings) {
   std::vector<std::pair<std::string, std::string>> s = {{"mode", mode}};
-  if (mode == "ping") {
-    s.insert(s.end(), {{"pings", fmt::format("{}", args.pings)},
-                       {"payload-bytes", fmt::format("{}", args.payload_bytes)}});
+  if (const modes::Mode& entry = registeredMode(mode); entry.fingerprint != nullptr) {
+    const modes::Fingerprint own = entry.fingerprint(settings);
+    s.insert(s.end(), own.begin(), own.end());
   } else if (isSparseModel(args.run.model.name)) {
     const run::RunOptions& r = args.run;
     s.insert(s.end(), {{"model", r.model.name},
@@ -774,8 +784,10 @@ void runNode(const NodeArgs& args) {
   const std::string mode = modeOf(args, setup);
   // Bad flags first (exit 2), before any data is read or port bound.
   checkModeArgs(args, setup, mode);
-  setup.options.run_fingerprint = runFingerprint(args, mode);
-  if (mode == "ping") return runPing(args, setup);
+  setup.options.run_fingerprint = runFingerprint(args, mode, modeSettings(args, setup));
+  if (const modes::Mode& entry = registeredMode(mode); entry.make_session != nullptr) {
+    return runRegisteredMode(args, setup, entry);
+  }
   return runTrainingMode(args, setup, mode);
 }
 
@@ -790,7 +802,7 @@ void checkNodes(NodeArgs args, const std::vector<uint32_t>& ids) {
       checkModeArgs(args, setup, modeOf(args, setup));
     }
     // The nodes of a launch share this machine's data folder: a missing graph is said once.
-    if (modeOf(args, setUpNode(args, spdlog::level::off, &topo)) != "ping") {
+    if (registeredMode(modeOf(args, setUpNode(args, spdlog::level::off, &topo))).trains) {
       checkSparseData(args.run, args.sparse);
     }
     return;
@@ -800,7 +812,7 @@ void checkNodes(NodeArgs args, const std::vector<uint32_t>& ids) {
     NodeSetup setup = setUpNode(args, spdlog::level::off, &topo);
     const std::string mode = modeOf(args, setup);
     checkModeArgs(args, setup, mode);
-    trains = trains || mode != "ping";
+    trains = trains || registeredMode(mode).trains;
   }
   // The nodes of a launch share this machine's data folder: a missing data set is said once.
   if (trains && args.run.data.name != "synthetic") {
