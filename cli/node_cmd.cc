@@ -269,6 +269,8 @@ modes::ModeSettings modeSettings(const NodeArgs& args, const NodeSetup& setup) {
   settings.ping.pings_per_peer = args.pings;
   settings.ping.payload_bytes = args.payload_bytes;
   settings.ping.timeout = secondsToMs(args.ping_timeout_s);
+  settings.consensus = args.consensusOptions();
+  settings.ps = args.psOptions();
   settings.max_frame_bytes = setup.options.max_frame_bytes;
   return settings;
 }
@@ -287,14 +289,15 @@ const modes::Mode& registeredMode(const std::string& mode) {
 // (exit 2). `chorus launch` runs the same checks once before it starts any node.
 void checkModeArgs(const NodeArgs& args, const NodeSetup& setup, const std::string& mode) {
   const modes::Mode& entry = registeredMode(mode);
-  if (entry.check != nullptr) {
+  const modes::ModeSettings settings = modeSettings(args, setup);
+  if (!entry.trains) {
     try {
-      entry.check(modeSettings(args, setup));
+      if (entry.check != nullptr) entry.check(settings);
     } catch (const std::invalid_argument& e) {
       throw CommandFailure(2, e.what());
     }
+    return;
   }
-  if (!entry.trains) return;
   if (isSparseModel(args.run.model.name)) {
     return checkSparseNodeArgs(args.run, args.sparse, args.psOptions(), mode);
   }
@@ -302,12 +305,7 @@ void checkModeArgs(const NodeArgs& args, const NodeSetup& setup, const std::stri
   checkStragglersNameMembers(args.run.stragglers, setup.topo, args.topology);
   try {
     run::validateRunOptions(args.run);
-    if (mode == "consensus") {
-      consensus::validateConsensusOptions(args.consensusOptions());
-      consensus::validateChunkFitsFrames(args.consensusOptions(), setup.options.max_frame_bytes);
-    } else {
-      ps::validatePsOptions(args.psOptions());
-    }
+    if (entry.check != nullptr) entry.check(settings);
   } catch (const std::invalid_argument& e) {
     throw CommandFailure(2, e.what());
   }
@@ -721,8 +719,10 @@ std::string modeOf(const NodeArgs& args, const NodeSetup& setup) {
 std::string runFingerprint(const NodeArgs& args, const std::string& mode,
                            const modes::ModeSettings& settings) {
   std::vector<std::pair<std::string, std::string>> s = {{"mode", mode}};
-  if (const modes::Mode& entry = registeredMode(mode); entry.fingerprint != nullptr) {
-    const modes::Fingerprint own = entry.fingerprint(settings);
+  const modes::Mode& entry = registeredMode(mode);
+  if (!entry.trains) {
+    const modes::Fingerprint own =
+        entry.fingerprint != nullptr ? entry.fingerprint(settings) : modes::Fingerprint{};
     s.insert(s.end(), own.begin(), own.end());
   } else if (isSparseModel(args.run.model.name)) {
     const run::RunOptions& r = args.run;
@@ -756,17 +756,9 @@ std::string runFingerprint(const NodeArgs& args, const std::string& mode,
       s.emplace_back("synthetic",
                      fmt::format("{},{}", r.data.syntheticTrain, r.data.syntheticTest));
     }
-    if (mode == "ps") {
-      s.insert(s.end(), {{"staleness", args.staleness.toString()},
-                         {"key-floats", fmt::format("{}", args.ps.key_floats)},
-                         {"cache", args.ps.cache ? "yes" : "no"},
-                         {"owner-momentum", args.ps.owner_momentum},
-                         {"async-rounds", args.ps.async_rounds}});
-    } else {
-      s.insert(s.end(), {{"mixing", args.consensus.mixing},
-                         {"staleness", args.staleness.toString()},
-                         {"chunk-floats", fmt::format("{}", args.consensus.chunk_floats)}});
-    }
+    const modes::Fingerprint own =
+        entry.fingerprint != nullptr ? entry.fingerprint(settings) : modes::Fingerprint{};
+    s.insert(s.end(), own.begin(), own.end());
   }
   std::string text;
   for (const auto& [key, value] : s)

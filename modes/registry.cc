@@ -59,16 +59,42 @@ std::string joinNames(const std::vector<std::string>& names) {
   return out;
 }
 
+void checkConsensus(const ModeSettings& settings) {
+  consensus::validateConsensusOptions(settings.consensus);
+  consensus::validateChunkFitsFrames(settings.consensus,
+                                     static_cast<uint32_t>(settings.max_frame_bytes));
+}
+
+Fingerprint consensusFingerprint(const ModeSettings& settings) {
+  return {{"mixing", settings.consensus.mixing},
+          {"staleness", settings.consensus.staleness.toString()},
+          {"chunk-floats", fmt::format("{}", settings.consensus.chunk_floats)}};
+}
+
+void checkPs(const ModeSettings& settings) {
+  ps::validatePsOptions(settings.ps);
+}
+
+Fingerprint psFingerprint(const ModeSettings& settings) {
+  const ps::PsOptions& o = settings.ps;
+  return {{"staleness", o.staleness.toString()},
+          {"key-floats", fmt::format("{}", o.key_floats)},
+          {"cache", o.cache ? "yes" : "no"},
+          {"owner-momentum", o.owner_momentum},
+          {"async-rounds", o.async_rounds}};
+}
+
 }  // namespace
 
 const std::vector<Mode>& registry() {
   // One line per mode.
   static const std::vector<Mode> modes = {
       {"consensus", "gossip averaging with the topology neighbors, backup workers",
-       &consensus::kConsensusService},
+       &consensus::kConsensusService, true, true, &checkConsensus, &consensusFingerprint},
       {"ping", "Ping/Pong with every peer: a connectivity check", &ping::kPingService, true, false,
        &checkPing, &pingFingerprint, &pingSession},
-      {"ps", "sharded parameter ownership, push/pull under a staleness bound", &ps::kPsService},
+      {"ps", "sharded parameter ownership, push/pull under a staleness bound", &ps::kPsService,
+       true, true, &checkPs, &psFingerprint},
       {"single", "one node training alone (a topology of one node)", nullptr, false},
   };
   return modes;

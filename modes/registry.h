@@ -1,10 +1,11 @@
 // The modes chorus runs, one entry each: its name (as `--mode` and compare's variants say it),
 // a one-line description, the service its messages travel as (docs/wire-format.md,
-// "Services"), whether `--mode` takes it, and, for a mode whose session the registry builds,
-// its check, its share of the run fingerprint and its session factory. The wire ids of every
-// mode are checked here to be distinct, once, for all.
+// "Services"), whether `--mode` takes it and whether it trains, the checks of its options and
+// its share of the run fingerprint, and, for a mode whose session the registry builds (ping),
+// its session factory. The wire ids of every mode are checked here to be distinct, once, for all.
 // What an entry does not hold yet (the training modes' sessions, which still live in
-// cli/node_cmd.cc with their flags; the variant grammar; the metric names) is issue 23, item 2.
+// cli/node_cmd.cc; their flags; the variant grammar; the metric names) is issue 23, item 2
+// (docs/architecture.md, "Adding a mode").
 #pragma once
 
 #include <memory>
@@ -30,10 +31,12 @@ struct Mode {
   bool named_by_flag = true;
   // It trains (reads a data set): its session is the CLI's training run.
   bool trains = true;
-  // The checks of its settings that need no data and no port (launch runs them before any
-  // node starts): throws std::invalid_argument naming the flag. Null: none here.
+  // The checks of its settings that need no data and no port (null: none) (launch runs them before
+  // any node starts): throws std::invalid_argument naming the flag. For a mode that trains, run
+  // after the checks every training run shares.
   void (*check)(const ModeSettings&) = nullptr;
-  // Its settings every node must share, for the handshake. Null: the CLI's training settings.
+  // Its settings every node must share (null: none of its own), for the handshake (after the
+  // settings every training run shares, which the CLI writes, for a mode that trains).
   Fingerprint (*fingerprint)(const ModeSettings&) = nullptr;
   // Its session on a started node. Null for the training modes, which the CLI still builds.
   std::unique_ptr<Session> (*make_session)(const SessionContext&, const ModeSettings&) = nullptr;

@@ -11,8 +11,10 @@
 #include <utility>
 #include <vector>
 
+#include "consensus/consensus_peer.h"
 #include "node/node.h"
 #include "ping/ping_exchange.h"
+#include "ps/ps_peer.h"
 #include "topology/topology.h"
 
 namespace chorus::modes {
@@ -20,7 +22,9 @@ namespace chorus::modes {
 // The settings of a mode that travel typed from the flags (or a run spec) to its entry.
 struct ModeSettings {
   ping::PingOptions ping;
-  size_t max_frame_bytes = 0;  // the runtime's frame limit (--max-frame-mib)
+  consensus::ConsensusOptions consensus;  // with the shared --staleness in place
+  ps::PsOptions ps;                       // with the shared --staleness and --rejoin in place
+  size_t max_frame_bytes = 0;             // the runtime's frame limit (--max-frame-mib)
 };
 
 // Where a session runs: the node (not yet listening), its topology, its own entry and the ids

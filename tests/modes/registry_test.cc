@@ -44,6 +44,37 @@ TEST(ModeRegistry, EntriesCarryWhatTheCliDispatchesOn) {
   EXPECT_EQ(findMode("ps")->make_session, nullptr);
 }
 
+// The training modes' entries check their own options and give their share of the fingerprint
+// (after the settings every training run shares, which the CLI writes).
+TEST(ModeRegistry, TrainingModesCheckAndFingerprintTheirOwnOptions) {
+  ModeSettings settings;
+  settings.max_frame_bytes = 256u << 20;
+  settings.consensus.mixing = "metropolis";
+  settings.consensus.chunk_floats = 1000;
+  settings.ps.key_floats = 64;
+  settings.ps.cache = false;
+  const Mode& consensus = *findMode("consensus");
+  const Mode& ps = *findMode("ps");
+  EXPECT_EQ(consensus.fingerprint(settings),
+            (Fingerprint{{"mixing", "metropolis"},
+                         {"staleness", settings.consensus.staleness.toString()},
+                         {"chunk-floats", "1000"}}));
+  EXPECT_EQ(ps.fingerprint(settings), (Fingerprint{{"staleness", settings.ps.staleness.toString()},
+                                                   {"key-floats", "64"},
+                                                   {"cache", "no"},
+                                                   {"owner-momentum", "clock"},
+                                                   {"async-rounds", "cluster"}}));
+  EXPECT_NO_THROW(consensus.check(settings));
+  EXPECT_NO_THROW(ps.check(settings));
+  settings.consensus.mixing = "median";
+  EXPECT_THROW(consensus.check(settings), std::invalid_argument);
+  settings.consensus.mixing = "uniform";
+  settings.max_frame_bytes = 1000;  // a chunk of 1000 floats does not fit
+  EXPECT_THROW(consensus.check(settings), std::invalid_argument);
+  settings.ps.key_floats = 0;
+  EXPECT_THROW(ps.check(settings), std::invalid_argument);
+}
+
 TEST(ModeRegistry, ProblemsAreNamed) {
   std::vector<Mode> modes = registry();
   modes.push_back({"ping", "again", nullptr});
