@@ -1,8 +1,8 @@
 // `chorus node`, the session: one node of a topology file from its typed settings (NodeArgs,
 // parsed once in node_flags.cc). In consensus or PS mode it trains (chorus_consensus,
-// chorus_ps); with --mode ping it connects to every other member, checks the cluster with
-// Ping/Pong traffic, reports, and leaves in order. The runtime, the training and the ping logic
-// live in the libraries; this file maps a topology and the settings onto them.
+// chorus_ps); with --mode ping it checks the cluster with Ping/Pong traffic (chorus_ping's
+// session). Every mode shares the node's lifecycle here (signals, listen, connect, leave); the
+// runtime, the training and the ping logic live in the libraries.
 #include <fmt/format.h>
 #include <pthread.h>
 #include <signal.h>
@@ -35,9 +35,9 @@
 #include "launch/launch_env.h"
 #include "ml/checkpoint.h"
 #include "ml/dataset.h"
+#include "modes/registry.h"
 #include "node/connection.h"
 #include "node/node.h"
-#include "ping/ping_exchange.h"
 #include "ps/ps_peer.h"
 #include "run/cli_checks.h"
 #include "run/single_node.h"
@@ -264,22 +264,40 @@ NodeSetup setUpNode(const NodeArgs& args, spdlog::level::level_enum level,
   return setup;
 }
 
+// The settings of the modes the registry runs (modes/session.h), from the flags.
+modes::ModeSettings modeSettings(const NodeArgs& args, const NodeSetup& setup) {
+  modes::ModeSettings settings;
+  settings.ping.pings_per_peer = args.pings;
+  settings.ping.payload_bytes = args.payload_bytes;
+  settings.ping.timeout = secondsToMs(args.ping_timeout_s);
+  settings.consensus = args.consensusOptions();
+  settings.ps = args.psOptions();
+  settings.max_frame_bytes = setup.options.max_frame_bytes;
+  return settings;
+}
+
+// The registry's entry of `mode`, one `--mode` takes (CommandFailure 2 otherwise).
+const modes::Mode& registeredMode(const std::string& mode) {
+  const modes::Mode* entry = modes::findMode(mode);
+  if (entry == nullptr || !entry->named_by_flag) {
+    throw CommandFailure(2,
+                         fmt::format("unknown mode \"{}\": use {}", mode, modes::flagModeNames()));
+  }
+  return *entry;
+}
+
 // Every check of the flags that needs no data and no port, for the mode the node will run in
 // (exit 2). `chorus launch` runs the same checks once before it starts any node.
 void checkModeArgs(const NodeArgs& args, const NodeSetup& setup, const std::string& mode) {
-  if (mode == "ping") {
-    // A ping larger than a frame may be would close every connection it is sent on.
-    constexpr size_t kPingEnvelopeBytes = 4096;  // header, nonce and vector prefix, with room
-    if (args.payload_bytes + kPingEnvelopeBytes > setup.options.max_frame_bytes) {
-      throw CommandFailure(2, fmt::format("--payload-bytes {} plus a frame's envelope is more "
-                                          "than --max-frame-mib {} accepts: lower "
-                                          "--payload-bytes or raise --max-frame-mib",
-                                          args.payload_bytes, args.max_frame_mib));
+  const modes::Mode& entry = registeredMode(mode);
+  const modes::ModeSettings settings = modeSettings(args, setup);
+  if (!entry.trains) {
+    try {
+      if (entry.check != nullptr) entry.check(settings);
+    } catch (const std::invalid_argument& e) {
+      throw CommandFailure(2, e.what());
     }
     return;
-  }
-  if (mode != "consensus" && mode != "ps") {
-    throw CommandFailure(2, fmt::format("unknown mode \"{}\": use consensus, ps or ping", mode));
   }
   if (isSparseModel(args.run.model.name)) {
     return checkSparseNodeArgs(args.run, args.sparse, args.psOptions(), mode);
@@ -288,12 +306,7 @@ void checkModeArgs(const NodeArgs& args, const NodeSetup& setup, const std::stri
   checkStragglersNameMembers(args.run.stragglers, setup.topo, args.topology);
   try {
     run::validateRunOptions(args.run);
-    if (mode == "consensus") {
-      consensus::validateConsensusOptions(args.consensusOptions());
-      consensus::validateChunkFitsFrames(args.consensusOptions(), setup.options.max_frame_bytes);
-    } else {
-      ps::validatePsOptions(args.psOptions());
-    }
+    if (entry.check != nullptr) entry.check(settings);
   } catch (const std::invalid_argument& e) {
     throw CommandFailure(2, e.what());
   }
@@ -305,73 +318,6 @@ void checkModeArgs(const NodeArgs& args, const NodeSetup& setup, const std::stri
   } catch (const std::invalid_argument& e) {
     throw CommandFailure(2, fmt::format("node {}: {}", setup.self, e.what()));
   }
-}
-
-void runPing(const NodeArgs& args, const NodeSetup& setup) {
-  const node::NodeId self = setup.self;
-  const topology::Topology& topo = setup.topo;
-  const topology::NodeSpec* me = setup.me;
-  const std::vector<node::PeerAddress>& peers = setup.peers;
-
-  SignalWatcher signals;
-  node::Node node(setup.options);
-  spdlog::logger& log = node.logger();
-  ping::PingOptions ping_options;
-  ping_options.pings_per_peer = args.pings;
-  ping_options.payload_bytes = args.payload_bytes;
-  ping_options.timeout = secondsToMs(args.ping_timeout_s);
-  ping::PingExchange exchange(node, setup.peer_ids, ping_options);
-  signals.start([&](int signal) {
-    log.warn("received {}: leaving the cluster", SignalWatcher::signalName(signal));
-    exchange.cancel({node::ErrorCode::kShutdown, "interrupted"});
-    node.shutdown(secondsToMs(args.linger_s));
-  });
-  const SignalWatcher::StopFirst stop_signals_first{signals};
-
-  const auto start = std::chrono::steady_clock::now();
-  if (node::Status status = node.listen(); !status.ok()) {
-    // A signal that shut the node down during setup is an interruption, not a failure.
-    if (signals.received() != 0) leaveCluster(node, args.linger_s, signals, self, 0, "");
-    throw CommandFailure(3, fmt::format("node {}: {}", self, status.message()));
-  }
-  if (node::Status status = node.connect(peers); !status.ok()) {
-    // A signal that shut the node down during setup is an interruption, not a failure.
-    if (signals.received() != 0) leaveCluster(node, args.linger_s, signals, self, 0, "");
-    throw CommandFailure(3, fmt::format("node {}: {}", self, status.message()));
-  }
-  node::Status ready = node.waitClusterReady();
-  const auto ready_ms =
-      std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start).count();
-  auto finish = [&](int code, const std::string& message) {
-    leaveCluster(node, args.linger_s, signals, self, code, message);
-  };
-  if (!ready.ok()) finish(4, fmt::format("node {}: {}", self, readyFailure(ready)));
-
-  fmt::print(
-      "node {} of cluster \"{}\" ({} nodes) listening on {}: connected to all {} peers "
-      "in {} ms\n",
-      self, topo.name, topo.nodes.size(), me->address(), peers.size(), ready_ms);
-  const ping::PingReport report = exchange.run();
-  for (const auto& peer : report.peers) {
-    const node::PeerStats stats = node.stats(peer.peer);
-    fmt::print(
-        "  peer {}: {} of {} pongs verified, {} pings answered, rtt min/mean/max "
-        "{:.0f}/{:.0f}/{:.0f} us; {} frames / {} bytes out, {} frames / {} bytes in{}\n",
-        peer.peer, peer.pongs_verified, args.pings, peer.pings_answered, peer.rtt_min_us,
-        peer.rtt_mean_us, peer.rtt_max_us, stats.frames_out, stats.bytes_out, stats.frames_in,
-        stats.bytes_in,
-        stats.frames_lost > 0
-            ? fmt::format("; {} frames out lost and sent again (--link-loss)", stats.frames_lost)
-            : "");
-  }
-  if (!report.status.ok()) {
-    finish(5, fmt::format("node {}: {}", self, report.status.message()));
-  }
-  fmt::print("node {}: ping exchange verified with {} peers in {} ms; leaving\n", self,
-             peers.size(), report.elapsed.count());
-  std::fflush(stdout);
-  finish(0, "");
-  fmt::print("node {}: left the cluster cleanly\n", self);
 }
 
 // What a mode's run achieved, as the node prints it.
@@ -457,15 +403,28 @@ class TrainingSession : public NodeSession {
 
 // A node's session from its factory (called once the node exists, before it listens).
 using SessionFactory = std::function<std::unique_ptr<NodeSession>(node::Node&)>;
+// The line a node prints once every peer is connected, from the milliseconds that took.
+using ConnectedLine = std::function<std::string(int64_t ready_ms)>;
 
-// Builds the session, joins the cluster, trains and leaves in order: the lifecycle every
-// training run shares (signals, listen, connect, leave). The flags were checked before.
-// `peers`: whom this node connects to (the neighbors in consensus mode, everyone in PS mode).
+// A training mode's line: "node 0 of cluster "c" (4 nodes, ps mode): connected to all 3 peers
+// in 12 ms; <doing>".
+ConnectedLine trainingLine(const NodeSetup& setup, std::string mode, size_t peers,
+                           std::string doing) {
+  return [&setup, mode = std::move(mode), peers, doing = std::move(doing)](int64_t ready_ms) {
+    return fmt::format(
+        "node {} of cluster \"{}\" ({} nodes, {} mode): connected to all {} peers in {} ms; {}",
+        setup.self, setup.topo.name, setup.topo.nodes.size(), mode, peers, ready_ms, doing);
+  };
+}
+
+// Builds the session, joins the cluster, runs it and leaves in order: the lifecycle every mode
+// shares (signals, listen, connect, leave). The flags were checked before. A session's
+// CommandFailure ends the node with its code (ping's 5), any other exception with 1.
+// `peers`: whom this node connects to (the neighbors in consensus mode, everyone otherwise).
 void runSession(const NodeArgs& args, const NodeSetup& setup, const std::string& mode,
-                const SessionFactory& make_session, const std::string& peers_description,
+                const SessionFactory& make_session, const ConnectedLine& connected_line,
                 const std::vector<node::PeerAddress>& peers) {
   const node::NodeId self = setup.self;
-  const topology::Topology& topo = setup.topo;
   SignalWatcher signals;
   node::Node node(setup.options);
   spdlog::logger& log = node.logger();
@@ -482,8 +441,8 @@ void runSession(const NodeArgs& args, const NodeSetup& setup, const std::string&
     ~StopNodeFirst() { node.shutdown(std::chrono::milliseconds(0)); }
   } stop_node_first{node};
   signals.start([&](int signal) {
-    log.warn("received {}: stopping training and leaving the cluster",
-             SignalWatcher::signalName(signal));
+    log.warn("received {}: stopping the {} run and leaving the cluster",
+             SignalWatcher::signalName(signal), mode);
     // Stops the training (or the end-of-run wait) and, through the shutdown, a pending
     // waitClusterReady(); the trainer's later sends fail quietly on a stopped node.
     session->stop();
@@ -508,12 +467,12 @@ void runSession(const NodeArgs& args, const NodeSetup& setup, const std::string&
   if (!ready.ok()) finish(4, fmt::format("node {}: {}", self, readyFailure(ready)));
   const auto ready_ms =
       std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start).count();
-  fmt::print(
-      "node {} of cluster \"{}\" ({} nodes, {} mode): connected to all {} peers in {} ms; {}\n",
-      self, topo.name, topo.nodes.size(), mode, peers.size(), ready_ms, peers_description);
+  fmt::print("{}\n", connected_line(ready_ms));
   std::fflush(stdout);
   try {
     session->run();
+  } catch (const CommandFailure& e) {
+    finish(e.code(), e.what());  // a mode's own exit status (ping's 5)
   } catch (const std::exception& e) {
     finish(1, fmt::format("node {}: {}", self, e.what()));
   }
@@ -546,7 +505,7 @@ void runTraining(const NodeArgs& args, const NodeSetup& setup, const std::string
         return std::make_unique<TrainingSession>(self, args.run, std::move(model_spec),
                                                  make_mode(node, std::move(job)));
       },
-      peers_description, peers);
+      trainingLine(setup, mode, peers.size(), peers_description), peers);
 }
 
 // Consensus training (docs/consensus.md): gossip with the topology neighbors, the end of the run
@@ -656,6 +615,39 @@ ModeRun singleRun(node::Node& node, run::NodeJob job, const run::RunOptions& opt
           [stopped] { stopped->store(true); }};
 }
 
+// A registered mode's session (modes/session.h) as the node drives a session.
+class RegisteredSession : public NodeSession {
+ public:
+  explicit RegisteredSession(std::unique_ptr<modes::Session> session)
+      : session_(std::move(session)) {}
+  void run() override {
+    try {
+      session_->run();
+    } catch (const modes::SessionFailure& e) {
+      throw CommandFailure(e.exitCode(), e.what());
+    }
+  }
+  void stop() override { session_->stop(); }
+
+ private:
+  std::unique_ptr<modes::Session> session_;
+};
+
+// A mode whose session the registry builds (ping): with every other member.
+void runRegisteredMode(const NodeArgs& args, const NodeSetup& setup, const modes::Mode& mode) {
+  const modes::ModeSettings settings = modeSettings(args, setup);
+  const modes::Session* session = nullptr;
+  runSession(
+      args, setup, std::string(mode.name),
+      [&](node::Node& node) {
+        std::unique_ptr<modes::Session> made =
+            mode.make_session({node, setup.topo, *setup.me, setup.peer_ids}, settings);
+        session = made.get();
+        return std::make_unique<RegisteredSession>(std::move(made));
+      },
+      [&](int64_t ready_ms) { return session->connectedLine(ready_ms); }, setup.peers);
+}
+
 void runTrainingMode(const NodeArgs& args, const NodeSetup& setup, const std::string& mode) {
   if (isSparseModel(args.run.model.name)) {
     // Sparse models train in PS mode on any number of nodes, one included (docs/sparse-ps.md).
@@ -668,7 +660,9 @@ void runTrainingMode(const NodeArgs& args, const NodeSetup& setup, const std::st
     return runSession(
         args, setup, "ps",
         [&](node::Node& node) { return sparsePsSession(node, job, members, options); },
-        fmt::format("owning its share of the rows, staleness {}", args.staleness.toString()),
+        trainingLine(
+            setup, "ps", setup.peers.size(),
+            fmt::format("owning its share of the rows, staleness {}", args.staleness.toString())),
         setup.peers);
   }
   if (setup.topo.nodes.size() == 1) {
@@ -725,11 +719,14 @@ std::string modeOf(const NodeArgs& args, const NodeSetup& setup) {
 // (NodeOptions::run_fingerprint): a node started with another model, mode or optimizer would
 // otherwise hang the others or train something else. Per-node settings (its output folder,
 // straggler terms, data folder, log level, time-outs) stay out.
-std::string runFingerprint(const NodeArgs& args, const std::string& mode) {
+std::string runFingerprint(const NodeArgs& args, const std::string& mode,
+                           const modes::ModeSettings& settings) {
   std::vector<std::pair<std::string, std::string>> s = {{"mode", mode}};
-  if (mode == "ping") {
-    s.insert(s.end(), {{"pings", fmt::format("{}", args.pings)},
-                       {"payload-bytes", fmt::format("{}", args.payload_bytes)}});
+  const modes::Mode& entry = registeredMode(mode);
+  if (!entry.trains) {
+    const modes::Fingerprint own =
+        entry.fingerprint != nullptr ? entry.fingerprint(settings) : modes::Fingerprint{};
+    s.insert(s.end(), own.begin(), own.end());
   } else if (isSparseModel(args.run.model.name)) {
     const run::RunOptions& r = args.run;
     s.insert(s.end(), {{"model", r.model.name},
@@ -762,17 +759,9 @@ std::string runFingerprint(const NodeArgs& args, const std::string& mode) {
       s.emplace_back("synthetic",
                      fmt::format("{},{}", r.data.syntheticTrain, r.data.syntheticTest));
     }
-    if (mode == "ps") {
-      s.insert(s.end(), {{"staleness", args.staleness.toString()},
-                         {"key-floats", fmt::format("{}", args.ps.key_floats)},
-                         {"cache", args.ps.cache ? "yes" : "no"},
-                         {"owner-momentum", args.ps.owner_momentum},
-                         {"async-rounds", args.ps.async_rounds}});
-    } else {
-      s.insert(s.end(), {{"mixing", args.consensus.mixing},
-                         {"staleness", args.staleness.toString()},
-                         {"chunk-floats", fmt::format("{}", args.consensus.chunk_floats)}});
-    }
+    const modes::Fingerprint own =
+        entry.fingerprint != nullptr ? entry.fingerprint(settings) : modes::Fingerprint{};
+    s.insert(s.end(), own.begin(), own.end());
   }
   std::string text;
   for (const auto& [key, value] : s)
@@ -790,8 +779,10 @@ void runNode(const NodeArgs& args) {
   const std::string mode = modeOf(args, setup);
   // Bad flags first (exit 2), before any data is read or port bound.
   checkModeArgs(args, setup, mode);
-  setup.options.run_fingerprint = runFingerprint(args, mode);
-  if (mode == "ping") return runPing(args, setup);
+  setup.options.run_fingerprint = runFingerprint(args, mode, modeSettings(args, setup));
+  if (const modes::Mode& entry = registeredMode(mode); entry.make_session != nullptr) {
+    return runRegisteredMode(args, setup, entry);
+  }
   return runTrainingMode(args, setup, mode);
 }
 
@@ -806,7 +797,7 @@ void checkNodes(NodeArgs args, const std::vector<uint32_t>& ids) {
       checkModeArgs(args, setup, modeOf(args, setup));
     }
     // The nodes of a launch share this machine's data folder: a missing graph is said once.
-    if (modeOf(args, setUpNode(args, spdlog::level::off, &topo)) != "ping") {
+    if (registeredMode(modeOf(args, setUpNode(args, spdlog::level::off, &topo))).trains) {
       checkSparseData(args.run, args.sparse);
     }
     return;
@@ -816,7 +807,7 @@ void checkNodes(NodeArgs args, const std::vector<uint32_t>& ids) {
     NodeSetup setup = setUpNode(args, spdlog::level::off, &topo);
     const std::string mode = modeOf(args, setup);
     checkModeArgs(args, setup, mode);
-    trains = trains || mode != "ping";
+    trains = trains || registeredMode(mode).trains;
   }
   // The nodes of a launch share this machine's data folder: a missing data set is said once.
   if (trains && args.run.data.name != "synthetic") {

@@ -15,6 +15,7 @@
 #include "cli/suggest.h"
 #include "faults/link_delay.h"
 #include "faults/straggler.h"
+#include "modes/registry.h"
 #include "node/node.h"
 #include "run/cli_checks.h"
 #include "run/staleness_bound.h"
@@ -87,8 +88,9 @@ void registerNodeCommand(CLI::App& app, std::function<void(const NodeArgs&)> act
       "128+N interrupted by signal N (SIGINT, SIGTERM and SIGHUP\n"
       "make the node leave in order; under `chorus launch` the node also leaves when the\n"
       "launcher dies).");
-  cmd->add_option("--mode", args->mode, "consensus, ping or ps (default: the topology file's mode)")
-      ->check(CLI::IsMember({"consensus", "ping", "ps"}));
+  cmd->add_option("--mode", args->mode,
+                  modes::flagModeNames() + " (default: the topology file's mode)")
+      ->check(CLI::IsMember(modes::flagModes()));
   cmd->add_option("--topology", args->topology,
                   "Topology file (TOML); see docs/topology.md (required unless --spec)")
       ->check(CLI::ExistingFile);

@@ -1,23 +1,45 @@
 // The modes chorus runs, one entry each: its name (as `--mode` and compare's variants say it),
-// a one-line description, and the service its messages travel as (docs/wire-format.md,
-// "Services"). The wire ids of every mode are checked here to be distinct, once, for all.
-// What a mode's entry does not hold yet (its session factory, its flags, its variant grammar,
-// its metric names) still lives in cli/ and experiment/: issue 23, item 2.
+// a one-line description, the service its messages travel as (docs/wire-format.md,
+// "Services"), whether `--mode` takes it and whether it trains, the checks of its options and
+// its share of the run fingerprint, and, for a mode whose session the registry builds (ping),
+// its session factory. The wire ids of every mode are checked here to be distinct, once, for all.
+// What an entry does not hold yet (the training modes' sessions, which still live in
+// cli/node_cmd.cc; their flags; the variant grammar; the metric names) is issue 23, item 2
+// (docs/architecture.md, "Adding a mode").
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
+#include "modes/session.h"
 #include "node/service.h"
 
 namespace chorus::modes {
+
+// "key=value" pairs every node of a cluster must run alike (NodeOptions::run_fingerprint).
+using Fingerprint = std::vector<std::pair<std::string, std::string>>;
 
 struct Mode {
   std::string_view name;
   std::string_view description;
   // The service its messages travel as; null for a mode that sends none (single).
   const node::ServiceSpec* service = nullptr;
+  // `--mode NAME` runs it (single is not named: a topology of one node trains alone).
+  bool named_by_flag = true;
+  // It trains (reads a data set): its session is the CLI's training run.
+  bool trains = true;
+  // The checks of its settings that need no data and no port (null: none) (launch runs them before
+  // any node starts): throws std::invalid_argument naming the flag. For a mode that trains, run
+  // after the checks every training run shares.
+  void (*check)(const ModeSettings&) = nullptr;
+  // Its settings every node must share (null: none of its own), for the handshake (after the
+  // settings every training run shares, which the CLI writes, for a mode that trains).
+  Fingerprint (*fingerprint)(const ModeSettings&) = nullptr;
+  // Its session on a started node. Null for the training modes, which the CLI still builds.
+  std::unique_ptr<Session> (*make_session)(const SessionContext&, const ModeSettings&) = nullptr;
 };
 
 // Every mode, sorted by name.
@@ -26,6 +48,9 @@ const std::vector<Mode>& registry();
 const Mode* findMode(std::string_view name);
 // The names for a message: "consensus, ping, ps or single".
 std::string modeNames();
+// The names `--mode` takes, sorted, and the same for a message ("consensus, ping or ps").
+std::vector<std::string> flagModes();
+std::string flagModeNames();
 // Why the registry is inconsistent (two modes with one name or one service id, a service id
 // of 0), or "" when it is not.
 std::string registryProblems(const std::vector<Mode>& modes);

@@ -19,6 +19,62 @@ TEST(ModeRegistry, NamesAndServiceIdsAreDistinctAndNoneIsTheRuntimes) {
   EXPECT_EQ(findMode("gossip"), nullptr);
 }
 
+// What `chorus node` dispatches on: --mode takes every mode but single (a topology of one node
+// trains alone), and a mode whose session the registry builds brings its check and fingerprint.
+TEST(ModeRegistry, EntriesCarryWhatTheCliDispatchesOn) {
+  EXPECT_EQ(flagModes(), (std::vector<std::string>{"consensus", "ping", "ps"}));
+  EXPECT_EQ(flagModeNames(), "consensus, ping or ps");
+  for (const Mode& mode : registry()) {
+    SCOPED_TRACE(std::string(mode.name));
+    // A mode that does not train has nothing for the CLI's training run to build: the registry
+    // builds its session, so it must have a factory.
+    EXPECT_EQ(mode.make_session != nullptr, !mode.trains);
+  }
+  const Mode& ping = *findMode("ping");
+  EXPECT_FALSE(ping.trains);
+  ModeSettings settings;
+  settings.ping.pings_per_peer = 7;
+  settings.ping.payload_bytes = 100;
+  settings.max_frame_bytes = 1 << 20;
+  EXPECT_EQ(ping.fingerprint(settings), (Fingerprint{{"pings", "7"}, {"payload-bytes", "100"}}));
+  EXPECT_NO_THROW(ping.check(settings));
+  settings.ping.payload_bytes = 1 << 20;
+  EXPECT_THROW(ping.check(settings), std::invalid_argument);
+  EXPECT_TRUE(findMode("consensus")->trains);
+  EXPECT_EQ(findMode("ps")->make_session, nullptr);
+}
+
+// The training modes' entries check their own options and give their share of the fingerprint
+// (after the settings every training run shares, which the CLI writes).
+TEST(ModeRegistry, TrainingModesCheckAndFingerprintTheirOwnOptions) {
+  ModeSettings settings;
+  settings.max_frame_bytes = 256u << 20;
+  settings.consensus.mixing = "metropolis";
+  settings.consensus.chunk_floats = 1000;
+  settings.ps.key_floats = 64;
+  settings.ps.cache = false;
+  const Mode& consensus = *findMode("consensus");
+  const Mode& ps = *findMode("ps");
+  EXPECT_EQ(consensus.fingerprint(settings),
+            (Fingerprint{{"mixing", "metropolis"},
+                         {"staleness", settings.consensus.staleness.toString()},
+                         {"chunk-floats", "1000"}}));
+  EXPECT_EQ(ps.fingerprint(settings), (Fingerprint{{"staleness", settings.ps.staleness.toString()},
+                                                   {"key-floats", "64"},
+                                                   {"cache", "no"},
+                                                   {"owner-momentum", "clock"},
+                                                   {"async-rounds", "cluster"}}));
+  EXPECT_NO_THROW(consensus.check(settings));
+  EXPECT_NO_THROW(ps.check(settings));
+  settings.consensus.mixing = "median";
+  EXPECT_THROW(consensus.check(settings), std::invalid_argument);
+  settings.consensus.mixing = "uniform";
+  settings.max_frame_bytes = 1000;  // a chunk of 1000 floats does not fit
+  EXPECT_THROW(consensus.check(settings), std::invalid_argument);
+  settings.ps.key_floats = 0;
+  EXPECT_THROW(ps.check(settings), std::invalid_argument);
+}
+
 TEST(ModeRegistry, ProblemsAreNamed) {
   std::vector<Mode> modes = registry();
   modes.push_back({"ping", "again", nullptr});
