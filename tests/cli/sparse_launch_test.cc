@@ -137,7 +137,7 @@ TEST(ChorusSparsePs, TheSampleSchemeReachesTheNodesAndItsEffectIsReported) {
   for (const std::string scheme : {"onlylocal", "pool"}) {
     std::vector<std::string> launch = {
         chorusBinary(),    "launch", writeTopology(dir, 2), "--out", dir.file("out-" + scheme),
-        "--sample-scheme", scheme};
+        "--sample-scheme", scheme,   "--log-every",         "10"};
     if (scheme == "pool") launch.insert(launch.end(), {"--sample-reuse", "4"});
     launch.insert(launch.end(), flags.begin(), flags.end());
     const CommandResult r = runCommand(launch);
@@ -162,7 +162,9 @@ TEST(ChorusSparsePs, TheSampleSchemeReachesTheNodesAndItsEffectIsReported) {
     if (scheme == "pool") {
       EXPECT_TRUE(contains(lines, "\"sample_reuse\":4")) << lines;
     }
-    for (const char* field : {"\"sampled_local_share\"", "\"sampled_remote_keys\""}) {
+    // The summary's totals, and a "sample" event every 10 clocks (94 clocks here).
+    for (const char* field :
+         {"\"sampled_local_share\"", "\"sampled_remote_keys\"", "\"event\":\"sample\""}) {
       EXPECT_TRUE(contains(lines, field)) << field << "\n" << lines;
     }
   }
