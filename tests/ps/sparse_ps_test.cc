@@ -158,9 +158,10 @@ INSTANTIATE_TEST_SUITE_P(Staleness, SparsePsKge, ::testing::Values("0", "2", "in
 
 // The negatives drawn through the PS's sampling primitives (--sample-scheme), each scheme on two
 // nodes against the workload's own draws (i.i.d. per step, what naive does) on the same data
-// and seed. Tolerance: within 25% of that MRR (the run-to-run spread of the conforming schemes
-// with other seeds is ~10%); onlylocal samples from this node's half of the entities only, a
-// narrower distribution, and is held to 60%.
+// and seed. Tolerance: within 25% of that MRR (as the cluster against one node above; measured:
+// 0.121-0.165 against 0.141). onlylocal samples from this node's half of the entities only, a
+// narrower distribution; on this graph it costs nothing measurable (0.140) and is held to the
+// same 25%.
 class SparsePsSampling : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(SparsePsSampling, EachSchemeTrainsNearTheWorkloadsOwnDraws) {
@@ -178,7 +179,7 @@ TEST_P(SparsePsSampling, EachSchemeTrainsNearTheWorkloadsOwnDraws) {
   const double mrr = metric(run.reports[0].final, "test", "mrr");
   const bool onlylocal = options.kind == sampling::SampleSchemeKind::kOnlyLocal;
   EXPECT_GT(reference, 0.08);
-  EXPECT_NEAR(mrr, reference, (onlylocal ? 0.6 : 0.25) * reference) << GetParam();
+  EXPECT_NEAR(mrr, reference, 0.25 * reference) << GetParam();
   uint64_t handed_out = 0;
   for (size_t i = 0; i < run.reports.size(); ++i) {
     const SparsePsReport& r = run.reports[i];
