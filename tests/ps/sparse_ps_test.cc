@@ -158,10 +158,10 @@ INSTANTIATE_TEST_SUITE_P(Staleness, SparsePsKge, ::testing::Values("0", "2", "in
 
 // The negatives drawn through the PS's sampling primitives (--sample-scheme), each scheme on two
 // nodes against the workload's own draws (i.i.d. per step, what naive does) on the same data
-// and seed. Tolerance: within 25% of that MRR (as the cluster against one node above; measured:
-// 0.121-0.165 against 0.141). onlylocal samples from this node's half of the entities only, a
-// narrower distribution; on this graph it costs nothing measurable (0.140) and is held to the
-// same 25%.
+// and seed, BSP (under a bound the timing changes the order of the owners' updates, and the MRR
+// by about 20%; BSP runs repeat here). Tolerance: within 25% of that MRR; measured: reference
+// 0.133, naive and preloc 0.122, pool 0.135, postpone 0.151, onlylocal 0.119 (onlylocal samples
+// from this node's half of the entities only: about 10% lower here).
 class SparsePsSampling : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(SparsePsSampling, EachSchemeTrainsNearTheWorkloadsOwnDraws) {
@@ -169,12 +169,12 @@ TEST_P(SparsePsSampling, EachSchemeTrainsNearTheWorkloadsOwnDraws) {
   auto make = [&] { return std::make_unique<ml::KgeWorkload>(graph, smallComplEx(), 11); };
   const ml::SparseTrainOptions train = trainOptions(12, 32, 0.1);
   static const double reference = [&] {
-    const ClusterRun own = trainCluster(2, make, train, "2", "sparse-own-draws");
+    const ClusterRun own = trainCluster(2, make, train, "0", "sparse-own-draws");
     return metric(own.reports[0].final, "test", "mrr");
   }();
   sampling::SampleSchemeOptions options;
   ASSERT_FALSE(sampling::sampleOptionsFromFlags(GetParam(), std::nullopt, options));
-  const ClusterRun run = trainCluster(2, make, train, "2", "sparse-sampling", options);
+  const ClusterRun run = trainCluster(2, make, train, "0", "sparse-sampling", options);
   ASSERT_EQ(run.reports[0].final.size(), 2u);
   const double mrr = metric(run.reports[0].final, "test", "mrr");
   const bool onlylocal = options.kind == sampling::SampleSchemeKind::kOnlyLocal;
