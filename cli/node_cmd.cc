@@ -303,6 +303,7 @@ void checkModeArgs(const NodeArgs& args, const NodeSetup& setup, const std::stri
     return checkSparseNodeArgs(args.run, args.sparse, args.psOptions(), mode);
   }
   checkImageData(args.run);
+  checkImageModelFlags(args.run, args.sparse);
   checkStragglersNameMembers(args.run.stragglers, setup.topo, args.topology);
   try {
     run::validateRunOptions(args.run);

@@ -106,6 +106,7 @@ struct SparseNodeJob {
   std::unique_ptr<ml::SparseWorkload> workload;
   std::vector<size_t> shard;
   ml::SparseTrainOptions train;
+  std::optional<sampling::SampleSchemeOptions> sampling;
   std::string out_dir;
   uint32_t self = 0;
 };
@@ -116,6 +117,13 @@ bool isSparseModel(const std::string& model) {
 
 void addSparseNodeOptions(CLI::App& node, SparseNodeArgs& args) {
   addSparseOptions(node, args.flags);
+  node.add_option("--sample-scheme", args.sampleScheme,
+                  "KGE in PS mode: draw the negatives through the PS's sampling primitives with "
+                  "this scheme: naive, preloc, pool, postpone or onlylocal (default: the model "
+                  "draws them i.i.d. per step, as naive); see docs/sampling.md");
+  node.add_option("--sample-reuse", args.sampleReuse,
+                  "KGE in PS mode, --sample-scheme pool or postpone: times each drawn group of "
+                  "keys is handed out (default 16)");
   node.add_option("--log-every", args.logEvery,
                   "Sparse models: a \"step\" metrics event every N clocks")
       ->check(CLI::Range(int64_t{1}, int64_t{1'000'000'000}))
@@ -149,6 +157,27 @@ void checkImageData(const run::RunOptions& run) {
   }
 }
 
+void checkImageModelFlags(const run::RunOptions& run, const SparseNodeArgs& sparse) {
+  refuse(sparse, {"--sample-scheme", "--sample-reuse"}, run.model.name,
+         "the sampling schemes draw a knowledge-graph model's negatives in PS mode");
+}
+
+std::optional<sampling::SampleSchemeOptions> sampleSchemeOf(const SparseNodeArgs& sparse) {
+  const bool scheme = given(sparse, "--sample-scheme");
+  const bool reuse = given(sparse, "--sample-reuse");
+  if (!scheme && !reuse) return std::nullopt;
+  if (!scheme) {
+    throw CommandFailure(2, "--sample-reuse needs --sample-scheme pool or postpone");
+  }
+  sampling::SampleSchemeOptions options;
+  if (std::optional<std::string> error = sampling::sampleOptionsFromFlags(
+          sparse.sampleScheme, reuse ? std::optional<int64_t>(sparse.sampleReuse) : std::nullopt,
+          options)) {
+    throw CommandFailure(2, *error);
+  }
+  return options;
+}
+
 void recordGivenFlags(const CLI::App& node, SparseNodeArgs& args) {
   args.given.clear();
   for (const CLI::Option* option : node.get_options()) {
@@ -177,6 +206,8 @@ void checkSparseNodeArgs(const run::RunOptions& run, const SparseNodeArgs& spars
   const std::string data = dataName(run, sparse);
   if (isMf(model)) {
     refuse(sparse, kKgeOnlyFlags, model, "a knowledge-graph model's flag");
+    refuse(sparse, {"--sample-scheme", "--sample-reuse"}, model,
+           "matrix factorization samples no rows; the schemes draw KGE's negatives");
     if (given(sparse, "--data-dir")) {
       throw CommandFailure(2,
                            "--data-dir does not apply to --model mf (--data ratings reads "
@@ -191,6 +222,10 @@ void checkSparseNodeArgs(const run::RunOptions& run, const SparseNodeArgs& spars
     }
   } else {
     refuse(sparse, kMfOnlyFlags, model, "matrix factorization's flag");
+    if (sampleSchemeOf(sparse) && sparse.flags.negatives == "all") {
+      throw CommandFailure(2, fmt::format("--sample-scheme does not apply with --negatives all "
+                                          "(every entity is a negative: nothing is sampled)"));
+    }
     const auto& images = ml::datasetNames();
     if (std::find(images.begin(), images.end(), data) != images.end() || data == "zipf-mf" ||
         data == "ratings") {
@@ -208,6 +243,7 @@ void checkSparseNodeArgs(const run::RunOptions& run, const SparseNodeArgs& spars
     ps::SparsePsOptions options;
     options.ps = ps;
     options.train = trainOptions(run, sparse);
+    options.sampling = sampleSchemeOf(sparse);
     ps::validateSparsePsOptions(options);
   } catch (const std::invalid_argument& e) {
     throw CommandFailure(2, e.what());
@@ -246,6 +282,8 @@ std::vector<std::pair<std::string, std::string>> sparseFingerprint(const run::Ru
                                       "share-negatives={}",
                                       f.kge.dim, f.negatives, f.loss, f.kge.adversarialTemperature,
                                       f.kge.reciprocal, f.kge.sharedNegatives));
+    s.emplace_back("sample", fmt::format("scheme={} reuse={}", sparse.sampleScheme,
+                                         given(sparse, "--sample-reuse") ? sparse.sampleReuse : 0));
   }
   return s;
 }
@@ -260,6 +298,7 @@ std::shared_ptr<SparseNodeJob> loadSparseNodeJob(const run::RunOptions& run,
   const SparseFlags& f = sparse.flags;
   try {
     job->train = trainOptions(run, sparse);
+    job->sampling = sampleSchemeOf(sparse);
     if (isMf(run.model.name)) {
       ml::MfOptions mf = mfModelOptions(f);
       mf.seed = run.seed;
@@ -327,6 +366,13 @@ class SparsePsSession : public NodeSession {
         "node {}: {} rows read and {} pushed, {:.1f}% of the row accesses local; {} bytes "
         "sent, {} received\n",
         self, r.rows_pulled, r.rows_pushed, 100 * r.localShare(), r.bytes_out, r.bytes_in);
+    if (r.sampling) {
+      fmt::print(
+          "node {}: sample scheme {}: {} sampled keys, {:.1f}% of them local; {} sampled keys "
+          "read from other nodes\n",
+          self, sampling::sampleSchemeName(job_->sampling->kind), r.sampling->scheme.handed_out,
+          100 * r.sampleLocalShare(), r.sampling->remote_keys);
+    }
     for (const auto& [split, metrics] : r.final) {
       std::string line;
       for (const ml::NamedMetric& m : metrics)
@@ -350,6 +396,7 @@ class SparsePsSession : public NodeSession {
     ps::SparsePsOptions options;
     options.ps = ps;
     options.train = job.train;
+    options.sampling = job.sampling;
     return options;
   }
 

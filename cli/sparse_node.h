@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -14,6 +15,7 @@
 #include "cli/train_sparse.h"
 #include "ps/ps_peer.h"
 #include "run/training_run.h"
+#include "sampling/sample_scheme.h"
 
 namespace CLI {
 class App;
@@ -40,7 +42,11 @@ class NodeSession {
 // defaults for --batch, --lr and --eval-every, and refuse the flags that do not apply).
 struct SparseNodeArgs {
   SparseFlags flags;
-  int64_t logEvery = 100;       // --log-every: a "step" metrics event every N clocks
+  int64_t logEvery = 100;  // --log-every: a "step" metrics event every N clocks
+  // --sample-scheme and --sample-reuse (KGE in PS mode; docs/sampling.md): empty and 0 when not
+  // given (the workload draws its negatives, i.i.d. per step: what naive does).
+  std::string sampleScheme;
+  int64_t sampleReuse = 0;
   std::set<std::string> given;  // "--batch", ... as given on the command line
 };
 
@@ -50,6 +56,11 @@ bool isSparseModel(const std::string& model);
 void addSparseNodeOptions(CLI::App& node, SparseNodeArgs& args);
 // An image model's --data is an image data set (CommandFailure 2 otherwise).
 void checkImageData(const run::RunOptions& run);
+// An image model refuses the sparse models' sampling flags (CommandFailure 2).
+void checkImageModelFlags(const run::RunOptions& run, const SparseNodeArgs& sparse);
+// The sample scheme of --sample-scheme / --sample-reuse, nullopt when neither was given.
+// CommandFailure 2 for a bad value or combination.
+std::optional<sampling::SampleSchemeOptions> sampleSchemeOf(const SparseNodeArgs& sparse);
 // After parsing: records which of `node`'s flags were given.
 void recordGivenFlags(const CLI::App& node, SparseNodeArgs& args);
 

@@ -315,20 +315,35 @@ double KgeModel::computeGradients(std::span<const Triple> batch, Rng& rng,
 }
 
 void KgeModel::drawNegatives(std::span<const Triple> batch, Rng& rng) {
-  const size_t draws = config_.allNegatives      ? 0
-                       : config_.sharedNegatives ? config_.negatives
-                                                 : batch.size() * 2 * config_.negatives;
-  drawn_.resize(draws);
+  drawn_.resize(negativeDraws(batch.size()));
   for (uint32_t& entity : drawn_)
     entity = static_cast<uint32_t>(negatives_(rng.engine()));
 }
 
+size_t KgeModel::negativeDraws(size_t points) const {
+  return config_.allNegatives      ? 0
+         : config_.sharedNegatives ? config_.negatives
+                                   : points * 2 * config_.negatives;
+}
+
+void KgeModel::setNegatives(std::span<const RowKey> negatives) {
+  for (RowKey entity : negatives) {
+    if (entity >= entities_.rows()) {
+      throw std::invalid_argument(
+          fmt::format("negative entity {} is not below the {} entities", entity, entities_.rows()));
+    }
+  }
+  drawn_.resize(negatives.size());
+  for (size_t i = 0; i < negatives.size(); ++i)
+    drawn_[i] = static_cast<uint32_t>(negatives[i]);
+}
+
 void KgeModel::stepRows(std::span<const Triple> batch, std::vector<RowKey>& entityRows,
-                        std::vector<RowKey>& relationRows) const {
+                        std::vector<RowKey>& relationRows, bool withNegatives) const {
   if (config_.allNegatives) {
     for (RowKey key = 0; key < entities_.rows(); ++key)
       entityRows.push_back(key);
-  } else {
+  } else if (withNegatives) {
     entityRows.insert(entityRows.end(), drawn_.begin(), drawn_.end());
   }
   for (const Triple& t : batch) {

@@ -123,10 +123,17 @@ class KgeModel {
   // stepRows() names the rows the drawn step reads and writes, computeDrawnGradients() computes
   // it. computeGradients() is drawNegatives() then computeDrawnGradients().
   void drawNegatives(std::span<const Triple> batch, Rng& rng);
+  // How many negatives drawNegatives() draws for a batch of `points` (0 with allNegatives).
+  size_t negativeDraws(size_t points) const;
+  // drawNegatives() with the negatives given instead of drawn (sparse PS mode's sampling
+  // primitives draw them): negativeDraws(batch size) entities in the order drawNegatives()
+  // would draw them. std::invalid_argument for another count or an entity out of range.
+  void setNegatives(std::span<const RowKey> negatives);
   // Appends the entity and relation rows of the drawn step on `batch` (unsorted, may repeat;
-  // with allNegatives every entity).
+  // with allNegatives every entity); without the drawn negatives when `withNegatives` is false
+  // (a negative that is also a positive's entity is still named, as that positive's).
   void stepRows(std::span<const Triple> batch, std::vector<RowKey>& entityRows,
-                std::vector<RowKey>& relationRows) const;
+                std::vector<RowKey>& relationRows, bool withNegatives = true) const;
   // The gradient of the step on `batch` with the negatives of the last drawNegatives(batch).
   double computeDrawnGradients(std::span<const Triple> batch, SparseGradAccumulator& entityGrad,
                                SparseGradAccumulator& relationGrad);

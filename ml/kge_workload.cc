@@ -93,6 +93,32 @@ double KgeWorkload::computeDrawnGradients(std::span<SparseGradAccumulator> grads
   return model_.computeDrawnGradients(batch_, grads[0], grads[1]);
 }
 
+std::optional<size_t> KgeWorkload::sampledTable() const {
+  if (model_.config().allNegatives) return std::nullopt;
+  return size_t{0};
+}
+
+size_t KgeWorkload::sampledRowsPerStep(size_t points) const {
+  return model_.negativeDraws(points);
+}
+
+void KgeWorkload::drawStepWith(std::span<const size_t> points, std::span<const RowKey> sampled) {
+  if (!sampledTable()) throw std::logic_error("--negatives all samples no rows");
+  if (sampled.size() != model_.negativeDraws(points.size())) {
+    throw std::invalid_argument(fmt::format("a step of {} triples takes {} negatives, not {}",
+                                            points.size(), model_.negativeDraws(points.size()),
+                                            sampled.size()));
+  }
+  batch_.resize(points.size());
+  for (size_t i = 0; i < points.size(); ++i)
+    batch_[i] = data_.train[points[i]];
+  model_.setNegatives(sampled);
+}
+
+void KgeWorkload::stepRowsUnsampled(std::span<std::vector<RowKey>> rows) {
+  model_.stepRows(batch_, rows[0], rows[1], /*withNegatives=*/false);
+}
+
 std::vector<std::string> KgeWorkload::evalSplits() const {
   if (data_.valid.empty()) return {"test"};
   return {"valid", "test"};

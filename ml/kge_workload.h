@@ -35,6 +35,11 @@ class KgeWorkload : public SparseWorkload {
   // The drawn step's entities (heads, tails, negatives) and relations.
   void stepRows(std::span<std::vector<RowKey>> rows) override;
   double computeDrawnGradients(std::span<SparseGradAccumulator> grads) override;
+  // The entity table (0), unless every entity is a negative (--negatives all).
+  std::optional<size_t> sampledTable() const override;
+  size_t sampledRowsPerStep(size_t points) const override;
+  void drawStepWith(std::span<const size_t> points, std::span<const RowKey> sampled) override;
+  void stepRowsUnsampled(std::span<std::vector<RowKey>> rows) override;
   // "valid" (when the graph has validation triples) and "test".
   std::vector<std::string> evalSplits() const override;
   // mrr, hits@1, hits@3, hits@10, mean_rank, tail_mrr, head_mrr of the filtered ranking.

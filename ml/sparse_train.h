@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -61,6 +63,23 @@ class SparseWorkload {
   virtual double computeDrawnGradients(std::span<SparseGradAccumulator> grads) {
     return computeGradients(drawnPoints_, *drawnRng_, grads);
   }
+
+  // The rows a step samples (KGE's negatives), for a trainer that draws them itself (sparse PS
+  // mode's sampling primitives, docs/sampling.md): the table whose rows are sampled, uniformly
+  // over its rows; nullopt when the workload samples no rows (the defaults below then apply).
+  virtual std::optional<size_t> sampledTable() const { return std::nullopt; }
+  // How many rows of sampledTable() a step of `points` points samples.
+  virtual size_t sampledRowsPerStep(size_t /*points*/) const { return 0; }
+  // drawStep() with the sampled rows given (sampledRowsPerStep(points.size()) rows of
+  // sampledTable(), in the order drawStep() would draw them) instead of drawn from an rng.
+  // std::invalid_argument for another count; std::logic_error without sampledTable().
+  virtual void drawStepWith(std::span<const size_t> /*points*/,
+                            std::span<const RowKey> /*sampled*/) {
+    throw std::logic_error("this workload samples no rows");
+  }
+  // stepRows() without the sampled rows (the trainer reads those with the sample); a sampled
+  // row that the step also touches otherwise is still named.
+  virtual void stepRowsUnsampled(std::span<std::vector<RowKey>> rows) { stepRows(rows); }
   // The evaluation splits it has, in order ("valid", "test"); the last one is the final one.
   virtual std::vector<std::string> evalSplits() const = 0;
   // Evaluates the current parameters on `split`; the first metric is the headline one.

@@ -58,6 +58,15 @@ std::shared_ptr<const UpdatePolicy> ownerPolicy(const ml::SparseOptimizerConfig&
   return std::make_shared<SgdPolicy>(sgd);
 }
 
+// Sparse PS mode places every row at its hash owner for the whole run (relocation is not wired
+// into it yet), so a scheme's localize cannot move a row: it ends at once, and the rows are read
+// where they live. (PrefetchLocalizer's early read would only add traffic: sparse PS workers run
+// without a row cache.) docs/sampling.md says what each scheme costs here.
+class FixedPlacementLocalizer final : public KeyLocalizer {
+ public:
+  void localize(std::span<const Key> /*keys*/, Done done) override { done(node::Status{}); }
+};
+
 }  // namespace
 
 void validateSparsePsOptions(const SparsePsOptions& options) {
@@ -76,6 +85,17 @@ void validateSparsePsOptions(const SparsePsOptions& options) {
   if (options.ps.rejoin) {
     throw std::invalid_argument("--rejoin is not supported for sparse models in PS mode yet");
   }
+  if (options.sampling) {
+    if (std::optional<std::string> error = sampling::checkSampleOptions(*options.sampling)) {
+      throw std::invalid_argument(fmt::format("--sample-scheme: {}", *error));
+    }
+  }
+}
+
+double SparsePsReport::sampleLocalShare() const {
+  if (!sampling || sampling->scheme.handed_out == 0) return 0.0;
+  return static_cast<double>(sampling->scheme.local) /
+         static_cast<double>(sampling->scheme.handed_out);
 }
 
 double SparsePsReport::localShare() const {
@@ -153,6 +173,24 @@ SparsePsPeer::SparsePsPeer(node::Node& node, ml::SparseWorkload& workload,
 
   barrier_ = std::make_unique<PsRunBarrier>(node_, *server_, *worker_, membership_,
                                             options_.ps.tick_every);
+
+  if (options_.sampling) {
+    const std::optional<size_t> sampled = workload_.sampledTable();
+    if (!sampled || *sampled >= tables_.size()) {
+      throw std::invalid_argument(
+          fmt::format("--sample-scheme applies to models that sample rows (KGE's negatives); {} "
+                      "samples none",
+                      workload_.spec()));
+    }
+    const KeyTable& table = space_.tables()[*sampled];
+    directory_ = std::make_unique<KeyDirectory>(directory);
+    sample_pi_ = std::make_unique<sampling::NegativeSampler>(
+        sampling::NegativeSampler::uniform(table.first, table.end()));
+    localizer_ = std::make_unique<FixedPlacementLocalizer>();
+    sampler_ = std::make_unique<SampleWorker>(*worker_, space_, *sample_pi_, *options_.sampling,
+                                              sampling::workerSeed(options_.train.seed, node_.id()),
+                                              ownedHere(*directory_, node_.id()), *localizer_);
+  }
 }
 
 SparsePsPeer::~SparsePsPeer() = default;
@@ -189,6 +227,52 @@ bool SparsePsPeer::pullModel(std::optional<Clock> min_clock) {
   return true;
 }
 
+bool SparsePsPeer::sampleStep(Clock clock, Clock total, std::span<const size_t> batch,
+                              size_t next_points) {
+  const size_t n = workload_.sampledRowsPerStep(batch.size());
+  std::optional<sampling::SampleId> id;
+  if (prepared_ && prepared_->first == clock) id = prepared_->second;
+  prepared_.reset();
+  if (!id && n > 0) id = sampler_->prepareSample(n);
+  // One step ahead: the next clock's sample is announced before this one is read, so that a
+  // scheme that localizes has a step's time to do it.
+  const size_t next = workload_.sampledRowsPerStep(next_points);
+  if (clock + 1 < total && next > 0) prepared_.emplace(clock + 1, sampler_->prepareSample(next));
+
+  bool ok = true;
+  sample_.keys.clear();
+  if (id) {
+    const node::Status status = sampler_->pullSample(*id, n, sample_);
+    if (!status.ok()) {
+      if (sample_.keys.size() != n) {
+        // onlylocal found no local key: the node holds too little of the table to sample from.
+        throw std::runtime_error(
+            fmt::format("clock {}: sampling failed: {}", clock, status.message()));
+      }
+      ok = false;
+      ++report_.failed_pulls;
+      if (status.message() != last_pull_error_ && !membership_.stopped()) {
+        node_.logger().warn("clock {}: {}; training on with the last values of the sampled rows",
+                            clock, status.message());
+        last_pull_error_ = status.message();
+      }
+    }
+  }
+  const size_t t = *workload_.sampledTable();
+  const KeyTable& table = space_.tables()[t];
+  sample_rows_.resize(sample_.keys.size());
+  for (size_t i = 0; i < sample_.keys.size(); ++i)
+    sample_rows_[i] = sample_.keys[i] - table.first;
+  workload_.drawStepWith(batch, sample_rows_);
+  if (ok) {
+    for (size_t i = 0; i < sample_rows_.size(); ++i) {
+      const std::span<const float> row = sample_.row(i);
+      std::copy(row.begin(), row.end(), tables_[t]->row(sample_rows_[i]));
+    }
+  }
+  return ok;
+}
+
 SparsePsReport SparsePsPeer::run() {
   report_ = SparsePsReport{};
   const ml::SparseTrainOptions& train = options_.train;
@@ -215,6 +299,9 @@ SparsePsReport SparsePsPeer::run() {
       .add("start_epoch", int64_t{0})
       .add("mode", "ps")
       .add("technique", "classic")
+      .add("sample_scheme",
+           options_.sampling ? sampling::sampleSchemeName(options_.sampling->kind) : "workload")
+      .add("sample_reuse", static_cast<uint64_t>(options_.sampling ? options_.sampling->reuse : 0))
       .add("node", static_cast<uint64_t>(self))
       .add("workers", static_cast<uint64_t>(members_.size()))
       .add("staleness", staleness_.toString())
@@ -248,6 +335,8 @@ SparsePsReport SparsePsPeer::run() {
   size_t window_points = 0;
   int64_t points_seen = 0;
   WorkerStats stats_before = worker_->stats();
+  SampleWorkerStats sample_before = sampler_ ? sampler_->stats() : SampleWorkerStats{};
+  const Clock total_clocks = train.epochs * clocks_per_epoch_;
   const auto traffic = [this] { return node_.totals(); };
   int64_t epoch = 0;
   for (; epoch < train.epochs && !membership_.stopped(); ++epoch) {
@@ -265,9 +354,21 @@ SparsePsReport SparsePsPeer::run() {
     for (int64_t c = 0; c < clocks_per_epoch_; ++c, ++clock) {
       const std::span<const size_t> batch = sparseClockBatch(order, c, clocks_per_epoch_);
       if (!batch.empty()) {
-        // 1. The rows the step touches (its draws first), 2. read exactly those.
-        workload_.drawStep(batch, rng);
-        workload_.stepRows(rows);
+        // 1. The rows the step touches (its draws first), 2. read exactly those. With a sample
+        // scheme the sampled rows come, values included, from pullSample, and the step reads
+        // the others.
+        if (sampler_) {
+          const auto sample_start = SteadyClock::now();
+          const size_t next_points =
+              sparseClockBatch(order, (c + 1) % clocks_per_epoch_, clocks_per_epoch_).size();
+          sampleStep(clock, total_clocks, batch, next_points);
+          epoch_wait += secondsSince(sample_start);
+          if (membership_.stopped()) break;
+          workload_.stepRowsUnsampled(rows);
+        } else {
+          workload_.drawStep(batch, rng);
+          workload_.stepRows(rows);
+        }
         step_keys.assign(rows);
         pulled.resize(step_keys.floats());
         const auto read_start = SteadyClock::now();
@@ -327,6 +428,18 @@ SparsePsReport SparsePsPeer::run() {
                           .add("keys_remote", stats.keys_remote - stats_before.keys_remote)
                           .add("bytes_out", bytes.bytes_out)
                           .add("bytes_in", bytes.bytes_in));
+        if (sampler_) {
+          // The window's sampled keys, of which local, and sampled keys read remotely.
+          const SampleWorkerStats now = sampler_->stats();
+          metrics.write(
+              ml::MetricsEvent("sample")
+                  .add("epoch", epoch + 1)
+                  .add("step", clock + 1)
+                  .add("sampled_keys", now.scheme.handed_out - sample_before.scheme.handed_out)
+                  .add("sampled_local", now.scheme.local - sample_before.scheme.local)
+                  .add("sampled_remote_keys", now.remote_keys - sample_before.remote_keys));
+          sample_before = now;
+        }
         stats_before = stats;
         window_loss = 0;
         window_points = 0;
@@ -411,6 +524,7 @@ SparsePsReport SparsePsPeer::run() {
   }
   report_.worker = worker_->stats();
   report_.server = server_->summary();
+  if (sampler_) report_.sampling = sampler_->stats();
   const node::PeerStats bytes = traffic();
   report_.bytes_out = bytes.bytes_out;
   report_.bytes_in = bytes.bytes_in;
@@ -425,6 +539,9 @@ SparsePsReport SparsePsPeer::run() {
       .add("keys_local", report_.worker.keys_local)
       .add("keys_remote", report_.worker.keys_remote)
       .add("local_share", report_.localShare())
+      .add("sampled_keys", report_.sampling ? report_.sampling->scheme.handed_out : 0)
+      .add("sampled_local_share", report_.sampleLocalShare())
+      .add("sampled_remote_keys", report_.sampling ? report_.sampling->remote_keys : 0)
       .add("bytes_out", report_.bytes_out)
       .add("bytes_in", report_.bytes_in)
       .add("clock_bytes_out", report_.clock_bytes_out)

@@ -22,6 +22,7 @@
 #include "ps/kv_worker.h"
 #include "ps/ps_peer.h"
 #include "ps/ps_run_barrier.h"
+#include "ps/sample_worker.h"
 #include "ps/sparse_keys.h"
 #include "run/membership.h"
 
@@ -40,6 +41,11 @@ struct SparsePsOptions {
   // optimizer and rate, seed, evaluation and step-event intervals, metrics file and the start
   // event's extra fields. keepBest, timeLimitSeconds, savePath and resumePath are not supported.
   ml::SparseTrainOptions train;
+  // --sample-scheme and --sample-reuse: the step's sampled rows (KGE's negatives) are drawn
+  // through a SampleWorker of this node with these options, prepared one step ahead, and their
+  // values read by pullSample. nullopt: the workload draws them (i.i.d. per step, as naive) and
+  // they are read with the step's rows.
+  std::optional<sampling::SampleSchemeOptions> sampling;
   // Tests: called on the trainer thread after each step's pull with the keys it pulled.
   std::function<void(int64_t clock, std::span<const Key> pulled)> on_pull;
 };
@@ -70,6 +76,9 @@ struct SparsePsReport {
   uint64_t clock_bytes_in = 0;
   uint64_t failed_pulls = 0;
   uint64_t failed_pushes = 0;
+  // With a sample scheme: its counters (keys handed out, of which local; distinct sampled keys
+  // read from other owners).
+  std::optional<SampleWorkerStats> sampling;
   WorkerStats worker;
   ServerSummary server;
   std::vector<uint32_t> finished_peers;
@@ -77,6 +86,8 @@ struct SparsePsReport {
 
   // Share of the key reads and writes served by this node's own rows.
   double localShare() const;
+  // Share of the sampled keys that were local when handed out (0 without a scheme).
+  double sampleLocalShare() const;
 };
 
 // The clocks of one epoch: the batches of the largest shard (ceil(ceil(points / workers) /
@@ -116,6 +127,11 @@ class SparsePsPeer {
   bool pullModel(std::optional<Clock> min_clock);
   // Waits for the pending push; counts and logs it when it failed.
   void settlePush();
+  // With a sample scheme: draws the step's sampled rows (prepared one step ahead: `clock` of
+  // `total` clocks, `batch` points now, `next_points` at the next clock), gives them to the
+  // workload and writes their values into its tables. False (logged, counted) when the read
+  // failed: the step trains on the last values of those rows.
+  bool sampleStep(Clock clock, Clock total, std::span<const size_t> batch, size_t next_points);
 
   node::Node& node_;
   ml::SparseWorkload& workload_;
@@ -129,6 +145,16 @@ class SparsePsPeer {
   int64_t clocks_per_epoch_ = 0;
   std::unique_ptr<KvServer> server_;
   std::unique_ptr<KvWorker> worker_;
+  // With a sample scheme: who owns what (classic placement: fixed for the run, so the scheme's
+  // locality oracle reads it), the localizer and the sampler, and the sample prepared for the
+  // next clock.
+  std::unique_ptr<KeyDirectory> directory_;
+  std::unique_ptr<sampling::NegativeSampler> sample_pi_;
+  std::unique_ptr<KeyLocalizer> localizer_;
+  std::unique_ptr<SampleWorker> sampler_;
+  std::optional<std::pair<Clock, sampling::SampleId>> prepared_;
+  SampleBatch sample_;
+  std::vector<ml::RowKey> sample_rows_;
   run::Membership membership_;
   // TrainingDone and peer events, the owner's ticker, the end of the run.
   std::unique_ptr<PsRunBarrier> barrier_;

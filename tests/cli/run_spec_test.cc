@@ -125,6 +125,8 @@ NodeArgs everySettingChanged() {
   f.keepBest = true;
   f.adagradInitial = 0.1;
   a.sparse.logEvery = 7;
+  a.sparse.sampleScheme = "pool";
+  a.sparse.sampleReuse = 4;
   a.sparse.given = {"--batch", "--lr"};
   return a;
 }
@@ -237,6 +239,8 @@ void expectSameSettings(const NodeArgs& a, const NodeArgs& b) {
   EXPECT_EQ(f.keepBest, g.keepBest);
   EXPECT_EQ(f.adagradInitial, g.adagradInitial);
   EXPECT_EQ(a.sparse.logEvery, b.sparse.logEvery);
+  EXPECT_EQ(a.sparse.sampleScheme, b.sparse.sampleScheme);
+  EXPECT_EQ(a.sparse.sampleReuse, b.sparse.sampleReuse);
   EXPECT_EQ(a.sparse.given, b.sparse.given);
 }
 

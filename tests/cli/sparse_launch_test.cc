@@ -4,6 +4,7 @@
 // refused before any node starts, naming the flag.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -125,6 +126,50 @@ TEST(ChorusSparsePs, LaunchTrainsAKnowledgeGraphAsWellAsChorusTrain) {
   }
 }
 
+// --sample-scheme reaches every node through the run spec: onlylocal's negatives are all this
+// node's rows (none read from the other node), pool's about half; the final lines and the
+// metrics say so.
+TEST(ChorusSparsePs, TheSampleSchemeReachesTheNodesAndItsEffectIsReported) {
+  TempDir dir("chorus-sparse-ps");
+  writePlantedGraph(dir.file("graphs/planted"));
+  std::vector<std::string> flags = kgeFlags(dir.file("graphs"));
+  *std::find(flags.begin(), flags.end(), "12") = "2";  // --epochs 2
+  for (const std::string scheme : {"onlylocal", "pool"}) {
+    std::vector<std::string> launch = {
+        chorusBinary(),    "launch", writeTopology(dir, 2), "--out", dir.file("out-" + scheme),
+        "--sample-scheme", scheme,   "--log-every",         "10"};
+    if (scheme == "pool") launch.insert(launch.end(), {"--sample-reuse", "4"});
+    launch.insert(launch.end(), flags.begin(), flags.end());
+    const CommandResult r = runCommand(launch);
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    for (int node = 0; node < 2; ++node) {
+      const std::string prefix = "node " + std::to_string(node) + ": sample scheme " + scheme;
+      ASSERT_TRUE(contains(r.out, prefix)) << r.out;
+      const size_t at = r.out.find(prefix);
+      const std::string line = r.out.substr(at, r.out.find('\n', at) - at);
+      const double share = numberAfter(line, "sampled keys, ");
+      if (scheme == "onlylocal") {
+        EXPECT_EQ(share, 100.0) << line;
+        EXPECT_TRUE(contains(line, "local; 0 sampled keys read from other nodes")) << line;
+      } else {
+        EXPECT_GT(share, 30.0) << r.out;
+        EXPECT_LT(share, 70.0) << r.out;
+      }
+    }
+    std::ifstream metrics(dir.file("out-" + scheme + "/node-1.jsonl"));
+    const std::string lines((std::istreambuf_iterator<char>(metrics)), {});
+    EXPECT_TRUE(contains(lines, "\"sample_scheme\":\"" + scheme + "\"")) << lines;
+    if (scheme == "pool") {
+      EXPECT_TRUE(contains(lines, "\"sample_reuse\":4")) << lines;
+    }
+    // The summary's totals, and a "sample" event every 10 clocks (94 clocks here).
+    for (const char* field :
+         {"\"sampled_local_share\"", "\"sampled_remote_keys\"", "\"event\":\"sample\""}) {
+      EXPECT_TRUE(contains(lines, field)) << field << "\n" << lines;
+    }
+  }
+}
+
 TEST(ChorusSparsePs, ANodeAloneAndALaunchedPairFactorizeLikeChorusTrain) {
   TempDir dir("chorus-sparse-ps");
   const std::vector<std::string> flags = {
@@ -175,6 +220,22 @@ TEST(ChorusSparsePs, BadFlagsAreRefusedBeforeAnyNodeStarts) {
       {{"--model", "complex", "--negatives", "x"}, "--negatives must be 'all' or a count"},
       {{"--model", "mf", "--data", "ratings"}, "--data ratings needs --data-file FILE"},
       {{"--model", "complex", "--data", "nosuch"}, "knowledge graph 'nosuch' not found"},
+      {{"--model", "mf", "--sample-scheme", "pool"},
+       "--sample-scheme does not apply to --model mf"},
+      {{"--model", "mlp", "--sample-scheme", "naive"},
+       "--sample-scheme does not apply to --model mlp"},
+      {{"--model", "complex", "--sample-scheme", "nosuch"},
+       "--sample-scheme must be naive, preloc, pool, postpone or onlylocal, not 'nosuch'"},
+      {{"--model", "complex", "--sample-scheme", "naive", "--sample-reuse", "4"},
+       "--sample-reuse applies to --sample-scheme pool and postpone, not naive"},
+      {{"--model", "complex", "--sample-scheme", "pool", "--sample-reuse", "0"},
+       "--sample-reuse must be in [1, 1000000]"},
+      {{"--model", "complex", "--sample-reuse", "4"},
+       "--sample-reuse needs --sample-scheme pool or postpone"},
+      {{"--model", "complex", "--negatives", "all", "--sample-scheme", "naive"},
+       "--sample-scheme does not apply with --negatives all"},
+      {{"--mode", "consensus", "--model", "distmult", "--sample-scheme", "naive"},
+       "consensus mode for sparse models (--model distmult) is not implemented yet"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> argv = {chorusBinary(), "launch", topology};

@@ -6,13 +6,17 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <set>
+#include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "ml/kge_workload.h"
 #include "ml/mf_workload.h"
 #include "ml/ratings.h"
+#include "sampling/negative_sampler.h"
 
 namespace chorus::ml {
 namespace {
@@ -98,6 +102,50 @@ std::string negativesName(const ::testing::TestParamInfo<int>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Negatives, DrawnStep, ::testing::Values(0, 1, 2, 3), negativesName);
+
+// Sparse PS mode's sampling primitives hand the workload its negatives (drawStepWith): given the
+// keys the model would have drawn, the step is the drawn one, bit for bit, and the rows it
+// names without them (stepRowsUnsampled) are the positives' only.
+TEST(GivenNegatives, MakeTheSameStepAsDrawnOnesAndAreCounted) {
+  const KgData graph = smallGraph();
+  KgeConfig config;
+  config.dim = 8;
+  config.negatives = 5;
+  KgeWorkload whole(graph, config, 4), given(graph, config, 4);
+  const std::vector<size_t> points = {3, 1, 4, 1, 5};
+  ASSERT_EQ(given.sampledTable(), std::optional<size_t>(0));
+  ASSERT_EQ(given.sampledRowsPerStep(points.size()), points.size() * 2 * 5);
+  // The model's own draws: uniform over the entities from the rng's engine, in order.
+  Rng a(17), b(17);
+  const auto pi = sampling::NegativeSampler::uniform(0, 50);
+  std::vector<RowKey> negatives(given.sampledRowsPerStep(points.size()));
+  for (RowKey& key : negatives)
+    key = pi(b.engine());
+  auto wholeAcc = accumulatorsFor(whole);
+  auto givenAcc = accumulatorsFor(given);
+  const Gradients expected = finish(whole.computeGradients(points, a, wholeAcc), wholeAcc);
+  given.drawStepWith(points, negatives);
+  std::vector<std::vector<RowKey>> rows(2);
+  given.stepRowsUnsampled(rows);
+  const Gradients got = finish(given.computeDrawnGradients(givenAcc), givenAcc);
+  EXPECT_EQ(got.loss, expected.loss);
+  for (size_t t = 0; t < 2; ++t)
+    EXPECT_EQ(got.grads[t].keys, expected.grads[t].keys);
+  std::set<RowKey> positives;
+  for (size_t p : points) {
+    positives.insert(graph.train[p].head);
+    positives.insert(graph.train[p].tail);
+  }
+  EXPECT_EQ(std::set<RowKey>(rows[0].begin(), rows[0].end()), positives);
+  // The wrong count, or an entity that is not one, is refused; --negatives all samples nothing.
+  EXPECT_THROW(given.drawStepWith(points, std::span<const RowKey>(negatives).first(3)),
+               std::invalid_argument);
+  negatives[0] = 50;
+  EXPECT_THROW(given.drawStepWith(points, negatives), std::invalid_argument);
+  config.allNegatives = true;
+  KgeWorkload all(graph, config, 4);
+  EXPECT_FALSE(all.sampledTable().has_value());
+}
 
 TEST(MfWorkload, StepsOnMlMfsGradientAndModel) {
   ZipfRatingsOptions zipf;
