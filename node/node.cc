@@ -196,6 +196,17 @@ void Node::Impl::setHandler(MessageType type, FrameHandler handler) {
   });
 }
 
+bool Node::Impl::deliverForTesting(NodeId from, const InboundFrame& frame) {
+  // Only without a loop thread: handlers_ belongs to it once it runs.
+  if (running_.load()) return false;
+  const ServiceSpec* service = frame.verifiedService();
+  if (service == nullptr) return false;
+  auto handler = handlers_.find(messageKind(service->id, frame.kind()));
+  if (handler == handlers_.end() || !handler->second) return false;
+  handler->second(from, frame);
+  return true;
+}
+
 void Node::Impl::setAttachmentPlacer(MessageType type, AttachmentPlacer placer) {
   assert(type.service != nullptr && type.service->id != kRuntimeService);
   onLoopOrNow([this, type, placer = std::move(placer)]() mutable {
@@ -294,6 +305,9 @@ void Node::setAttachmentPlacer(MessageType type, AttachmentPlacer placer) {
 }
 void Node::sendTransient(NodeId to, const SharedFrame& frame, const SendCallback& done) {
   impl_->sendTransient(to, frame, done);
+}
+bool Node::deliverForTesting(NodeId from, const InboundFrame& frame) {
+  return impl_->deliverForTesting(from, frame);
 }
 void Node::setEventHandler(EventHandler handler) {
   impl_->setEventHandler(std::move(handler));

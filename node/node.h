@@ -101,6 +101,12 @@ class Node {
   void setAttachmentPlacer(MessageType type, AttachmentPlacer placer);
   // Sets the membership/flow-control event handler; same threading as setHandler().
   void setEventHandler(EventHandler handler);
+  // Tests and fuzz targets only, on a node that never listened (no loop thread): hands `frame`,
+  // which came out of a FrameDecoder that verified it with this node's services, to the handler
+  // of its message type as if established peer `from` had sent it, on the calling thread. False
+  // when no handler takes it (a running node drops such a frame, too). The seam through which a
+  // fuzzer reaches a mode's real handlers without sockets (tests/fuzz/fuzz_ps_messages.cc).
+  bool deliverForTesting(NodeId from, const InboundFrame& frame);
 
   // Binds the listener and starts the loop thread; port() then returns the bound port.
   Status listen();

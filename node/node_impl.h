@@ -55,6 +55,7 @@ class Node::Impl {
   void setHandler(MessageType type, FrameHandler handler);
   void setAttachmentPlacer(MessageType type, AttachmentPlacer placer);
   void setEventHandler(EventHandler handler);
+  bool deliverForTesting(NodeId from, const InboundFrame& frame);
   InboundStats inboundStats() const;
   void shutdown(milliseconds linger);
   PeerStats stats(NodeId peer) const { return membership_.stats(peer); }

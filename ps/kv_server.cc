@@ -293,6 +293,7 @@ std::optional<std::string> KvServer::restore(std::span<const uint64_t> keys,
                                              std::span<const float> values,
                                              const std::vector<WorkerView>& views) {
   if (auto error = store_.check(keys, values.size(), &directory_)) return error;
+  if (auto error = gate_.checkViews(views)) return fmt::format("workers' clocks: {}", *error);
   if (const size_t owned = store_.size(); keys.size() != owned) {
     return fmt::format("{} key(s) to restore, but {} are owned here", keys.size(), owned);
   }

@@ -115,10 +115,15 @@ class KvServer {
   void tick(std::chrono::steady_clock::time_point now);
   // Loop thread: every worker's clock as this owner knows it.
   std::vector<WorkerView> workerViews() const;
-  // Loop thread, a restarted owner: sets its keys (checked here: an error leaves everything as
-  // it was) and takes over another owner's view of the workers' clocks (a clock only moves
-  // forward; who that owner still counted is not taken over); then answers the requests held
-  // since the start.
+  // Loop thread (reads only): another owner's view of the workers' clocks is one this run can
+  // have (SspGate::checkViews); the error or nullopt.
+  std::optional<std::string> checkViews(const std::vector<WorkerView>& views) const {
+    return gate_.checkViews(views);
+  }
+  // Loop thread, a restarted owner: sets its keys and clocks (both checked here, the views with
+  // checkViews: an error leaves everything as it was) and takes over another owner's view of the
+  // workers' clocks (a clock only moves forward; who that owner still counted is not taken over);
+  // then answers the requests held since the start.
   std::optional<std::string> restore(std::span<const uint64_t> keys, std::span<const float> values,
                                      const std::vector<WorkerView>& views);
 

@@ -527,6 +527,11 @@ void PsPeer::onCatchupReply(NodeId from, const wire::PsCatchupReply& reply) {
       catchup.views.push_back(
           {reply.workers()->Get(i), reply.clocks()->Get(i), reply.counted()->Get(i) != 0});
     }
+    // Checked before catchUp() takes this node's own clock from them (lastClockHeard).
+    if (auto error = server_->checkViews(catchup.views)) {
+      catchup = Catchup{};
+      catchup.error = fmt::format("PsCatchupReply with {}", *error);
+    }
   }
   {
     auto lock = membership_.lock();

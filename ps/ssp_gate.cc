@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace chorus::ps {
 
 namespace {
@@ -144,6 +146,23 @@ std::optional<SspGate::WaitReport> SspGate::waitReport(TimePoint now) {
   report.needed = *clocks_.lowestParked();
   report.lagging = clocks_.laggingBehind(report.needed);
   return report;
+}
+
+std::optional<std::string> SspGate::checkViews(const std::vector<WorkerView>& views) const {
+  std::set<WorkerId> seen;
+  for (const WorkerView& view : views) {
+    if (!clocks_.known(view.worker)) {
+      return fmt::format("a clock for node {}, which is not a worker of this run", view.worker);
+    }
+    if (!seen.insert(view.worker).second) {
+      return fmt::format("two clocks for worker node {}", view.worker);
+    }
+    if (view.clock < 0 || view.clock >= kClockCeiling || view.clock > options_.max_clock) {
+      return fmt::format("worker node {} at clock {}, outside this run's clocks 0..{}", view.worker,
+                         view.clock, std::min(options_.max_clock, kClockCeiling - 1));
+    }
+  }
+  return std::nullopt;
 }
 
 void SspGate::restore(const std::vector<WorkerView>& views) {

@@ -110,8 +110,13 @@ class SspGate {
   // At most one report per report_every while reads stay parked.
   std::optional<WaitReport> waitReport(TimePoint now);
 
+  // Another owner's view of the workers' clocks, as a rejoining node receives it from a peer
+  // (PsCatchupReply), before restore() or anything else uses it: every worker of this run at
+  // most once, each clock within the run (0..max_clock). A helper's INT64_MAX would otherwise
+  // become a worker's clock here and the clock the rejoining worker resumes at.
+  std::optional<std::string> checkViews(const std::vector<WorkerView>& views) const;
   // A restarted owner takes over another owner's clocks (forward only); every worker's clock is
-  // unconfirmed until it announces one itself.
+  // unconfirmed until it announces one itself. The views passed checkViews().
   void restore(const std::vector<WorkerView>& views);
   std::vector<WorkerView> views() const;
 

@@ -3,6 +3,7 @@
 // (IDX, CIFAR-10, triples, ratings, checkpoints, metrics lines, topologies). Seeds made by the code
 // itself follow every format change; a committed corpus would go stale.
 //   chorus_fuzz_seeds OUT_DIR   (writes OUT_DIR/<target>/seed-*)
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -14,6 +15,8 @@
 #include "ml/checkpoint.h"
 #include "node/frame.h"
 #include "ping/ping_service.h"
+#include "ps/codec.h"
+#include "ps/key_store.h"
 #include "ps/ps_service.h"
 #include "topology/topology.h"
 
@@ -297,6 +300,66 @@ void topologySeeds(const fs::path& root) {
 
 }  // namespace
 
+// fuzz_ps_messages: scripts of what PS workers send an owner (node 0 of 0, 1, 2; 6 keys of 4
+// floats), written by the worker's own encoders (ps/codec.h): clocks, pulls, pushes with values
+// inline or attached, a push of NaN, an impostor's INT64_MAX clock, peer events between them.
+void psMessageSeeds(const fs::path& root) {
+  Seeds seeds(root, "fuzz_ps_messages");
+  const std::vector<node::NodeId> members{0, 1, 2};
+  const ps::KeySpace space{ps::ChunkLayout{24, 4}};
+  const std::vector<float> initial(space.total(), 0.5f);
+  const std::vector<ps::Key> mine =
+      ps::KeyStore(space, ps::ShardMap(members), 0, initial, ps::OwnerOptimizer{}).ownedKeys();
+  auto record = [](node::NodeId from, ps::PsMessage message) {
+    const node::EnvelopeHeader header{.sender = from, .cluster = "fuzz", .sequence = 1};
+    const std::string frame = bytesOf(ps::encodeFrame(header, std::move(message)));
+    std::string out(1, static_cast<char>(from));
+    out += static_cast<char>(frame.size() & 0xff);
+    out += static_cast<char>((frame.size() >> 8) & 0xff);
+    return out + frame;
+  };
+  auto event = [](node::NodeId from, int kind, int seconds) {
+    return std::string(1, static_cast<char>(0x80 | (seconds << 4) | (kind << 2) | from));
+  };
+  const std::vector<float> grads(space.floatsOf(mine), 0.25f);
+  const std::vector<float> nan(space.floatsOf(mine), std::nanf(""));
+  auto push = [&](node::NodeId from, uint64_t id, ps::Clock clock, const std::vector<float>& g,
+                  bool attach) {
+    std::vector<std::span<const float>> rows;
+    size_t at = 0;
+    for (ps::Key key : mine) {
+      const size_t n = space.floatsOf(std::span<const ps::Key>(&key, 1));
+      rows.emplace_back(g.data() + at, n);
+      at += n;
+    }
+    return record(from, ps::pushRequest(id, clock, mine, rows, g.size(), attach));
+  };
+  for (uint8_t options : {0, 1, 2}) {
+    std::string script(1, static_cast<char>(options));
+    for (ps::Clock c = 1; c <= 3; ++c) {
+      for (node::NodeId w : {1u, 2u}) {
+        script += record(w, ps::clockAnnouncement(c));
+        script += record(w, ps::pullRequest(10 * c + w, c, c - 1, mine));
+        script += push(w, 10 * c + w, c, grads, c % 2 == 0);
+      }
+    }
+    script += event(2, 0, 3);  // node 2 down, its time-out passes
+    script += record(1, ps::pullRequest(99, 4, 4, mine));
+    script += event(2, 1, 0);
+    seeds.add(script);
+  }
+  std::string attacks(1, '\0');
+  attacks += record(1, ps::clockAnnouncement(1));
+  attacks += push(1, 1, 1, nan, false);
+  attacks += push(1, 2, 1, nan, true);
+  attacks += record(2, ps::clockAnnouncement(INT64_MAX));
+  attacks += record(2, ps::clockAnnouncement(21));
+  attacks += record(1, ps::pullRequest(3, 1, INT64_MAX, mine));
+  attacks += record(3, ps::clockAnnouncement(1));
+  attacks += record(1, ps::clockAnnouncement(0));
+  seeds.add(attacks);
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr, "usage: %s OUT_DIR\n", argv[0]);
@@ -307,5 +370,6 @@ int main(int argc, char** argv) {
   fileSeeds(root);
   topologySeeds(root);
   handshakeSeeds(root);
+  psMessageSeeds(root);
   return 0;
 }

@@ -865,6 +865,112 @@ TEST(KvServer, ARejoinedOwnerAppliesPushesOlderThanItsRestoredView) {
   raw.shutdown(std::chrono::milliseconds(0));  // no reply handler runs once `replies` is gone
 }
 
+// A helper's view of the workers' clocks is checked before a rejoined owner takes it over: one
+// INT64_MAX clock (an impostor's) refuses the whole restore, keys and clocks stay as they were
+// and the held requests keep waiting for a good answer.
+TEST(KvServer, ARestoreWithAClockBeyondTheRunChangesNothing) {
+  KvCluster::Config config;
+  config.members = 2;
+  config.served = 1;
+  config.layout = ChunkLayout(40, 4);
+  config.server.hold_until_restored = true;
+  config.server.max_clock = 20;
+  KvCluster cluster(config);
+  KvServer& server = cluster.server(0);
+  const std::vector<Key> mine = cluster.keysOwnedBy({0});
+  ASSERT_FALSE(mine.empty());
+  const std::vector<float> restored(cluster.floats(mine), 10.0f);
+  cluster.onLoop(0, [&] {
+    std::vector<float> before(cluster.floats(mine));
+    server.store().copyTo(mine, before.data());
+    const std::optional<std::string> error =
+        server.restore(mine, restored, {{0, 3, true}, {1, INT64_MAX, true}});
+    ASSERT_TRUE(error.has_value());
+    EXPECT_NE(error->find("worker node 1 at clock 9223372036854775807, outside this run's "
+                          "clocks 0..20"),
+              std::string::npos)
+        << *error;
+    EXPECT_EQ(server.checkViews({{1, 21, true}}).has_value(), true);
+    for (const WorkerView& view : server.workerViews())
+      EXPECT_EQ(view.clock, 0) << "worker " << view.worker;
+    std::vector<float> after(cluster.floats(mine));
+    server.store().copyTo(mine, after.data());
+    EXPECT_EQ(after, before);
+    // A good answer is still taken.
+    EXPECT_EQ(server.restore(mine, restored, {{0, 3, true}, {1, 20, true}}), std::nullopt);
+    EXPECT_EQ(server.workerViews()[1].clock, 20);
+  });
+  cluster.node(1).shutdown(std::chrono::milliseconds(0));
+}
+
+// The seam of tests/fuzz/fuzz_ps_messages.cc: frames a FrameDecoder verified reach the owner's
+// real handlers through Node::deliverForTesting on a node that never listens. A NaN push and an
+// impostor's INT64_MAX clock are refused there as on the wire; good ones are applied.
+TEST(KvServer, FramesDeliveredWithoutSocketsReachTheRealHandlers) {
+  const std::vector<NodeId> members{0, 1, 2};
+  node::NodeOptions options;
+  options.cluster = "seam";
+  options.self = 0;
+  options.members = members;
+  node::Node node(options);
+  const KeySpace space{ChunkLayout{24, 4}};
+  const ShardMap map(members);
+  const std::vector<float> initial(space.total(), 0.5f);
+  OwnerOptimizer optimizer;
+  optimizer.sgd.momentum = 0;
+  optimizer.schedule.baseLr = 0.5;
+  ServerOptions server_options;
+  server_options.max_clock = 20;
+  KvServer server(node, KeyStore(space, map, 0, initial, optimizer), members, server_options);
+  const std::vector<Key> mine = server.store().ownedKeys();
+  ASSERT_FALSE(mine.empty());
+  auto deliver = [&](NodeId from, PsMessage message) {
+    const node::EnvelopeHeader header{.sender = from, .cluster = "seam", .sequence = 1};
+    const node::SharedFrame frame = ps::encodeFrame(header, std::move(message));
+    std::vector<uint8_t> bytes;
+    for (auto piece : frame->pieces())
+      bytes.insert(bytes.end(), piece.begin(), piece.end());
+    node::FrameDecoder decoder(node::FrameLimits{});
+    decoder.setServices([](node::ServiceId id) -> const node::ServiceSpec* {
+      return id == kPsServiceId ? &kPsService : nullptr;
+    });
+    int delivered = 0;
+    const node::Status status =
+        decoder.consume(bytes.data(), bytes.size(), [&](node::InboundFrame&& in) {
+          delivered += node.deliverForTesting(from, in) ? 1 : 0;
+          return true;
+        });
+    ASSERT_TRUE(status.ok()) << status.message();
+    EXPECT_EQ(delivered, 1);
+  };
+  const size_t floats = space.floatsOf(mine);
+  auto push = [&](uint64_t id, Clock clock, float grad, bool attach) {
+    const std::vector<float> grads(floats, grad);
+    std::vector<std::span<const float>> rows;
+    size_t at = 0;
+    for (Key key : mine) {
+      const size_t n = space.floatsOf(std::span<const Key>(&key, 1));
+      rows.emplace_back(grads.data() + at, n);
+      at += n;
+    }
+    deliver(1, pushRequest(id, clock, mine, rows, floats, attach));
+  };
+  deliver(1, clockAnnouncement(1));
+  push(1, 1, std::numeric_limits<float>::quiet_NaN(), false);
+  push(2, 1, std::numeric_limits<float>::infinity(), true);
+  deliver(2, clockAnnouncement(std::numeric_limits<int64_t>::max()));
+  deliver(2, clockAnnouncement(21));
+  push(3, 1, 1.0f, true);
+  std::vector<float> values(floats);
+  server.store().copyTo(mine, values.data());
+  for (float v : values)
+    EXPECT_FLOAT_EQ(v, 0.5f - 0.5f * 1.0f);  // the good push only
+  for (const WorkerView& view : server.workerViews())
+    EXPECT_EQ(view.clock, view.worker == 1 ? 1 : 0) << "worker " << view.worker;
+  EXPECT_EQ(server.summary().pushes, 1u);
+  EXPECT_EQ(server.summary().errors, 4u);
+}
+
 // Worker w's gradient for the toy problem f_w(x) = |x - t_w|^2 / 2.
 std::vector<float> target(size_t w, size_t n) {
   std::vector<float> t(n);

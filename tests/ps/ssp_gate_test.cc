@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <vector>
 
 namespace chorus::ps {
@@ -111,6 +112,30 @@ TEST(SspGate, AJumpIsAGapUnlessTheClockIsARestoredView) {
   EXPECT_EQ(fresh.clockOf(0), 30);
   EXPECT_FALSE(fresh.advance(0, 34).gap);
   EXPECT_NE(fresh.checkNotBehind(0, 33, "push"), std::nullopt);
+}
+
+// A rejoining node takes the workers' clocks from a peer's PsCatchupReply: an impostor's
+// INT64_MAX, a negative clock, a clock past the run, a stranger or a worker named twice is
+// refused before any clock moves.
+TEST(SspGate, ARestoredViewMustHoldClocksThisRunCanHave) {
+  SspGate gate({0, 1}, GateOptions{.max_clock = 11});
+  EXPECT_EQ(gate.checkViews({{0, 11, true}, {1, 0, false}}), std::nullopt);
+  EXPECT_EQ(gate.checkViews({}), std::nullopt);
+  auto refused = [&](const std::vector<WorkerView>& views, const std::string& why) {
+    const std::optional<std::string> error = gate.checkViews(views);
+    ASSERT_TRUE(error.has_value()) << why;
+    EXPECT_NE(error->find(why), std::string::npos) << *error;
+  };
+  refused({{0, 3, true}, {1, INT64_MAX, true}}, "worker node 1 at clock 9223372036854775807");
+  refused({{0, -1, true}}, "outside this run's clocks 0..11");
+  refused({{0, 12, true}}, "worker node 0 at clock 12, outside this run's clocks 0..11");
+  refused({{7, 1, true}}, "node 7, which is not a worker of this run");
+  refused({{0, 1, true}, {0, 2, true}}, "two clocks for worker node 0");
+  // Without a run limit the ceiling still holds.
+  SspGate unlimited({0}, GateOptions{});
+  EXPECT_NE(unlimited.checkViews({{0, kClockCeiling, true}}), std::nullopt);
+  EXPECT_EQ(unlimited.checkViews({{0, kClockCeiling - 1, true}}), std::nullopt);
+  EXPECT_EQ(gate.clockOf(1), 0);
 }
 
 TEST(SspGate, AFirstRequestFromAHighClockShowsARunningJob) {
