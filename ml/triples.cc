@@ -32,8 +32,14 @@ class NameIds {
     TextLines lines(path);
     std::string_view line;
     std::vector<std::string_view> fields;
-    std::vector<std::optional<std::string>> byIndex;
-    size_t count = 0;
+    // (index, name, where) in file order; placed by index once the count is known, so that an
+    // index far beyond the dictionary's size is refused before anything is sized by it.
+    struct Entry {
+      uint64_t index;
+      std::string name;
+      std::string where;
+    };
+    std::vector<Entry> entries;
     while (lines.next(line)) {
       if (trimmed(line).empty()) continue;
       splitFields(line, "\t", fields);
@@ -55,26 +61,27 @@ class NameIds {
         throw DataError(
             fmt::format("{}index {} is too large (ids are 32-bit)", lines.where(), index));
       }
-      if (index >= byIndex.size()) byIndex.resize(index + 1);
-      if (byIndex[index]) {
-        throw DataError(fmt::format("{}index {} appears twice (also for '{}')", lines.where(),
-                                    index, *byIndex[index]));
-      }
-      auto [it, inserted] = ids_.try_emplace(std::string(name), static_cast<uint32_t>(index));
-      if (!inserted) {
-        throw DataError(fmt::format("{}{} '{}' appears twice (indices {} and {})", lines.where(),
-                                    what_, name, it->second, index));
-      }
-      byIndex[index] = std::string(name);
-      ++count;
+      entries.push_back({index, std::string(name), lines.where()});
     }
-    if (count == 0) throw DataError(fmt::format("{}: empty dictionary", path));
-    for (size_t i = 0; i < byIndex.size(); ++i) {
-      if (!byIndex[i]) {
+    if (entries.empty()) throw DataError(fmt::format("{}: empty dictionary", path));
+    std::vector<std::optional<std::string>> byIndex(entries.size());
+    for (Entry& e : entries) {
+      if (e.index >= entries.size()) {
         throw DataError(
-            fmt::format("{}: indices must be 0..{} with none missing, but index {} is missing",
-                        path, byIndex.size() - 1, i));
+            fmt::format("{}index {} is out of range: the dictionary has {} entries, "
+                        "so its indices must be 0..{}",
+                        e.where, e.index, entries.size(), entries.size() - 1));
       }
+      if (byIndex[e.index]) {
+        throw DataError(fmt::format("{}index {} appears twice (also for '{}')", e.where, e.index,
+                                    *byIndex[e.index]));
+      }
+      auto [it, inserted] = ids_.try_emplace(e.name, static_cast<uint32_t>(e.index));
+      if (!inserted) {
+        throw DataError(fmt::format("{}{} '{}' appears twice (indices {} and {})", e.where, what_,
+                                    e.name, it->second, e.index));
+      }
+      byIndex[e.index] = std::move(e.name);
     }
     names_.clear();
     names_.reserve(byIndex.size());

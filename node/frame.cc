@@ -229,6 +229,10 @@ Status verifyMessage(const ServiceSpec& service, std::span<const uint8_t> messag
             fmt::format("{} message of {} bytes failed the FlatBuffers Verifier", service.name,
                         message.size())};
   }
+  if (service.check != nullptr && !service.check(message.data())) {
+    return {ErrorCode::kBadFrame,
+            fmt::format("{} message with a 64-bit vector not aligned to 8 bytes", service.name)};
+  }
   return {};
 }
 

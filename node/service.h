@@ -30,20 +30,28 @@ struct ServiceSpec {
   uint8_t (*kind)(const uint8_t* message) = nullptr;
   // The name of a kind, for logs ("" for one this build does not know).
   const char* (*kind_name)(uint8_t kind) = nullptr;
+  // What the Verifier does not check, on a verified message (null: nothing more): the
+  // Verifier checks a vector's length prefix for 4-byte alignment only, so a service whose
+  // messages hold 64-bit vectors, read in place, checks their elements' alignment here.
+  bool (*check)(const uint8_t* message) = nullptr;
 };
 
 // The ServiceSpec of a schema whose root table `Root` holds its message in a union field `body`
 // (`table Message { body: Body; }`): `Verify` is flatc's Verify<Root>Buffer, `KindName` its
 // EnumName<Union>.
 template <class Root, bool (*Verify)(flatbuffers::Verifier&), auto KindName>
-constexpr ServiceSpec serviceSpec(ServiceId id, const char* name) {
+constexpr ServiceSpec serviceSpec(ServiceId id, const char* name,
+                                  bool (*check)(const uint8_t* message) = nullptr) {
   using Kind = decltype(std::declval<const Root&>().body_type());
-  return {id, name, [](flatbuffers::Verifier& verifier) { return Verify(verifier); },
+  return {id,
+          name,
+          [](flatbuffers::Verifier& verifier) { return Verify(verifier); },
           [](const uint8_t* message) {
             const Root* root = flatbuffers::GetRoot<Root>(message);
             return root->body() == nullptr ? uint8_t{0} : static_cast<uint8_t>(root->body_type());
           },
-          [](uint8_t kind) -> const char* { return KindName(static_cast<Kind>(kind)); }};
+          [](uint8_t kind) -> const char* { return KindName(static_cast<Kind>(kind)); },
+          check};
 }
 
 // One message type of one service: what handlers and attachment placers are set for.

@@ -3,6 +3,7 @@
 // (ps/ps.fbs).
 #pragma once
 
+#include <cstdint>
 #include <utility>
 
 #include "node/frame.h"
@@ -14,9 +15,26 @@ namespace chorus::ps {
 
 // This service's id on the wire (fixed: peers of every build must agree on it).
 inline constexpr node::ServiceId kPsServiceId = 3;
+
+// Are the 64-bit vectors (keys, clocks) of a verified PS message 8-byte aligned? They are read
+// in place, and the Verifier checks only their length prefix's 4-byte alignment.
+inline bool psVectorsAligned(const uint8_t* bytes) {
+  const auto aligned = [](const auto* vector) {
+    return vector == nullptr || reinterpret_cast<uintptr_t>(vector->data()) % 8 == 0;
+  };
+  const wire::Message* message = flatbuffers::GetRoot<wire::Message>(bytes);
+  if (const auto* m = message->body_as_PsPull()) return aligned(m->keys());
+  if (const auto* m = message->body_as_PsPush()) return aligned(m->keys());
+  if (const auto* m = message->body_as_PsReply()) return aligned(m->keys());
+  if (const auto* m = message->body_as_PsCatchupReply()) {
+    return aligned(m->keys()) && aligned(m->clocks());
+  }
+  return true;
+}
+
 inline constexpr node::ServiceSpec kPsService =
-    node::serviceSpec<wire::Message, wire::VerifyMessageBuffer, wire::EnumNameBody>(kPsServiceId,
-                                                                                    "ps");
+    node::serviceSpec<wire::Message, wire::VerifyMessageBuffer, wire::EnumNameBody>(
+        kPsServiceId, "ps", psVectorsAligned);
 
 // The typed helpers (node/service_messages.h) for this service's messages.
 using node::encodeMessage;

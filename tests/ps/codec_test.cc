@@ -57,6 +57,23 @@ TEST(Codec, APullRequestCarriesItsClocksAndKeys) {
   EXPECT_EQ(std::vector<Key>(pull.keys.begin(), pull.keys.end()), keys);
 }
 
+// The Verifier checks a vector's length prefix for 4-byte alignment only: a message whose keys
+// sit at an address that is 4 but not 8 aligned passes it, and the PS service's own check
+// refuses it (fuzz_frame found one: tests/fuzz/regressions/fuzz_frame/).
+TEST(Codec, KeysNotAlignedTo8BytesAreRefused) {
+  const Received r = roundTrip(pullRequest(17, 5, 3, std::vector<Key>{2, 9}));
+  const auto* bytes = node::envelopeOf(r.frame->data()).message();
+  EXPECT_TRUE(psVectorsAligned(bytes->data()));
+  // The same message 4 bytes further on: every offset inside still verifies, the keys do not
+  // sit on 8 bytes any more.
+  std::vector<uint64_t> storage(bytes->size() / 8 + 2);
+  auto* shifted = reinterpret_cast<uint8_t*>(storage.data()) + 4;
+  std::memcpy(shifted, bytes->data(), bytes->size());
+  flatbuffers::Verifier verifier(shifted, bytes->size());
+  EXPECT_TRUE(wire::VerifyMessageBuffer(verifier));
+  EXPECT_FALSE(psVectorsAligned(shifted));
+}
+
 TEST(Codec, APushTravelsInTheBodyOrAsTheAttachment) {
   const std::vector<Key> keys{1, 4};
   const std::vector<float> a{1, 2, 3}, b{4, 5};
