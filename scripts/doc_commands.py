@@ -44,6 +44,7 @@ SHORT_ROUNDS = 20
 SHORT_TRAIN_SAMPLES = 2000
 SHORT_RATINGS = 200000
 KGE_MODELS = ("complex", "distmult", "transe")
+SPARSE_MODELS = KGE_MODELS + ("mf",)
 
 
 def blocks(path):
@@ -124,6 +125,10 @@ def short_form(argv, shared):
             pass  # one epoch of WN18RR is short already
         else:
             argv += ["--limit", str(SHORT_TRAIN_SAMPLES)]
+    elif command in ("launch", "node") and ("--model" in argv and
+                                             argv[argv.index("--model") + 1] in SPARSE_MODELS):
+        # A sparse model counts epochs, not rounds: one epoch of WN18RR or generated ratings.
+        argv = drop_option(argv, "--epochs") + ["--epochs", "1"]
     elif command in ("launch", "node", "compare"):
         argv = drop_option(drop_option(argv, "--eval-every"), "--rounds")
         argv += ["--rounds", str(SHORT_ROUNDS), "--eval-every", "10"]
