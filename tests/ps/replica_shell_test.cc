@@ -108,7 +108,9 @@ class ReplicaNodes {
     std::vector<NodeId> replica_members;  // empty: every node here
     std::shared_ptr<const UpdatePolicy> policy = unitSgd();
     ReplicaShellOptions shell;
-    testsupport::NodeSettings settings;
+    // A member declared down leaves the sync for good: only real deaths (closed connections)
+    // may end one here, never a slow heartbeat on a loaded machine.
+    testsupport::NodeSettings settings{.peer_timeout = std::chrono::milliseconds(60000)};
   };
 
   explicit ReplicaNodes(Options options) : options_(std::move(options)) {
