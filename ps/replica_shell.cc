@@ -120,6 +120,8 @@ void ReplicaShell::syncNow() {
 }
 
 node::Status ReplicaShell::drain(milliseconds timeout) {
+  // It waits for rounds that only the loop thread can run.
+  if (node_.onLoopThread()) throw std::logic_error("ReplicaShell::drain() on the loop thread");
   const auto deadline = SteadyClock::now() + timeout;
   const bool posted = onLoop([this] {
     std::vector<NodeId> to;
@@ -182,6 +184,7 @@ node::Status ReplicaShell::drain(milliseconds timeout) {
 }
 
 bool ReplicaShell::waitRound(uint64_t round, milliseconds timeout) const {
+  if (node_.onLoopThread()) throw std::logic_error("ReplicaShell::waitRound() on the loop thread");
   std::unique_lock lock(mu_);
   return changed_.wait_for(lock, timeout, [&] { return counters_.round >= round; });
 }

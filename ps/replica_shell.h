@@ -122,9 +122,10 @@ class ReplicaShell {
   // in every replica here, and the replicas of all nodes that drained agree bit for bit. Members
   // that die meanwhile are not waited for. The sync keeps running after (other members may
   // still be draining) until the shell is destroyed or the node shuts down. An error when
-  // `timeout` passes first or the node stops running.
+  // `timeout` passes first or the node stops running; std::logic_error on the loop thread.
   node::Status drain(std::chrono::milliseconds timeout);
-  // Any thread: waits until this node finished round `round` or later (false after `timeout`).
+  // Any thread but the loop thread: waits until this node finished round `round` or later
+  // (false after `timeout`).
   bool waitRound(uint64_t round, std::chrono::milliseconds timeout) const;
 
   // Any thread.
