@@ -12,6 +12,7 @@ ReplicaFrameParts replicaSyncFrame(const ReplicaSyncMessage& message) {
   const SparseRows& rows = *message.rows;  // not null (the core never sends null rows)
   ReplicaFrameParts parts;
   parts.type = replica_wire::Body::ReplicaSync;
+  parts.rows = message.rows;
   parts.size_hint = 64 + 8 * rows.keys.size() + 4 * message.contributors.size();
   if (!rows.values.empty()) {
     parts.attachment.push_back(node::bytesOf(std::span<const float>(rows.values)));

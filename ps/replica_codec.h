@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -19,13 +20,14 @@
 namespace chorus::ps {
 
 // One replica message, ready to encode: its type, the writer of its table, a size hint and the
-// attachment (the rows' floats, referenced: they must stay unchanged until the frame was
-// written, which holding the message's `rows` guarantees).
+// attachment (the rows' floats, referenced, not copied: they must stay alive and unchanged until
+// every send of the frame completed, so hold `rows` until then, e.g. in the send callback).
 struct ReplicaFrameParts {
   replica_wire::Body type = replica_wire::Body::NONE;
   node::BodyWriter write;
   size_t size_hint = 0;
   node::Attachment attachment;
+  std::shared_ptr<const SparseRows> rows;  // what `attachment` points into (sync messages)
 };
 
 // A sync message of the core (its rows must not be null).

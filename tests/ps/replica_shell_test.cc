@@ -720,8 +720,10 @@ TEST(ReplicaShellBadInput, BadFramesAreRefusedAndTheNodeKeepsServing) {
     ReplicaFrameParts parts =
         replicaSyncFrame({ReplicaSyncKind::kContribution, 1, 1, {}, std::move(cold)});
     node::Node& member = cluster.node(2);
-    member.send(1, node::encodeMessage(member, parts.type, std::move(parts.write), parts.size_hint,
-                                       std::move(parts.attachment)));
+    const node::SharedFrame frame = node::encodeMessage(
+        member, parts.type, std::move(parts.write), parts.size_hint, std::move(parts.attachment));
+    // The attachment points into the rows: they live until the send completed.
+    member.send(1, frame, [rows = parts.rows](NodeId, const node::Status&) {});
     EXPECT_TRUE(cluster.log(1).waitForLine({"replica sync message from node 2", "dropped"}))
         << cluster.log(1).all();
   }
