@@ -306,7 +306,9 @@ TEST(ReplicaCodec, KeysNotAlignedTo8BytesAreRefused) {
 // The service id is fixed on the wire and must be no mode's.
 TEST(ReplicaCodec, TheServiceIdIsNoModes) {
   for (const modes::Mode& mode : modes::registry()) {
-    if (mode.service != nullptr) EXPECT_NE(mode.service->id, kReplicaServiceId) << mode.name;
+    if (mode.service != nullptr) {
+      EXPECT_NE(mode.service->id, kReplicaServiceId) << mode.name;
+    }
   }
   EXPECT_NE(kReplicaServiceId, node::kRuntimeService);
 }
