@@ -422,7 +422,17 @@ void SparseConsensusPeer::sendShare(NodeId to, const RowShare& share, size_t bac
               .Union();
         },
         hint);
-    node_.send(to, frame);
+    // A part refused by a full queue (or a connection that closed) loses its rows for `to`
+    // until they change again: counted, and said once (docs/sparse-consensus.md).
+    node_.send(to, frame, [this](NodeId peer, const node::Status& status) {
+      if (status.ok()) return;
+      if (parts_lost_++ == 0 && status.code() != node::ErrorCode::kShutdown) {
+        node_.logger().warn(
+            "a RowShare part to node {} was not sent: {} (later losses are only "
+            "counted)",
+            peer, status.message());
+      }
+    });
   }
 }
 
@@ -706,6 +716,7 @@ SparseConsensusReport SparseConsensusPeer::run() {
   report.bytes_out = bytes.bytes_out;
   report.bytes_in = bytes.bytes_in;
   report.shares_refused = refused_.load();
+  report.parts_lost = parts_lost_.load();
   const double rounds = static_cast<double>(std::max<Round>(report.rounds_done, 1));
   summary.add("epochs", report.epochs_done)
       .add("evaluated_epoch", report.epochs_done)
@@ -722,6 +733,7 @@ SparseConsensusReport SparseConsensusPeer::run() {
       .add("rows_mixed", report.rows_mixed)
       .add("max_staleness", report.max_staleness)
       .add("shares_refused", report.shares_refused)
+      .add("parts_lost", report.parts_lost)
       .add("bytes_out", report.bytes_out)
       .add("bytes_in", report.bytes_in)
       .addBool("stopped", report.stopped);

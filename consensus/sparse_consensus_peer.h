@@ -117,6 +117,7 @@ struct SparseConsensusReport {
   uint64_t bytes_out = 0;  // the runtime's counters, all peers
   uint64_t bytes_in = 0;
   uint64_t shares_refused = 0;  // RowShare frames from peers refused (logged per peer)
+  uint64_t parts_lost = 0;      // RowShare parts of this node's that were not sent
   int64_t max_staleness = 0;
   std::vector<uint32_t> finished_peers;
   std::vector<uint32_t> departed_peers;
@@ -183,6 +184,7 @@ class SparseConsensusPeer {
   std::map<NodeId, Round> last_complete_;
   node::RefusalLog refusals_;
   std::atomic<uint64_t> refused_{0};
+  std::atomic<uint64_t> parts_lost_{0};  // this node's parts the runtime did not send
   // Complete shares not mixed yet, per neighbor by round (written on the loop thread, taken on
   // the trainer thread).
   std::mutex inbox_mu_;

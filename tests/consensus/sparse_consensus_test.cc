@@ -139,6 +139,7 @@ TEST(SparseConsensus, ARingOfFourReachesTheSingleNodeMrrWithFarFewerBytesThanDen
     EXPECT_EQ(s.rounds_done, 12 * s.rounds_per_epoch);
     EXPECT_EQ(s.finished_peers.size(), 2u);
     EXPECT_EQ(s.shares_refused, 0u);
+    EXPECT_EQ(s.parts_lost, 0u);
     EXPECT_EQ(s.max_staleness, 0);
     if (i > 0) {
       EXPECT_TRUE(s.final.empty());
