@@ -184,6 +184,47 @@ TEST(SparseConsensus, TwoNodesFactorizeAsWellAsOneWithBackupWorkers) {
   }
 }
 
+// A node killed mid-run leaves its neighbors' wait sets (and its shares their inboxes) at once:
+// the others run every round and name it departed.
+TEST(SparseConsensus, AKilledNodeLeavesTheOthersFinishing) {
+  const ml::KgData graph = testsupport::makePlantedGraph({});
+  const testsupport::Graph g = testsupport::ring(4);
+  LocalCluster cluster(4, 0, {.cluster = "sparse-kill"});
+  std::vector<std::unique_ptr<ml::SparseWorkload>> workloads;
+  const ml::SparseTrainOptions train = trainOptions(3, 32, 0.1);
+  const ml::Shards shards = ml::shardIid(graph.train.size(), 4, train.seed);
+  const NodeId victim = 3;
+  for (NodeId i = 0; i < 4; ++i) {
+    workloads.push_back(std::make_unique<ml::KgeWorkload>(graph, smallComplEx(), 11));
+    SparseConsensusOptions options;
+    options.backup = "wait-all";
+    options.train = train;
+    if (i == victim) {
+      options.on_round_end = [&cluster, victim, killed = std::make_shared<bool>(false)](Round r) {
+        if (r >= 5 && !*killed) {
+          *killed = true;
+          cluster.kill(victim);
+        }
+      };
+    }
+    cluster.attach<SparseConsensusPeer>(i, *workloads[i], shards[i], sparseLayout(g, i), options);
+  }
+  cluster.connect();
+  cluster.start();
+  const SparseConsensusReport killed = cluster.result<SparseConsensusReport>(victim);
+  EXPECT_TRUE(killed.stopped);
+  for (NodeId i = 0; i < victim; ++i) {
+    const SparseConsensusReport r = cluster.result<SparseConsensusReport>(i);
+    EXPECT_FALSE(r.stopped) << "node " << i;
+    EXPECT_EQ(r.rounds_done, 3 * r.rounds_per_epoch) << "node " << i;
+    EXPECT_EQ(r.shares_refused, 0u) << "node " << i;
+    if (i == 0 || i == 2) {
+      EXPECT_EQ(r.departed_peers, std::vector<uint32_t>{victim}) << "node " << i;
+    }
+  }
+  EXPECT_EQ(cluster.result<SparseConsensusReport>(0).final.size(), 2u);
+}
+
 TEST(SparseConsensus, ABadRowShareIsRefusedNamingThePeer) {
   const ml::KgData graph = testsupport::makePlantedGraph({});
   ml::KgeWorkload workload(graph, smallComplEx(), 11);
