@@ -35,7 +35,7 @@ const std::vector<std::pair<std::string, std::string>> kNotForSparse = {
     {"--save", "checkpoints of sparse PS runs are not implemented yet"},
     {"--resume", "checkpoints of sparse PS runs are not implemented yet"},
     {"--stragglers", "straggler injection is not wired into sparse PS runs yet"},
-    {"--rejoin", "a sparse model's node cannot rejoin yet, in either mode"},
+    {"--rejoin", "a sparse PS node cannot rejoin yet (a consensus node can)"},
     {"--key-floats", "a sparse model's key is one embedding row"},
     {"--no-cache", "sparse PS workers read every row from its owner"},
     {"--owner-momentum", "sparse models train with --optimizer adagrad or sgd"},
@@ -212,8 +212,10 @@ void checkSparseNodeArgs(const run::RunOptions& run, const SparseNodeArgs& spars
     refuse(sparse, kGossipFlags, model, "the flags of sparse gossip, consensus mode's");
   }
   refuse(sparse, kDenseOnlyFlags, model, "an image model's flag");
-  for (const auto& [flag, why] : kNotForSparse)
+  for (const auto& [flag, why] : kNotForSparse) {
+    if (gossip && flag == "--rejoin") continue;  // it takes a neighbor's tables
     refuse(sparse, {flag}, model, why);
+  }
   if (given(sparse, "--shard") && run.shard != "iid") {
     throw CommandFailure(2, fmt::format("--shard {} does not apply to --model {}: its training "
                                         "points are split iid",
@@ -454,7 +456,10 @@ class SparseConsensusSession : public NodeSession {
   void run() override {
     const consensus::SparseConsensusReport r = peer_.run();
     const uint32_t self = job_->self;
-    const double rounds = static_cast<double>(std::max<int64_t>(r.rounds_done, 1));
+    const double rounds = static_cast<double>(std::max<int64_t>(r.rounds_done - r.first_round, 1));
+    if (r.first_round > 0) {
+      fmt::print("node {}: rejoined at round {} with a neighbor's tables\n", self, r.first_round);
+    }
     fmt::print(
         "node {}: {} epoch(s), {} rounds ({} per epoch) on {} of {} {} points in {:.1f} s "
         "({:.1f} s waiting for neighbors), {:.0f} points/s{}\n",
@@ -497,6 +502,8 @@ class SparseConsensusSession : public NodeSession {
     options.round_timeout = c.round_timeout;
     options.report_every = c.report_every;
     options.finish_timeout = c.finish_timeout;
+    options.rejoin = c.rejoin;
+    options.catchup_timeout = c.catchup_timeout;
     options.gossip = gossip;
     options.train = job.train;
     // The hot rows: each table's most accessed rows by the data's expected accesses (the same

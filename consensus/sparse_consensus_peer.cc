@@ -240,6 +240,18 @@ SparseConsensusPeer::SparseConsensusPeer(node::Node& node, ml::SparseWorkload& w
                      }
                      membership_.finished(from);
                    });
+  node_.setHandler(
+      messageType(wire::Body::ModelRequest), [this](NodeId from, const node::InboundFrame&) {
+        if (!isNeighbor(from)) {
+          node_.logger().warn("model request from node {}, which is not a neighbor: ignored", from);
+          return;
+        }
+        {
+          auto lock = membership_.lock();
+          requests_.insert(from);
+        }
+        membership_.notify();
+      });
   node_.setEventHandler([this](const node::PeerEvent& event) { onPeerEvent(event); });
 }
 
@@ -254,6 +266,8 @@ void SparseConsensusPeer::onPeerEvent(const node::PeerEvent& event) {
       if (isNeighbor(event.peer)) {
         board_.neighborDown(event.peer);
         partial_.erase(event.peer);
+        // A node that comes back (--rejoin) starts its rounds afresh.
+        last_complete_.erase(event.peer);
         std::lock_guard lock(inbox_mu_);
         inbox_.erase(event.peer);
       }
@@ -291,52 +305,20 @@ std::optional<std::string> SparseConsensusPeer::takePart(NodeId from, const wire
     return fmt::format("part {} of {} is not a part of a share of at most {} rows", part.part(),
                        parts, total_rows_);
   }
+  if (part.catchup()) return takeCatchupPart(from, part);
   if (auto last = last_complete_.find(from);
       last != last_complete_.end() && round <= last->second) {
     return fmt::format("round {} arrived after its round {} was complete", round, last->second);
   }
-  Partial& p = partial_[from];
-  if (p.round != round) {
-    if (p.round > round) {
-      return fmt::format("round {} is older than its round {} being assembled", round, p.round);
-    }
-    // A new round: the sender moved on, its older share can never complete.
-    p = Partial{};
-    p.round = round;
-    p.parts = parts;
-    p.share.round = round;
-  }
-  if (part.part() != p.next || parts != p.parts) {
+  std::shared_ptr<RowShare> share;
+  auto p = partial_.find(from);
+  if (p == partial_.end()) p = partial_.emplace(from, Partial{}).first;
+  if (std::optional<std::string> why = assemble(p->second, from, part, &share)) {
     partial_.erase(from);
-    return fmt::format(
-        "part {} of {} of round {} arrived where part {} of {} was due (a sender "
-        "writes a share's parts in order)",
-        part.part(), parts, round, p.next, p.parts);
+    return why;
   }
-  if (part.blocks() != nullptr) {
-    for (const wire::RowBlock* b : *part.blocks()) {
-      if (b->keys() == nullptr || b->values() == nullptr || b->hops() == nullptr) {
-        partial_.erase(from);
-        return fmt::format("a row block of round {} without keys, values or hop counts", round);
-      }
-      p.rows += b->keys()->size();
-      if (p.rows > total_rows_) {
-        partial_.erase(from);
-        return fmt::format("round {} carries more rows than the model's {}", round, total_rows_);
-      }
-      if (p.share.blocks.empty() || p.share.blocks.back().table != b->table()) {
-        p.share.blocks.push_back(RowBlock{b->table(), {}, {}, {}});
-      }
-      RowBlock& block = p.share.blocks.back();
-      block.keys.insert(block.keys.end(), b->keys()->begin(), b->keys()->end());
-      block.values.insert(block.values.end(), b->values()->begin(), b->values()->end());
-      block.hops.insert(block.hops.end(), b->hops()->begin(), b->hops()->end());
-    }
-  }
-  if (++p.next < p.parts) return std::nullopt;
-  auto share = std::make_shared<RowShare>(std::move(p.share));
+  if (!share) return std::nullopt;
   partial_.erase(from);
-  if (std::optional<std::string> bad = checkRowShare(*share, shapes_, from)) return bad;
   last_complete_[from] = round;
   {
     std::lock_guard lock(inbox_mu_);
@@ -352,6 +334,74 @@ std::optional<std::string> SparseConsensusPeer::takePart(NodeId from, const wire
     }
   }
   board_.modelArrived(from, round, noValues(), SteadyClock::now());
+  return std::nullopt;
+}
+
+std::optional<std::string> SparseConsensusPeer::assemble(Partial& p, NodeId from,
+                                                         const wire::RowShare& part,
+                                                         std::shared_ptr<RowShare>* complete) {
+  const Round round = part.round();
+  const uint32_t parts = part.parts();
+  if (p.round != round) {
+    if (p.round > round) {
+      return fmt::format("round {} is older than its round {} being assembled", round, p.round);
+    }
+    // A new round: the sender moved on, its older share can never complete.
+    p = Partial{};
+    p.round = round;
+    p.parts = parts;
+    p.share.round = round;
+  }
+  if (part.part() != p.next || parts != p.parts) {
+    return fmt::format(
+        "part {} of {} of round {} arrived where part {} of {} was due (a sender "
+        "writes a share's parts in order)",
+        part.part(), parts, round, p.next, p.parts);
+  }
+  if (part.blocks() != nullptr) {
+    for (const wire::RowBlock* b : *part.blocks()) {
+      if (b->keys() == nullptr || b->values() == nullptr || b->hops() == nullptr) {
+        return fmt::format("a row block of round {} without keys, values or hop counts", round);
+      }
+      p.rows += b->keys()->size();
+      if (p.rows > total_rows_) {
+        return fmt::format("round {} carries more rows than the model's {}", round, total_rows_);
+      }
+      if (p.share.blocks.empty() || p.share.blocks.back().table != b->table()) {
+        p.share.blocks.push_back(RowBlock{b->table(), {}, {}, {}});
+      }
+      RowBlock& block = p.share.blocks.back();
+      block.keys.insert(block.keys.end(), b->keys()->begin(), b->keys()->end());
+      block.values.insert(block.values.end(), b->values()->begin(), b->values()->end());
+      block.hops.insert(block.hops.end(), b->hops()->begin(), b->hops()->end());
+    }
+  }
+  if (++p.next < p.parts) return std::nullopt;
+  auto share = std::make_shared<RowShare>(std::move(p.share));
+  if (std::optional<std::string> bad = checkRowShare(*share, shapes_, from)) return bad;
+  *complete = std::move(share);
+  return std::nullopt;
+}
+
+std::optional<std::string> SparseConsensusPeer::takeCatchupPart(NodeId from,
+                                                                const wire::RowShare& part) {
+  std::lock_guard lock(catchup_mu_);
+  if (!catchup_from_ || *catchup_from_ != from || catchup_) {
+    return fmt::format("a catch-up share from node {}, which this node did not ask for", from);
+  }
+  std::shared_ptr<RowShare> share;
+  if (std::optional<std::string> why = assemble(catchup_partial_, from, part, &share)) {
+    catchup_partial_ = Partial{};
+    return why;
+  }
+  if (!share) return std::nullopt;
+  catchup_partial_ = Partial{};
+  if (share->rows() != total_rows_) {
+    return fmt::format("the catch-up share from node {} holds {} of the model's {} rows", from,
+                       share->rows(), total_rows_);
+  }
+  catchup_ = std::move(share);
+  catchup_cv_.notify_all();
   return std::nullopt;
 }
 
@@ -374,7 +424,8 @@ std::optional<RowShare> SparseConsensusPeer::takeInbox(NodeId from, Round round)
   return mergeShares(ptrs);
 }
 
-void SparseConsensusPeer::sendShare(NodeId to, const RowShare& share, size_t backups) {
+void SparseConsensusPeer::sendShare(NodeId to, const RowShare& share, size_t backups,
+                                    bool catchup) {
   // The parts: runs of rows of one block, at most chunk_floats values each (one row at least).
   struct Piece {
     size_t block, begin, end;
@@ -418,7 +469,7 @@ void SparseConsensusPeer::sendShare(NodeId to, const RowShare& share, size_t bac
           }
           auto vec = fb.CreateVector(blocks);
           return wire::CreateRowShare(fb, share.round, i, count, static_cast<uint32_t>(backups),
-                                      vec)
+                                      vec, catchup)
               .Union();
         },
         hint);
@@ -436,6 +487,76 @@ void SparseConsensusPeer::sendShare(NodeId to, const RowShare& share, size_t bac
   }
 }
 
+RowShare SparseConsensusPeer::wholeTables(Round round) const {
+  RowShare share;
+  share.round = round;
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    RowBlock block;
+    block.table = static_cast<uint32_t>(t);
+    block.keys.resize(tables_[t]->rows());
+    for (RowKey k = 0; k < block.keys.size(); ++k)
+      block.keys[k] = k;
+    block.values.assign(tables_[t]->values().begin(), tables_[t]->values().end());
+    block.hops.assign(block.keys.size(), kNoHop);
+    if (!block.keys.empty()) share.blocks.push_back(std::move(block));
+  }
+  return share;
+}
+
+void SparseConsensusPeer::answerRequests(Round round) {
+  std::vector<NodeId> to;
+  {
+    auto lock = membership_.lock();
+    to.assign(requests_.begin(), requests_.end());
+    requests_.clear();
+  }
+  if (to.empty()) return;
+  const RowShare share = wholeTables(round);
+  for (NodeId peer : to) {
+    node_.logger().info("sending the tables after round {} to rejoining node {}", round, peer);
+    sendShare(peer, share, 0, /*catchup=*/true);
+  }
+}
+
+Round SparseConsensusPeer::catchUp() {
+  spdlog::logger& log = node_.logger();
+  const std::vector<NodeId> connected = node_.connectedPeers();
+  for (NodeId neighbor : layout_.neighbors) {
+    if (!std::binary_search(connected.begin(), connected.end(), neighbor)) continue;
+    log.info("rejoining: asking node {} for its tables", neighbor);
+    {
+      std::lock_guard lock(catchup_mu_);
+      catchup_from_ = neighbor;
+      catchup_partial_ = Partial{};
+      catchup_.reset();
+    }
+    node_.send(
+        neighbor,
+        encodeMessage(node_, wire::Body::ModelRequest, [](flatbuffers::FlatBufferBuilder& b) {
+          return wire::CreateModelRequest(b, b.CreateString("rejoin")).Union();
+        }));
+    std::unique_lock lock(catchup_mu_);
+    catchup_cv_.wait_for(lock, options_.catchup_timeout,
+                         [&] { return catchup_ != nullptr || membership_.stopped(); });
+    if (membership_.stopped()) return 0;
+    if (catchup_) {
+      for (const RowBlock& block : catchup_->blocks) {
+        std::copy(block.values.begin(), block.values.end(), tables_[block.table]->values().begin());
+      }
+      const Round first = catchup_->round + 1;
+      catchup_from_.reset();
+      catchup_.reset();
+      log.info("rejoining: took node {}'s tables after its round {}; running rounds {}..{}",
+               neighbor, first - 1, first, total_rounds_ - 1);
+      return first;
+    }
+    log.warn("rejoining: node {} did not answer within {} ms; asking the next neighbor", neighbor,
+             options_.catchup_timeout.count());
+  }
+  throw std::runtime_error(
+      "rejoining: no live neighbor answered with its tables (is the run still going?)");
+}
+
 std::vector<ml::NamedMetric> SparseConsensusPeer::evaluate(const std::string& split) {
   return workload_.evaluate(split);
 }
@@ -443,6 +564,8 @@ std::vector<ml::NamedMetric> SparseConsensusPeer::evaluate(const std::string& sp
 void SparseConsensusPeer::stop() {
   membership_.stop();
   board_.stop();
+  std::lock_guard lock(catchup_mu_);
+  catchup_cv_.notify_all();
 }
 
 SparseConsensusReport SparseConsensusPeer::run() {
@@ -466,7 +589,10 @@ SparseConsensusReport SparseConsensusPeer::run() {
     return it == layout_.degrees.end() ? layout_.members.size() - 1 : it->second;
   };
 
-  ml::MetricsWriter metrics(train.metricsPath);
+  // A rejoining node appends to its file: its earlier life's lines stay.
+  ml::MetricsWriter metrics(train.metricsPath, options_.rejoin);
+  const Round first_round = options_.rejoin ? catchUp() : 0;
+  report.first_round = first_round;
   ml::MetricsEvent start("start");
   start.add("model", workload_.spec())
       .add("parameters", static_cast<uint64_t>(report.parameters))
@@ -475,7 +601,8 @@ SparseConsensusReport SparseConsensusPeer::run() {
       .add("optimizer", ml::sparseOptimizerName(train.optimizer.kind))
       .add("lr", train.optimizer.lr)
       .add("seed", train.seed)
-      .add("start_epoch", int64_t{0})
+      .add("start_epoch", first_round / rounds_per_epoch_)
+      .add("first_round", first_round)
       .add("mode", "consensus")
       .add("exchange", options_.gossip.dense_exchange ? "dense" : "sparse")
       .add("node", static_cast<uint64_t>(self))
@@ -525,10 +652,11 @@ SparseConsensusReport SparseConsensusPeer::run() {
 
   double grad_ema = 0, noise_ema = 0, compute_ema = 0;
   bool have_grad = false, have_noise = false;
-  Round round = 0;
+  Round round = first_round;
   int64_t points_seen = 0;
   node::PeerStats last_bytes = node_.totals();
-  int64_t epoch = 0;
+  const int64_t first_epoch = first_round / rounds_per_epoch_;
+  int64_t epoch = first_epoch;
   for (; epoch < train.epochs && !membership_.stopped(); ++epoch) {
     // Each node's order of an epoch depends only on (seed, epoch, its rank), as sparse PS mode's.
     std::copy(shard_.begin(), shard_.end(), order.begin());
@@ -540,7 +668,8 @@ SparseConsensusReport SparseConsensusPeer::run() {
     double epoch_wait = 0, epoch_loss = 0;
     size_t epoch_points = 0;
     uint64_t epoch_rows = 0, epoch_share_bytes = 0;
-    for (int64_t r = 0; r < rounds_per_epoch_; ++r, ++round) {
+    for (int64_t r = epoch == first_epoch ? first_round % rounds_per_epoch_ : 0;
+         r < rounds_per_epoch_; ++r, ++round) {
       const auto compute_start = SteadyClock::now();
       const std::span<const size_t> batch = roundBatch(order, r, rounds_per_epoch_);
       double loss = 0;
@@ -637,6 +766,7 @@ SparseConsensusReport SparseConsensusPeer::run() {
                         .add("bytes_sent", bytes.bytes_out - last_bytes.bytes_out)
                         .add("bytes_received", bytes.bytes_in - last_bytes.bytes_in));
       last_bytes = bytes;
+      answerRequests(round);
       if (options_.on_round_end) options_.on_round_end(round);
     }
     if (membership_.stopped()) break;
@@ -708,6 +838,9 @@ SparseConsensusReport SparseConsensusPeer::run() {
     settle.peers = layout_.neighbors;
     settle.timeout = options_.finish_timeout;
     settle.report_every = options_.report_every;
+    // A neighbor that rejoins late still gets the final tables.
+    settle.has_work = [this] { return !requests_.empty(); };
+    settle.work = [this, round] { answerRequests(round - 1); };
     run::PeerSettlement settled = membership_.settle(settle, log);
     report.finished_peers = std::move(settled.finished);
     report.departed_peers = std::move(settled.departed);
@@ -717,7 +850,7 @@ SparseConsensusReport SparseConsensusPeer::run() {
   report.bytes_in = bytes.bytes_in;
   report.shares_refused = refused_.load();
   report.parts_lost = parts_lost_.load();
-  const double rounds = static_cast<double>(std::max<Round>(report.rounds_done, 1));
+  const double rounds = static_cast<double>(std::max<Round>(report.rounds_done - first_round, 1));
   summary.add("epochs", report.epochs_done)
       .add("evaluated_epoch", report.epochs_done)
       .add("steps", report.rounds_done)

@@ -11,12 +11,14 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <utility>
@@ -78,6 +80,11 @@ struct SparseConsensusOptions {
   std::chrono::milliseconds round_timeout{300000};
   std::chrono::milliseconds report_every{5000};
   std::chrono::milliseconds finish_timeout{120000};
+  // --rejoin: a restarted node first asks a live neighbor for its whole tables (ModelRequest,
+  // answered with a catch-up RowShare after the neighbor's current round) and runs the rounds
+  // after that neighbor's; catchup_timeout per neighbor asked.
+  bool rejoin = false;
+  std::chrono::milliseconds catchup_timeout{30000};
   // Tests: called on the trainer thread after each round's mixing step.
   std::function<void(Round)> on_round_end;
 };
@@ -102,6 +109,7 @@ struct SparseConsensusReport {
   bool stopped = false;
   int64_t epochs_done = 0;
   int64_t rounds_done = 0;
+  int64_t first_round = 0;  // 0, or where a rejoining node took up the rounds
   int64_t rounds_per_epoch = 0;
   double train_seconds = 0;  // the rounds (node 0's evaluations not counted)
   double wait_seconds = 0;   // of which in the round board's gather
@@ -156,8 +164,21 @@ class SparseConsensusPeer {
   void onPeerEvent(const node::PeerEvent& event);
   // Loop thread: why a part cannot be taken (nullopt: it was).
   std::optional<std::string> takePart(NodeId from, const wire::RowShare& part);
+  // Loop thread: adds `part` to `p` (a new round starts a new share); sets `complete` when it
+  // was the last part and the share passed checkRowShare. Why not, when it cannot be taken.
+  std::optional<std::string> assemble(Partial& p, NodeId from, const wire::RowShare& part,
+                                      std::shared_ptr<RowShare>* complete);
+  // Loop thread: a part of the catch-up share this (rejoining) node asked for.
+  std::optional<std::string> takeCatchupPart(NodeId from, const wire::RowShare& part);
   // Trainer thread: `share` to `to` in parts of at most chunk_floats values.
-  void sendShare(NodeId to, const RowShare& share, size_t backups);
+  void sendShare(NodeId to, const RowShare& share, size_t backups, bool catchup = false);
+  // Trainer thread: every row of every table, as a share of round `round`.
+  RowShare wholeTables(Round round) const;
+  // Trainer thread: answers the pending ModelRequests with the tables as of `round`.
+  void answerRequests(Round round);
+  // Trainer thread, --rejoin: takes a live neighbor's tables; returns the first round to run.
+  // Throws std::runtime_error when no neighbor answers.
+  Round catchUp();
   // Trainer thread: the merged unmixed shares of `from` up to round `round`.
   std::optional<RowShare> takeInbox(NodeId from, Round round);
   bool isNeighbor(NodeId id) const;
@@ -189,7 +210,15 @@ class SparseConsensusPeer {
   // the trainer thread).
   std::mutex inbox_mu_;
   std::map<NodeId, std::map<Round, std::shared_ptr<RowShare>>> inbox_;
+  // --rejoin: the neighbor asked, the share being assembled (loop thread) and the complete one.
+  std::mutex catchup_mu_;
+  std::condition_variable catchup_cv_;
+  std::optional<NodeId> catchup_from_;
+  Partial catchup_partial_;
+  std::shared_ptr<RowShare> catchup_;
   run::Membership membership_;
+  // Neighbors that asked for this node's tables (under membership_.lock()).
+  std::set<NodeId> requests_;
 };
 
 }  // namespace chorus::consensus

@@ -207,8 +207,8 @@ TEST(ChorusSparsePs, BadFlagsAreRefusedBeforeAnyNodeStarts) {
     std::string message;
   };
   const std::vector<Case> cases = {
-      {{"--mode", "consensus", "--model", "complex", "--rejoin"},
-       "--rejoin does not apply to --model complex (a sparse model's node cannot rejoin yet"},
+      {{"--model", "complex", "--rejoin"},
+       "--rejoin does not apply to --model complex (a sparse PS node cannot rejoin yet"},
       {{"--model", "complex", "--cold-every", "4"},
        "--cold-every does not apply to --model complex (the flags of sparse gossip"},
       {{"--model", "mlp", "--dense-exchange"}, "--dense-exchange does not apply to --model mlp"},

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <functional>
+#include <future>
 #include <string>
 
 #include "consensus/sparse_consensus_peer.h"
@@ -223,6 +225,88 @@ TEST(SparseConsensus, AKilledNodeLeavesTheOthersFinishing) {
     }
   }
   EXPECT_EQ(cluster.result<SparseConsensusReport>(0).final.size(), 2u);
+}
+
+// Node 2 is stopped and shut down at round 5, then restarts on the same port with --rejoin: it
+// takes a neighbor's whole tables, runs the rounds after that neighbor's, and finishes with the
+// others (who hold at round 20 until its second life has started, so that it finds them
+// running).
+TEST(SparseConsensus, ARestartedNodeRejoinsWithANeighborsTables) {
+  const ml::KgData graph = testsupport::makePlantedGraph({});
+  const testsupport::Graph g = testsupport::complete(3);
+  const ml::SparseTrainOptions train = trainOptions(6, 32, 0.1);
+  const ml::Shards shards = ml::shardIid(graph.train.size(), 3, train.seed);
+  LocalCluster cluster(2, 3, {.cluster = "sparse-rejoin"});
+  std::vector<std::unique_ptr<ml::SparseWorkload>> workloads;
+  std::promise<void> second_life_started;
+  std::shared_future<void> released = second_life_started.get_future().share();
+  for (NodeId i = 0; i < 2; ++i) {
+    workloads.push_back(std::make_unique<ml::KgeWorkload>(graph, smallComplEx(), 11));
+    SparseConsensusOptions options;
+    options.train = train;
+    options.on_round_end = [released](Round r) {
+      if (r == 20) released.wait_for(60s);
+    };
+    cluster.attach<SparseConsensusPeer>(i, *workloads[i], shards[i], sparseLayout(g, i), options);
+  }
+  // One life of node 2; its node stops before its peer goes away.
+  struct Life {
+    std::unique_ptr<ml::SparseWorkload> workload;
+    std::unique_ptr<node::Node> node;
+    std::unique_ptr<SparseConsensusPeer> peer;
+    ~Life() {
+      if (node) node->shutdown(0ms);
+    }
+  };
+  auto life = [&](uint16_t port, bool rejoin, std::function<void(Round)> on_round_end) {
+    auto l = std::make_unique<Life>();
+    l->workload = std::make_unique<ml::KgeWorkload>(graph, smallComplEx(), 11);
+    l->node = std::make_unique<node::Node>(
+        testsupport::nodeOptions({.cluster = "sparse-rejoin"}, 2, 3, port));
+    EXPECT_TRUE(l->node->listen().ok());
+    SparseConsensusOptions options;
+    options.train = train;
+    options.rejoin = rejoin;
+    options.on_round_end = std::move(on_round_end);
+    l->peer = std::make_unique<SparseConsensusPeer>(*l->node, *l->workload, shards[2],
+                                                    sparseLayout(g, 2), options);
+    return l;
+  };
+  std::promise<void> round_five;
+  auto first = life(0, false, [&, fired = std::make_shared<bool>(false)](Round r) {
+    if (r == 5 && !*fired) {
+      *fired = true;
+      round_five.set_value();
+    }
+  });
+  const uint16_t port = first->node->port();
+  cluster.connect({{2, port}});
+  cluster.connectOutside(*first->node);
+  ASSERT_TRUE(first->node->waitClusterReady(30s).ok());
+  cluster.start();
+  auto first_run = std::async(std::launch::async, [p = first->peer.get()] { return p->run(); });
+  ASSERT_EQ(round_five.get_future().wait_for(60s), std::future_status::ready);
+  first->peer->stop();
+  ASSERT_EQ(first_run.wait_for(60s), std::future_status::ready);
+  EXPECT_TRUE(first_run.get().stopped);
+  first.reset();
+
+  auto second = life(port, true, {});
+  cluster.connectOutside(*second->node);
+  ASSERT_TRUE(second->node->waitClusterReady(30s).ok());
+  auto second_run = std::async(std::launch::async, [p = second->peer.get()] { return p->run(); });
+  second_life_started.set_value();
+  ASSERT_EQ(second_run.wait_for(120s), std::future_status::ready);
+  const SparseConsensusReport r = second_run.get();
+  EXPECT_FALSE(r.stopped);
+  EXPECT_GT(r.first_round, 6);
+  EXPECT_EQ(r.rounds_done, 6 * r.rounds_per_epoch);
+  for (NodeId i = 0; i < 2; ++i) {
+    const SparseConsensusReport other = cluster.result<SparseConsensusReport>(i);
+    EXPECT_EQ(other.rounds_done, 6 * other.rounds_per_epoch) << "node " << i;
+    EXPECT_EQ(other.shares_refused, 0u) << "node " << i;
+    EXPECT_EQ(other.finished_peers.size(), 2u) << "node " << i;
+  }
 }
 
 TEST(SparseConsensus, ABadRowShareIsRefusedNamingThePeer) {
