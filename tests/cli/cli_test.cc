@@ -204,12 +204,9 @@ class PortReservation {
   uint16_t port_ = 0;
 };
 
-// `n` loopback ports that were free a moment ago.
+// `n` distinct loopback ports that were free a moment ago (run_command.h).
 std::vector<uint16_t> freePorts(int n) {
-  std::vector<uint16_t> ports;
-  for (int i = 0; i < n; ++i)
-    ports.push_back(PortReservation().port());
-  return ports;
+  return freeLoopbackPorts(static_cast<size_t>(n));
 }
 
 // Writes a complete-graph topology over the given ports and returns its path.
@@ -453,7 +450,7 @@ TEST(ChorusLaunch, ABadNodeOptionIsRefusedOnceBeforeAnyNodeStarts) {
 // `chorus node --spec FILE --id N`, as launch and compare start their nodes: the spec holds every
 // setting, so no other flag is taken beside it, and a file that is not a spec is named.
 TEST(ChorusNode, ARunSpecHoldsEverySettingAndABadOneIsNamed) {
-  const std::string topo = writeCluster("spec-node", {PortReservation().port()});
+  const std::string topo = writeCluster("spec-node", freePorts(1));
   const std::string spec = topo + ".spec";
   cli::NodeArgs args;
   args.topology = topo;

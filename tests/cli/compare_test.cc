@@ -46,8 +46,9 @@ class CompareTest : public ::testing::Test {
     const std::string path = (dir_ / name).string();
     std::ofstream f(path);
     f << "[cluster]\nname = \"compare-test\"\nmode = \"consensus\"\n";
+    const std::vector<uint16_t> ports = freeLoopbackPorts(3);
     for (int i = 0; i < 3; ++i) {
-      const uint16_t port = i == 1 && node1_port != 0 ? node1_port : freeLoopbackPort();
+      const uint16_t port = i == 1 && node1_port != 0 ? node1_port : ports[i];
       f << "\n[[node]]\nid = " << i << "\naddress = \"127.0.0.1:" << port << "\"\nneighbors = ["
         << (i + 1) % 3 << ", " << (i + 2) % 3 << "]\n";
       if (i == 1 && !node1_stragglers.empty()) f << "stragglers = \"" << node1_stragglers << "\"\n";

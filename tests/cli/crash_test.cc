@@ -66,8 +66,9 @@ class CrashCluster {
     out_ = fs::temp_directory_path() / (unique + "-out");
     std::ofstream f(topology_);
     f << "[cluster]\nname = \"" << name << "\"\nmode = \"" << mode << "\"\n";
+    const std::vector<uint16_t> ports = freeLoopbackPorts(nodes);
     for (int i = 0; i < nodes; ++i) {
-      f << "\n[[node]]\nid = " << i << "\naddress = \"127.0.0.1:" << freeLoopbackPort()
+      f << "\n[[node]]\nid = " << i << "\naddress = \"127.0.0.1:" << ports[i]
         << "\"\nneighbors = [";
       for (int j = 0, listed = 0; j < nodes; ++j) {
         if (j != i && (!line || j == i - 1 || j == i + 1)) f << (listed++ > 0 ? ", " : "") << j;

@@ -45,10 +45,11 @@ class SignalTest : public ::testing::Test {
     topology_ = std::filesystem::temp_directory_path() /
                 ("launch-signal-" + std::to_string(getpid()) + "-" +
                  ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".toml");
+    const std::vector<uint16_t> ports = freeLoopbackPorts(2);
     std::ofstream(topology_) << "[cluster]\nname = \"sig\"\nmode = \"consensus\"\n\n"
-                             << "[[node]]\nid = 0\naddress = \"127.0.0.1:" << freeLoopbackPort()
+                             << "[[node]]\nid = 0\naddress = \"127.0.0.1:" << ports[0]
                              << "\"\nneighbors = [1]\n\n[[node]]\nid = 1\naddress = \"127.0.0.1:"
-                             << freeLoopbackPort() << "\"\nneighbors = [0]\n";
+                             << ports[1] << "\"\nneighbors = [0]\n";
   }
   void TearDown() override {
     if (out_ >= 0) close(out_);

@@ -11,6 +11,8 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <random>
 #include <stdexcept>
 
 extern char** environ;
@@ -38,18 +40,74 @@ std::string TempDir::file(const std::string& name) const {
   return (std::filesystem::path(path_) / name).string();
 }
 
-uint16_t freeLoopbackPort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
+namespace {
+
+// The first port of the kernel's ephemeral range (32768 when it cannot be read).
+uint16_t ephemeralLow() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  unsigned low = 0;
+  if (in >> low && low > 0 && low <= 65535) return static_cast<uint16_t>(low);
+  return 32768;
+}
+
+// A socket bound to `port` on loopback (port 0: one the kernel picks), or -1.
+int bindLoopback(uint16_t port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    throw std::runtime_error("cannot bind a loopback socket to port 0");
+  addr.sin_port = htons(port);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    close(fd);
+    return -1;
   }
-  close(fd);
+  return fd;
+}
+
+uint16_t boundPort(int fd) {
+  sockaddr_in addr{};
+  socklen_t len = sizeof addr;
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    throw std::runtime_error("getsockname failed on a loopback socket");
+  }
   return ntohs(addr.sin_port);
+}
+
+}  // namespace
+
+std::vector<uint16_t> freeLoopbackPorts(size_t n) {
+  // Below the ephemeral range, above the well-known ports and the usual service ports; when the
+  // range starts too low to leave room (a tuned machine), the kernel's own pick (port 0).
+  const int high = ephemeralLow() - 1;
+  const int low = 10000;
+  std::mt19937_64 rng(
+      std::random_device{}() ^
+      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+      (static_cast<uint64_t>(getpid()) << 32));
+  std::vector<int> held;
+  std::vector<uint16_t> ports;
+  for (size_t i = 0; i < n; ++i) {
+    int fd = -1;
+    for (int attempt = 0; fd < 0 && high - low >= 1000 && attempt < 200; ++attempt) {
+      fd = bindLoopback(static_cast<uint16_t>(std::uniform_int_distribution<int>(low, high)(rng)));
+    }
+    if (fd < 0) fd = bindLoopback(0);
+    if (fd < 0) {
+      for (int h : held)
+        close(h);
+      throw std::runtime_error("cannot bind a loopback socket");
+    }
+    held.push_back(fd);
+    ports.push_back(boundPort(fd));
+  }
+  for (int fd : held)
+    close(fd);
+  return ports;
+}
+
+uint16_t freeLoopbackPort() {
+  return freeLoopbackPorts(1)[0];
 }
 
 CommandResult runCommand(const std::vector<std::string>& argv, double timeout_s) {

@@ -36,8 +36,14 @@ class TempDir {
   std::string path_;
 };
 
-// A loopback port that was free a moment ago (bound to port 0, read back, released), for
-// topology files that must name real ports.
+// `n` distinct loopback ports that were free a moment ago, for topology files that must name
+// real ports. They come from below the kernel's ephemeral range (ip_local_port_range): between
+// our release and the child's bind, any outgoing connection of a test running in parallel may
+// take a released ephemeral port (every node's dialer draws its local port from that range),
+// while a port below it is only ever taken by an explicit bind. Each candidate is bound to
+// check it is free, and all n stay bound until the last is chosen, so they are distinct.
+std::vector<uint16_t> freeLoopbackPorts(size_t n);
+// One such port.
 uint16_t freeLoopbackPort();
 
 }  // namespace chorus::testing

@@ -53,8 +53,9 @@ std::string writeTopology(const TempDir& dir, int nodes) {
   const std::string path = dir.file("ps" + std::to_string(nodes) + ".toml");
   std::ofstream out(path);
   out << "[cluster]\nname = \"sparse-ps-test\"\nmode = \"ps\"\n";
+  const std::vector<uint16_t> ports = freeLoopbackPorts(nodes);
   for (int i = 0; i < nodes; ++i) {
-    out << "\n[[node]]\nid = " << i << "\naddress = \"127.0.0.1:" << freeLoopbackPort()
+    out << "\n[[node]]\nid = " << i << "\naddress = \"127.0.0.1:" << ports[i]
         << "\"\nneighbors = [";
     for (int j = 0, k = 0; j < nodes; ++j) {
       if (j != i) out << (k++ > 0 ? ", " : "") << j;
