@@ -143,9 +143,12 @@ void registerNodeCommand(CLI::App& app, std::function<void(const NodeArgs&)> act
   cmd->add_option("--secret-file", args->secret_file,
                   "File holding the cluster's shared secret (the same on every node; trailing "
                   "line breaks are ignored; default: the topology's [cluster] secret_file). Each "
-                  "new connection's two ends prove they know it (HMAC challenge both ways) and a "
-                  "peer that cannot is refused. It authenticates peers at the handshake only: "
-                  "traffic is neither signed nor encrypted after it")
+                  "new connection's two ends prove they know it (HMAC challenge both ways), a "
+                  "peer that cannot is refused, and every frame after the handshake is encrypted "
+                  "and authenticated (ChaCha20-Poly1305, keys of that connection): a frame "
+                  "altered, replayed or reordered on the way closes the connection. There is no "
+                  "switch to turn that off; without a secret frames travel in clear "
+                  "(docs/security.md)")
       ->check(CLI::ExistingFile);
   cmd->add_option(
       "--link-delay", args->link_delay,

@@ -41,6 +41,16 @@ void Connection::liftFrameLimitFromLoop() {
   decoder_.setMaxFrameBytes(std::numeric_limits<uint32_t>::max());
 }
 
+void Connection::sealOutboundFromLoop(const SessionKey& key) {
+  assert(EventLoop::onThreadOf(loop_));
+  sealer_ = std::make_unique<FrameSealer>(key);
+}
+
+void Connection::openInboundFromLoop(const SessionKey& key) {
+  assert(EventLoop::onThreadOf(loop_));
+  decoder_.setOpener(std::make_unique<FrameOpener>(key));
+}
+
 void Connection::startFromLoop() {
   assert(EventLoop::onThreadOf(loop_));
   if (!open()) return;
@@ -94,7 +104,7 @@ void Connection::writeFromLoop(SharedFrame frame, std::function<void(const Statu
     return;
   }
   const size_t bytes = frame->size();
-  queueFromLoop({std::move(frame), std::move(done), 0, kind});
+  queueFromLoop({std::move(frame), std::move(done), 0, kind, sealer_ != nullptr});
   for (auto& write : dropped) {
     if (write.done) {
       write.done({ErrorCode::kOverloaded,
@@ -173,6 +183,12 @@ void Connection::writeTransientFromLoop(const SharedFrame& frame,
     if (done) done(error_);
     return;
   }
+  if (sealer_) {
+    // A sealed frame is written from a buffer of its own anyway: copy the frame now (its
+    // attachment may change once this returns) and seal the copy in wire order at the flush.
+    queueFromLoop({frame->tailCopy(0), std::move(done), 0, frame->kind(), true});
+    return;
+  }
   size_t written = 0;
   // Only with nothing queued or in flight (then libuv holds no write of ours either) may bytes
   // go straight to the socket; with a link fault (delay, jitter or loss) nothing does.
@@ -199,8 +215,10 @@ void Connection::flushFromLoop() {
   pending_.clear();
   std::vector<SharedFrame> frames;
   frames.reserve(batch->size());
+  // Sealing happens here, not when a frame is queued: frames dropped from the queue
+  // (superseded) never take a record number, so the numbers follow the wire order.
   for (const auto& write : *batch)
-    frames.push_back(write.frame);
+    frames.push_back(write.seal ? sealer_->seal(*write.frame) : write.frame);
   ++writes_in_flight_;
   Status status = tcp_->writeFromLoop(std::move(frames), [this, batch](const Status& st) {
     --writes_in_flight_;

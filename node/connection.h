@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "node/frame.h"
+#include "node/frame_cipher.h"
 #include "node/link_shaper.h"
 #include "node/protocol.h"
 #include "node/send_policy.h"
@@ -70,6 +71,14 @@ class Connection {
   }
   // The peer is authenticated: frames up to the full limit from the next one on.
   void liftFrameLimitFromLoop();
+  // Every frame queued from now on is sealed with `key` (node/frame_cipher.h) when it is handed
+  // to the socket, in wire order. Frames queued before stay clear.
+  void sealOutboundFromLoop(const SessionKey& key);
+  // Every frame read from the next one on must be sealed with `key`; one that does not open
+  // closes the connection (kBadFrame). Call between frames (from on_frame).
+  void openInboundFromLoop(const SessionKey& key);
+  // Frames written from now on are sealed.
+  bool sealsOutbound() const { return sealer_ != nullptr; }
   // Starts reading, TCP_NODELAY and the write slice. The socket must be connected.
   void startFromLoop();
   // Queues a frame; `done` fires exactly once (at once with the sticky error when closed).
@@ -143,7 +152,8 @@ class Connection {
   size_t write_slice_packets_ = 2;
   std::vector<QueuedWrite> pending_;
   int writes_in_flight_ = 0;
-  std::unique_ptr<LinkShaper> shaper_;  // only with an active LinkShape
+  std::unique_ptr<LinkShaper> shaper_;   // only with an active LinkShape
+  std::unique_ptr<FrameSealer> sealer_;  // once the handshake derived the session keys
   std::string description_;
 };
 

@@ -7,6 +7,8 @@
 #include <limits>
 #include <stdexcept>
 
+#include "node/frame_cipher.h"
+
 namespace chorus::node {
 namespace {
 
@@ -241,6 +243,12 @@ FrameDecoder::FrameDecoder(FrameLimits limits)
       max_frame_bytes_(limits.max_frame_bytes),
       scratch_(std::make_unique_for_overwrite<uint8_t[]>(kScratchBytes)) {}
 
+FrameDecoder::~FrameDecoder() = default;
+
+void FrameDecoder::setOpener(std::unique_ptr<FrameOpener> opener) {
+  opener_ = std::move(opener);
+}
+
 void FrameDecoder::setMaxFrameBytes(uint32_t bytes, std::string note) {
   max_frame_bytes_ = std::min(bytes, limits_.max_frame_bytes);
   limit_note_ = std::move(note);
@@ -281,7 +289,7 @@ Status FrameDecoder::commitRead(size_t n, const FrameSink& sink) {
   bool keep_going = true;
   if (frame_ != nullptr) {
     advanceAttachment(n);
-    if (attachment_left_ == 0) deliver(sink, &keep_going);
+    if (attachment_left_ == 0) return finishAttachment(sink, &keep_going);
     return {};
   }
   body_filled_ += n;
@@ -299,8 +307,28 @@ std::span<uint8_t> FrameDecoder::nextAttachmentSpan() {
 }
 
 void FrameDecoder::advanceAttachment(size_t n) {
+  // Sealed: the bytes just read are opened in place while they are in cache (the last piece
+  // is the tag's, which is not part of the record).
+  if (attachment_sealed_ && piece_ + 1 < pieces_.size()) {
+    opener_->openAttachment(pieces_[piece_].subspan(piece_filled_, n));
+  }
   piece_filled_ += n;
   attachment_left_ -= n;
+}
+
+Status FrameDecoder::finishAttachment(const FrameSink& sink, bool* keep_going) {
+  if (attachment_sealed_) {
+    attachment_sealed_ = false;
+    Status status = opener_->finishAttachment(attachment_tag_);
+    if (!status.ok()) {
+      error_ = std::move(status);
+      frame_.reset();  // its landing ends without arriving
+      pieces_.clear();
+      return error_;
+    }
+  }
+  deliver(sink, keep_going);
+  return {};
 }
 
 void FrameDecoder::deliver(const FrameSink& sink, bool* keep_going) {
@@ -322,7 +350,10 @@ Status FrameDecoder::consume(const uint8_t* data, size_t n, const FrameSink& sin
       advanceAttachment(take);
       data += take;
       n -= take;
-      if (attachment_left_ == 0) deliver(sink, &keep_going);
+      if (attachment_left_ == 0) {
+        Status status = finishAttachment(sink, &keep_going);
+        if (!status.ok()) return status;
+      }
       continue;
     }
     if (body_ == nullptr) {
@@ -344,11 +375,14 @@ Status FrameDecoder::consume(const uint8_t* data, size_t n, const FrameSink& sin
                               notChorusNote(prefix_, {data, std::min<size_t>(n, 40)}))};
         return error_;
       }
-      // Allocated only now that the length is known to be within the limit and the budget.
-      if (!reserve(kFramePrefixBytes + length, "a frame", &body_reservation_)) return error_;
-      body_ = std::make_unique_for_overwrite<uint8_t[]>(kFramePrefixBytes + length);
+      // Allocated only now that the length is known to be within the limit and the budget. A
+      // sealed Envelope is followed by its tag, read into the same buffer.
+      body_sealed_ = opener_ != nullptr;
+      const size_t bytes = size_t{length} + (body_sealed_ ? kSealTagBytes : 0);
+      if (!reserve(kFramePrefixBytes + bytes, "a frame", &body_reservation_)) return error_;
+      body_ = std::make_unique_for_overwrite<uint8_t[]>(kFramePrefixBytes + bytes);
       std::memcpy(body_.get(), prefix_, kFramePrefixBytes);
-      body_size_ = length;
+      body_size_ = bytes;
       body_filled_ = 0;
       prefix_filled_ = 0;
     }
@@ -366,12 +400,24 @@ Status FrameDecoder::consume(const uint8_t* data, size_t n, const FrameSink& sin
 }
 
 Status FrameDecoder::completeEnvelope(const FrameSink& sink, bool* keep_going) {
-  Status status = verifyFrame(body_.get(), kFramePrefixBytes + body_size_, limits_);
+  const size_t envelope_size = body_size_ - (body_sealed_ ? kSealTagBytes : 0);
+  if (body_sealed_) {
+    uint8_t* envelope = body_.get() + kFramePrefixBytes;
+    Status opened =
+        opener_->openEnvelope({body_.get(), kFramePrefixBytes}, {envelope, envelope_size},
+                              {envelope + envelope_size, kSealTagBytes});
+    if (!opened.ok()) {
+      error_ = std::move(opened);
+      return error_;
+    }
+  }
+  Status status = verifyFrame(body_.get(), kFramePrefixBytes + envelope_size, limits_);
   if (!status.ok()) {
     error_ = status;
     return error_;
   }
-  auto frame = std::make_unique<InboundFrame>(std::move(body_), body_size_);
+  const bool sealed = body_sealed_;
+  auto frame = std::make_unique<InboundFrame>(std::move(body_), envelope_size);
   frame->reservation_ = std::move(body_reservation_);
   const ServiceId service = frame->service();
   if (service != kRuntimeService && services_) {
@@ -384,7 +430,6 @@ Status FrameDecoder::completeEnvelope(const FrameSink& sink, bool* keep_going) {
       frame->verified_service_ = spec;
     }
   }
-  const size_t envelope_size = body_size_;
   body_ = nullptr;
   body_size_ = 0;
   body_filled_ = 0;
@@ -416,6 +461,12 @@ Status FrameDecoder::completeEnvelope(const FrameSink& sink, bool* keep_going) {
   piece_ = 0;
   piece_filled_ = 0;
   attachment_left_ = bytes;
+  if (sealed) {
+    opener_->beginAttachment();
+    attachment_sealed_ = true;
+    pieces_.push_back({attachment_tag_, kSealTagBytes});
+    attachment_left_ += kSealTagBytes;
+  }
   frame_ = std::move(frame);
   return {};
 }
@@ -423,9 +474,10 @@ Status FrameDecoder::completeEnvelope(const FrameSink& sink, bool* keep_going) {
 Status FrameDecoder::finish() const {
   if (!error_.ok()) return error_;
   if (frame_ != nullptr) {
+    const size_t expected = frame_->attachment_size_ + (attachment_sealed_ ? kSealTagBytes : 0);
     return {ErrorCode::kBadFrame,
             fmt::format("truncated frame: stream ended after {} of {} attachment bytes",
-                        frame_->attachment_size_ - attachment_left_, frame_->attachment_size_)};
+                        expected - attachment_left_, expected)};
   }
   if (body_ != nullptr) {
     return {ErrorCode::kBadFrame, fmt::format("truncated frame: stream ended after {} of {} bytes",

@@ -219,6 +219,8 @@ const Root& messageOf(const InboundFrame& frame) {
 // builder laid it out. Meaning checks that need connection state belong to the caller.
 Status verifyFrame(const uint8_t* frame, size_t frame_size, const FrameLimits& limits);
 
+class FrameOpener;  // node/frame_cipher.h
+
 // Reassembles frames from a byte stream cut at arbitrary points. Each frame's length is
 // checked against the maximum before its buffer is allocated, and each complete frame is
 // verified before it is handed out. After an error the decoder is unusable (sticky).
@@ -238,6 +240,7 @@ class FrameDecoder {
   using ServiceLookup = std::function<const ServiceSpec*(ServiceId)>;
 
   explicit FrameDecoder(FrameLimits limits);
+  ~FrameDecoder();
   void setPlacer(Placer placer) { placer_ = std::move(placer); }
   void setServices(ServiceLookup services) { services_ = std::move(services); }
   // Every buffer the decoder allocates (Envelope, attachment not placed elsewhere) is first
@@ -249,6 +252,11 @@ class FrameDecoder {
   // handshake"). Safe to call from the sink, between two frames of one read.
   void setMaxFrameBytes(uint32_t bytes, std::string note = {});
   uint32_t maxFrameBytes() const { return max_frame_bytes_; }
+  // Every frame from the next length prefix on is sealed (node/frame_cipher.h) and opened with
+  // `opener` before it is verified; one that does not open is an error (kBadFrame). Call
+  // between two frames (from the sink, or before the first byte).
+  void setOpener(std::unique_ptr<FrameOpener> opener);
+  bool sealed() const { return opener_ != nullptr; }
 
   // Memory the next socket read may fill: the rest of a large frame's own buffer (so bulk
   // payloads are read in place) or a small scratch buffer.
@@ -271,6 +279,8 @@ class FrameDecoder {
   std::span<uint8_t> nextAttachmentSpan();
   // Hands the frame whose attachment is complete to the sink.
   void deliver(const FrameSink& sink, bool* keep_going);
+  // The attachment (and its tag, when sealed) is in: checks the tag, then delivers.
+  Status finishAttachment(const FrameSink& sink, bool* keep_going);
   // Reserves `bytes` from the budget for the frame being read (into `into`), or sets error_.
   bool reserve(size_t bytes, const char* what, BudgetReservation* into);
 
@@ -295,6 +305,12 @@ class FrameDecoder {
   size_t piece_ = 0;
   size_t piece_filled_ = 0;
   size_t attachment_left_ = 0;
+  // Sealed frames: the opener, whether the frame being read is sealed (set at its prefix), and
+  // where an attachment's tag is read to (the last of pieces_).
+  std::unique_ptr<FrameOpener> opener_;
+  bool body_sealed_ = false;
+  bool attachment_sealed_ = false;
+  uint8_t attachment_tag_[16] = {};
 };
 
 // Reads the little-endian uint32 at `p`.

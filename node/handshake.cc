@@ -202,9 +202,13 @@ HandshakeStep Handshake::onHello(const wire::Envelope& envelope, const std::stri
   const HandshakeMac mac = handshakeMac(*settings_.key, HandshakeRole::kAcceptor, settings_.cluster,
                                         settings_.self, id, dialer_nonce_, acceptor_nonce_);
   state_ = HandshakeState::kAwaitingProof;
+  keys_ = node::sessionKeys(*settings_.key, HandshakeRole::kAcceptor, settings_.cluster, id,
+                            settings_.self, dialer_nonce_, acceptor_nonce_);
   HandshakeStep step;
   step.reply =
       message(wire::Body::Challenge, acceptor_nonce_, std::vector<uint8_t>(mac.begin(), mac.end()));
+  // The Challenge is this end's last clear frame; the dialer's Proof is its last.
+  step.seal_after_reply = true;
   return step;
 }
 
@@ -227,9 +231,14 @@ HandshakeStep Handshake::onProof(const wire::Envelope& envelope, const std::stri
   if (!refusal.empty()) {
     std::string log =
         fmt::format("refusing the Proof from {} claiming node {}: {}", description, id, refusal);
-    return refuse(std::move(refusal), /*permanent=*/proof->mac() != nullptr, std::move(log));
+    HandshakeStep step =
+        refuse(std::move(refusal), /*permanent=*/proof->mac() != nullptr, std::move(log));
+    step.open_inbound = true;
+    return step;
   }
-  return admit();
+  HandshakeStep step = admit();
+  step.open_inbound = true;
+  return step;
 }
 
 HandshakeStep Handshake::admit() {
@@ -293,8 +302,12 @@ HandshakeStep Handshake::onChallenge(const wire::Envelope& envelope,
   const HandshakeMac proof = handshakeMac(*settings_.key, HandshakeRole::kDialer, settings_.cluster,
                                           settings_.self, peer, acceptor_nonce_, dialer_nonce_);
   state_ = HandshakeState::kAwaitingWelcome;
+  keys_ = node::sessionKeys(*settings_.key, HandshakeRole::kDialer, settings_.cluster,
+                            settings_.self, peer, dialer_nonce_, acceptor_nonce_);
   HandshakeStep step;
   step.reply = message(wire::Body::Proof, {}, std::vector<uint8_t>(proof.begin(), proof.end()));
+  step.open_inbound = true;  // the acceptor seals everything after its Challenge
+  step.seal_after_reply = true;
   return step;
 }
 

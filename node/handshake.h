@@ -84,6 +84,10 @@ struct HandshakeStep {
   // as an error (the run settings differ), else as a warning.
   std::string log;
   bool error_level = false;
+  // With a secret (Handshake::sessionKeys()): every frame read after this one is sealed, and
+  // every frame written after `reply` is sealed.
+  bool open_inbound = false;
+  bool seal_after_reply = false;
 };
 
 class Handshake {
@@ -107,6 +111,9 @@ class Handshake {
   const std::string& peerRun() const { return peer_run_; }
   // What the deadline now waits for ("Welcome", "Hello", "Proof"), for its time-out message.
   const char* awaited() const;
+  // The connection's session keys once both nonces are known and the peer's MAC checked out
+  // (dialer) or our Challenge went out (acceptor); null before, and always without a secret.
+  const SessionKeys* sessionKeys() const { return keys_ ? &*keys_ : nullptr; }
 
  private:
   HandshakeStep onHello(const wire::Envelope& envelope, const std::string& description);
@@ -128,6 +135,7 @@ class Handshake {
   std::vector<uint8_t> dialer_nonce_;
   std::vector<uint8_t> acceptor_nonce_;
   std::string peer_run_;
+  std::optional<SessionKeys> keys_;
 };
 
 }  // namespace chorus::node

@@ -25,6 +25,7 @@ struct QueuedWrite {
   std::function<void(const Status&)> done;
   size_t written_before = 0;  // bytes of the same frame the socket took at once
   uint32_t kind = 0;          // SendOptions::kind (which older frames a newer one supersedes)
+  bool seal = false;          // sealed (node/frame_cipher.h) when it is handed to the socket
 };
 
 // What one link does to the frames sent over it.

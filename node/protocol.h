@@ -14,7 +14,8 @@ using NodeId = uint32_t;
 // 2: frames may carry an attachment after the Envelope (Header.attachment).
 // 3: mode messages travel as a service's message (Envelope.service, Envelope.message), each mode
 //    with its own schema; the runtime's union Body holds its own messages only.
-inline constexpr uint32_t kProtocolVersion = 3;
+// 4: with a cluster secret, every frame after the handshake is sealed (node/frame_cipher.h).
+inline constexpr uint32_t kProtocolVersion = 4;
 
 // The longest cluster name (bytes): it travels in every header, and the handshake frames must
 // fit kHandshakeFrameBytes with it.

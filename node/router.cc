@@ -265,10 +265,18 @@ bool Node::Impl::onHandshakeFrameFromLoop(Connection& connection, const wire::En
     logger_->log(step.error_level ? spdlog::level::err : spdlog::level::warn, "{}", step.log);
   }
   if (!step.give_up.empty()) giveUpFromLoop(peer, step.give_up);
+  // With a secret the handshake switches each direction to sealed frames after its last clear
+  // frame (docs/security.md): reading at once, writing after the reply.
+  const SessionKeys* keys = handshake.sessionKeys();
+  if (step.open_inbound && keys != nullptr) connection.openInboundFromLoop(keys->receive);
+  const auto sealAfterReply = [&] {
+    if (step.seal_after_reply && keys != nullptr) connection.sealOutboundFromLoop(keys->send);
+  };
   using Outcome = HandshakeStep::Outcome;
   switch (step.outcome) {
     case Outcome::kContinue:
       if (step.reply) writeHandshakeFromLoop(connection, *step.reply);
+      sealAfterReply();
       // The acceptor's Challenge starts the wait for the Proof.
       if (handshake.state() == HandshakeState::kAwaitingProof) {
         connection.peer = peer;  // claimed; peer_known only once the Proof checks out

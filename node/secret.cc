@@ -114,6 +114,45 @@ HandshakeMac handshakeMac(const ClusterKey& key, HandshakeRole prover, const std
   return mac;
 }
 
+namespace {
+
+SessionKey directionKey(const ClusterKey& key, const char* direction, const std::string& cluster,
+                        uint32_t dialer, uint32_t acceptor, std::span<const uint8_t> dialer_nonce,
+                        std::span<const uint8_t> acceptor_nonce) {
+  std::vector<uint8_t> message;
+  const char* label = "chorus frames v1";
+  message.insert(message.end(), label, label + std::strlen(label) + 1);
+  message.insert(message.end(), direction, direction + std::strlen(direction) + 1);
+  appendU32(message, static_cast<uint32_t>(cluster.size()));
+  message.insert(message.end(), cluster.begin(), cluster.end());
+  appendU32(message, dialer);
+  appendU32(message, acceptor);
+  appendU32(message, static_cast<uint32_t>(dialer_nonce.size()));
+  message.insert(message.end(), dialer_nonce.begin(), dialer_nonce.end());
+  appendU32(message, static_cast<uint32_t>(acceptor_nonce.size()));
+  message.insert(message.end(), acceptor_nonce.begin(), acceptor_nonce.end());
+  SessionKey out{};
+  crypto_generichash(out.data(), out.size(), message.data(), message.size(), key.data(),
+                     key.size());
+  return out;
+}
+
+}  // namespace
+
+SessionKeys sessionKeys(const ClusterKey& key, HandshakeRole self, const std::string& cluster,
+                        uint32_t dialer, uint32_t acceptor, std::span<const uint8_t> dialer_nonce,
+                        std::span<const uint8_t> acceptor_nonce) {
+  initSodium();
+  const SessionKey outbound = directionKey(key, "dialer to acceptor", cluster, dialer, acceptor,
+                                           dialer_nonce, acceptor_nonce);
+  const SessionKey inbound = directionKey(key, "acceptor to dialer", cluster, dialer, acceptor,
+                                          dialer_nonce, acceptor_nonce);
+  SessionKeys keys;
+  keys.send = self == HandshakeRole::kDialer ? outbound : inbound;
+  keys.receive = self == HandshakeRole::kDialer ? inbound : outbound;
+  return keys;
+}
+
 bool handshakeMacMatches(const HandshakeMac& expected, std::span<const uint8_t> received) {
   initSodium();
   return received.size() == expected.size() &&

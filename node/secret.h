@@ -1,8 +1,9 @@
 // The cluster's shared secret and the handshake's challenge-response (docs/wire-format.md,
 // "Handshake"). With a secret, each end of a new connection proves that it knows it by a MAC
 // over the other end's fresh nonce, so a process that only knows the cluster's name and an id
-// cannot join, and a recorded handshake cannot be replayed. It authenticates peers, not frames:
-// nothing after the handshake is signed or encrypted.
+// cannot join, and a recorded handshake cannot be replayed. Both ends then derive the
+// connection's session keys from the secret and both nonces (sessionKeys()), and every frame
+// after the handshake is sealed with them (node/frame_cipher.h, docs/security.md).
 #pragma once
 
 #include <array>
@@ -10,6 +11,7 @@
 #include <span>
 #include <string>
 
+#include "node/frame_cipher.h"
 #include "node/status.h"
 
 namespace chorus::node {
@@ -43,6 +45,14 @@ enum class HandshakeRole { kAcceptor, kDialer };
 HandshakeMac handshakeMac(const ClusterKey& key, HandshakeRole prover, const std::string& cluster,
                           uint32_t from, uint32_t to, std::span<const uint8_t> their_nonce,
                           std::span<const uint8_t> own_nonce);
+
+// The session keys of the connection whose handshake (in `cluster`, node `dialer` dialing node
+// `acceptor`) exchanged these nonces, as the end `self` sees them: what one end sends with is
+// what the other receives with, each direction has its own key, and only a holder of `key`
+// can compute them. Both nonces are fresh per connection, so each connection has its own keys.
+SessionKeys sessionKeys(const ClusterKey& key, HandshakeRole self, const std::string& cluster,
+                        uint32_t dialer, uint32_t acceptor, std::span<const uint8_t> dialer_nonce,
+                        std::span<const uint8_t> acceptor_nonce);
 
 // Constant-time check of a received MAC against the expected one (false on a wrong length).
 bool handshakeMacMatches(const HandshakeMac& expected, std::span<const uint8_t> received);

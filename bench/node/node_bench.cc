@@ -19,7 +19,9 @@
 
 #include "node/finite.h"
 #include "node/frame.h"
+#include "node/frame_cipher.h"
 #include "node/node.h"
+#include "node/secret.h"
 #include "ping/ping_service.h"
 
 namespace chorus::node {
@@ -106,6 +108,36 @@ void BM_AllFinite(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * state.range(0));
 }
 
+// Sealing one frame and opening it again (node/frame_cipher.h), no sockets: the crypto's share
+// of a sealed frame's cost, per frame size (64 B: the fixed cost of two records' set-up).
+void BM_FrameSealOpen(benchmark::State& state) {
+  const size_t bytes = static_cast<size_t>(state.range(0));
+  std::vector<uint8_t> payload(bytes, 7);
+  const SharedFrame frame =
+      encodeFrame(EnvelopeHeader{0, "bench", 1, 0}, ping::messageType(ping::wire::Body::Ping),
+                  messageWriter(ping::wire::Body::Ping,
+                                [&](flatbuffers::FlatBufferBuilder& b) {
+                                  return ping::wire::CreatePingDirect(b, 1, &payload).Union();
+                                }),
+                  bytes);
+  SessionKey key{};
+  FrameSealer sealer(key);
+  FrameOpener opener(key);
+  for (auto _ : state) {
+    const SharedFrame sealed = sealer.seal(*frame);
+    auto* bytes_in = const_cast<uint8_t*>(sealed->data());
+    const size_t envelope = loadLittleEndian32(bytes_in);
+    const Status status =
+        opener.openEnvelope({bytes_in, kFramePrefixBytes}, {bytes_in + kFramePrefixBytes, envelope},
+                            {bytes_in + kFramePrefixBytes + envelope, kSealTagBytes});
+    if (!status.ok()) std::abort();
+    benchmark::DoNotOptimize(bytes_in);
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(frame->size()));
+}
+BENCHMARK(BM_FrameSealOpen)->Arg(64)->Arg(4 << 10)->Arg(4 << 20);
+
 BENCHMARK(BM_FrameEncodeVerifyDecode)
     ->RangeMultiplier(8)
     ->Range(1 << 10, 64 << 20)
@@ -117,8 +149,9 @@ BENCHMARK(BM_Memcpy)->RangeMultiplier(8)->Range(1 << 10, 64 << 20)->Arg(4 << 20)
 // ---- two nodes on loopback ----
 
 // Node 0 dials node 1; node 1 counts Tensor/Ping frames.
+// With `sealed`, both hold a cluster secret, so every frame is sealed (node/frame_cipher.h).
 struct NodePair {
-  NodePair() {
+  explicit NodePair(bool sealed = false) {
     NodeOptions a;
     a.cluster = "bench";
     a.self = 0;
@@ -126,6 +159,11 @@ struct NodePair {
     a.log_level = spdlog::level::warn;
     a.high_watermark = 256u << 20;
     a.low_watermark = 64u << 20;
+    if (sealed) {
+      const std::string secret = "bench secret";
+      a.cluster_key = clusterKeyFromSecret(
+          std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(secret.data()), secret.size()));
+    }
     NodeOptions b = a;
     b.self = 1;
     sender = std::make_unique<Node>(a);
@@ -162,8 +200,8 @@ constexpr int kBulkPerIteration = 16;
 constexpr int kSmallPerIteration = 20000;
 constexpr size_t kSmallPayload = 64;
 
-void BM_NodeBulk4MiB(benchmark::State& state) {
-  NodePair pair;
+void nodeBulk(benchmark::State& state, bool sealed) {
+  NodePair pair(sealed);
   std::vector<float> values(kBulkBytes / sizeof(float), 2.0f);
   auto frame = ping::encodeMessage(
       *pair.sender, ping::wire::Body::Tensor,
@@ -182,8 +220,16 @@ void BM_NodeBulk4MiB(benchmark::State& state) {
                           static_cast<int64_t>(frame->size()));
 }
 
-void BM_NodeSmallMessages64B(benchmark::State& state) {
-  NodePair pair;
+void BM_NodeBulk4MiB(benchmark::State& state) {
+  nodeBulk(state, false);
+}
+// The same frames sealed: what encryption and authentication cost against the plain pair.
+void BM_NodeBulk4MiBSealed(benchmark::State& state) {
+  nodeBulk(state, true);
+}
+
+void nodeSmall(benchmark::State& state, bool sealed) {
+  NodePair pair(sealed);
   std::vector<uint8_t> payload(kSmallPayload, 9);
   uint64_t target = 0;
   uint64_t nonce = 0;
@@ -201,6 +247,13 @@ void BM_NodeSmallMessages64B(benchmark::State& state) {
     pair.waitReceived(target);
   }
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * kSmallPerIteration);
+}
+
+void BM_NodeSmallMessages64B(benchmark::State& state) {
+  nodeSmall(state, false);
+}
+void BM_NodeSmallMessages64BSealed(benchmark::State& state) {
+  nodeSmall(state, true);
 }
 
 // ---- the baseline: a plain blocking TCP socket pair ----
@@ -322,7 +375,9 @@ void BM_RawSocketSmallMessages64B(benchmark::State& state) {
 
 BENCHMARK(BM_NodeBulk4MiB)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_RawSocketBulk4MiB)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_NodeBulk4MiBSealed)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_NodeSmallMessages64B)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_NodeSmallMessages64BSealed)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_RawSocketSmallMessages64B)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -6,7 +6,10 @@
 //  - with a secret, no end is established without the other end's valid MAC (the script can
 //    ask the harness to answer a challenge correctly, so the paths past the proof are reached);
 //  - with a secret, nothing the acceptor says before the proof names its cluster;
-//  - a failed handshake stays failed.
+//  - a failed handshake stays failed;
+//  - session keys exist only with a secret and only once the handshake asks to seal or open
+//    frames, and an established end's keys are the ones both ends derive (node/secret.h), so
+//    the two directions switch to sealed frames with matching keys.
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -92,6 +95,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                       dialed);
   std::vector<uint8_t> own_nonce;  // the nonce this end sent (Hello or Challenge)
   std::vector<uint8_t> peer_nonce;
+  std::vector<uint8_t> challenge_nonce;  // the nonce of the last valid Challenge
   node::NodeId claimed = 0;
   if (!acceptor) {
     auto hello = handshake.start();
@@ -126,6 +130,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                         dialed, kSelf, own_nonce, message.nonce);
           message.mac.assign(mac.begin(), mac.end());
           valid_mac = true;
+          challenge_nonce = message.nonce;
         } else {
           message.mac = script.bytes(script.byte() % 40);
         }
@@ -183,6 +188,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     if (before == HandshakeState::kFailed && handshake.state() != HandshakeState::kFailed)
       __builtin_trap();
+    const node::SessionKeys* keys = handshake.sessionKeys();
+    if (!secret && (keys != nullptr || step.open_inbound || step.seal_after_reply))
+      __builtin_trap();
+    if ((step.open_inbound || step.seal_after_reply) && keys == nullptr) __builtin_trap();
+    if (secret && handshake.state() == HandshakeState::kEstablished) {
+      if (keys == nullptr) __builtin_trap();
+      const auto own = fixedNonce(40);
+      const node::SessionKeys expected =
+          acceptor ? node::sessionKeys(*settings.key, node::HandshakeRole::kAcceptor, kCluster,
+                                       claimed, kSelf, peer_nonce, own)
+                   : node::sessionKeys(*settings.key, node::HandshakeRole::kDialer, kCluster, kSelf,
+                                       dialed, own_nonce, challenge_nonce);
+      if (keys->send != expected.send || keys->receive != expected.receive) __builtin_trap();
+      // The acceptor reads sealed frames from the Proof on (the dialer from its Challenge).
+      if (acceptor && !step.open_inbound) __builtin_trap();
+    }
   }
   return 0;
 }

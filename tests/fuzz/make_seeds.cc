@@ -3,6 +3,7 @@
 // (IDX, CIFAR-10, triples, ratings, checkpoints, metrics lines, topologies). Seeds made by the code
 // itself follow every format change; a committed corpus would go stale.
 //   chorus_fuzz_seeds OUT_DIR   (writes OUT_DIR/<target>/seed-*)
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -360,6 +361,81 @@ void psMessageSeeds(const fs::path& root) {
   seeds.add(attacks);
 }
 
+// fuzz_consensus_messages: what neighbors send a consensus node (node 0 or 1 of 0..3, a
+// softmax of 15 parameters in chunks of 4), written with consensus's own message writers: whole
+// models of a few rounds chunk by chunk, one-float chunks of far rounds, a NaN model, Final
+// models and partial sums for the end of the run, a ModelRequest and TrainingDone.
+void consensusMessageSeeds(const fs::path& root) {
+  using flatbuffers::FlatBufferBuilder;
+  namespace cw = consensus::wire;
+  Seeds seeds(root, "fuzz_consensus_messages");
+  constexpr uint64_t kTotal = 15;
+  constexpr uint64_t kChunk = 4;
+  auto record = [](node::NodeId from, cw::Body kind, const node::BodyWriter& writer) {
+    const node::EnvelopeHeader header{.sender = from, .cluster = "fuzz", .sequence = 1};
+    const std::string frame = bytesOf(node::encodeFrame(header, consensus::messageType(kind),
+                                                        consensus::messageWriter(kind, writer)));
+    std::string out(1, static_cast<char>(from));
+    out += static_cast<char>(frame.size() & 0xff);
+    out += static_cast<char>((frame.size() >> 8) & 0xff);
+    return out + frame;
+  };
+  auto share = [&](node::NodeId from, int64_t round, uint64_t offset, std::vector<float> values,
+                   cw::SharePurpose purpose, std::vector<uint32_t> models = {}) {
+    return record(from, cw::Body::ModelShare, [=](FlatBufferBuilder& b) {
+      auto v = b.CreateVector(values);
+      flatbuffers::Offset<flatbuffers::Vector<uint32_t>> m;
+      if (!models.empty()) m = b.CreateVector(models);
+      cw::ModelShareBuilder s(b);
+      s.add_round(round);
+      s.add_offset(offset);
+      s.add_total(kTotal);
+      s.add_backups(1);
+      s.add_values(v);
+      s.add_purpose(purpose);
+      if (!models.empty()) s.add_models(m);
+      return s.Finish().Union();
+    });
+  };
+  auto model = [&](node::NodeId from, int64_t round, float value, cw::SharePurpose purpose,
+                   std::vector<uint32_t> models = {}) {
+    std::string out;
+    for (uint64_t at = 0; at < kTotal; at += kChunk) {
+      const size_t n = std::min(kChunk, kTotal - at);
+      out += share(from, round, at, std::vector<float>(n, value), purpose, models);
+    }
+    return out;
+  };
+  const std::string gossip = std::string(1, '\0') + model(1, 0, 0.5f, cw::SharePurpose::Gossip) +
+                             model(2, 0, 0.25f, cw::SharePurpose::Gossip) +
+                             model(1, 1, 0.5f, cw::SharePurpose::Gossip);
+  seeds.add(gossip);
+  std::string far(1, '\x04');  // tau 2
+  for (int64_t round = 0; round < 30; ++round)
+    far += share(2, round * 7, round % 4, {0.5f}, cw::SharePurpose::Gossip);
+  seeds.add(far);
+  std::string poisoned(1, '\0');
+  poisoned += model(1, 2, std::nanf(""), cw::SharePurpose::Gossip);
+  poisoned += share(3, 0, 0, {1.0f, 2.0f}, cw::SharePurpose::Gossip);  // not a neighbor of 0
+  seeds.add(poisoned);
+  std::string end(1, '\0');
+  end += model(1, 19, 0.5f, cw::SharePurpose::Final);
+  end += model(2, 19, 0.5f, cw::SharePurpose::PartialSum, {2});
+  end += model(1, 19, 1.5f, cw::SharePurpose::PartialSum, {1, 3});
+  end += record(1, cw::Body::TrainingDone,
+                [](FlatBufferBuilder& b) { return cw::CreateTrainingDone(b, 20).Union(); });
+  end += record(2, cw::Body::ModelRequest, [](FlatBufferBuilder& b) {
+    return cw::CreateModelRequest(b, b.CreateString("rejoin")).Union();
+  });
+  seeds.add(end);
+  // Node 1 (option bit 0), whose neighbors are 0, 2 and 3, and a catch-up model.
+  std::string other(1, '\x03');
+  other +=
+      model(3, 0, 0.5f, cw::SharePurpose::Gossip) + model(0, 0, 0.5f, cw::SharePurpose::Catchup);
+  other += model(3, 19, 0.5f, cw::SharePurpose::PartialSum, {3});
+  seeds.add(other);
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr, "usage: %s OUT_DIR\n", argv[0]);
@@ -371,5 +447,6 @@ int main(int argc, char** argv) {
   topologySeeds(root);
   handshakeSeeds(root);
   psMessageSeeds(root);
+  consensusMessageSeeds(root);
   return 0;
 }

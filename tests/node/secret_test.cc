@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -308,8 +309,11 @@ TEST(SharedSecret, AForgedOrReplayedProofIsRefusedAndTheNodeKeepsServing) {
       return wire::CreateProof(b, b.CreateVector(mac.data(), mac.size())).Union();
     });
   };
-  auto answer = [&](RawPeer& raw) -> std::string {
-    auto reply = raw.readFrame();
+  // The node's answer to the Proof is sealed (with keys the test derives: it holds the secret).
+  auto answer = [&](RawPeer& raw, const std::vector<uint8_t>& acceptor_nonce) -> std::string {
+    FrameOpener opener(
+        sessionKeys(key, HandshakeRole::kDialer, kCluster, 0, 1, nonce, acceptor_nonce).receive);
+    auto reply = raw.readSealedFrame(opener);
     if (!reply || !verifyFrame(reply->data(), reply->size(), FrameLimits{}).ok()) return "<none>";
     const wire::Envelope& envelope = envelopeOf(reply->data());
     if (envelope.body_type() == wire::Body::Welcome) return "Welcome";
@@ -326,7 +330,7 @@ TEST(SharedSecret, AForgedOrReplayedProofIsRefusedAndTheNodeKeepsServing) {
     ASSERT_EQ(acceptor_nonce.size(), kHandshakeNonceBytes);
     recorded = handshakeMac(key, HandshakeRole::kDialer, kCluster, 0, 1, acceptor_nonce, nonce);
     raw.sendFrame(proof(recorded));
-    EXPECT_EQ(answer(raw), "Welcome");
+    EXPECT_EQ(answer(raw, acceptor_nonce), "Welcome");
     EXPECT_TRUE(events.waitFor(PeerEventKind::kUp, 0));
   }
   ASSERT_TRUE(events.waitFor(PeerEventKind::kDown, 0));
@@ -334,19 +338,23 @@ TEST(SharedSecret, AForgedOrReplayedProofIsRefusedAndTheNodeKeepsServing) {
   // The same Hello and the recorded Proof: the node's nonce is fresh, so the Proof is stale.
   {
     RawPeer raw(node.port());
-    ASSERT_EQ(challenge(raw).size(), kHandshakeNonceBytes);
+    const std::vector<uint8_t> acceptor_nonce = challenge(raw);
+    ASSERT_EQ(acceptor_nonce.size(), kHandshakeNonceBytes);
     raw.sendFrame(proof(recorded));
-    EXPECT_NE(answer(raw).find("node 0 failed the shared-secret challenge"), std::string::npos);
+    EXPECT_NE(answer(raw, acceptor_nonce).find("node 0 failed the shared-secret challenge"),
+              std::string::npos);
     EXPECT_TRUE(raw.waitClosed());
   }
   // A forged Proof.
   {
     RawPeer raw(node.port());
-    ASSERT_EQ(challenge(raw).size(), kHandshakeNonceBytes);
+    const std::vector<uint8_t> acceptor_nonce = challenge(raw);
+    ASSERT_EQ(acceptor_nonce.size(), kHandshakeNonceBytes);
     HandshakeMac forged{};
     forged.fill(0x5a);
     raw.sendFrame(proof(forged));
-    EXPECT_NE(answer(raw).find("failed the shared-secret challenge"), std::string::npos);
+    EXPECT_NE(answer(raw, acceptor_nonce).find("failed the shared-secret challenge"),
+              std::string::npos);
     EXPECT_TRUE(raw.waitClosed());
   }
   EXPECT_TRUE(log->waitForLine({"refusing the Proof from 127.0.0.1:", "claiming node 0",
@@ -360,7 +368,7 @@ TEST(SharedSecret, AForgedOrReplayedProofIsRefusedAndTheNodeKeepsServing) {
     ASSERT_EQ(acceptor_nonce.size(), kHandshakeNonceBytes);
     raw.sendFrame(
         proof(handshakeMac(key, HandshakeRole::kDialer, kCluster, 0, 1, acceptor_nonce, nonce)));
-    EXPECT_EQ(answer(raw), "Welcome");
+    EXPECT_EQ(answer(raw, acceptor_nonce), "Welcome");
     EXPECT_TRUE(events.waitFor(PeerEventKind::kUp, 0, 2));
   }
   node.shutdown(100ms);
@@ -387,6 +395,126 @@ TEST(SharedSecret, ADialerThatNeverProvesIsClosedAfterTheHandshakeTimeout) {
   EXPECT_EQ(envelopeOf(reply->data()).body_type(), wire::Body::Challenge);
   EXPECT_TRUE(raw.waitClosed());
   EXPECT_TRUE(log->waitForLine({"before its handshake", "no Proof within the handshake timeout"}));
+  node.shutdown(100ms);
+  EXPECT_EQ(node.loopCloseResult(), 0);
+}
+
+// A man on the wire between two members: the test plays node 0, holding the secret so that it
+// can seal frames, and does to its own sealed frames what an attacker on the path could (flip a
+// bit, replay one, swap two). Node 1 takes the good frames and closes the connection at the
+// first bad one with a log line naming the peer and the frame; it never hands the bad frame to
+// a handler. And what node 1 writes is sealed: its cluster name and payload do not travel in
+// clear.
+TEST(SealedTraffic, AFrameAlteredReplayedOrReorderedOnTheWayClosesTheConnectionNamingThePeer) {
+  const ClusterKey key = keyOf("s3cret");
+  NodeOptions o = fastOptions(kCluster, 1, {0, 1});
+  o.cluster_key = key;
+  o.log_level = spdlog::level::warn;
+  auto log = std::make_shared<LogCapture>();
+  o.log_sinks = {log};
+  EventRecorder events;
+  Node node(o);
+  events.attach(node);
+  std::mutex mu;
+  std::vector<uint64_t> pings;
+  node.setHandler(ping::messageType(ping::wire::Body::Ping), [&](NodeId, const InboundFrame& f) {
+    std::lock_guard lock(mu);
+    pings.push_back(ping::messageOf(f).body_as_Ping()->nonce());
+  });
+  ASSERT_TRUE(node.listen().ok());
+
+  // Hello, Challenge, Proof, sealed Welcome: the session keys of one connection.
+  std::unique_ptr<FrameOpener> opener;  // reads what node 1 writes on the latest connection
+  const auto establish = [&](RawPeer& raw) -> std::optional<SessionKeys> {
+    const HandshakeNonce fresh = newHandshakeNonce();
+    const std::vector<uint8_t> nonce(fresh.begin(), fresh.end());
+    raw.sendFrame(makeHello(kCluster, 0, kProtocolVersion, &nonce));
+    auto reply = raw.readFrame();
+    if (!reply || !verifyFrame(reply->data(), reply->size(), FrameLimits{}).ok()) return {};
+    const auto* challenge = envelopeOf(reply->data()).body_as_Challenge();
+    if (challenge == nullptr || challenge->nonce() == nullptr) return {};
+    const std::vector<uint8_t> theirs(challenge->nonce()->begin(), challenge->nonce()->end());
+    const HandshakeMac mac =
+        handshakeMac(key, HandshakeRole::kDialer, kCluster, 0, 1, theirs, nonce);
+    raw.sendFrame(makeFrame(0, kCluster, wire::Body::Proof, [&](flatbuffers::FlatBufferBuilder& b) {
+      return wire::CreateProof(b, b.CreateVector(mac.data(), mac.size())).Union();
+    }));
+    const SessionKeys keys =
+        sessionKeys(key, HandshakeRole::kDialer, kCluster, 0, 1, nonce, theirs);
+    opener = std::make_unique<FrameOpener>(keys.receive);
+    auto welcome = raw.readSealedFrame(*opener);
+    if (!welcome || !verifyFrame(welcome->data(), welcome->size(), FrameLimits{}).ok() ||
+        envelopeOf(welcome->data()).body_type() != wire::Body::Welcome) {
+      return {};
+    }
+    return keys;
+  };
+
+  // Node 1's own frames are sealed.
+  {
+    RawPeer raw(node.port());
+    const auto keys = establish(raw);
+    ASSERT_TRUE(keys.has_value());
+    ASSERT_TRUE(events.waitFor(PeerEventKind::kUp, 0));
+    node.send(0, ping::encodeMessage(node, ping::wire::Body::Ping, [](auto& b) {
+                const std::string text = "payload-in-clear?";
+                const std::vector<uint8_t> payload(text.begin(), text.end());
+                return ping::wire::CreatePingDirect(b, 0xC0FFEE, &payload).Union();
+              }));
+    std::vector<uint8_t> wire;
+    auto frame = raw.readSealedFrame(*opener, &wire);
+    ASSERT_TRUE(frame.has_value());
+    for (const std::string& clear : {std::string(kCluster), std::string("payload-in-clear?")}) {
+      EXPECT_EQ(std::search(wire.begin(), wire.end(), clear.begin(), clear.end()), wire.end())
+          << clear << " travelled in clear";
+    }
+    const auto* message = pingMessageOf(*frame);
+    ASSERT_NE(message, nullptr);
+    EXPECT_EQ(message->body_as_Ping()->nonce(), 0xC0FFEEu);
+  }
+  ASSERT_TRUE(events.waitFor(PeerEventKind::kDown, 0));
+
+  struct Attack {
+    const char* what;
+    std::vector<int> order;  // indices of the sealed frames sent, -1: frame 2 with a bit flipped
+    size_t bad_frame;        // the number of the first frame that cannot open
+    std::vector<uint64_t> handled;
+  };
+  const std::vector<Attack> attacks = {
+      {"a flipped bit", {0, -1, 2}, 2, {1}},
+      {"a replay", {0, 1, 1}, 3, {1, 2}},
+      {"a reorder", {1, 0}, 1, {}},
+  };
+  size_t downs = 1;
+  for (const Attack& attack : attacks) {
+    {
+      std::lock_guard lock(mu);
+      pings.clear();
+    }
+    RawPeer raw(node.port());
+    const auto keys = establish(raw);
+    ASSERT_TRUE(keys.has_value()) << attack.what;
+    ASSERT_TRUE(events.waitFor(PeerEventKind::kUp, 0, downs + 1)) << attack.what;
+    FrameSealer sealer(keys->send);
+    std::vector<std::vector<uint8_t>> sealed;
+    for (uint64_t nonce = 1; nonce <= 3; ++nonce)
+      sealed.push_back(wireBytes(sealer.seal(*makePing(0, kCluster, nonce))));
+    for (const int index : attack.order) {
+      std::vector<uint8_t> bytes = sealed[index < 0 ? 1 : index];
+      if (index < 0) bytes[bytes.size() / 2] ^= 0x04;
+      raw.sendBytes(bytes.data(), bytes.size());
+    }
+    EXPECT_TRUE(raw.waitClosed()) << attack.what;
+    ASSERT_TRUE(events.waitFor(PeerEventKind::kDown, 0, ++downs)) << attack.what;
+    EXPECT_TRUE(log->waitForLine(
+        {"peer 0 (127.0.0.1:", "down: closing its connection",
+         fmt::format("the Envelope of sealed frame {} failed authentication", attack.bad_frame),
+         "replayed or reordered"}))
+        << attack.what << "\n"
+        << log->all();
+    std::lock_guard lock(mu);
+    EXPECT_EQ(pings, attack.handled) << attack.what;
+  }
   node.shutdown(100ms);
   EXPECT_EQ(node.loopCloseResult(), 0);
 }

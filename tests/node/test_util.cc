@@ -170,6 +170,26 @@ std::optional<std::vector<uint8_t>> RawPeer::readFrame(std::chrono::milliseconds
   return frame;
 }
 
+std::optional<std::vector<uint8_t>> RawPeer::readSealedFrame(FrameOpener& opener,
+                                                             std::vector<uint8_t>* wire,
+                                                             std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  uint8_t prefix[4];
+  if (!readExact(prefix, 4, deadline)) return std::nullopt;
+  const size_t length = loadLittleEndian32(prefix);
+  std::vector<uint8_t> frame(4 + length + kSealTagBytes);
+  std::memcpy(frame.data(), prefix, 4);
+  if (!readExact(frame.data() + 4, frame.size() - 4, deadline)) return std::nullopt;
+  if (wire != nullptr) *wire = frame;
+  const std::span<uint8_t> envelope(frame.data() + 4, length);
+  if (!opener.openEnvelope({prefix, 4}, envelope, {frame.data() + 4 + length, kSealTagBytes})
+           .ok()) {
+    return std::nullopt;
+  }
+  frame.resize(4 + length);
+  return frame;
+}
+
 bool RawPeer::waitClosed(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   uint8_t buffer[4096];

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "node/frame.h"
+#include "node/frame_cipher.h"
 #include "node/node.h"
 #include "ping/ping_service.h"
 
@@ -82,6 +83,12 @@ class RawPeer {
   // The next whole frame (prefix included), or nullopt on EOF/timeout. Read it with
   // envelopeOf() after verifyFrame().
   std::optional<std::vector<uint8_t>> readFrame(std::chrono::milliseconds timeout = kSoon);
+  // The next sealed frame (node/frame_cipher.h) without an attachment, opened with `opener`:
+  // prefix and Envelope in clear, or nullopt on EOF, timeout or a record that does not open.
+  // `wire` (if given) receives the bytes as they travelled.
+  std::optional<std::vector<uint8_t>> readSealedFrame(FrameOpener& opener,
+                                                      std::vector<uint8_t>* wire = nullptr,
+                                                      std::chrono::milliseconds timeout = kSoon);
   // True when the other side closed within `timeout` (frames before EOF are skipped).
   bool waitClosed(std::chrono::milliseconds timeout = kSoon);
   // Sends Hello as `id` and expects Welcome; false otherwise.

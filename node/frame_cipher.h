@@ -1,0 +1,116 @@
+// Sealed frames: every frame of a connection whose handshake proved the cluster's secret is
+// encrypted and authenticated with ChaCha20-Poly1305 (RFC 8439) under a key of that connection
+// and direction (docs/security.md says why this AEAD and what it protects). Pure code: no
+// sockets; the Connection seals what it writes and its FrameDecoder opens what it reads.
+//
+// On the wire a sealed frame is
+//
+//   length (4, clear) | Envelope (length bytes, sealed) | tag (16)
+//     [ | attachment (the bytes the Envelope announces, sealed) | tag (16) ]
+//
+// The length stays in clear so that the receiver knows where the Envelope ends; it is
+// authenticated (associated data of the Envelope's record). The Envelope and the attachment are
+// two records, so the receiver can check the Envelope before it chooses where the attachment
+// lands. Each record's nonce is the number of records sent before it in its direction (never
+// sent): a frame that is altered, forged, replayed, reordered, or that follows a dropped one
+// does not open, and the connection closes.
+//
+// The records are computed chunk by chunk over the frame's pieces, exactly as libsodium's
+// crypto_aead_chacha20poly1305_ietf_*_detached computes them over one buffer (tests check it),
+// so an attachment is opened in place, piece by piece, where it lands.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "node/frame.h"
+#include "node/status.h"
+
+namespace chorus::node {
+
+inline constexpr size_t kSealTagBytes = 16;
+inline constexpr size_t kSessionKeyBytes = 32;
+using SessionKey = std::array<uint8_t, kSessionKeyBytes>;
+using SealTag = std::array<uint8_t, kSealTagBytes>;
+
+// The two keys of one connection, as one end sees them.
+struct SessionKeys {
+  SessionKey send{};     // seals what this end writes
+  SessionKey receive{};  // opens what the other end writes
+};
+
+// ChaCha20-Poly1305 (RFC 8439, libsodium's "ietf" variant) over a message given in chunks of any
+// size: the same ciphertext and tag as the one-shot call. One object per record.
+class AeadStream {
+ public:
+  // `nonce` is the record's number (the 12-byte nonce is its 8 little-endian bytes after four
+  // zeros); `associated` is authenticated, not encrypted.
+  AeadStream(const SessionKey& key, uint64_t nonce, std::span<const uint8_t> associated);
+  ~AeadStream();
+  AeadStream(const AeadStream&) = delete;
+  AeadStream& operator=(const AeadStream&) = delete;
+
+  // Encrypts the next `in.size()` bytes of the message into `out` (which may be `in.data()`).
+  void seal(std::span<const uint8_t> in, uint8_t* out);
+  // Decrypts the next bytes of the message in place. The plaintext must not be trusted before
+  // matches() said yes.
+  void open(std::span<uint8_t> bytes);
+  // The tag over everything sealed or opened (call once, at the end).
+  SealTag tag();
+  // Constant-time: does `received` equal tag()? (call once, at the end, instead of tag()).
+  bool matches(std::span<const uint8_t> received);
+
+ private:
+  struct State;
+  void xorKeystream(const uint8_t* in, uint8_t* out, size_t n);
+  std::unique_ptr<State> state_;
+};
+
+// Seals the frames one end writes on one connection, in the order they reach the socket.
+class FrameSealer {
+ public:
+  explicit FrameSealer(const SessionKey& key) : key_(key) {}
+  ~FrameSealer();
+  // `frame` sealed as one buffer the result owns. `frame`'s bytes are read as a byte stream
+  // (its length prefix says where the Envelope ends and the attachment starts), so a frame
+  // made by tailCopy(0) seals as the original. Must be called in wire order: each call takes
+  // the next one or two record numbers.
+  SharedFrame seal(const OutboundFrame& frame);
+  // Records sealed so far.
+  uint64_t records() const { return records_; }
+
+ private:
+  SessionKey key_;
+  uint64_t records_ = 0;
+};
+
+// Opens the frames one end reads on one connection, in wire order (FrameDecoder::setOpener).
+class FrameOpener {
+ public:
+  explicit FrameOpener(const SessionKey& key) : key_(key) {}
+  ~FrameOpener();
+  // Opens an Envelope in place: `prefix` is its clear length prefix, `tag` the 16 bytes after
+  // it. An error (kBadFrame) when the record does not open.
+  Status openEnvelope(std::span<const uint8_t> prefix, std::span<uint8_t> envelope,
+                      std::span<const uint8_t> tag);
+  // The attachment announced by the Envelope just opened: begin, then every chunk in order,
+  // then its tag.
+  void beginAttachment();
+  void openAttachment(std::span<uint8_t> chunk);
+  Status finishAttachment(std::span<const uint8_t> tag);
+  // Envelopes opened so far (frames are numbered from 1 in failures).
+  uint64_t frames() const { return frames_; }
+
+ private:
+  Status failure(const char* what, uint64_t frame) const;
+  SessionKey key_;
+  uint64_t records_ = 0;
+  uint64_t frames_ = 0;
+  std::unique_ptr<AeadStream> attachment_;
+};
+
+}  // namespace chorus::node
