@@ -33,7 +33,7 @@ namespace fb = chorus::spec;
 // the option structs it holds changes their size and stops the build here: carry it in
 // run_spec.fbs, encodeRunSpec() and decodeRunSpec() (and the round-trip test), then update the
 // size. (The test hooks of the mode options, std::function members, are not settings.)
-static_assert(sizeof(void*) != 8 || sizeof(NodeArgs) == 1904,
+static_assert(sizeof(void*) != 8 || sizeof(NodeArgs) == 1936,
               "NodeArgs changed: carry the new setting in the run spec (cli/run_spec.fbs)");
 
 std::string text(const flatbuffers::String* s) {
@@ -58,10 +58,11 @@ flatbuffers::Offset<fb::Sparse> encodeSparse(flatbuffers::FlatBufferBuilder& b,
   std::vector<flatbuffers::Offset<flatbuffers::String>> given;
   for (const std::string& flag : s.given)
     given.push_back(b.CreateString(flag));
-  return fb::CreateSparseDirect(
-      b, f.reg.c_str(), f.regWeight, f.optimizer.c_str(), f.initScale, mf, zipf, f.dataFile.c_str(),
-      f.writeData.c_str(), kge, f.negatives.c_str(), f.loss.c_str(), f.evalEvery, f.timeLimit,
-      f.keepBest, f.adagradInitial, s.logEvery, &given, s.sampleScheme.c_str(), s.sampleReuse);
+  return fb::CreateSparseDirect(b, f.reg.c_str(), f.regWeight, f.optimizer.c_str(), f.initScale, mf,
+                                zipf, f.dataFile.c_str(), f.writeData.c_str(), kge,
+                                f.negatives.c_str(), f.loss.c_str(), f.evalEvery, f.timeLimit,
+                                f.keepBest, f.adagradInitial, s.logEvery, &given,
+                                s.sampleScheme.c_str(), s.sampleReuse, s.technique.c_str());
 }
 
 SparseNodeArgs decodeSparse(const fb::Sparse& s) {
@@ -121,6 +122,7 @@ SparseNodeArgs decodeSparse(const fb::Sparse& s) {
   out.logEvery = s.log_every();
   out.sampleScheme = text(s.sample_scheme());
   out.sampleReuse = s.sample_reuse();
+  if (s.technique() != nullptr) out.technique = s.technique()->str();
   if (s.given() != nullptr) {
     for (const flatbuffers::String* flag : *s.given())
       out.given.insert(flag->str());

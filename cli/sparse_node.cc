@@ -98,6 +98,17 @@ ml::SparseTrainOptions trainOptions(const run::RunOptions& run, const SparseNode
 
 }  // namespace
 
+static std::vector<size_t> mfRowBlockShard(const ml::RatingsData& ratings, size_t workers,
+                                           size_t rank) {
+  const uint64_t rows = std::max<uint64_t>(ratings.rows, 1);
+  std::vector<size_t> shard;
+  for (size_t i = 0; i < ratings.train.size(); ++i) {
+    const uint64_t block = static_cast<uint64_t>(ratings.train[i].row) * workers / rows;
+    if (block == rank) shard.push_back(i);
+  }
+  return shard;
+}
+
 struct SparseNodeJob {
   std::string data_name;
   std::string source;
@@ -107,6 +118,7 @@ struct SparseNodeJob {
   std::vector<size_t> shard;
   ml::SparseTrainOptions train;
   std::optional<sampling::SampleSchemeOptions> sampling;
+  ps::SparseTechnique technique = ps::SparseTechnique::kClassic;
   std::string out_dir;
   uint32_t self = 0;
 };
@@ -124,6 +136,13 @@ void addSparseNodeOptions(CLI::App& node, SparseNodeArgs& args) {
   node.add_option("--sample-reuse", args.sampleReuse,
                   "KGE in PS mode, --sample-scheme pool or postpone: times each drawn group of "
                   "keys is handed out (default 16)");
+  node.add_option(
+          "--technique", args.technique,
+          "Sparse models in PS mode: how the embedding rows are managed: classic (every row "
+          "at its hash owner) or lapse (Lapse relocation: a worker moves the rows of its "
+          "next clock's data points to itself one clock ahead; MF splits the ratings by "
+          "row block); see docs/sparse-ps.md")
+      ->capture_default_str();
   node.add_option("--log-every", args.logEvery,
                   "Sparse models: a \"step\" metrics event every N clocks")
       ->check(CLI::Range(int64_t{1}, int64_t{1'000'000'000}))
@@ -160,6 +179,19 @@ void checkImageData(const run::RunOptions& run) {
 void checkImageModelFlags(const run::RunOptions& run, const SparseNodeArgs& sparse) {
   refuse(sparse, {"--sample-scheme", "--sample-reuse"}, run.model.name,
          "the sampling schemes draw a knowledge-graph model's negatives in PS mode");
+  refuse(sparse, {"--technique"}, run.model.name,
+         "the techniques manage a sparse model's embedding rows in PS mode");
+}
+
+ps::SparseTechnique techniqueOf(const SparseNodeArgs& sparse) {
+  if (std::optional<ps::SparseTechnique> t = ps::parseSparseTechnique(sparse.technique)) return *t;
+  if (sparse.technique == "nups" || sparse.technique == "auto") {
+    throw CommandFailure(2, fmt::format("--technique {} is not implemented yet: use classic or "
+                                        "lapse",
+                                        sparse.technique));
+  }
+  throw CommandFailure(
+      2, fmt::format("--technique {}: unknown technique (classic or lapse)", sparse.technique));
 }
 
 std::optional<sampling::SampleSchemeOptions> sampleSchemeOf(const SparseNodeArgs& sparse) {
@@ -196,6 +228,12 @@ void checkSparseNodeArgs(const run::RunOptions& run, const SparseNodeArgs& spars
                                         model));
   }
   refuse(sparse, kDenseOnlyFlags, model, "an image model's flag");
+  const ps::SparseTechnique technique = techniqueOf(sparse);
+  if (technique != ps::SparseTechnique::kClassic && sampleSchemeOf(sparse)) {
+    throw CommandFailure(2, fmt::format("--sample-scheme with --technique {} is not implemented "
+                                        "yet: the sampling primitives run on --technique classic",
+                                        sparse.technique));
+  }
   for (const auto& [flag, why] : kNotForSparse)
     refuse(sparse, {flag}, model, why);
   if (given(sparse, "--shard") && run.shard != "iid") {
@@ -244,6 +282,7 @@ void checkSparseNodeArgs(const run::RunOptions& run, const SparseNodeArgs& spars
     options.ps = ps;
     options.train = trainOptions(run, sparse);
     options.sampling = sampleSchemeOf(sparse);
+    options.technique = technique;
     ps::validateSparsePsOptions(options);
   } catch (const std::invalid_argument& e) {
     throw CommandFailure(2, e.what());
@@ -285,6 +324,7 @@ std::vector<std::pair<std::string, std::string>> sparseFingerprint(const run::Ru
     s.emplace_back("sample", fmt::format("scheme={} reuse={}", sparse.sampleScheme,
                                          given(sparse, "--sample-reuse") ? sparse.sampleReuse : 0));
   }
+  s.emplace_back("technique", sparse.technique);
   return s;
 }
 
@@ -299,6 +339,7 @@ std::shared_ptr<SparseNodeJob> loadSparseNodeJob(const run::RunOptions& run,
   try {
     job->train = trainOptions(run, sparse);
     job->sampling = sampleSchemeOf(sparse);
+    job->technique = techniqueOf(sparse);
     if (isMf(run.model.name)) {
       ml::MfOptions mf = mfModelOptions(f);
       mf.seed = run.seed;
@@ -337,6 +378,12 @@ std::shared_ptr<SparseNodeJob> loadSparseNodeJob(const run::RunOptions& run,
   std::sort(sorted.begin(), sorted.end());
   const auto rank =
       static_cast<size_t>(std::find(sorted.begin(), sorted.end(), self) - sorted.begin());
+  if (job->technique == ps::SparseTechnique::kLapse && isMf(run.model.name)) {
+    // Lapse's MF partition: worker r takes the ratings of the matrix rows of block r, so that
+    // the row factors it localizes stay with it (only the columns move between workers).
+    job->shard = mfRowBlockShard(job->ratings, sorted.size(), rank);
+    return job;
+  }
   // The same split on every node (the seed's), each taking its own part.
   ml::Shards shards =
       ml::shardIid(job->workload->trainPoints(), static_cast<int>(sorted.size()), run.seed);
@@ -397,6 +444,7 @@ class SparsePsSession : public NodeSession {
     options.ps = ps;
     options.train = job.train;
     options.sampling = job.sampling;
+    options.technique = job.technique;
     return options;
   }
 

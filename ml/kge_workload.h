@@ -40,6 +40,9 @@ class KgeWorkload : public SparseWorkload {
   size_t sampledRowsPerStep(size_t points) const override;
   void drawStepWith(std::span<const size_t> points, std::span<const RowKey> sampled) override;
   void stepRowsUnsampled(std::span<std::vector<RowKey>> rows) override;
+  // The triples' heads, tails and relations (none with --negatives all: every entity is read).
+  void pointRows(std::span<const size_t> points,
+                 std::span<std::vector<RowKey>> rows) const override;
   // "valid" (when the graph has validation triples) and "test".
   std::vector<std::string> evalSplits() const override;
   // mrr, hits@1, hits@3, hits@10, mean_rank, tail_mrr, head_mrr of the filtered ranking.

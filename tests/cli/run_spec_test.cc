@@ -127,6 +127,7 @@ NodeArgs everySettingChanged() {
   a.sparse.logEvery = 7;
   a.sparse.sampleScheme = "pool";
   a.sparse.sampleReuse = 4;
+  a.sparse.technique = "lapse";
   a.sparse.given = {"--batch", "--lr"};
   return a;
 }
@@ -241,6 +242,7 @@ void expectSameSettings(const NodeArgs& a, const NodeArgs& b) {
   EXPECT_EQ(a.sparse.logEvery, b.sparse.logEvery);
   EXPECT_EQ(a.sparse.sampleScheme, b.sparse.sampleScheme);
   EXPECT_EQ(a.sparse.sampleReuse, b.sparse.sampleReuse);
+  EXPECT_EQ(a.sparse.technique, b.sparse.technique);
   EXPECT_EQ(a.sparse.given, b.sparse.given);
 }
 
