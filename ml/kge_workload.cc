@@ -125,7 +125,8 @@ void KgeWorkload::pointRows(std::span<const size_t> points,
   std::vector<Triple> batch(points.size());
   for (size_t i = 0; i < points.size(); ++i)
     batch[i] = data_.train[points[i]];
-  model_.stepRows(batch, rows[0], rows[1], /*withNegatives=*/false);
+  std::vector<RowKey> relations;
+  model_.stepRows(batch, rows[0], relations, /*withNegatives=*/false);
 }
 
 std::vector<std::string> KgeWorkload::evalSplits() const {

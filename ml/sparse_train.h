@@ -81,7 +81,7 @@ class SparseWorkload {
   // row that the step also touches otherwise is still named.
   virtual void stepRowsUnsampled(std::span<std::vector<RowKey>> rows) { stepRows(rows); }
   // Appends to rows[t] (tables() order) the rows the training points `points` name themselves,
-  // without any draw (KGE: heads, tails, relations; MF: rows and columns): what a trainer that
+  // without any draw (KGE: heads and tails; MF: rows and columns): what a trainer that
   // moves rows to where they are used (sparse PS mode, --technique lapse) localizes ahead of the
   // step. Unsorted, may repeat. The default names none.
   virtual void pointRows(std::span<const size_t> /*points*/,
