@@ -300,7 +300,8 @@ void checkModeArgs(const NodeArgs& args, const NodeSetup& setup, const std::stri
     return;
   }
   if (isSparseModel(args.run.model.name)) {
-    return checkSparseNodeArgs(args.run, args.sparse, args.psOptions(), mode);
+    return checkSparseNodeArgs(args.run, args.sparse, args.psOptions(), args.consensusOptions(),
+                               mode);
   }
   checkImageData(args.run);
   checkImageModelFlags(args.run, args.sparse);
@@ -649,14 +650,45 @@ void runRegisteredMode(const NodeArgs& args, const NodeSetup& setup, const modes
       [&](int64_t ready_ms) { return session->connectedLine(ready_ms); }, setup.peers);
 }
 
+// A sparse model in consensus mode: gossip with the topology neighbors, connected to them only.
+void runSparseConsensus(const NodeArgs& args, const NodeSetup& setup,
+                        const std::shared_ptr<SparseNodeJob>& job) {
+  consensus::SparseLayout layout;
+  layout.self = setup.self;
+  layout.neighbors = setup.me->neighbors;
+  for (const auto& n : setup.topo.nodes) {
+    layout.members.push_back(n.id);
+    layout.degrees[n.id] = n.neighbors.size();
+    layout.graph[n.id] = n.neighbors;
+  }
+  std::vector<node::PeerAddress> neighbors;
+  for (const node::PeerAddress& peer : setup.peers) {
+    if (std::binary_search(setup.me->neighbors.begin(), setup.me->neighbors.end(), peer.id)) {
+      neighbors.push_back(peer);
+    }
+  }
+  const consensus::ConsensusOptions options = args.consensusOptions();
+  runSession(
+      args, setup, "consensus",
+      [&](node::Node& node) {
+        return sparseConsensusSession(node, job, layout, options, args.sparse);
+      },
+      trainingLine(setup, "consensus", neighbors.size(),
+                   fmt::format("gossiping changed rows with neighbors [{}]",
+                               fmt::join(layout.neighbors, ", "))),
+      neighbors);
+}
+
 void runTrainingMode(const NodeArgs& args, const NodeSetup& setup, const std::string& mode) {
   if (isSparseModel(args.run.model.name)) {
-    // Sparse models train in PS mode on any number of nodes, one included (docs/sparse-ps.md).
+    // Sparse models train in PS mode on any number of nodes, one included (docs/sparse-ps.md),
+    // or in consensus mode with the topology's neighbors (docs/sparse-consensus.md).
     std::vector<node::NodeId> members;
     for (const auto& n : setup.topo.nodes)
       members.push_back(n.id);
     const std::shared_ptr<SparseNodeJob> job =
         loadSparseNodeJob(args.run, args.sparse, setup.self, members);
+    if (mode == "consensus") return runSparseConsensus(args, setup, job);
     const ps::PsOptions options = args.psOptions();
     return runSession(
         args, setup, "ps",

@@ -15,6 +15,7 @@
 #include "ml/mf_workload.h"
 #include "ml/ratings.h"
 #include "ml/sharding.h"
+#include "ml/sparse_stats.h"
 #include "ml/triples.h"
 #include "node/node.h"
 #include "ps/sparse_ps_peer.h"
@@ -34,7 +35,7 @@ const std::vector<std::pair<std::string, std::string>> kNotForSparse = {
     {"--save", "checkpoints of sparse PS runs are not implemented yet"},
     {"--resume", "checkpoints of sparse PS runs are not implemented yet"},
     {"--stragglers", "straggler injection is not wired into sparse PS runs yet"},
-    {"--rejoin", "a sparse PS node cannot rejoin yet"},
+    {"--rejoin", "a sparse PS node cannot rejoin yet (a consensus node can)"},
     {"--key-floats", "a sparse model's key is one embedding row"},
     {"--no-cache", "sparse PS workers read every row from its owner"},
     {"--owner-momentum", "sparse models train with --optimizer adagrad or sgd"},
@@ -42,6 +43,10 @@ const std::vector<std::pair<std::string, std::string>> kNotForSparse = {
     {"--keep-best", "model selection is not implemented in PS mode yet"},
     {"--time-limit", "a time limit is not implemented in PS mode yet"},
     {"--write-data", "chorus train --model mf writes the data"}};
+
+// Sparse consensus's own flags (docs/sparse-consensus.md).
+const std::vector<std::string> kGossipFlags = {"--cold-every", "--round-bytes", "--hot-bytes",
+                                               "--relay-hops", "--dense-exchange"};
 
 bool given(const SparseNodeArgs& sparse, const std::string& flag) {
   return sparse.given.count(flag) > 0;
@@ -121,6 +126,9 @@ struct SparseNodeJob {
   ps::SparseTechnique technique = ps::SparseTechnique::kClassic;
   std::string out_dir;
   uint32_t self = 0;
+  // KGE: entities a training triple draws as negatives, on average (for the expected accesses
+  // that choose sparse gossip's hot rows).
+  double negatives_per_triple = 0;
 };
 
 bool isSparseModel(const std::string& model) {
@@ -143,6 +151,7 @@ void addSparseNodeOptions(CLI::App& node, SparseNodeArgs& args) {
           "next clock's data points to itself one clock ahead; MF splits the ratings by "
           "row block); see docs/sparse-ps.md")
       ->capture_default_str();
+  consensus::addSparseGossipOptions(node, args.gossip);
   node.add_option("--log-every", args.logEvery,
                   "Sparse models: a \"step\" metrics event every N clocks")
       ->check(CLI::Range(int64_t{1}, int64_t{1'000'000'000}))
@@ -157,7 +166,7 @@ void addSparseNodeOptions(CLI::App& node, SparseNodeArgs& args) {
   model->check(CLI::IsMember(models))
       ->description(
           "Model: softmax, mlp, lenet, cifar-cnn (images); mf (matrix factorization); complex, "
-          "distmult (knowledge-graph embeddings, sparse PS mode)");
+          "distmult (knowledge-graph embeddings; sparse PS or consensus mode)");
   CLI::Option* data = node.get_option("--data");
   data->get_validator()->active(false);
   data->description(
@@ -179,6 +188,8 @@ void checkImageData(const run::RunOptions& run) {
 void checkImageModelFlags(const run::RunOptions& run, const SparseNodeArgs& sparse) {
   refuse(sparse, {"--sample-scheme", "--sample-reuse"}, run.model.name,
          "the sampling schemes draw a knowledge-graph model's negatives in PS mode");
+  refuse(sparse, kGossipFlags, run.model.name,
+         "sparse gossip sends a sparse model's changed rows; dense consensus sends whole models");
   refuse(sparse, {"--technique"}, run.model.name,
          "the techniques manage a sparse model's embedding rows in PS mode");
 }
@@ -220,12 +231,18 @@ void recordGivenFlags(const CLI::App& node, SparseNodeArgs& args) {
 }
 
 void checkSparseNodeArgs(const run::RunOptions& run, const SparseNodeArgs& sparse,
-                         const ps::PsOptions& ps, const std::string& mode) {
+                         const ps::PsOptions& ps, const consensus::ConsensusOptions& consensus,
+                         const std::string& mode) {
   const std::string& model = run.model.name;
-  if (mode == "consensus") {
-    throw CommandFailure(2, fmt::format("consensus mode for sparse models (--model {}) is not "
-                                        "implemented yet: train them with --mode ps",
-                                        model));
+  const bool gossip = mode == "consensus";
+  if (gossip) {
+    refuse(sparse, {"--sample-scheme", "--sample-reuse"}, model,
+           "the sampling schemes draw the negatives through PS mode's primitives");
+    refuse(sparse, {"--skip-gap"}, model,
+           "iteration skipping is dense consensus's: a sparse share holds only changed rows");
+    refuse(sparse, {"--technique"}, model, "the techniques manage the rows of PS mode's owners");
+  } else {
+    refuse(sparse, kGossipFlags, model, "the flags of sparse gossip, consensus mode's");
   }
   refuse(sparse, kDenseOnlyFlags, model, "an image model's flag");
   const ps::SparseTechnique technique = techniqueOf(sparse);
@@ -234,8 +251,10 @@ void checkSparseNodeArgs(const run::RunOptions& run, const SparseNodeArgs& spars
                                         "yet: the sampling primitives run on --technique classic",
                                         sparse.technique));
   }
-  for (const auto& [flag, why] : kNotForSparse)
+  for (const auto& [flag, why] : kNotForSparse) {
+    if (gossip && flag == "--rejoin") continue;  // it takes a neighbor's tables
     refuse(sparse, {flag}, model, why);
+  }
   if (given(sparse, "--shard") && run.shard != "iid") {
     throw CommandFailure(2, fmt::format("--shard {} does not apply to --model {}: its training "
                                         "points are split iid",
@@ -278,12 +297,23 @@ void checkSparseNodeArgs(const run::RunOptions& run, const SparseNodeArgs& spars
     } else {
       (void)kgeModelConfig(model, sparse.flags);
     }
-    ps::SparsePsOptions options;
-    options.ps = ps;
-    options.train = trainOptions(run, sparse);
-    options.sampling = sampleSchemeOf(sparse);
-    options.technique = technique;
-    ps::validateSparsePsOptions(options);
+    if (gossip) {
+      consensus::SparseConsensusOptions options;
+      options.backup = consensus.backup;
+      options.mixing = consensus.mixing;
+      options.staleness = consensus.staleness;
+      options.chunk_floats = consensus.chunk_floats;
+      options.gossip = sparse.gossip;
+      options.train = trainOptions(run, sparse);
+      consensus::validateSparseConsensusOptions(options);
+    } else {
+      ps::SparsePsOptions options;
+      options.ps = ps;
+      options.train = trainOptions(run, sparse);
+      options.sampling = sampleSchemeOf(sparse);
+      options.technique = technique;
+      ps::validateSparsePsOptions(options);
+    }
   } catch (const std::invalid_argument& e) {
     throw CommandFailure(2, e.what());
   }
@@ -325,6 +355,11 @@ std::vector<std::pair<std::string, std::string>> sparseFingerprint(const run::Ru
                                          given(sparse, "--sample-reuse") ? sparse.sampleReuse : 0));
   }
   s.emplace_back("technique", sparse.technique);
+  const consensus::SparseGossipFlags& g = sparse.gossip;
+  s.emplace_back(
+      "sparse-gossip",
+      fmt::format("cold-every={} round-bytes={} hot-bytes={} relay-hops={} dense={}", g.cold_every,
+                  g.round_bytes, g.hot_bytes, g.relay_hops, g.dense_exchange));
   return s;
 }
 
@@ -357,6 +392,12 @@ std::shared_ptr<SparseNodeJob> loadSparseNodeJob(const run::RunOptions& run,
       job->source = ml::findTripleDir(job->data_name, run.data.dataDir);
       job->graph = ml::readTriples(job->source);
       job->workload = std::make_unique<ml::KgeWorkload>(job->graph, kge, run.seed);
+      // Both directions draw `negatives` (shared: once per step of a batch).
+      job->negatives_per_triple =
+          kge.allNegatives ? 0.0
+          : kge.sharedNegatives
+              ? 2.0 * static_cast<double>(kge.negatives) / static_cast<double>(job->train.batchSize)
+              : 2.0 * static_cast<double>(kge.negatives);
       job->train.startFields = {{"data", job->data_name},
                                 {"source", job->source},
                                 {"negatives", f.negatives},
@@ -452,7 +493,105 @@ class SparsePsSession : public NodeSession {
   ps::SparsePsPeer peer_;
 };
 
+class SparseConsensusSession : public NodeSession {
+ public:
+  SparseConsensusSession(node::Node& node, std::shared_ptr<SparseNodeJob> job,
+                         const consensus::SparseLayout& layout,
+                         const consensus::ConsensusOptions& consensus, const SparseNodeArgs& sparse)
+      : job_(std::move(job)),
+        peer_(node, *job_->workload, job_->shard, layout,
+              optionsOf(*job_, consensus, sparse.gossip)) {}
+
+  void run() override {
+    const consensus::SparseConsensusReport r = peer_.run();
+    const uint32_t self = job_->self;
+    const double rounds = static_cast<double>(std::max<int64_t>(r.rounds_done - r.first_round, 1));
+    if (r.first_round > 0) {
+      fmt::print("node {}: rejoined at round {} with a neighbor's tables\n", self, r.first_round);
+    }
+    fmt::print(
+        "node {}: {} epoch(s), {} rounds ({} per epoch) on {} of {} {} points in {:.1f} s "
+        "({:.1f} s waiting for neighbors), {:.0f} points/s{}\n",
+        self, r.epochs_done, r.rounds_done, r.rounds_per_epoch, job_->shard.size(),
+        job_->workload->trainPoints(), job_->data_name, r.train_seconds, r.wait_seconds,
+        r.points_per_second, r.stopped ? " (stopped)" : "");
+    fmt::print(
+        "node {}: {:.0f} rows ({:.0f} bytes of rows) sent per round to its neighbors; {} bytes "
+        "sent, {} received\n",
+        self, static_cast<double>(r.rows_sent) / rounds,
+        static_cast<double>(r.share_bytes) / rounds, r.bytes_out, r.bytes_in);
+    for (const auto& [split, metrics] : r.final) {
+      std::string line;
+      for (const ml::NamedMetric& m : metrics)
+        line += fmt::format(" {} {:.4f}", m.name, m.value);
+      fmt::print("node {}: {} of its replica:{}\n", self, split, line);
+    }
+    if (!r.departed_peers.empty()) {
+      fmt::print("node {}: neighbor(s) {} left before the end\n", self,
+                 fmt::join(r.departed_peers, ", "));
+    }
+    if (r.shares_refused > 0) {
+      fmt::print("node {}: {} row share frame(s) from neighbors refused (see the log)\n", self,
+                 r.shares_refused);
+    }
+    std::fflush(stdout);
+  }
+  void stop() override { peer_.stop(); }
+
+ private:
+  static consensus::SparseConsensusOptions optionsOf(const SparseNodeJob& job,
+                                                     const consensus::ConsensusOptions& c,
+                                                     const consensus::SparseGossipFlags& gossip) {
+    consensus::SparseConsensusOptions options;
+    options.backup = c.backup;
+    options.mixing = c.mixing;
+    options.staleness = c.staleness;
+    options.chunk_floats = c.chunk_floats;
+    options.stall_timeout = c.stall_timeout;
+    options.round_timeout = c.round_timeout;
+    options.report_every = c.report_every;
+    options.finish_timeout = c.finish_timeout;
+    options.rejoin = c.rejoin;
+    options.catchup_timeout = c.catchup_timeout;
+    options.gossip = gossip;
+    options.train = job.train;
+    // The hot rows: each table's most accessed rows by the data's expected accesses (the same
+    // on every node: the data and the ties' order are).
+    std::vector<std::vector<double>> accesses;
+    if (job.workload->higherIsBetter()) {
+      ml::KgAccessStats stats = ml::kgAccessStats(job.graph, job.negatives_per_triple);
+      accesses = {std::move(stats.entities), std::move(stats.relations)};
+    } else {
+      ml::MfAccessStats stats = ml::mfAccessStats(job.ratings);
+      accesses = {std::move(stats.rows), std::move(stats.cols)};
+    }
+    const std::vector<ml::SparseTable*> tables = job.workload->tables();
+    for (size_t t = 0; t < tables.size() && t < accesses.size(); ++t) {
+      if (accesses[t].size() * 2 == tables[t]->rows()) {
+        // Reciprocal relations: row r + R is used as often as row r.
+        accesses[t].insert(accesses[t].end(), accesses[t].begin(), accesses[t].end());
+      }
+      if (accesses[t].size() != tables[t]->rows()) break;
+      sampling::HotSetChoice hot = sampling::chooseHotSet(
+          accesses[t], consensus::rowWireBytes(tables[t]->dim()), gossip.hot_bytes);
+      options.hot.push_back(std::move(hot.keys));
+    }
+    return options;
+  }
+
+  std::shared_ptr<SparseNodeJob> job_;
+  consensus::SparseConsensusPeer peer_;
+};
+
 }  // namespace
+
+std::unique_ptr<NodeSession> sparseConsensusSession(node::Node& node,
+                                                    std::shared_ptr<SparseNodeJob> job,
+                                                    const consensus::SparseLayout& layout,
+                                                    const consensus::ConsensusOptions& consensus,
+                                                    const SparseNodeArgs& sparse) {
+  return std::make_unique<SparseConsensusSession>(node, std::move(job), layout, consensus, sparse);
+}
 
 std::unique_ptr<NodeSession> sparsePsSession(node::Node& node, std::shared_ptr<SparseNodeJob> job,
                                              const std::vector<uint32_t>& members,

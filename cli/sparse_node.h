@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "cli/train_sparse.h"
+#include "consensus/consensus_peer.h"
+#include "consensus/sparse_consensus_peer.h"
 #include "ps/ps_peer.h"
 #include "ps/sparse_row_access.h"
 #include "run/training_run.h"
@@ -51,6 +53,9 @@ struct SparseNodeArgs {
   // --technique (PS mode): how the rows are managed: "classic" (at their homes) or "lapse"
   // (relocated to where they are used; docs/sparse-ps.md).
   std::string technique = "classic";
+  // Consensus mode: --cold-every, --round-bytes, --hot-bytes, --relay-hops, --dense-exchange
+  // (docs/sparse-consensus.md).
+  consensus::SparseGossipFlags gossip;
   std::set<std::string> given;  // "--batch", ... as given on the command line
 };
 
@@ -71,10 +76,11 @@ ps::SparseTechnique techniqueOf(const SparseNodeArgs& sparse);
 void recordGivenFlags(const CLI::App& node, SparseNodeArgs& args);
 
 // Every check of a sparse model's flags that needs no data and no port (CommandFailure 2): the
-// mode (PS only for now), the flags that do not apply, the data set's name, the model's
-// options. `chorus launch` runs it once before any node starts.
+// flags that do not apply to the mode (ps or consensus), the data set's name, the model's and
+// the mode's options. `chorus launch` runs it once before any node starts.
 void checkSparseNodeArgs(const run::RunOptions& run, const SparseNodeArgs& sparse,
-                         const ps::PsOptions& ps, const std::string& mode);
+                         const ps::PsOptions& ps, const consensus::ConsensusOptions& consensus,
+                         const std::string& mode);
 // For `chorus launch`: the data set exists (a triple folder; a rating file was checked by its
 // flag; generated ratings need nothing). CommandFailure 2 otherwise.
 void checkSparseData(const run::RunOptions& run, const SparseNodeArgs& sparse);
@@ -93,5 +99,14 @@ std::shared_ptr<SparseNodeJob> loadSparseNodeJob(const run::RunOptions& run,
 std::unique_ptr<NodeSession> sparsePsSession(node::Node& node, std::shared_ptr<SparseNodeJob> job,
                                              const std::vector<uint32_t>& members,
                                              const ps::PsOptions& ps);
+
+// The sparse consensus session of `job` on `node` (installs the consensus handlers): gossip
+// with `layout`'s neighbors per `consensus` (--backup, --mixing, --staleness, --chunk-floats)
+// and `sparse`'s gossip flags; the hot rows from the data's expected accesses.
+std::unique_ptr<NodeSession> sparseConsensusSession(node::Node& node,
+                                                    std::shared_ptr<SparseNodeJob> job,
+                                                    const consensus::SparseLayout& layout,
+                                                    const consensus::ConsensusOptions& consensus,
+                                                    const SparseNodeArgs& sparse);
 
 }  // namespace chorus::cli

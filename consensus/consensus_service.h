@@ -3,6 +3,7 @@
 // (consensus/consensus.fbs).
 #pragma once
 
+#include <cstdint>
 #include <utility>
 
 #include "consensus/consensus_generated.h"
@@ -14,9 +15,23 @@ namespace chorus::consensus {
 
 // This service's id on the wire (fixed: peers of every build must agree on it).
 inline constexpr node::ServiceId kConsensusServiceId = 2;
+// Are the 64-bit vectors (a RowShare's keys) of a verified consensus message 8-byte aligned?
+// They are read in place, and the Verifier checks only their length prefix's 4-byte alignment.
+inline bool consensusVectorsAligned(const uint8_t* bytes) {
+  const wire::Message* message = flatbuffers::GetRoot<wire::Message>(bytes);
+  const wire::RowShare* share = message->body_as_RowShare();
+  if (share == nullptr || share->blocks() == nullptr) return true;
+  for (const wire::RowBlock* block : *share->blocks()) {
+    if (block->keys() != nullptr && reinterpret_cast<uintptr_t>(block->keys()->data()) % 8 != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
 inline constexpr node::ServiceSpec kConsensusService =
     node::serviceSpec<wire::Message, wire::VerifyMessageBuffer, wire::EnumNameBody>(
-        kConsensusServiceId, "consensus");
+        kConsensusServiceId, "consensus", consensusVectorsAligned);
 
 // The typed helpers (node/service_messages.h) for this service's messages.
 using node::encodeMessage;

@@ -295,6 +295,33 @@ Status Node::Impl::runOnLoop(std::function<Status()> fn) {
   return future.get();
 }
 
+uint64_t Node::Impl::startTimer(milliseconds period, std::function<void()> fire) {
+  if (!running_.load()) return 0;
+  const uint64_t id = next_timer_.fetch_add(1);
+  const auto ms = static_cast<uint64_t>(std::max<int64_t>(1, period.count()));
+  auto arm = [this, id, ms, fire = std::move(fire)]() mutable {
+    if (stopped_ || cancelled_timers_.erase(id) > 0) return;
+    uv::HandlePtr<uv::Timer> timer = uv::Timer::create(loop_.uvLoop());
+    timer->startFromLoop(ms, ms, std::move(fire));
+    timers_[id] = std::move(timer);
+  };
+  if (loop_.onLoopThread()) {
+    arm();
+  } else if (!loop_.post(std::move(arm))) {
+    return 0;
+  }
+  return id;
+}
+
+void Node::Impl::stopTimer(uint64_t id) {
+  // Closing the handle from inside its own callback is safe: the wrapper is freed in the close
+  // callback, after the running call returned. A stop that overtakes its timer's arming (both
+  // posted) cancels it.
+  onLoopOrNow([this, id] {
+    if (timers_.erase(id) == 0 && id < next_timer_.load()) cancelled_timers_.insert(id);
+  });
+}
+
 Node::Node(NodeOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
 Node::~Node() = default;
 void Node::setHandler(MessageType type, FrameHandler handler) {
@@ -353,6 +380,12 @@ void Node::broadcast(const std::vector<NodeId>& to, const SharedFrame& frame,
 }
 bool Node::post(std::function<void()> fn) {
   return impl_->post(std::move(fn));
+}
+uint64_t Node::startTimer(std::chrono::milliseconds period, std::function<void()> fire) {
+  return impl_->startTimer(period, std::move(fire));
+}
+void Node::stopTimer(uint64_t id) {
+  impl_->stopTimer(id);
 }
 bool Node::onLoopThread() const {
   return impl_->onLoopThread();

@@ -147,6 +147,15 @@ class Node {
                  const SendOptions& options, const SendCallback& done = {});
   // Runs `fn` on the loop thread; false when the node no longer runs (fn is dropped).
   bool post(std::function<void()> fn);
+  // A repeating timer on the loop thread: `fire` runs there every `period` (at least 1 ms; libuv
+  // timers count whole milliseconds), first one period from now, until stopTimer() or shutdown.
+  // Any thread, once listen() succeeded; returns the timer's id, or 0 when the node does not
+  // run (nothing is armed).
+  uint64_t startTimer(std::chrono::milliseconds period, std::function<void()> fire);
+  // Disarms and closes timer `id` (unknown ids and repeats do nothing). Any thread: from another
+  // one it returns once that is done on the loop, so `fire` never runs after this returns; from
+  // `fire` itself, the running call completes and no later one starts.
+  void stopTimer(uint64_t id);
   // True on this node's loop thread.
   bool onLoopThread() const;
 

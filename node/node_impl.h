@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -52,6 +53,8 @@ class Node::Impl {
                  const SendOptions& options);
   void sendTransient(NodeId to, const SharedFrame& frame, const SendCallback& done);
   bool post(std::function<void()> fn) { return running_.load() && loop_.post(std::move(fn)); }
+  uint64_t startTimer(milliseconds period, std::function<void()> fire);
+  void stopTimer(uint64_t id);
   void setHandler(MessageType type, FrameHandler handler);
   void setAttachmentPlacer(MessageType type, AttachmentPlacer placer);
   void setEventHandler(EventHandler handler);
@@ -196,6 +199,10 @@ class Node::Impl {
   // Frames of services this node has not registered, per peer (dropped and logged).
   RefusalLog unknown_services_;
   EventHandler event_handler_;
+  // Node::startTimer's timers, by id (ids from next_timer_, any thread).
+  std::map<uint64_t, uv::HandlePtr<uv::Timer>> timers_;
+  std::atomic<uint64_t> next_timer_{1};
+  std::set<uint64_t> cancelled_timers_;  // stopped before they were armed
   bool leaving_ = false;
   bool stopped_ = false;
 };

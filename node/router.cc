@@ -529,6 +529,7 @@ void Node::Impl::closeAllFromLoop() {
   listener_.reset();
   liveness_.stopFromLoop();
   dialer_.stopFromLoop();
+  timers_.clear();
   for (Connection* connection : snapshotFromLoop()) {
     connection->closeFromLoop({ErrorCode::kShutdown, "node shut down"});
   }

@@ -128,6 +128,11 @@ NodeArgs everySettingChanged() {
   a.sparse.sampleScheme = "pool";
   a.sparse.sampleReuse = 4;
   a.sparse.technique = "lapse";
+  a.sparse.gossip.cold_every = 3;
+  a.sparse.gossip.round_bytes = 12345;
+  a.sparse.gossip.hot_bytes = 777;
+  a.sparse.gossip.relay_hops = 5;
+  a.sparse.gossip.dense_exchange = true;
   a.sparse.given = {"--batch", "--lr"};
   return a;
 }
@@ -243,6 +248,11 @@ void expectSameSettings(const NodeArgs& a, const NodeArgs& b) {
   EXPECT_EQ(a.sparse.sampleScheme, b.sparse.sampleScheme);
   EXPECT_EQ(a.sparse.sampleReuse, b.sparse.sampleReuse);
   EXPECT_EQ(a.sparse.technique, b.sparse.technique);
+  EXPECT_EQ(a.sparse.gossip.cold_every, b.sparse.gossip.cold_every);
+  EXPECT_EQ(a.sparse.gossip.round_bytes, b.sparse.gossip.round_bytes);
+  EXPECT_EQ(a.sparse.gossip.hot_bytes, b.sparse.gossip.hot_bytes);
+  EXPECT_EQ(a.sparse.gossip.relay_hops, b.sparse.gossip.relay_hops);
+  EXPECT_EQ(a.sparse.gossip.dense_exchange, b.sparse.gossip.dense_exchange);
   EXPECT_EQ(a.sparse.given, b.sparse.given);
 }
 
