@@ -103,6 +103,17 @@ ml::SparseTrainOptions trainOptions(const run::RunOptions& run, const SparseNode
 
 }  // namespace
 
+static std::vector<size_t> mfRowBlockShard(const ml::RatingsData& ratings, size_t workers,
+                                           size_t rank) {
+  const uint64_t rows = std::max<uint64_t>(ratings.rows, 1);
+  std::vector<size_t> shard;
+  for (size_t i = 0; i < ratings.train.size(); ++i) {
+    const uint64_t block = static_cast<uint64_t>(ratings.train[i].row) * workers / rows;
+    if (block == rank) shard.push_back(i);
+  }
+  return shard;
+}
+
 struct SparseNodeJob {
   std::string data_name;
   std::string source;
@@ -112,6 +123,7 @@ struct SparseNodeJob {
   std::vector<size_t> shard;
   ml::SparseTrainOptions train;
   std::optional<sampling::SampleSchemeOptions> sampling;
+  ps::SparseTechnique technique = ps::SparseTechnique::kClassic;
   std::string out_dir;
   uint32_t self = 0;
   // KGE: entities a training triple draws as negatives, on average (for the expected accesses
@@ -132,6 +144,13 @@ void addSparseNodeOptions(CLI::App& node, SparseNodeArgs& args) {
   node.add_option("--sample-reuse", args.sampleReuse,
                   "KGE in PS mode, --sample-scheme pool or postpone: times each drawn group of "
                   "keys is handed out (default 16)");
+  node.add_option(
+          "--technique", args.technique,
+          "Sparse models in PS mode: how the embedding rows are managed: classic (every row "
+          "at its hash owner) or lapse (Lapse relocation: a worker moves the rows of its "
+          "next clock's data points to itself one clock ahead; MF splits the ratings by "
+          "row block); see docs/sparse-ps.md")
+      ->capture_default_str();
   consensus::addSparseGossipOptions(node, args.gossip);
   node.add_option("--log-every", args.logEvery,
                   "Sparse models: a \"step\" metrics event every N clocks")
@@ -171,6 +190,19 @@ void checkImageModelFlags(const run::RunOptions& run, const SparseNodeArgs& spar
          "the sampling schemes draw a knowledge-graph model's negatives in PS mode");
   refuse(sparse, kGossipFlags, run.model.name,
          "sparse gossip sends a sparse model's changed rows; dense consensus sends whole models");
+  refuse(sparse, {"--technique"}, run.model.name,
+         "the techniques manage a sparse model's embedding rows in PS mode");
+}
+
+ps::SparseTechnique techniqueOf(const SparseNodeArgs& sparse) {
+  if (std::optional<ps::SparseTechnique> t = ps::parseSparseTechnique(sparse.technique)) return *t;
+  if (sparse.technique == "nups" || sparse.technique == "auto") {
+    throw CommandFailure(2, fmt::format("--technique {} is not implemented yet: use classic or "
+                                        "lapse",
+                                        sparse.technique));
+  }
+  throw CommandFailure(
+      2, fmt::format("--technique {}: unknown technique (classic or lapse)", sparse.technique));
 }
 
 std::optional<sampling::SampleSchemeOptions> sampleSchemeOf(const SparseNodeArgs& sparse) {
@@ -208,10 +240,17 @@ void checkSparseNodeArgs(const run::RunOptions& run, const SparseNodeArgs& spars
            "the sampling schemes draw the negatives through PS mode's primitives");
     refuse(sparse, {"--skip-gap"}, model,
            "iteration skipping is dense consensus's: a sparse share holds only changed rows");
+    refuse(sparse, {"--technique"}, model, "the techniques manage the rows of PS mode's owners");
   } else {
     refuse(sparse, kGossipFlags, model, "the flags of sparse gossip, consensus mode's");
   }
   refuse(sparse, kDenseOnlyFlags, model, "an image model's flag");
+  const ps::SparseTechnique technique = techniqueOf(sparse);
+  if (technique != ps::SparseTechnique::kClassic && sampleSchemeOf(sparse)) {
+    throw CommandFailure(2, fmt::format("--sample-scheme with --technique {} is not implemented "
+                                        "yet: the sampling primitives run on --technique classic",
+                                        sparse.technique));
+  }
   for (const auto& [flag, why] : kNotForSparse) {
     if (gossip && flag == "--rejoin") continue;  // it takes a neighbor's tables
     refuse(sparse, {flag}, model, why);
@@ -272,6 +311,7 @@ void checkSparseNodeArgs(const run::RunOptions& run, const SparseNodeArgs& spars
       options.ps = ps;
       options.train = trainOptions(run, sparse);
       options.sampling = sampleSchemeOf(sparse);
+      options.technique = technique;
       ps::validateSparsePsOptions(options);
     }
   } catch (const std::invalid_argument& e) {
@@ -314,6 +354,7 @@ std::vector<std::pair<std::string, std::string>> sparseFingerprint(const run::Ru
     s.emplace_back("sample", fmt::format("scheme={} reuse={}", sparse.sampleScheme,
                                          given(sparse, "--sample-reuse") ? sparse.sampleReuse : 0));
   }
+  s.emplace_back("technique", sparse.technique);
   const consensus::SparseGossipFlags& g = sparse.gossip;
   s.emplace_back(
       "sparse-gossip",
@@ -333,6 +374,7 @@ std::shared_ptr<SparseNodeJob> loadSparseNodeJob(const run::RunOptions& run,
   try {
     job->train = trainOptions(run, sparse);
     job->sampling = sampleSchemeOf(sparse);
+    job->technique = techniqueOf(sparse);
     if (isMf(run.model.name)) {
       ml::MfOptions mf = mfModelOptions(f);
       mf.seed = run.seed;
@@ -377,6 +419,12 @@ std::shared_ptr<SparseNodeJob> loadSparseNodeJob(const run::RunOptions& run,
   std::sort(sorted.begin(), sorted.end());
   const auto rank =
       static_cast<size_t>(std::find(sorted.begin(), sorted.end(), self) - sorted.begin());
+  if (job->technique == ps::SparseTechnique::kLapse && isMf(run.model.name)) {
+    // Lapse's MF partition: worker r takes the ratings of the matrix rows of block r, so that
+    // the row factors it localizes stay with it (only the columns move between workers).
+    job->shard = mfRowBlockShard(job->ratings, sorted.size(), rank);
+    return job;
+  }
   // The same split on every node (the seed's), each taking its own part.
   ml::Shards shards =
       ml::shardIid(job->workload->trainPoints(), static_cast<int>(sorted.size()), run.seed);
@@ -437,6 +485,7 @@ class SparsePsSession : public NodeSession {
     options.ps = ps;
     options.train = job.train;
     options.sampling = job.sampling;
+    options.technique = job.technique;
     return options;
   }
 

@@ -16,6 +16,7 @@
 #include "consensus/consensus_peer.h"
 #include "consensus/sparse_consensus_peer.h"
 #include "ps/ps_peer.h"
+#include "ps/sparse_row_access.h"
 #include "run/training_run.h"
 #include "sampling/sample_scheme.h"
 
@@ -49,6 +50,9 @@ struct SparseNodeArgs {
   // given (the workload draws its negatives, i.i.d. per step: what naive does).
   std::string sampleScheme;
   int64_t sampleReuse = 0;
+  // --technique (PS mode): how the rows are managed: "classic" (at their homes) or "lapse"
+  // (relocated to where they are used; docs/sparse-ps.md).
+  std::string technique = "classic";
   // Consensus mode: --cold-every, --round-bytes, --hot-bytes, --relay-hops, --dense-exchange
   // (docs/sparse-consensus.md).
   consensus::SparseGossipFlags gossip;
@@ -66,6 +70,8 @@ void checkImageModelFlags(const run::RunOptions& run, const SparseNodeArgs& spar
 // The sample scheme of --sample-scheme / --sample-reuse, nullopt when neither was given.
 // CommandFailure 2 for a bad value or combination.
 std::optional<sampling::SampleSchemeOptions> sampleSchemeOf(const SparseNodeArgs& sparse);
+// The technique of --technique. CommandFailure 2 for an unknown one, or one not built yet.
+ps::SparseTechnique techniqueOf(const SparseNodeArgs& sparse);
 // After parsing: records which of `node`'s flags were given.
 void recordGivenFlags(const CLI::App& node, SparseNodeArgs& args);
 

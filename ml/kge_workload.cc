@@ -119,6 +119,16 @@ void KgeWorkload::stepRowsUnsampled(std::span<std::vector<RowKey>> rows) {
   model_.stepRows(batch_, rows[0], rows[1], /*withNegatives=*/false);
 }
 
+void KgeWorkload::pointRows(std::span<const size_t> points,
+                            std::span<std::vector<RowKey>> rows) const {
+  if (model_.config().allNegatives) return;
+  std::vector<Triple> batch(points.size());
+  for (size_t i = 0; i < points.size(); ++i)
+    batch[i] = data_.train[points[i]];
+  std::vector<RowKey> relations;
+  model_.stepRows(batch, rows[0], relations, /*withNegatives=*/false);
+}
+
 std::vector<std::string> KgeWorkload::evalSplits() const {
   if (data_.valid.empty()) return {"test"};
   return {"valid", "test"};

@@ -62,6 +62,14 @@ void MfWorkload::stepRows(std::span<std::vector<RowKey>> rows) {
   }
 }
 
+void MfWorkload::pointRows(std::span<const size_t> points,
+                           std::span<std::vector<RowKey>> rows) const {
+  for (const size_t i : points) {
+    rows[0].push_back(data_.train[i].row);
+    rows[1].push_back(data_.train[i].col);
+  }
+}
+
 double MfWorkload::computeDrawnGradients(std::span<SparseGradAccumulator> grads) {
   if (batch_.empty()) return 0.0;
   const MfBatchLoss loss = mfGradient(rows_.values(), cols_.values(), rows_.dim(), mean_, batch_,

@@ -32,6 +32,9 @@ class MfWorkload : public SparseWorkload {
   // MF draws nothing: the rows are those of the batch's ratings.
   void drawStep(std::span<const size_t> points, Rng& rng) override;
   void stepRows(std::span<std::vector<RowKey>> rows) override;
+  // The ratings' rows and columns.
+  void pointRows(std::span<const size_t> points,
+                 std::span<std::vector<RowKey>> rows) const override;
   double computeDrawnGradients(std::span<SparseGradAccumulator> grads) override;
   // "test".
   std::vector<std::string> evalSplits() const override { return {"test"}; }

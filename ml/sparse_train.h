@@ -80,6 +80,12 @@ class SparseWorkload {
   // stepRows() without the sampled rows (the trainer reads those with the sample); a sampled
   // row that the step also touches otherwise is still named.
   virtual void stepRowsUnsampled(std::span<std::vector<RowKey>> rows) { stepRows(rows); }
+  // Appends to rows[t] (tables() order) the rows the training points `points` name themselves,
+  // without any draw (KGE: heads and tails; MF: rows and columns): what a trainer that
+  // moves rows to where they are used (sparse PS mode, --technique lapse) localizes ahead of the
+  // step. Unsorted, may repeat. The default names none.
+  virtual void pointRows(std::span<const size_t> /*points*/,
+                         std::span<std::vector<RowKey>> /*rows*/) const {}
   // The evaluation splits it has, in order ("valid", "test"); the last one is the final one.
   virtual std::vector<std::string> evalSplits() const = 0;
   // Evaluates the current parameters on `split`; the first metric is the headline one.

@@ -7,18 +7,36 @@
 
 namespace chorus::ps {
 
+namespace {
+
+PsRunHooks serverHooks(KvServer& server, KvWorker& worker) {
+  PsRunHooks hooks;
+  hooks.finished = [&server](NodeId from) { server.workerFinished(from); };
+  hooks.peer_event = [&server, &worker](const node::PeerEvent& event) {
+    server.onPeerEvent(event);
+    worker.onPeerEvent(event);
+  };
+  hooks.tick = [&server](std::chrono::steady_clock::time_point now) { server.tick(now); };
+  return hooks;
+}
+
+}  // namespace
+
 PsRunBarrier::PsRunBarrier(node::Node& node, KvServer& server, KvWorker& worker,
                            run::Membership& membership, std::chrono::milliseconds tick_every)
-    : node_(node), server_(server), membership_(membership) {
+    : PsRunBarrier(node, serverHooks(server, worker), membership, tick_every) {}
+
+PsRunBarrier::PsRunBarrier(node::Node& node, PsRunHooks hooks, run::Membership& membership,
+                           std::chrono::milliseconds tick_every)
+    : node_(node), hooks_(std::move(hooks)), membership_(membership) {
   node_.setHandler(messageType(wire::Body::TrainingDone),
                    [this](NodeId from, const node::InboundFrame&) {
-                     server_.workerFinished(from);
+                     if (hooks_.finished) hooks_.finished(from);
                      membership_.finished(from);
                      tickNow();
                    });
-  node_.setEventHandler([this, &worker](const node::PeerEvent& event) {
-    server_.onPeerEvent(event);
-    worker.onPeerEvent(event);
+  node_.setEventHandler([this](const node::PeerEvent& event) {
+    if (hooks_.peer_event) hooks_.peer_event(event);
     if (event.kind == node::PeerEventKind::kDown || event.kind == node::PeerEventKind::kLeft) {
       membership_.down(event.peer);
       tickNow();
@@ -39,7 +57,7 @@ PsRunBarrier::PsRunBarrier(node::Node& node, KvServer& server, KvWorker& worker,
       ticker_cv_.wait_for(lock, tick_every);
       if (closing_) break;
       lock.unlock();
-      node_.post([this] { server_.tick(std::chrono::steady_clock::now()); });
+      if (hooks_.tick) node_.post([this] { hooks_.tick(std::chrono::steady_clock::now()); });
       lock.lock();
     }
   });

@@ -9,20 +9,31 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <thread>
 
 #include "node/frame.h"
+#include "node/protocol.h"
 #include "run/membership.h"
 
 namespace chorus::node {
 class Node;
-}
+struct PeerEvent;
+}  // namespace chorus::node
 
 namespace chorus::ps {
 
 class KvServer;
 class KvWorker;
+
+// What the barrier tells the run's data path (loop thread), for a path other than KvServer and
+// KvWorker (the relocation shell of `--technique lapse`).
+struct PsRunHooks {
+  std::function<void(node::NodeId)> finished;                       // a peer's TrainingDone
+  std::function<void(const node::PeerEvent&)> peer_event;           // every peer event
+  std::function<void(std::chrono::steady_clock::time_point)> tick;  // every tick_every
+};
 
 class PsRunBarrier {
  public:
@@ -30,6 +41,10 @@ class PsRunBarrier {
   // `tick_every`, server.tick() on the loop thread). The node must be shut down before this
   // object is destroyed, and this object destroyed before `server`, `worker` and `membership`.
   PsRunBarrier(node::Node& node, KvServer& server, KvWorker& worker, run::Membership& membership,
+               std::chrono::milliseconds tick_every);
+  // The same with the data path's hooks instead of an owner and a worker (empty hooks are
+  // skipped).
+  PsRunBarrier(node::Node& node, PsRunHooks hooks, run::Membership& membership,
                std::chrono::milliseconds tick_every);
   // Stops and joins the ticker.
   ~PsRunBarrier();
@@ -45,7 +60,7 @@ class PsRunBarrier {
 
  private:
   node::Node& node_;
-  KvServer& server_;
+  PsRunHooks hooks_;
   run::Membership& membership_;
   std::mutex mu_;
   // This worker's TrainingDone once sent: a peer whose connection was down then gets it again

@@ -29,6 +29,29 @@ inline bool psVectorsAligned(const uint8_t* bytes) {
   if (const auto* m = message->body_as_PsCatchupReply()) {
     return aligned(m->keys()) && aligned(m->clocks());
   }
+  // Relocation (ps/relocation_codec.h).
+  if (const auto* m = message->body_as_RelocLocalize()) return aligned(m->keys());
+  if (const auto* m = message->body_as_RelocHandOver()) {
+    return aligned(m->keys()) && aligned(m->versions()) && aligned(m->from_versions());
+  }
+  if (const auto* m = message->body_as_RelocTransfer()) {
+    return aligned(m->keys()) && aligned(m->versions()) && aligned(m->updates());
+  }
+  if (const auto* m = message->body_as_RelocPush()) {
+    return aligned(m->keys()) && aligned(m->ops()) && aligned(m->clocks());
+  }
+  if (const auto* m = message->body_as_RelocPull()) return aligned(m->keys()) && aligned(m->ops());
+  if (const auto* m = message->body_as_RelocPushApplied()) {
+    return aligned(m->keys()) && aligned(m->ops()) && aligned(m->versions());
+  }
+  if (const auto* m = message->body_as_RelocPullAnswer()) {
+    return aligned(m->keys()) && aligned(m->ops()) && aligned(m->versions());
+  }
+  if (const auto* m = message->body_as_RelocRefusal())
+    return aligned(m->keys()) && aligned(m->ops());
+  if (const auto* m = message->body_as_RelocNotice()) {
+    return aligned(m->keys()) && aligned(m->versions()) && aligned(m->ops());
+  }
   return true;
 }
 

@@ -152,26 +152,17 @@ SparsePsPeer::SparsePsPeer(node::Node& node, ml::SparseWorkload& workload,
       }
     }
   }
-  ServerOptions server_options;
-  server_options.down_timeout = std::chrono::milliseconds(
-      static_cast<int64_t>(std::llround(options_.ps.down_timeout_s * 1000.0)));
-  server_options.report_every = options_.ps.report_every;
-  server_options.bsp = !staleness_.infinite() && staleness_.bound == 0;
-  server_options.max_clock = total_clocks + 1;
-  server_options.on_waiting = options_.ps.on_owner_waiting;
-  server_ =
-      std::make_unique<KvServer>(node_, std::move(store), directory, members_, server_options);
-  WorkerOptions worker_options;
-  worker_options.staleness = staleness_;
-  // A step pushes a gradient for nearly every row it read, which invalidates the row in the
-  // cache (AdaGrad's update cannot be replayed on a cached row without the state): no cache.
-  worker_options.cache = false;
-  worker_options.report_every = options_.ps.report_every;
-  worker_options.on_waiting = options_.ps.on_worker_waiting;
-  worker_ =
-      std::make_unique<KvWorker>(node_, *server_, directory, OwnerOptimizer{}, worker_options);
-
-  barrier_ = std::make_unique<PsRunBarrier>(node_, *server_, *worker_, membership_,
+  owned_at_start_ = store.size();
+  RowAccessSetup setup;
+  setup.map = &map_;
+  setup.members = members_;
+  setup.staleness = staleness_;
+  setup.max_clock = total_clocks + 1;
+  setup.ps = &options_.ps;
+  access_ = makeSparseRowAccess(options_.technique, node_, std::move(store), setup);
+  ahead_rows_.resize(tables_.size());
+  ahead_keys_ = std::make_unique<StepKeys>(space_);
+  barrier_ = std::make_unique<PsRunBarrier>(node_, access_->runHooks(), membership_,
                                             options_.ps.tick_every);
 
   if (options_.sampling) {
@@ -187,7 +178,13 @@ SparsePsPeer::SparsePsPeer(node::Node& node, ml::SparseWorkload& workload,
     sample_pi_ = std::make_unique<sampling::NegativeSampler>(
         sampling::NegativeSampler::uniform(table.first, table.end()));
     localizer_ = std::make_unique<FixedPlacementLocalizer>();
-    sampler_ = std::make_unique<SampleWorker>(*worker_, space_, *sample_pi_, *options_.sampling,
+    if (access_->kvWorker() == nullptr) {
+      throw std::invalid_argument(fmt::format(
+          "--sample-scheme with --technique {} is not implemented yet (use --technique classic)",
+          sparseTechniqueName(options_.technique)));
+    }
+    sampler_ = std::make_unique<SampleWorker>(*access_->kvWorker(), space_, *sample_pi_,
+                                              *options_.sampling,
                                               sampling::workerSeed(options_.train.seed, node_.id()),
                                               ownedHere(*directory_, node_.id()), *localizer_);
   }
@@ -198,12 +195,12 @@ SparsePsPeer::~SparsePsPeer() = default;
 void SparsePsPeer::stop() {
   membership_.stop();
   barrier_->tickNow();
-  worker_->cancelAll({node::ErrorCode::kShutdown, "stopped"});
+  access_->cancelAll({node::ErrorCode::kShutdown, "stopped"});
 }
 
 void SparsePsPeer::settlePush() {
   if (!pending_push_) return;
-  const node::Status status = worker_->wait(*pending_push_);
+  const node::Status status = access_->wait(*pending_push_);
   pending_push_.reset();
   if (!status.ok() && status.code() != node::ErrorCode::kShutdown) {
     if (report_.failed_pushes++ == 0) {
@@ -212,11 +209,23 @@ void SparsePsPeer::settlePush() {
   }
 }
 
+void SparsePsPeer::localizeAhead(std::span<const size_t> points) {
+  if (points.empty()) return;
+  for (std::vector<ml::RowKey>& rows : ahead_rows_)
+    rows.clear();
+  workload_.pointRows(points, ahead_rows_);
+  ahead_keys_->assign(ahead_rows_);
+  if (ahead_keys_->keys().empty()) return;
+  // Not waited for: a failed localize is harmless (the rows are read where they are), and the
+  // shell counts it.
+  access_->localize(ahead_keys_->keys(), [](const node::Status&) {});
+}
+
 bool SparsePsPeer::pullModel(std::optional<Clock> min_clock) {
   std::vector<Key> keys = space_.allKeys();
   std::vector<float> flat(space_.total());
-  const node::Status status = min_clock ? worker_->wait(worker_->pullAt(*min_clock, keys, flat))
-                                        : worker_->wait(worker_->pull(keys, flat));
+  const node::Status status = min_clock ? access_->wait(access_->pullAt(*min_clock, keys, flat))
+                                        : access_->wait(access_->pull(keys, flat));
   if (!status.ok()) {
     if (!membership_.stopped()) {
       node_.logger().warn("could not read the owners' model: {}", status.message());
@@ -285,7 +294,7 @@ SparsePsReport SparsePsPeer::run() {
   report_.spec = workload_.spec();
   for (const ml::SparseTable* table : tables_)
     report_.parameters += table->values().size();
-  const size_t owned = server_->store().size();
+  const size_t owned = owned_at_start_;
 
   ml::MetricsWriter metrics(train.metricsPath);
   ml::MetricsEvent start("start");
@@ -298,7 +307,7 @@ SparsePsReport SparsePsPeer::run() {
       .add("seed", train.seed)
       .add("start_epoch", int64_t{0})
       .add("mode", "ps")
-      .add("technique", "classic")
+      .add("technique", sparseTechniqueName(options_.technique))
       .add("sample_scheme",
            options_.sampling ? sampling::sampleSchemeName(options_.sampling->kind) : "workload")
       .add("sample_reuse", static_cast<uint64_t>(options_.sampling ? options_.sampling->reuse : 0))
@@ -330,11 +339,13 @@ SparsePsReport SparsePsPeer::run() {
   std::vector<size_t> order = shard_;
   const std::vector<std::string> splits = workload_.evalSplits();
 
+  const int64_t localize_ahead =
+      options_.technique == SparseTechnique::kClassic ? 0 : options_.localize_ahead;
   Clock clock = 0;
   double window_loss = 0;
   size_t window_points = 0;
   int64_t points_seen = 0;
-  WorkerStats stats_before = worker_->stats();
+  RowAccessStats stats_before = access_->stats();
   SampleWorkerStats sample_before = sampler_ ? sampler_->stats() : SampleWorkerStats{};
   const Clock total_clocks = train.epochs * clocks_per_epoch_;
   const auto traffic = [this] { return node_.totals(); };
@@ -353,6 +364,14 @@ SparsePsReport SparsePsPeer::run() {
     size_t epoch_points = 0;
     for (int64_t c = 0; c < clocks_per_epoch_; ++c, ++clock) {
       const std::span<const size_t> batch = sparseClockBatch(order, c, clocks_per_epoch_);
+      // 0. Localize ahead (lapse): the rows of the data points of the clock localize_ahead
+      // clocks on start moving here now, so that they are local when that clock reads them
+      // (at the start of an epoch, the clocks before it as well).
+      if (localize_ahead > 0) {
+        for (int64_t a = c == 0 ? 0 : c + localize_ahead; a <= c + localize_ahead; ++a) {
+          if (a < clocks_per_epoch_) localizeAhead(sparseClockBatch(order, a, clocks_per_epoch_));
+        }
+      }
       if (!batch.empty()) {
         // 1. The rows the step touches (its draws first), 2. read exactly those. With a sample
         // scheme the sampled rows come, values included, from pullSample, and the step reads
@@ -372,7 +391,7 @@ SparsePsReport SparsePsPeer::run() {
         step_keys.assign(rows);
         pulled.resize(step_keys.floats());
         const auto read_start = SteadyClock::now();
-        const node::Status status = worker_->wait(worker_->pull(step_keys.keys(), pulled));
+        const node::Status status = access_->wait(access_->pull(step_keys.keys(), pulled));
         epoch_wait += secondsSince(read_start);
         if (membership_.stopped()) break;
         if (status.ok()) {
@@ -405,16 +424,16 @@ SparsePsReport SparsePsPeer::run() {
           appendGrad(space_.tables()[t], grads[t], push_keys, push_floats);
         }
         report_.rows_pushed += push_keys.size();
-        pending_push_ = worker_->push(push_keys, push_floats);
+        pending_push_ = access_->push(push_keys, push_floats);
         epoch_loss += loss * static_cast<double>(batch.size());
         epoch_points += batch.size();
         window_loss += loss * static_cast<double>(batch.size());
         window_points += batch.size();
       }
       // 5. End the clock.
-      worker_->clock();
+      access_->clock();
       if ((clock + 1) % train.logEverySteps == 0 && window_points > 0) {
-        const WorkerStats stats = worker_->stats();
+        const RowAccessStats stats = access_->stats();
         const node::PeerStats bytes = traffic();
         const double elapsed = secondsSince(epoch_start);
         metrics.write(ml::MetricsEvent("step")
@@ -522,8 +541,12 @@ SparsePsReport SparsePsPeer::run() {
                fmt::join(report_.departed_peers, ", "));
     }
   }
-  report_.worker = worker_->stats();
-  report_.server = server_->summary();
+  report_.access = access_->stats();
+  report_.technique = options_.technique;
+  report_.worker.keys_local = report_.access.keys_local;
+  report_.worker.keys_remote = report_.access.keys_remote;
+  if (const KvWorker* worker = access_->kvWorker()) report_.worker = worker->stats();
+  if (const KvServer* server = access_->kvServer()) report_.server = server->summary();
   if (sampler_) report_.sampling = sampler_->stats();
   const node::PeerStats bytes = traffic();
   report_.bytes_out = bytes.bytes_out;
@@ -548,6 +571,9 @@ SparsePsReport SparsePsPeer::run() {
       .add("clock_bytes_in", report_.clock_bytes_in)
       .add("failed_pulls", report_.failed_pulls)
       .add("failed_pushes", report_.failed_pushes)
+      .add("localized_keys", report_.access.localized)
+      .add("localize_failed", report_.access.localize_failed)
+      .add("held_keys", report_.access.held_keys)
       .addBool("stopped", report_.stopped);
   metrics.write(summary);
   return report_;

@@ -7,6 +7,12 @@
 // SGD with the row's state (ps/update_policy.h). SSP as in dense PS mode. Node 0 pulls the
 // whole model to evaluate at the evaluation epochs and after the last clock. Protocol, options
 // and metrics: docs/sparse-ps.md.
+//
+// The rows are reached through one seam, SparseRowAccess (ps/sparse_row_access.h): pull, push,
+// localize, clock. `--technique classic` is KvServer + KvWorker (rows at their homes),
+// `--technique lapse` the relocation shell (rows move to the worker that localizes them; the
+// loop localizes the next clock's data points one clock ahead). A later technique (replication)
+// plugs in there without touching this loop.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +30,7 @@
 #include "ps/ps_run_barrier.h"
 #include "ps/sample_worker.h"
 #include "ps/sparse_keys.h"
+#include "ps/sparse_row_access.h"
 #include "run/membership.h"
 
 namespace chorus::node {
@@ -46,6 +53,11 @@ struct SparsePsOptions {
   // values read by pullSample. nullopt: the workload draws them (i.i.d. per step, as naive) and
   // they are read with the step's rows.
   std::optional<sampling::SampleSchemeOptions> sampling;
+  // --technique: how the rows are managed (classic: at their homes; lapse: relocated).
+  SparseTechnique technique = SparseTechnique::kClassic;
+  // Lapse: the rows of the data points of the clock this many clocks ahead are localized at the
+  // start of each clock (0: none). One clock is Lapse's "one data point ahead" for a step.
+  int64_t localize_ahead = 1;
   // Tests: called on the trainer thread after each step's pull with the keys it pulled.
   std::function<void(int64_t clock, std::span<const Key> pulled)> on_pull;
 };
@@ -76,6 +88,9 @@ struct SparsePsReport {
   uint64_t clock_bytes_in = 0;
   uint64_t failed_pulls = 0;
   uint64_t failed_pushes = 0;
+  // The technique's counters (keys localized, rows held at the end).
+  SparseTechnique technique = SparseTechnique::kClassic;
+  RowAccessStats access;
   // With a sample scheme: its counters (keys handed out, of which local; distinct sampled keys
   // read from other owners).
   std::optional<SampleWorkerStats> sampling;
@@ -125,6 +140,8 @@ class SparsePsPeer {
   // every worker reached it (the final read), else under SSP as a step's read. False (logged)
   // when the read failed.
   bool pullModel(std::optional<Clock> min_clock);
+  // Starts localizing the rows the data points `points` name (not waited for).
+  void localizeAhead(std::span<const size_t> points);
   // Waits for the pending push; counts and logs it when it failed.
   void settlePush();
   // With a sample scheme: draws the step's sampled rows (prepared one step ahead: `clock` of
@@ -143,8 +160,10 @@ class SparsePsPeer {
   ShardMap map_;
   KeySpace space_;
   int64_t clocks_per_epoch_ = 0;
-  std::unique_ptr<KvServer> server_;
-  std::unique_ptr<KvWorker> worker_;
+  std::unique_ptr<SparseRowAccess> access_;
+  uint64_t owned_at_start_ = 0;
+  std::vector<std::vector<ml::RowKey>> ahead_rows_;  // localizeAhead's buffers
+  std::unique_ptr<StepKeys> ahead_keys_;
   // With a sample scheme: who owns what (classic placement: fixed for the run, so the scheme's
   // locality oracle reads it), the localizer and the sampler, and the sample prepared for the
   // next clock.
@@ -158,7 +177,7 @@ class SparsePsPeer {
   run::Membership membership_;
   // TrainingDone and peer events, the owner's ticker, the end of the run.
   std::unique_ptr<PsRunBarrier> barrier_;
-  std::optional<KvWorker::Handle> pending_push_;
+  std::optional<SparseRowAccess::Handle> pending_push_;
   std::string last_pull_error_;
   SparsePsReport report_;
 };

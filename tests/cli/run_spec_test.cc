@@ -127,6 +127,7 @@ NodeArgs everySettingChanged() {
   a.sparse.logEvery = 7;
   a.sparse.sampleScheme = "pool";
   a.sparse.sampleReuse = 4;
+  a.sparse.technique = "lapse";
   a.sparse.gossip.cold_every = 3;
   a.sparse.gossip.round_bytes = 12345;
   a.sparse.gossip.hot_bytes = 777;
@@ -246,6 +247,7 @@ void expectSameSettings(const NodeArgs& a, const NodeArgs& b) {
   EXPECT_EQ(a.sparse.logEvery, b.sparse.logEvery);
   EXPECT_EQ(a.sparse.sampleScheme, b.sparse.sampleScheme);
   EXPECT_EQ(a.sparse.sampleReuse, b.sparse.sampleReuse);
+  EXPECT_EQ(a.sparse.technique, b.sparse.technique);
   EXPECT_EQ(a.sparse.gossip.cold_every, b.sparse.gossip.cold_every);
   EXPECT_EQ(a.sparse.gossip.round_bytes, b.sparse.gossip.round_bytes);
   EXPECT_EQ(a.sparse.gossip.hot_bytes, b.sparse.gossip.hot_bytes);

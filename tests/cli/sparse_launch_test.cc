@@ -171,6 +171,27 @@ TEST(ChorusSparsePs, TheSampleSchemeReachesTheNodesAndItsEffectIsReported) {
   }
 }
 
+// --technique lapse reaches every node through the run spec: the rows move (more than a
+// half's share of the accesses local on two nodes), and the metrics name the technique.
+TEST(ChorusSparsePs, TheTechniqueReachesTheNodes) {
+  TempDir dir("chorus-sparse-lapse");
+  writePlantedGraph(dir.file("graphs/planted"));
+  std::vector<std::string> flags = kgeFlags(dir.file("graphs"));
+  *std::find(flags.begin(), flags.end(), "12") = "2";  // --epochs 2
+  std::vector<std::string> launch = {chorusBinary(), "launch",        writeTopology(dir, 2),
+                                     "--out",        dir.file("out"), "--technique",
+                                     "lapse"};
+  launch.insert(launch.end(), flags.begin(), flags.end());
+  const CommandResult r = runCommand(launch);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (int node = 0; node < 2; ++node) {
+    std::ifstream metrics(dir.file("out/node-" + std::to_string(node) + ".jsonl"));
+    const std::string lines((std::istreambuf_iterator<char>(metrics)), {});
+    EXPECT_TRUE(contains(lines, "\"technique\":\"lapse\"")) << lines;
+    EXPECT_TRUE(contains(lines, "\"localized_keys\"")) << lines;
+  }
+}
+
 TEST(ChorusSparsePs, ANodeAloneAndALaunchedPairFactorizeLikeChorusTrain) {
   TempDir dir("chorus-sparse-ps");
   const std::vector<std::string> flags = {
@@ -243,6 +264,13 @@ TEST(ChorusSparsePs, BadFlagsAreRefusedBeforeAnyNodeStarts) {
       {{"--mode", "consensus", "--model", "distmult", "--sample-scheme", "naive"},
        "--sample-scheme does not apply to --model distmult (the sampling schemes draw the "
        "negatives through PS mode's primitives"},
+      {{"--model", "complex", "--technique", "nups"},
+       "--technique nups is not implemented yet: use classic or lapse"},
+      {{"--model", "complex", "--technique", "nosuch"},
+       "--technique nosuch: unknown technique (classic or lapse)"},
+      {{"--model", "mlp", "--technique", "lapse"}, "--technique does not apply to --model mlp"},
+      {{"--model", "complex", "--technique", "lapse", "--sample-scheme", "preloc"},
+       "--sample-scheme with --technique lapse is not implemented yet"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> argv = {chorusBinary(), "launch", topology};

@@ -86,7 +86,9 @@ struct ClusterRun {
 template <typename Make>
 ClusterRun trainCluster(size_t nodes, Make make, const ml::SparseTrainOptions& train,
                         const std::string& staleness, const std::string& name,
-                        std::optional<sampling::SampleSchemeOptions> sampling = std::nullopt) {
+                        std::optional<sampling::SampleSchemeOptions> sampling = std::nullopt,
+                        SparseTechnique technique = SparseTechnique::kClassic,
+                        std::optional<ml::Shards> given_shards = std::nullopt) {
   LocalCluster cluster(nodes, 0, {.cluster = name});
   std::vector<std::unique_ptr<ml::SparseWorkload>> workloads;
   ClusterRun run;
@@ -96,13 +98,15 @@ ClusterRun trainCluster(size_t nodes, Make make, const ml::SparseTrainOptions& t
   for (size_t i = 0; i < nodes; ++i)
     workloads.push_back(make());
   const ml::Shards shards =
-      ml::shardIid(workloads[0]->trainPoints(), static_cast<int>(nodes), train.seed);
+      given_shards ? *given_shards
+                   : ml::shardIid(workloads[0]->trainPoints(), static_cast<int>(nodes), train.seed);
   for (size_t i = 0; i < nodes; ++i) {
     SparsePsOptions options;
     options.ps.staleness = run::StalenessBound::parse(staleness);
     options.ps.tick_every = 20ms;
     options.train = train;
     options.sampling = sampling;
+    options.technique = technique;
     options.on_pull = [&run, &mu, i](Clock, std::span<const Key> keys) {
       std::lock_guard lock(mu);
       run.max_pulled[i] = std::max(run.max_pulled[i], keys.size());
@@ -296,6 +300,130 @@ TEST(SparsePs, TwoNodesFactorizeAsWellAsOne) {
   const double ps = metric(run.reports[0].final, "test", "rmse");
   EXPECT_LT(single, 0.6);  // the planted signal has variance 1
   EXPECT_NEAR(ps, single, 0.1 * single);
+}
+
+// --technique lapse: the entities of each clock's triples are localized one clock ahead (Lapse's
+// relocation over the network, ps/relocation_shell.h). Three nodes, BSP: the same quality as one
+// node (pushes apply as they reach the moving rows, in an order that follows the threads'
+// timing: the tolerance of the classic runs with staleness, 50%).
+TEST(SparsePsLapse, ThreeNodesReachTheSingleNodeMrr) {
+  const ml::KgData graph = testsupport::makePlantedGraph({});
+  auto make = [&] { return std::make_unique<ml::KgeWorkload>(graph, smallComplEx(), 11); };
+  const ml::SparseTrainOptions train = trainOptions(12, 32, 0.1);
+  const auto alone = trainAlone(make, train);
+  const ClusterRun lapse =
+      trainCluster(3, make, train, "0", "lapse-kge", std::nullopt, SparseTechnique::kLapse);
+  ASSERT_EQ(lapse.reports[0].final.size(), 2u);
+  const double single = metric(alone, "test", "mrr");
+  const double mrr = metric(lapse.reports[0].final, "test", "mrr");
+  EXPECT_GT(single, 0.08);
+  EXPECT_NEAR(mrr, single, 0.5 * single);
+  for (size_t i = 0; i < 3; ++i) {
+    const SparsePsReport& r = lapse.reports[i];
+    EXPECT_FALSE(r.stopped);
+    EXPECT_EQ(r.epochs_done, 12);
+    EXPECT_EQ(r.failed_pulls + r.failed_pushes, 0u) << "node " << i;
+    EXPECT_EQ(r.technique, SparseTechnique::kLapse);
+    EXPECT_GT(r.access.localized, 0u);
+    EXPECT_EQ(r.access.localize_failed, 0u);
+    EXPECT_TRUE(lapse.sorted_unique[i]);
+  }
+}
+
+// The point of relocation: with entities that each appear in a few triples (on the 300-entity
+// graph every worker's next batch names nearly every entity, which relocation can only pass
+// round) and a few shared negatives per step, most of a step's rows are local under lapse,
+// against classic placement's third.
+TEST(SparsePsLapse, MoreOfTheRowAccessesAreLocalThanUnderClassic) {
+  testsupport::PlantedGraphOptions planted;
+  planted.entities = 3000;
+  planted.groups = 30;
+  const ml::KgData graph = testsupport::makePlantedGraph(planted);
+  ml::KgeConfig config = smallComplEx();
+  config.sharedNegatives = true;
+  auto make = [&] { return std::make_unique<ml::KgeWorkload>(graph, config, 11); };
+  const ml::SparseTrainOptions train = trainOptions(2, 32, 0.1);
+  const ClusterRun classic = trainCluster(3, make, train, "0", "local-classic");
+  const ClusterRun lapse =
+      trainCluster(3, make, train, "0", "local-lapse", std::nullopt, SparseTechnique::kLapse);
+  for (size_t i = 0; i < 3; ++i) {
+    const SparsePsReport& r = lapse.reports[i];
+    EXPECT_EQ(r.failed_pulls + r.failed_pushes, 0u) << "node " << i;
+    EXPECT_LT(classic.reports[i].localShare(), 0.45) << "node " << i;
+    EXPECT_GT(r.localShare(), classic.reports[i].localShare() + 0.2)
+        << "node " << i << ": lapse " << r.localShare() << ", classic "
+        << classic.reports[i].localShare();
+  }
+}
+
+// MF under lapse with Lapse's partition (each worker the ratings of a block of matrix rows):
+// the row factors stay with their worker, the RMSE is one node's.
+TEST(SparsePsLapse, TwoNodesFactorizeAsWellAsOneWithRowBlocks) {
+  ml::ZipfRatingsOptions zipf;
+  zipf.rows = 400;
+  zipf.cols = 200;
+  zipf.cells = 30000;
+  zipf.rank = 4;
+  zipf.noiseSigma = 0.3;
+  zipf.seed = 4;
+  const ml::RatingsData data = ml::makeZipfRatings(zipf);
+  ml::MfOptions mf;
+  mf.rank = 8;
+  mf.reg = 0.01;
+  mf.seed = 4;
+  auto make = [&] { return std::make_unique<ml::MfWorkload>(data, mf); };
+  ml::SparseTrainOptions train = trainOptions(8, 200, 0.1);
+  const auto alone = trainAlone(make, train);
+  ml::Shards blocks(2);
+  for (size_t i = 0; i < data.train.size(); ++i)
+    blocks[data.train[i].row * 2 / data.rows].push_back(i);
+  const ClusterRun classic = trainCluster(2, make, train, "2", "lapse-mf-classic");
+  const ClusterRun run =
+      trainCluster(2, make, train, "2", "lapse-mf", std::nullopt, SparseTechnique::kLapse, blocks);
+  const double single = metric(alone, "test", "rmse");
+  const double ps = metric(run.reports[0].final, "test", "rmse");
+  EXPECT_LT(single, 0.6);
+  EXPECT_NEAR(ps, single, 0.1 * single);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(run.reports[i].failed_pulls + run.reports[i].failed_pushes, 0u);
+    EXPECT_GT(run.reports[i].localShare(), classic.reports[i].localShare() + 0.1) << "node " << i;
+  }
+}
+
+// A node killed for real while it holds rows it localized: the others do not hang (they finish
+// every clock; their reads and pushes of the lost rows fail and are counted) and the loss is
+// logged with the node.
+TEST(SparsePsLapse, ANodeKilledHoldingRelocatedRowsDoesNotHangTheOthers) {
+  const ml::KgData graph = testsupport::makePlantedGraph({});
+  auto make = [&] { return std::make_unique<ml::KgeWorkload>(graph, smallComplEx(), 11); };
+  LocalCluster cluster(3, 0, {.cluster = "lapse-kill"});
+  std::vector<std::unique_ptr<ml::SparseWorkload>> workloads;
+  const ml::Shards shards = ml::shardIid(graph.train.size(), 3, 1);
+  for (size_t i = 0; i < 3; ++i) {
+    workloads.push_back(make());
+    SparsePsOptions options;
+    options.ps.tick_every = 20ms;
+    options.ps.staleness = run::StalenessBound::parse("0");
+    options.train = trainOptions(6, 32, 0.1);
+    options.technique = SparseTechnique::kLapse;
+    if (i == 2) {
+      // Node 2 dies at its clock 20, holding the rows it localized for its steps.
+      options.on_pull = [&cluster](Clock clock, std::span<const Key>) {
+        if (clock == 20) cluster.kill(2);
+      };
+    }
+    cluster.attach<SparsePsPeer>(i, *workloads[i], shards[i], testsupport::membersOf(3), options);
+  }
+  cluster.connect();
+  cluster.start();
+  for (size_t i = 0; i < 2; ++i) {
+    const SparsePsReport r = cluster.result<SparsePsReport>(i, std::chrono::seconds(120));
+    EXPECT_FALSE(r.stopped) << "node " << i;
+    EXPECT_EQ(r.epochs_done, 6) << "node " << i;
+    EXPECT_GT(r.failed_pulls + r.failed_pushes, 0u) << "node " << i;
+    EXPECT_TRUE(cluster.logCapture(i).waitForLine({"relocation: node 2 went down", "lost"}))
+        << cluster.log(i);
+  }
 }
 
 TEST(SparsePs, StopEndsEveryNodesRunEarly) {

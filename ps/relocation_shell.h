@@ -1,0 +1,176 @@
+// The network shell around the relocation core (ps/relocation.h): Lapse's rows moving between
+// the nodes of a PS job. The core decides everything; this class only
+// - runs the core on the node's loop thread (every call of the worker's is posted there),
+// - writes what the core sends as PS-service frames (ps/relocation_codec.h: a run of messages of
+//   one kind to one peer is one frame, and the order of the messages to each peer is kept, so
+//   per-link FIFO holds) and hands the frames peers send to the core, each one checked first;
+// - completes the worker's operations (a pull's values land in the caller's buffer) and wakes
+//   the trainer thread waiting for them, as KvWorker does;
+// - announces this worker's clock c (PsClock to every peer, and to its own core) only once every
+//   push it made at clocks below c completed: the core's SSP contract (a forwarded push takes
+//   other links than the announcement, so FIFO alone does not say that it arrived);
+// - feeds peerDown from the runtime's peer events (after the last frame the peer's connection
+//   delivered: events and frames come in order on the loop thread) and logs what was lost.
+// A frame a peer sends that cannot be read, or a message the core refuses, is answered with a
+// RelocRefusal naming the reason and logged with the peer (rate-limited); the node keeps
+// serving. docs/ps-relocation.md has the protocol, docs/sparse-ps.md its use (`--technique
+// lapse`).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "node/repeated_log.h"
+#include "node/status.h"
+#include "ps/key_localizer.h"
+#include "ps/relocation.h"
+#include "ps/relocation_codec.h"
+
+namespace chorus::node {
+class Node;
+class InboundFrame;
+struct PeerEvent;
+}  // namespace chorus::node
+
+namespace chorus::ps {
+
+struct RelocationShellOptions {
+  // The SSP bound of the worker's reads (pull(): the worker's clock minus the bound).
+  Staleness staleness;
+  // The core's location cache (RelocationOptions::cache_capacity).
+  size_t cache_capacity = size_t{1} << 16;
+};
+
+// Counters since the shell started; any thread.
+struct RelocationShellStats {
+  uint64_t keys_local = 0;   // this worker's reads and writes of rows held here when issued
+  uint64_t keys_remote = 0;  // ... of rows held elsewhere (or on their way here)
+  uint64_t localized = 0;    // keys this worker asked to localize
+  uint64_t localize_failed = 0;
+  uint64_t failed_ops = 0;          // pulls and pushes that ended in an error
+  uint64_t refused_from_peers = 0;  // peer frames or messages refused (logged with the peer)
+  uint64_t lost_keys = 0;           // keys homed here that died with a node (DownReport)
+  uint64_t given_up = 0;            // rows awaited here that died on their way
+  uint64_t held_keys = 0;           // rows held here now
+  RelocationStats core;
+};
+
+class RelocationShell {
+ public:
+  using Handle = uint64_t;
+
+  // This node (`node`, members `members`, self included) of a job placed by `map`, holding the
+  // rows of `store` (the keys whose home it is). Installs the relocation and PsClock handlers on
+  // `node`, which must be shut down before this object is destroyed.
+  RelocationShell(node::Node& node, const ShardMap& map, KeyStore store,
+                  std::vector<NodeId> members, RelocationShellOptions options);
+  RelocationShell(const RelocationShell&) = delete;
+  RelocationShell& operator=(const RelocationShell&) = delete;
+
+  // --- The worker (any thread but the loop's). Keys sorted, unique and in the key space, and
+  // buffers of their lengths (std::invalid_argument otherwise). Buffers stay valid until the
+  // operation completed.
+
+  // Reads `keys` into `out` under SSP at the worker's clock (every worker reached clock() - s).
+  Handle pull(std::span<const Key> keys, std::span<float> out);
+  // Reads `keys` once every live worker reached `min_clock`.
+  Handle pullAt(Clock min_clock, std::span<const Key> keys, std::span<float> out);
+  // Pushes `grads` (copied) for `keys`, made at the worker's current clock.
+  Handle push(std::span<const Key> keys, std::span<const float> grads);
+  // Blocks until the operation completed: ok, or the first error of its keys (an operation
+  // already waited for returns ok).
+  node::Status wait(Handle handle);
+  // Moves `keys` here; `done` runs once on the loop thread when every key arrived or failed
+  // (the first error). A failed localize is harmless: the key is read where it is.
+  void localize(std::span<const Key> keys, KeyLocalizer::Done done);
+  // Ends the worker's clock; it is announced once the pushes below it completed.
+  void clock();
+  Clock currentClock() const;
+  // Fails every pending operation with `status`, and every later one at once.
+  void cancelAll(const node::Status& status);
+
+  // --- Loop thread.
+  // A peer went down or left: peerDown for the core (once per peer), what was lost logged.
+  void onPeerEvent(const node::PeerEvent& event);
+  // `peer` ran all its clocks: its departure later is expected (logged at info level).
+  void peerFinished(NodeId peer);
+
+  // Any thread.
+  RelocationShellStats stats() const;
+  NodeId self() const { return self_; }
+
+  // Tests: runs `fn` with the core on the loop thread and waits for it.
+  void inspect(const std::function<void(const Relocation&)>& fn);
+
+ private:
+  struct Operation {
+    size_t remaining = 0;
+    node::Status status;
+    KeyLocalizer::Done done;  // localizes: run on completion (loop thread)
+    bool complete = false;
+  };
+  // One of the core's operations, by its id: the shell operation it belongs to and, for a pull,
+  // where its values go.
+  struct CoreOp {
+    Handle handle = 0;
+    float* dest = nullptr;
+    size_t floats = 0;
+    bool push = false;
+    Clock clock = 0;
+  };
+
+  void checkKeys(std::span<const Key> keys, size_t floats, const char* what) const;
+  Handle begin(size_t parts, KeyLocalizer::Done done);
+  // Loop thread: the operation ended already (cancelled) and is to be skipped.
+  bool cancelledOp(Handle handle) const;
+  // Loop thread: sends what the core made, completes what it completed, announces the clock
+  // when it can.
+  void flushFromLoop();
+  void sendOutgoingFromLoop();
+  void completeFromLoop(const Completion& completion);
+  // One part of `handle` ended with `status`.
+  void settleFromLoop(Handle handle, const node::Status& status);
+  // Announces the worker's clock when its pushes below it completed; true when it did.
+  bool announceFromLoop();
+  void onFrameFromLoop(NodeId from, const node::InboundFrame& frame);
+  void onClockFromLoop(NodeId from, const node::InboundFrame& frame);
+  void refuseFrameFromLoop(NodeId from, const std::string& reason);
+  void countRefusal(NodeId from, const std::string& what);
+
+  node::Node& node_;
+  NodeId self_;
+  std::vector<NodeId> members_;
+  RelocationShellOptions options_;
+  KeySpace space_;
+  Relocation core_;  // loop thread only
+
+  // Loop thread.
+  std::unordered_map<uint64_t, CoreOp> core_ops_;
+  std::map<Clock, uint64_t> pushes_by_clock_;  // own pushes not completed, by clock
+  Clock wanted_clock_ = 0;                     // the clock the worker ended
+  Clock announced_ = 0;
+  std::set<NodeId> down_;
+  std::set<NodeId> finished_;
+  node::RefusalLog refusals_;
+
+  mutable std::mutex mu_;
+  std::condition_variable completed_;
+  Clock clock_ = 0;  // the worker's (trainer thread writes, under mu_)
+  Handle next_handle_ = 1;
+  std::unordered_map<Handle, Operation> operations_;
+  std::optional<node::Status> cancelled_;
+  RelocationShellStats stats_;
+};
+
+}  // namespace chorus::ps
