@@ -188,12 +188,12 @@ void recordGivenFlags(const CLI::App& node, SparseNodeArgs& args) {
 }
 
 void checkSparseNodeArgs(const run::RunOptions& run, const SparseNodeArgs& sparse,
-                         const ps::PsOptions& ps, const std::string& mode) {
+                         const ps::PsOptions& ps, const modes::Mode& mode) {
   const std::string& model = run.model.name;
-  if (mode == "consensus") {
-    throw CommandFailure(2, fmt::format("consensus mode for sparse models (--model {}) is not "
-                                        "implemented yet: train them with --mode ps",
-                                        model));
+  if (mode.sparse == modes::SparseTraining::kNone) {
+    throw CommandFailure(2, fmt::format("{} mode for sparse models (--model {}) is not "
+                                        "implemented yet: train them with --mode {}",
+                                        mode.name, model, modes::sparseModeNames()));
   }
   refuse(sparse, kDenseOnlyFlags, model, "an image model's flag");
   for (const auto& [flag, why] : kNotForSparse)
@@ -410,6 +410,35 @@ std::unique_ptr<NodeSession> sparsePsSession(node::Node& node, std::shared_ptr<S
                                              const std::vector<uint32_t>& members,
                                              const ps::PsOptions& ps) {
   return std::make_unique<SparsePsSession>(node, std::move(job), members, ps);
+}
+
+SparsePlan planSparseTraining(const modes::Mode& mode, const modes::TrainingContext& context,
+                              const SparseNodeArgs& sparse) {
+  std::vector<node::NodeId> members;
+  for (const topology::NodeSpec& n : context.topology.nodes)
+    members.push_back(n.id);
+  const node::NodeId self = context.self.id;
+  const std::shared_ptr<SparseNodeJob> job =
+      loadSparseNodeJob(context.settings.run, sparse, self, members);
+  SparsePlan plan;
+  switch (mode.sparse) {
+    case modes::SparseTraining::kPs: {
+      // Sparse models train in PS mode on any number of nodes, one included (docs/sparse-ps.md).
+      for (node::NodeId id : members) {
+        if (id != self) plan.peers.push_back(id);
+      }
+      const ps::PsOptions& options = context.settings.ps;
+      plan.doing =
+          fmt::format("owning its share of the rows, staleness {}", options.staleness.toString());
+      plan.start = [job, members, options](node::Node& node) {
+        return sparsePsSession(node, job, members, options);
+      };
+      return plan;
+    }
+    case modes::SparseTraining::kNone:
+      break;
+  }
+  throw std::logic_error(fmt::format("mode {} trains no sparse model", mode.name));
 }
 
 }  // namespace chorus::cli
