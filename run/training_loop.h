@@ -38,13 +38,20 @@ struct StepExchange {
 
 struct LoopReport;
 
+// What the metrics files call a training step, in every mode: the step events
+// (`{"event":"step","step":K,...}`, K from 0), the step field of `target` events, and the final
+// event's `steps` (the last step finished + 1) and `first_step`; the start event's `steps` is the
+// number of steps planned. Files written before this name was shared say `round` (consensus,
+// single) or `clock` (PS) in the same places, and `chorus report` still reads them.
+inline constexpr std::string_view kStepName = "step";
+
 // What a mode adds to the loop. Every hook runs on the trainer thread.
 class TrainingStrategy {
  public:
   virtual ~TrainingStrategy() = default;
   // The mode as the start event names it: "single", "consensus" or "ps".
   virtual std::string_view mode() const = 0;
-  // What a step is called in events and logs: "round" or "clock".
+  // What a step is called in logs and messages: "round" or "clock" (the metrics say kStepName).
   virtual std::string_view stepName() const = 0;
   // Whether the loop applies the optimizer locally (consensus, single); PS owners apply it.
   virtual bool stepsLocally() const { return true; }
