@@ -6,6 +6,7 @@
 #include "node/frame.h"
 #include "ping/ping_service.h"
 #include "ps/ps_service.h"
+#include "topology/topology.h"
 
 namespace chorus::modes {
 namespace {
@@ -96,6 +97,23 @@ TEST(ModeRegistry, TrainingEntriesNameTheirPlansAndTheModeWithNoPeers) {
   // Sparse models: the mode with no peers does not train them, so one node runs the named mode.
   EXPECT_EQ(&modeThatRuns(ps, 1, true), &ps);
   EXPECT_EQ(&modeThatRuns(ps, 3, true), &ps);
+}
+
+// A topology file names a training mode by the name `--mode` takes: topology/ keeps its own
+// list (it sits below the registry), and this is where the two are held equal.
+TEST(ModeRegistry, TopologyFilesNameExactlyTheTrainingModesTheFlagTakes) {
+  std::vector<std::string> in_files;
+  for (topology::Mode mode : topology::kFileModes) {
+    in_files.emplace_back(topology::modeName(mode));
+    EXPECT_EQ(topology::parseMode(topology::modeName(mode)), mode);
+  }
+  std::vector<std::string> training;
+  for (const Mode& mode : registry()) {
+    if (mode.trains && mode.named_by_flag) training.emplace_back(mode.name);
+    EXPECT_EQ(topology::parseMode(mode.name).has_value(), mode.trains && mode.named_by_flag)
+        << mode.name;
+  }
+  EXPECT_EQ(in_files, training);
 }
 
 TEST(ModeRegistry, ProblemsAreNamed) {
