@@ -198,10 +198,10 @@ void checkSparseNodeArgs(const run::RunOptions& run, const SparseNodeArgs& spars
   refuse(sparse, kDenseOnlyFlags, model, "an image model's flag");
   for (const auto& [flag, why] : kNotForSparse)
     refuse(sparse, {flag}, model, why);
-  if (given(sparse, "--shard") && run.shard != "iid") {
+  if (given(sparse, "--shard") && run.shard.kind != run::ShardSpec::Kind::kIid) {
     throw CommandFailure(2, fmt::format("--shard {} does not apply to --model {}: its training "
                                         "points are split iid",
-                                        run.shard, model));
+                                        run.shard.toString(), model));
   }
   const std::string data = dataName(run, sparse);
   if (isMf(model)) {

@@ -16,6 +16,7 @@
 
 #include "ml/metrics.h"
 #include "ml/train.h"
+#include "run/node_id.h"
 #include "run/training_run.h"
 
 namespace spdlog {
@@ -88,8 +89,8 @@ class TrainingStrategy {
   // The end of the run with the peers (not after a stop): final models, TrainingDone, the wait
   // for the others. Fills `finished` and `departed` with the members that said TrainingDone and
   // those that left first.
-  virtual void finish(int64_t /*steps_done*/, std::vector<uint32_t>& /*finished*/,
-                      std::vector<uint32_t>& /*departed*/) {}
+  virtual void finish(int64_t /*steps_done*/, std::vector<NodeId>& /*finished*/,
+                      std::vector<NodeId>& /*departed*/) {}
   // The mode's fields of the final event (after finish()).
   virtual void describeEnd(ml::MetricsEvent& /*final_event*/) {}
 };
@@ -103,8 +104,8 @@ struct LoopReport {
   double wait_seconds = 0;
   ml::Evaluation final;  // the final test evaluation (with its confusion matrix when asked)
   std::optional<double> time_to_target;  // seconds until the test accuracy reached the target
-  std::vector<uint32_t> finished_peers;  // members that said TrainingDone
-  std::vector<uint32_t> departed_peers;  // members that went down or left before that
+  std::vector<NodeId> finished_peers;    // members that said TrainingDone
+  std::vector<NodeId> departed_peers;    // members that went down or left before that
 };
 
 struct LoopOptions {
