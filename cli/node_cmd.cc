@@ -29,7 +29,6 @@
 #include "cli/run_spec.h"
 #include "cli/sparse_node.h"
 #include "cli/suggest.h"
-#include "consensus/consensus_peer.h"
 #include "faults/link_delay.h"
 #include "faults/straggler.h"
 #include "launch/launch_env.h"
@@ -38,10 +37,9 @@
 #include "modes/registry.h"
 #include "node/connection.h"
 #include "node/node.h"
-#include "ps/ps_peer.h"
 #include "run/cli_checks.h"
-#include "run/single_node.h"
 #include "run/training_run.h"
+#include "run/training_session.h"
 #include "topology/topology.h"
 
 namespace chorus::cli {
@@ -267,6 +265,7 @@ NodeSetup setUpNode(const NodeArgs& args, spdlog::level::level_enum level,
 // The settings of the modes the registry runs (modes/session.h), from the flags.
 modes::ModeSettings modeSettings(const NodeArgs& args, const NodeSetup& setup) {
   modes::ModeSettings settings;
+  settings.run = args.run;
   settings.ping.pings_per_peer = args.pings;
   settings.ping.payload_bytes = args.payload_bytes;
   settings.ping.timeout = secondsToMs(args.ping_timeout_s);
@@ -301,7 +300,7 @@ void checkModeArgs(const NodeArgs& args, const NodeSetup& setup, const std::stri
   }
   if (isSparseModel(args.run.model.name)) {
     return checkSparseNodeArgs(args.run, args.sparse, args.psOptions(), args.consensusOptions(),
-                               mode);
+                               entry);
   }
   checkImageData(args.run);
   checkImageModelFlags(args.run, args.sparse);
@@ -322,32 +321,13 @@ void checkModeArgs(const NodeArgs& args, const NodeSetup& setup, const std::stri
   }
 }
 
-// What a mode's run achieved, as the node prints it.
-struct TrainingOutcome {
-  std::string steps;  // "rounds" or "clocks"
-  run::LoopReport loop;
-  std::string waiting = "waiting";   // what the wait time was spent on (and the cache's share)
-  std::vector<std::string> before;   // lines before the result (a rejoin)
-  std::vector<std::string> after;    // lines after it (the average's or the owners' accuracy)
-  std::vector<float> model_to_save;  // --save: node 0's final model (empty: nothing to save)
-  bool saved = false;                // the run wrote --save itself
-};
-
-// The mode's part of a session: its peer object (kept alive here), how to run it and how to
-// stop it. Built by a ModeFactory once the data and the node are there.
-struct ModeRun {
-  std::shared_ptr<void> peer;
-  std::function<TrainingOutcome()> run;
-  std::function<void()> stop;
-};
-using ModeFactory = std::function<ModeRun(node::Node&, run::NodeJob)>;
-
-// One training run on a started node: the mode's run behind ModeRun, so that every mode shares
-// the node's lifecycle (flags, data, signals, listen, connect, leave) and its printed result.
+// One training run on a started node: the mode's run (run::TrainingRun, built by its registry
+// entry's plan), so that every mode shares the node's lifecycle (flags, data, signals, listen,
+// connect, leave) and its printed result.
 class TrainingSession : public NodeSession {
  public:
   TrainingSession(node::NodeId self, const run::RunOptions& options, std::string model_spec,
-                  ModeRun mode)
+                  std::unique_ptr<run::TrainingRun> mode)
       : self_(self),
         options_(options),
         model_spec_(std::move(model_spec)),
@@ -355,7 +335,7 @@ class TrainingSession : public NodeSession {
 
   // Trainer thread: trains, then prints this node's results.
   void run() override {
-    const TrainingOutcome outcome = mode_.run();
+    const run::TrainingOutcome outcome = mode_->run();
     const run::LoopReport& loop = outcome.loop;
     for (const std::string& line : outcome.before)
       fmt::print("node {}: {}\n", self_, line);
@@ -378,12 +358,12 @@ class TrainingSession : public NodeSession {
     saveFinalModel(outcome);
   }
   // Any thread (the signal watcher): ends run() early.
-  void stop() override { mode_.stop(); }
+  void stop() override { mode_->stop(); }
 
  private:
   // --save: node 0 writes the final model as a checkpoint that --resume reads. Nothing to
   // write (another node, no model) writes nothing.
-  void saveFinalModel(const TrainingOutcome& outcome) const {
+  void saveFinalModel(const run::TrainingOutcome& outcome) const {
     if (options_.save_path.empty() || self_ != 0) return;
     if (!outcome.saved) {
       if (outcome.model_to_save.empty()) return;
@@ -400,7 +380,7 @@ class TrainingSession : public NodeSession {
   node::NodeId self_;
   const run::RunOptions& options_;
   std::string model_spec_;
-  ModeRun mode_;
+  std::unique_ptr<run::TrainingRun> mode_;
 };
 
 // A node's session from its factory (called once the node exists, before it listens).
@@ -483,138 +463,39 @@ void runSession(const NodeArgs& args, const NodeSetup& setup, const std::string&
   fmt::print("node {}: left the cluster cleanly\n", self);
 }
 
-// Loads the data, builds the mode's run, joins the cluster, trains and leaves in order.
-void runTraining(const NodeArgs& args, const NodeSetup& setup, const std::string& mode,
-                 const ModeFactory& make_mode, const std::string& peers_description,
-                 const std::vector<node::PeerAddress>& peers) {
+// The members of `setup.peers` that `ids` names, in the topology's order.
+std::vector<node::PeerAddress> peersNamed(const NodeSetup& setup,
+                                          const std::vector<node::NodeId>& ids) {
+  std::vector<node::PeerAddress> peers;
+  for (const node::PeerAddress& peer : setup.peers) {
+    if (std::find(ids.begin(), ids.end(), peer.id) != ids.end()) peers.push_back(peer);
+  }
+  return peers;
+}
+
+// A training mode's image-model run (its registry entry's plan, modes/session.h): step 1 loads
+// the data and the model before the listener (once this node accepts connections its peers may
+// send models or requests, and the handlers must be in place by then), step 2 builds the run on
+// the node; then it joins the cluster, trains and leaves in order.
+void runTraining(const NodeArgs& args, const NodeSetup& setup, const modes::Mode& mode,
+                 const modes::ModeSettings& settings) {
   const node::NodeId self = setup.self;
-  // The data and the model come before the listener: once this node accepts connections its
-  // peers may send models or requests, and the handlers must be in place by then.
-  run::NodeJob job;
+  modes::TrainingPlan plan;
   try {
-    // This process runs one node: it reads its own samples only.
-    job = run::loadNodeProcessJob(args.run, self, static_cast<int>(setup.topo.nodes.size()),
-                                  setup.me->stragglers);
+    plan = mode.plan({setup.topo, *setup.me, settings});
   } catch (const std::invalid_argument& e) {
     throw CommandFailure(2, fmt::format("node {}: {}", self, e.what()));
   } catch (const std::exception& e) {
     throw CommandFailure(1, fmt::format("node {}: {}", self, e.what()));
   }
-  std::string model_spec = job.model->spec().toString();
+  const std::vector<node::PeerAddress> peers = peersNamed(setup, plan.peers);
   runSession(
-      args, setup, mode,
+      args, setup, std::string(mode.name),
       [&](node::Node& node) {
-        return std::make_unique<TrainingSession>(self, args.run, std::move(model_spec),
-                                                 make_mode(node, std::move(job)));
+        return std::make_unique<TrainingSession>(self, args.run, std::move(plan.model_spec),
+                                                 plan.start(node));
       },
-      trainingLine(setup, mode, peers.size(), peers_description), peers);
-}
-
-// Consensus training (docs/consensus.md): gossip with the topology neighbors, the end of the run
-// over the neighbor graph (a convergecast of the final models on a spanning tree).
-ModeRun consensusRun(node::Node& node, run::NodeJob job, const consensus::PeerLayout& layout,
-                     const consensus::ConsensusOptions& options) {
-  auto peer = std::make_shared<consensus::ConsensusPeer>(node, std::move(job), layout, options);
-  return {peer,
-          [peer = peer.get()] {
-            const consensus::ConsensusReport report = peer->run();
-            TrainingOutcome out;
-            out.steps = "rounds";
-            out.loop = report;
-            if (report.average_accuracy) {
-              out.after.push_back(
-                  fmt::format("test accuracy of the average of {} final models: "
-                              "{:.2f}%",
-                              report.averaged_models, 100 * *report.average_accuracy));
-            }
-            out.model_to_save = report.final_model;
-            // Its model never reached node 0's average: a failed run (exit 1), said once.
-            if (report.cut_off) throw std::runtime_error(*report.cut_off);
-            return out;
-          },
-          [peer = peer.get()] { peer->stop(); }};
-}
-
-// PS training (docs/ps.md): every node owns a shard of the keys and trains; reads and writes go
-// to each key's owner over the full mesh.
-ModeRun psRun(node::Node& node, run::NodeJob job, std::vector<node::NodeId> members,
-              const ps::PsOptions& options) {
-  auto peer = std::make_shared<ps::PsPeer>(node, std::move(job), std::move(members), options);
-  return {
-      peer,
-      [peer = peer.get()] {
-        const ps::PsReport report = peer->run();
-        TrainingOutcome out;
-        out.steps = "clocks";
-        out.loop = report;
-        const uint64_t reads = report.worker.cache_hits + report.worker.cache_misses;
-        out.waiting = fmt::format(
-            "waiting for reads, {:.0f}% of reads from the cache",
-            reads > 0
-                ? 100.0 * static_cast<double>(report.worker.cache_hits) / static_cast<double>(reads)
-                : 0.0);
-        if (report.rejoined_from) {
-          out.before.push_back(fmt::format(
-              "rejoined at clock {} with its keys from node {}'s last read (the freshest "
-              "answer: every update from clocks below {} in it)",
-              report.first_clock, *report.rejoined_from, report.rejoin_read_clock));
-        }
-        if (report.owner_accuracy) {
-          out.after.push_back(
-              fmt::format("test accuracy of the model as held by the owners: "
-                          "{:.2f}%",
-                          100 * *report.owner_accuracy));
-        }
-        for (const auto& [worker, clock] : report.server.excluded) {
-          out.after.push_back(
-              fmt::format("node {} was dropped at clock {}: its updates from clock {} on are lost",
-                          worker, clock, clock));
-        }
-        for (const ps::ServerSummary::SkippedClocks& gap : report.server.skipped) {
-          out.after.push_back(fmt::format(
-              "node {} went from clock {} to clock {} (it rejoined): its updates of clocks {}-{} "
-              "are lost",
-              gap.worker, gap.from, gap.to, gap.from, gap.to - 1));
-        }
-        if (report.failed_pulls + report.failed_pushes > 0) {
-          out.after.push_back(
-              fmt::format("{} read(s) and {} push(es) failed because an owner was down",
-                          report.failed_pulls, report.failed_pushes));
-        }
-        out.model_to_save = report.owner_model;
-        return out;
-      },
-      [peer = peer.get()] { peer->stop(); }};
-}
-
-// A cluster of one node (the single variant of chorus compare) trains alone: the run of chorus
-// train, with no peers to exchange with.
-ModeRun singleRun(node::Node& node, run::NodeJob job, const run::RunOptions& options) {
-  struct Alone {
-    run::NodeJob job;
-    run::SingleOptions single;
-  };
-  auto alone = std::make_shared<Alone>(Alone{std::move(job), {}});
-  auto stopped = std::make_shared<std::atomic<bool>>(false);
-  alone->single.stop = stopped;
-  alone->single.save_path = options.save_path;
-  alone->single.warmup_epochs = options.warmup_epochs;
-  // --resume: the checkpoint's model, and the rounds from 0, as every other node's.
-  alone->single.continue_resumed = false;
-  return {alone,
-          [alone = alone.get(), &log = node.logger()] {
-            // Progress lines go to the node's log, as the distributed modes' do.
-            ml::ProgressReporter progress(stderr, false, std::chrono::hours(24 * 365));
-            const run::SingleReport report =
-                run::trainAlone(alone->job, alone->single, progress, log);
-            TrainingOutcome out;
-            out.steps = "rounds";
-            out.loop = report;
-            out.saved = true;
-            return out;
-          },
-          // A signal ends the run before its next step, as it ends a distributed node's.
-          [stopped] { stopped->store(true); }};
+      trainingLine(setup, std::string(mode.name), peers.size(), plan.doing), peers);
 }
 
 // A registered mode's session (modes/session.h) as the node drives a session.
@@ -650,98 +531,21 @@ void runRegisteredMode(const NodeArgs& args, const NodeSetup& setup, const modes
       [&](int64_t ready_ms) { return session->connectedLine(ready_ms); }, setup.peers);
 }
 
-// A sparse model in consensus mode: gossip with the topology neighbors, connected to them only.
-void runSparseConsensus(const NodeArgs& args, const NodeSetup& setup,
-                        const std::shared_ptr<SparseNodeJob>& job) {
-  consensus::SparseLayout layout;
-  layout.self = setup.self;
-  layout.neighbors = setup.me->neighbors;
-  for (const auto& n : setup.topo.nodes) {
-    layout.members.push_back(n.id);
-    layout.degrees[n.id] = n.neighbors.size();
-    layout.graph[n.id] = n.neighbors;
-  }
-  std::vector<node::PeerAddress> neighbors;
-  for (const node::PeerAddress& peer : setup.peers) {
-    if (std::binary_search(setup.me->neighbors.begin(), setup.me->neighbors.end(), peer.id)) {
-      neighbors.push_back(peer);
-    }
-  }
-  const consensus::ConsensusOptions options = args.consensusOptions();
+// A training mode (`mode` as named; a topology of one node may run another, the registry says
+// which): a sparse model's session from cli/sparse_node.cc, an image model's from the entry's
+// plan.
+void runTrainingMode(const NodeArgs& args, const NodeSetup& setup, const modes::Mode& named) {
+  const bool sparse = isSparseModel(args.run.model.name);
+  const modes::Mode& mode = modes::modeThatRuns(named, setup.topo.nodes.size(), sparse);
+  const modes::ModeSettings settings = modeSettings(args, setup);
+  if (!sparse) return runTraining(args, setup, mode, settings);
+  // Sparse models: the mode's entry names the session (checkSparseNodeArgs refused a mode
+  // without one).
+  SparsePlan plan = planSparseTraining(mode, {setup.topo, *setup.me, settings}, args.sparse);
+  const std::vector<node::PeerAddress> peers = peersNamed(setup, plan.peers);
   runSession(
-      args, setup, "consensus",
-      [&](node::Node& node) {
-        return sparseConsensusSession(node, job, layout, options, args.sparse);
-      },
-      trainingLine(setup, "consensus", neighbors.size(),
-                   fmt::format("gossiping changed rows with neighbors [{}]",
-                               fmt::join(layout.neighbors, ", "))),
-      neighbors);
-}
-
-void runTrainingMode(const NodeArgs& args, const NodeSetup& setup, const std::string& mode) {
-  if (isSparseModel(args.run.model.name)) {
-    // Sparse models train in PS mode on any number of nodes, one included (docs/sparse-ps.md),
-    // or in consensus mode with the topology's neighbors (docs/sparse-consensus.md).
-    std::vector<node::NodeId> members;
-    for (const auto& n : setup.topo.nodes)
-      members.push_back(n.id);
-    const std::shared_ptr<SparseNodeJob> job =
-        loadSparseNodeJob(args.run, args.sparse, setup.self, members);
-    if (mode == "consensus") return runSparseConsensus(args, setup, job);
-    const ps::PsOptions options = args.psOptions();
-    return runSession(
-        args, setup, "ps",
-        [&](node::Node& node) { return sparsePsSession(node, job, members, options); },
-        trainingLine(
-            setup, "ps", setup.peers.size(),
-            fmt::format("owning its share of the rows, staleness {}", args.staleness.toString())),
-        setup.peers);
-  }
-  if (setup.topo.nodes.size() == 1) {
-    return runTraining(
-        args, setup, "single",
-        [&](node::Node& node, run::NodeJob job) {
-          return singleRun(node, std::move(job), args.run);
-        },
-        "training alone", setup.peers);
-  }
-  if (mode == "consensus") {
-    consensus::PeerLayout layout;
-    layout.self = setup.self;
-    layout.neighbors = setup.me->neighbors;
-    for (const auto& n : setup.topo.nodes) {
-      layout.members.push_back(n.id);
-      layout.degrees[n.id] = n.neighbors.size();
-      layout.graph[n.id] = n.neighbors;
-    }
-    // Connections to the topology neighbors only: gossip, the end of the run and a rejoin all
-    // travel over the neighbor graph.
-    std::vector<node::PeerAddress> neighbors;
-    for (const node::PeerAddress& peer : setup.peers) {
-      if (std::binary_search(setup.me->neighbors.begin(), setup.me->neighbors.end(), peer.id)) {
-        neighbors.push_back(peer);
-      }
-    }
-    const consensus::ConsensusOptions consensus_options = args.consensusOptions();
-    return runTraining(
-        args, setup, "consensus",
-        [&](node::Node& node, run::NodeJob job) {
-          return consensusRun(node, std::move(job), layout, consensus_options);
-        },
-        fmt::format("training with neighbors [{}]", fmt::join(layout.neighbors, ", ")), neighbors);
-  }
-  std::vector<node::NodeId> members;
-  for (const auto& n : setup.topo.nodes)
-    members.push_back(n.id);
-  const ps::PsOptions options = args.psOptions();
-  runTraining(
-      args, setup, "ps",
-      [&](node::Node& node, run::NodeJob job) {
-        return psRun(node, std::move(job), members, options);
-      },
-      fmt::format("owning its shard of the parameters, staleness {}", options.staleness.toString()),
-      setup.peers);
+      args, setup, std::string(mode.name), [&](node::Node& node) { return plan.start(node); },
+      trainingLine(setup, std::string(mode.name), peers.size(), plan.doing), peers);
 }
 
 std::string modeOf(const NodeArgs& args, const NodeSetup& setup) {
@@ -774,7 +578,7 @@ std::string runFingerprint(const NodeArgs& args, const std::string& mode,
               {"normalize", r.data.normalize ? "yes" : "no"},
               {"limit", fmt::format("{}", r.train_limit)},
               {"model", r.model.toString()},
-              {"shard", r.shard},
+              {"shard", r.shard.toString()},
               {"rounds", fmt::format("{}", r.rounds)},
               {"epochs", fmt::format("{}", r.epochs)},
               {"batch", fmt::format("{}", r.batch)},
@@ -816,7 +620,7 @@ void runNode(const NodeArgs& args) {
   if (const modes::Mode& entry = registeredMode(mode); entry.make_session != nullptr) {
     return runRegisteredMode(args, setup, entry);
   }
-  return runTrainingMode(args, setup, mode);
+  return runTrainingMode(args, setup, registeredMode(mode));
 }
 
 // The topology file is read once for every id.

@@ -33,11 +33,26 @@ namespace fb = chorus::spec;
 // the option structs it holds changes their size and stops the build here: carry it in
 // run_spec.fbs, encodeRunSpec() and decodeRunSpec() (and the round-trip test), then update the
 // size. (The test hooks of the mode options, std::function members, are not settings.)
-static_assert(sizeof(void*) != 8 || sizeof(NodeArgs) == 1976,
+static_assert(sizeof(void*) != 8 || sizeof(NodeArgs) == 1960,
               "NodeArgs changed: carry the new setting in the run spec (cli/run_spec.fbs)");
 
 std::string text(const flatbuffers::String* s) {
   return s == nullptr ? std::string() : s->str();
+}
+
+// The spec's shard, checked as --shard checks it (a spec is a file: it may be damaged).
+run::ShardSpec shardOf(const fb::Shard* s, const std::string& source) {
+  run::ShardSpec shard;
+  if (s == nullptr || s->kind() == 0) return shard;
+  if (s->kind() != 1 || !(s->alpha() > 0 && s->alpha() <= run::ShardSpec::kMaxDirichletAlpha)) {
+    throw RunSpecError(
+        fmt::format("{}: a shard of kind {} with alpha {} is not one --shard "
+                    "gives; write the spec again with chorus launch",
+                    source, s->kind(), s->alpha()));
+  }
+  shard.kind = run::ShardSpec::Kind::kDirichlet;
+  shard.alpha = s->alpha();
+  return shard;
 }
 
 flatbuffers::Offset<fb::Sparse> encodeSparse(flatbuffers::FlatBufferBuilder& b,
@@ -151,8 +166,10 @@ std::vector<uint8_t> encodeRunSpec(const NodeArgs& a, uint32_t version) {
                            r.data.syntheticTest, r.data.normalize, r.train_limit);
   const auto model =
       fb::CreateModelDirect(b, r.model.name.c_str(), &r.model.hidden, r.model.dropout);
+  const auto shard =
+      fb::CreateShard(b, r.shard.kind == run::ShardSpec::Kind::kDirichlet ? 1 : 0, r.shard.alpha);
   const auto training = fb::CreateTrainingDirect(
-      b, r.shard.c_str(), r.rounds, r.epochs, r.batch, r.lr, r.momentum, r.nesterov, r.weight_decay,
+      b, shard, r.rounds, r.epochs, r.batch, r.lr, r.momentum, r.nesterov, r.weight_decay,
       r.schedule.c_str(), r.warmup_epochs, r.step_epochs, r.gamma, r.augment, r.crop_padding,
       r.flip, r.seed, r.stragglers.c_str(), r.eval_every, r.target_acc, r.out_dir.c_str(),
       r.save_path.c_str(), r.resume_path.c_str(), r.confusion);
@@ -225,7 +242,7 @@ NodeArgs decodeRunSpec(std::span<const uint8_t> bytes, const std::string& source
   if (m.hidden() != nullptr) r.model.hidden.assign(m.hidden()->begin(), m.hidden()->end());
   r.model.dropout = m.dropout();
   const fb::Training& t = *spec->training();
-  r.shard = text(t.shard());
+  r.shard = shardOf(t.shard(), source);
   r.rounds = t.rounds();
   r.epochs = t.epochs();
   r.batch = t.batch();

@@ -61,7 +61,7 @@ class RunSpecError : public std::runtime_error {
 
 // The version written into every spec; a reader refuses another one (a spec written by another
 // chorus build: run the launch again with this build).
-inline constexpr uint32_t kRunSpecVersion = 2;
+inline constexpr uint32_t kRunSpecVersion = 3;
 
 // `args` (its id left out) as a spec's bytes, of `version` (tests write others).
 std::vector<uint8_t> encodeRunSpec(const NodeArgs& args, uint32_t version = kRunSpecVersion);

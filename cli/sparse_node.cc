@@ -232,9 +232,14 @@ void recordGivenFlags(const CLI::App& node, SparseNodeArgs& args) {
 
 void checkSparseNodeArgs(const run::RunOptions& run, const SparseNodeArgs& sparse,
                          const ps::PsOptions& ps, const consensus::ConsensusOptions& consensus,
-                         const std::string& mode) {
+                         const modes::Mode& mode) {
   const std::string& model = run.model.name;
-  const bool gossip = mode == "consensus";
+  if (mode.sparse == modes::SparseTraining::kNone) {
+    throw CommandFailure(2, fmt::format("{} mode for sparse models (--model {}) is not "
+                                        "implemented yet: train them with --mode {}",
+                                        mode.name, model, modes::sparseModeNames()));
+  }
+  const bool gossip = mode.sparse == modes::SparseTraining::kConsensus;
   if (gossip) {
     refuse(sparse, {"--sample-scheme", "--sample-reuse"}, model,
            "the sampling schemes draw the negatives through PS mode's primitives");
@@ -255,10 +260,10 @@ void checkSparseNodeArgs(const run::RunOptions& run, const SparseNodeArgs& spars
     if (gossip && flag == "--rejoin") continue;  // it takes a neighbor's tables
     refuse(sparse, {flag}, model, why);
   }
-  if (given(sparse, "--shard") && run.shard != "iid") {
+  if (given(sparse, "--shard") && run.shard.kind != run::ShardSpec::Kind::kIid) {
     throw CommandFailure(2, fmt::format("--shard {} does not apply to --model {}: its training "
                                         "points are split iid",
-                                        run.shard, model));
+                                        run.shard.toString(), model));
   }
   const std::string data = dataName(run, sparse);
   if (isMf(model)) {
@@ -597,6 +602,54 @@ std::unique_ptr<NodeSession> sparsePsSession(node::Node& node, std::shared_ptr<S
                                              const std::vector<uint32_t>& members,
                                              const ps::PsOptions& ps) {
   return std::make_unique<SparsePsSession>(node, std::move(job), members, ps);
+}
+
+SparsePlan planSparseTraining(const modes::Mode& mode, const modes::TrainingContext& context,
+                              const SparseNodeArgs& sparse) {
+  std::vector<node::NodeId> members;
+  for (const topology::NodeSpec& n : context.topology.nodes)
+    members.push_back(n.id);
+  const node::NodeId self = context.self.id;
+  const std::shared_ptr<SparseNodeJob> job =
+      loadSparseNodeJob(context.settings.run, sparse, self, members);
+  SparsePlan plan;
+  switch (mode.sparse) {
+    case modes::SparseTraining::kPs: {
+      // Sparse models train in PS mode on any number of nodes, one included (docs/sparse-ps.md).
+      for (node::NodeId id : members) {
+        if (id != self) plan.peers.push_back(id);
+      }
+      const ps::PsOptions& options = context.settings.ps;
+      plan.doing =
+          fmt::format("owning its share of the rows, staleness {}", options.staleness.toString());
+      plan.start = [job, members, options](node::Node& node) {
+        return sparsePsSession(node, job, members, options);
+      };
+      return plan;
+    }
+    case modes::SparseTraining::kConsensus: {
+      // Gossip with the topology neighbors, connected to them only (docs/sparse-consensus.md).
+      consensus::SparseLayout layout;
+      layout.self = self;
+      layout.neighbors = context.self.neighbors;
+      for (const topology::NodeSpec& n : context.topology.nodes) {
+        layout.members.push_back(n.id);
+        layout.degrees[n.id] = n.neighbors.size();
+        layout.graph[n.id] = n.neighbors;
+      }
+      plan.peers = layout.neighbors;
+      plan.doing = fmt::format("gossiping changed rows with neighbors [{}]",
+                               fmt::join(layout.neighbors, ", "));
+      const consensus::ConsensusOptions& options = context.settings.consensus;
+      plan.start = [job, layout, options, sparse](node::Node& node) {
+        return sparseConsensusSession(node, job, layout, options, sparse);
+      };
+      return plan;
+    }
+    case modes::SparseTraining::kNone:
+      break;
+  }
+  throw std::logic_error(fmt::format("mode {} trains no sparse model", mode.name));
 }
 
 }  // namespace chorus::cli

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -15,6 +16,7 @@
 #include "cli/train_sparse.h"
 #include "consensus/consensus_peer.h"
 #include "consensus/sparse_consensus_peer.h"
+#include "modes/registry.h"
 #include "ps/ps_peer.h"
 #include "ps/sparse_row_access.h"
 #include "run/training_run.h"
@@ -76,11 +78,12 @@ ps::SparseTechnique techniqueOf(const SparseNodeArgs& sparse);
 void recordGivenFlags(const CLI::App& node, SparseNodeArgs& args);
 
 // Every check of a sparse model's flags that needs no data and no port (CommandFailure 2): the
-// flags that do not apply to the mode (ps or consensus), the data set's name, the model's and
-// the mode's options. `chorus launch` runs it once before any node starts.
+// flags that do not apply to the mode (one whose registry entry trains sparse models), the data
+// set's name, the model's and the mode's options. `chorus launch` runs it once before any node
+// starts.
 void checkSparseNodeArgs(const run::RunOptions& run, const SparseNodeArgs& sparse,
                          const ps::PsOptions& ps, const consensus::ConsensusOptions& consensus,
-                         const std::string& mode);
+                         const modes::Mode& mode);
 // For `chorus launch`: the data set exists (a triple folder; a rating file was checked by its
 // flag; generated ratings need nothing). CommandFailure 2 otherwise.
 void checkSparseData(const run::RunOptions& run, const SparseNodeArgs& sparse);
@@ -95,6 +98,19 @@ struct SparseNodeJob;
 std::shared_ptr<SparseNodeJob> loadSparseNodeJob(const run::RunOptions& run,
                                                  const SparseNodeArgs& sparse, uint32_t self,
                                                  const std::vector<uint32_t>& members);
+// A sparse model's plan for this node, as modes::TrainingPlan is an image model's: step 1 (the
+// data, loaded by planSparseTraining) before the node exists, step 2 (`start`) on the node
+// before it listens.
+struct SparsePlan {
+  std::vector<node::NodeId> peers;  // whom this node connects to
+  std::string doing;                // the end of the connected line
+  std::function<std::unique_ptr<NodeSession>(node::Node&)> start;
+};
+// The plan of the sparse session `mode`'s entry names (its `sparse`; not kNone, which
+// checkSparseNodeArgs refused): loads the node's data and workload (CommandFailure 1 for
+// unreadable data, 2 for bad options). The one dispatch of sparse models by mode.
+SparsePlan planSparseTraining(const modes::Mode& mode, const modes::TrainingContext& context,
+                              const SparseNodeArgs& sparse);
 // The sparse PS session of `job` on `node` (installs the PS handlers). `members`: every id.
 std::unique_ptr<NodeSession> sparsePsSession(node::Node& node, std::shared_ptr<SparseNodeJob> job,
                                              const std::vector<uint32_t>& members,

@@ -6,9 +6,12 @@
 #include <map>
 
 #include "consensus/consensus_service.h"
+#include "consensus/consensus_session.h"
 #include "ping/ping_service.h"
 #include "ping/ping_session.h"
 #include "ps/ps_service.h"
+#include "ps/ps_session.h"
+#include "run/single_session.h"
 
 namespace chorus::modes {
 namespace {
@@ -84,18 +87,110 @@ Fingerprint psFingerprint(const ModeSettings& settings) {
           {"async-rounds", o.async_rounds}};
 }
 
+// Every member's id, in the topology's order.
+std::vector<node::NodeId> membersOf(const topology::Topology& topology) {
+  std::vector<node::NodeId> members;
+  for (const topology::NodeSpec& n : topology.nodes)
+    members.push_back(n.id);
+  return members;
+}
+
+// Step 1 of a dense plan: this node's job, shared by `start` (a std::function is copied, the job
+// is not) and moved into the run once.
+std::shared_ptr<run::NodeJob> denseJob(const TrainingContext& context, TrainingPlan& plan) {
+  auto job = std::make_shared<run::NodeJob>(loadDenseJob(context));
+  plan.model_spec = job->model->spec().toString();
+  return job;
+}
+
+// Consensus (docs/consensus.md): gossip with the topology neighbors; the end of the run travels
+// over the neighbor graph (a convergecast of the final models on a spanning tree), so the node
+// connects to its neighbors only.
+TrainingPlan consensusPlan(const TrainingContext& context) {
+  TrainingPlan plan;
+  auto job = denseJob(context, plan);
+  consensus::PeerLayout layout;
+  layout.self = context.self.id;
+  layout.neighbors = context.self.neighbors;
+  for (const topology::NodeSpec& n : context.topology.nodes) {
+    layout.members.push_back(n.id);
+    layout.degrees[n.id] = n.neighbors.size();
+    layout.graph[n.id] = n.neighbors;
+  }
+  plan.peers = layout.neighbors;
+  plan.doing = fmt::format("training with neighbors [{}]", fmt::join(layout.neighbors, ", "));
+  plan.start = [job, layout, options = context.settings.consensus](node::Node& node) {
+    return consensus::makeConsensusRun(node, std::move(*job), layout, options);
+  };
+  return plan;
+}
+
+// PS (docs/ps.md): every node owns a shard of the keys and trains; reads and writes go to each
+// key's owner over the full mesh.
+TrainingPlan psPlan(const TrainingContext& context) {
+  TrainingPlan plan;
+  auto job = denseJob(context, plan);
+  const std::vector<node::NodeId> members = membersOf(context.topology);
+  for (node::NodeId id : members) {
+    if (id != context.self.id) plan.peers.push_back(id);
+  }
+  plan.doing = fmt::format("owning its shard of the parameters, staleness {}",
+                           context.settings.ps.staleness.toString());
+  plan.start = [job, members, options = context.settings.ps](node::Node& node) {
+    return ps::makePsRun(node, std::move(*job), members, options);
+  };
+  return plan;
+}
+
+// One node alone (a topology of one node): the run of chorus train, no peers.
+TrainingPlan singlePlan(const TrainingContext& context) {
+  TrainingPlan plan;
+  auto job = denseJob(context, plan);
+  plan.doing = "training alone";
+  plan.start = [job, options = context.settings.run](node::Node& node) {
+    return run::makeSingleRun(std::move(*job), options, node.logger());
+  };
+  return plan;
+}
+
 }  // namespace
+
+run::NodeJob loadDenseJob(const TrainingContext& context) {
+  // This process runs one node: it reads its own samples only.
+  return run::loadNodeProcessJob(context.settings.run, context.self.id,
+                                 static_cast<int>(context.topology.nodes.size()),
+                                 context.self.stragglers);
+}
 
 const std::vector<Mode>& registry() {
   // One line per mode.
   static const std::vector<Mode> modes = {
-      {"consensus", "gossip averaging with the topology neighbors, backup workers",
-       &consensus::kConsensusService, true, true, &checkConsensus, &consensusFingerprint},
-      {"ping", "Ping/Pong with every peer: a connectivity check", &ping::kPingService, true, false,
-       &checkPing, &pingFingerprint, &pingSession},
-      {"ps", "sharded parameter ownership, push/pull under a staleness bound", &ps::kPsService,
-       true, true, &checkPs, &psFingerprint},
-      {"single", "one node training alone (a topology of one node)", nullptr, false},
+      {.name = "consensus",
+       .description = "gossip averaging with the topology neighbors, backup workers",
+       .service = &consensus::kConsensusService,
+       .check = &checkConsensus,
+       .fingerprint = &consensusFingerprint,
+       .plan = &consensusPlan,
+       .sparse = SparseTraining::kConsensus},
+      {.name = "ping",
+       .description = "Ping/Pong with every peer: a connectivity check",
+       .service = &ping::kPingService,
+       .trains = false,
+       .check = &checkPing,
+       .fingerprint = &pingFingerprint,
+       .make_session = &pingSession},
+      {.name = "ps",
+       .description = "sharded parameter ownership, push/pull under a staleness bound",
+       .service = &ps::kPsService,
+       .check = &checkPs,
+       .fingerprint = &psFingerprint,
+       .plan = &psPlan,
+       .sparse = SparseTraining::kPs},
+      {.name = "single",
+       .description = "one node training alone (a topology of one node)",
+       .named_by_flag = false,
+       .plan = &singlePlan,
+       .alone = true},
   };
   return modes;
 }
@@ -111,6 +206,24 @@ std::string modeNames() {
   for (const Mode& mode : registry())
     names.emplace_back(mode.name);
   return joinNames(names);
+}
+
+std::string sparseModeNames() {
+  std::vector<std::string> names;
+  for (const Mode& mode : registry()) {
+    if (mode.sparse != SparseTraining::kNone) names.emplace_back(mode.name);
+  }
+  return joinNames(names);
+}
+
+const Mode& modeThatRuns(const Mode& named, size_t nodes, bool sparse_model) {
+  if (nodes != 1) return named;
+  for (const Mode& mode : registry()) {
+    const bool trains_it =
+        sparse_model ? mode.sparse != SparseTraining::kNone : mode.plan != nullptr;
+    if (mode.alone && trains_it) return mode;
+  }
+  return named;
 }
 
 std::vector<std::string> flagModes() {
@@ -138,6 +251,23 @@ std::string registryProblems(const std::vector<Mode>& modes) {
     auto [it, added] = ids.emplace(id, mode.name);
     if (!added) {
       return fmt::format("modes \"{}\" and \"{}\" share service id {}", it->second, mode.name, id);
+    }
+  }
+  int alone = 0;
+  for (const Mode& mode : modes) {
+    const bool builds_training = mode.plan != nullptr || mode.sparse != SparseTraining::kNone;
+    if (mode.trains != builds_training) {
+      return mode.trains
+                 ? fmt::format("mode \"{}\" trains but has no plan and no sparse session",
+                               mode.name)
+                 : fmt::format("mode \"{}\" does not train but has a training plan", mode.name);
+    }
+    if (!mode.trains && mode.make_session == nullptr) {
+      return fmt::format("mode \"{}\" neither trains nor builds a session", mode.name);
+    }
+    if (mode.alone && ++alone == 2) {
+      return fmt::format("mode \"{}\" is a second mode that runs a topology of one node",
+                         mode.name);
     }
   }
   return {};

@@ -1,11 +1,11 @@
 // The modes chorus runs, one entry each: its name (as `--mode` and compare's variants say it),
 // a one-line description, the service its messages travel as (docs/wire-format.md,
 // "Services"), whether `--mode` takes it and whether it trains, the checks of its options and
-// its share of the run fingerprint, and, for a mode whose session the registry builds (ping),
-// its session factory. The wire ids of every mode are checked here to be distinct, once, for all.
-// What an entry does not hold yet (the training modes' sessions, which still live in
-// cli/node_cmd.cc; their flags; the variant grammar; the metric names) is issue 23, item 2
-// (docs/architecture.md, "Adding a mode").
+// its share of the run fingerprint, and how `chorus node` builds it: a session factory for a
+// mode that does not train (ping), a two-step training plan for one that does (image models;
+// modes/session.h), and which sparse session it runs for the sparse models. The wire ids of
+// every mode are checked here to be distinct, once, for all. Adding a mode: its folder and one
+// line here (docs/architecture.md, "Adding a mode").
 #pragma once
 
 #include <memory>
@@ -38,8 +38,16 @@ struct Mode {
   // Its settings every node must share (null: none of its own), for the handshake (after the
   // settings every training run shares, which the CLI writes, for a mode that trains).
   Fingerprint (*fingerprint)(const ModeSettings&) = nullptr;
-  // Its session on a started node. Null for the training modes, which the CLI still builds.
+  // A mode that does not train: its session on a started node (null for the training modes).
   std::unique_ptr<Session> (*make_session)(const SessionContext&, const ModeSettings&) = nullptr;
+  // A mode that trains image (dense) models: step 1 of its plan (modes/session.h), which loads
+  // the node's data before the node exists; the plan's `start` is step 2. Null: it does not.
+  TrainingPlan (*plan)(const TrainingContext&) = nullptr;
+  // Which session the sparse models (complex, distmult, mf) train in (kNone: it refuses them).
+  SparseTraining sparse = SparseTraining::kNone;
+  // A topology of one node runs this mode instead of the named one, when it trains the model's
+  // family (single: training alone, with no peers). At most one mode has it.
+  bool alone = false;
 };
 
 // Every mode, sorted by name.
@@ -48,11 +56,17 @@ const std::vector<Mode>& registry();
 const Mode* findMode(std::string_view name);
 // The names for a message: "consensus, ping, ps or single".
 std::string modeNames();
+// The names of the modes that train the sparse models, for a message ("ps").
+std::string sparseModeNames();
+// The mode a training run named `named` runs on a topology of `nodes` nodes: the `alone` mode
+// for one node when it trains the model's family (sparse or not), otherwise `named`.
+const Mode& modeThatRuns(const Mode& named, size_t nodes, bool sparse_model);
 // The names `--mode` takes, sorted, and the same for a message ("consensus, ping or ps").
 std::vector<std::string> flagModes();
 std::string flagModeNames();
 // Why the registry is inconsistent (two modes with one name or one service id, a service id
-// of 0), or "" when it is not.
+// of 0, two `alone` modes, a mode that trains nothing and builds no session), or "" when it
+// is not.
 std::string registryProblems(const std::vector<Mode>& modes);
 
 }  // namespace chorus::modes

@@ -216,7 +216,7 @@ int64_t PsPeer::firstStep(ml::MetricsWriter& metrics) {
   if (report_.rejoined_from) {
     metrics.write(ml::MetricsEvent("rejoin")
                       .add("from", static_cast<uint64_t>(*report_.rejoined_from))
-                      .add("clock", first_clock)
+                      .add(run::kStepName, first_clock)
                       .add("read_clock", report_.rejoin_read_clock));
   }
   return first_clock;

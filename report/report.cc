@@ -484,12 +484,16 @@ std::optional<Progress> readProgress(const fs::path& node_file) {
   std::optional<double> accuracy;
   std::string line;
   while (std::getline(in, line)) {
-    if (line.find("\"round\"") == std::string::npos && line.find("\"clock\"") == std::string::npos)
+    // A step line: `step` (run::kStepName), or `round` / `clock` in files written before the
+    // modes shared the name. A sparse model's `step` lines count the steps done: close enough
+    // for a progress line.
+    if (line.find("\"step\"") == std::string::npos && line.find("\"round\"") == std::string::npos &&
+        line.find("\"clock\"") == std::string::npos)
       continue;
     try {
       JsonObject object = JsonObject::parse(line);
       const std::string event = object.string("event").value_or("");
-      if (event != "round" && event != "clock") continue;
+      if (event != "step" && event != "round" && event != "clock") continue;
       auto step = object.number(event);
       auto time = object.number("time");
       if (!step || !time || !isStepNumber(*step)) continue;

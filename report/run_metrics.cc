@@ -151,6 +151,10 @@ NodeMetrics readNodeFile(const fs::path& path, uint32_t id, RunMetrics& run, siz
   bool life_has_lines = false;
   bool rejoined = false;
   bool first_step_of_life = true;
+  // Whether the start event is the training loop's (run/training_loop.h): only then are `step`
+  // events its steps. A sparse model's `step` events (every --log-every steps, counting the
+  // steps done) carry nothing a comparison uses, as before.
+  bool loop_steps = false;
   while (std::getline(in, line)) {
     ++number;
     if (line.empty()) continue;
@@ -187,6 +191,7 @@ NodeMetrics readNodeFile(const fs::path& path, uint32_t id, RunMetrics& run, siz
         node.life_info.emplace_back();
       }
       life_has_lines = true;
+      loop_steps = object.find("shard_samples") != nullptr;
       node.life_info.back().crash_step = crashStepOf(object.string("stragglers").value_or(""), id);
       node.mode = object.string("mode").value_or("");
       node.backup = object.string("backup").value_or("");
@@ -195,7 +200,9 @@ NodeMetrics readNodeFile(const fs::path& path, uint32_t id, RunMetrics& run, siz
       if (auto seed = object.number("seed"); seed && isStepNumber(*seed)) {
         node.seed = static_cast<uint64_t>(*seed);
       }
-    } else if (*event == "round" || *event == "clock") {
+    } else if (*event == "round" || *event == "clock" || (*event == "step" && loop_steps)) {
+      // The step events: `step` since every mode shares the name (run::kStepName), `round`
+      // (consensus, single) or `clock` (PS) in files written before; the field is the event's.
       auto step = object.number(*event);
       auto time = object.number("time");
       if (!step || !time) {
@@ -231,7 +238,10 @@ NodeMetrics readNodeFile(const fs::path& path, uint32_t id, RunMetrics& run, siz
       node.steps.push_back(point);
     } else if (*event == "rejoin") {
       rejoined = true;
-      if (auto clock = object.number("clock"); clock && isStepNumber(*clock)) {
+      // `step`, or `clock` in files written before the modes shared the name.
+      auto clock = object.number("step");
+      if (!clock) clock = object.number("clock");
+      if (clock && isStepNumber(*clock)) {
         node.last_life_first_step = static_cast<int64_t>(*clock);
         node.life_info.back().first_step = node.last_life_first_step;
         first_step_of_life = false;
@@ -247,11 +257,16 @@ NodeMetrics readNodeFile(const fs::path& path, uint32_t id, RunMetrics& run, siz
       node.has_final = true;
       node.life_info.back().has_final = true;
       node.final_accuracy = object.number("test_accuracy").value_or(0);
-      // The round or clock reached, less where a rejoining node took up the run: what this
-      // process ran.
-      node.final_steps =
-          object.number("rounds").value_or(object.number("clocks").value_or(0)) -
-          object.number("first_round").value_or(object.number("first_clock").value_or(0));
+      // The step reached, less where a rejoining node took up the run: what this process ran
+      // (`steps` and `first_step`; `rounds` or `clocks` and their `first_` in older files).
+      auto firstOf = [&](std::initializer_list<const char*> keys) {
+        for (const char* key : keys) {
+          if (auto value = object.number(key)) return *value;
+        }
+        return 0.0;
+      };
+      node.final_steps = firstOf({"steps", "rounds", "clocks"}) -
+                         firstOf({"first_step", "first_round", "first_clock"});
       node.final_seconds = object.number("seconds").value_or(0);
       node.final_wait_s = object.number("wait_s").value_or(0);
       const double time_to_target = object.number("time_to_target").value_or(-1);
@@ -270,7 +285,7 @@ NodeMetrics readNodeFile(const fs::path& path, uint32_t id, RunMetrics& run, siz
       node.failed_pushes = object.number("failed_pushes");
       node.failed_pulls = object.number("failed_pulls");
     }
-    // Other events (single-node "step", "epoch", ...) carry nothing a comparison uses.
+    // Other events (a sparse model's "step", "epoch", ...) carry nothing a comparison uses.
   }
   if (in.bad()) throw ReportError(fmt::format("{}: read error", path.string()));
   return node;

@@ -8,15 +8,15 @@
 
 namespace chorus::run {
 
-Membership::Membership(uint32_t self, const std::vector<uint32_t>& members) {
-  for (uint32_t m : members) {
+Membership::Membership(NodeId self, const std::vector<NodeId>& members) {
+  for (NodeId m : members) {
     if (m != self) others_.push_back(m);
   }
   std::sort(others_.begin(), others_.end());
   others_.erase(std::unique(others_.begin(), others_.end()), others_.end());
 }
 
-void Membership::finished(uint32_t peer) {
+void Membership::finished(NodeId peer) {
   {
     std::lock_guard guard(mu_);
     done_.insert(peer);
@@ -24,7 +24,7 @@ void Membership::finished(uint32_t peer) {
   changed_.notify_all();
 }
 
-void Membership::down(uint32_t peer) {
+void Membership::down(NodeId peer) {
   {
     std::lock_guard guard(mu_);
     down_.insert(peer);
@@ -32,7 +32,7 @@ void Membership::down(uint32_t peer) {
   changed_.notify_all();
 }
 
-void Membership::up(uint32_t peer) {
+void Membership::up(NodeId peer) {
   {
     std::lock_guard guard(mu_);
     down_.erase(peer);
@@ -53,23 +53,23 @@ bool Membership::stopped() const {
   return stopped_;
 }
 
-bool Membership::isDown(uint32_t peer) const {
+bool Membership::isDown(NodeId peer) const {
   std::lock_guard guard(mu_);
   return down_.count(peer) > 0;
 }
 
-std::set<uint32_t> Membership::downPeers() const {
+std::set<NodeId> Membership::downPeers() const {
   std::lock_guard guard(mu_);
   return down_;
 }
 
 PeerSettlement Membership::settle(const SettleOptions& options, spdlog::logger& log) {
   using Clock = std::chrono::steady_clock;
-  const std::vector<uint32_t>& peers = options.peers.empty() ? others_ : options.peers;
+  const std::vector<NodeId>& peers = options.peers.empty() ? others_ : options.peers;
   std::unique_lock lock(mu_);
   auto missing = [&] {
-    std::vector<uint32_t> out;
-    for (uint32_t m : peers) {
+    std::vector<NodeId> out;
+    for (NodeId m : peers) {
       if (!done_.count(m) && !down_.count(m)) out.push_back(m);
     }
     return out;
@@ -86,14 +86,14 @@ PeerSettlement Membership::settle(const SettleOptions& options, spdlog::logger& 
     changed_.wait_until(lock, std::min(deadline, next_report));
     if (Clock::now() >= next_report && !stopped_) {
       next_report += options.report_every;
-      const std::vector<uint32_t> waiting = missing();
+      const std::vector<NodeId> waiting = missing();
       if (!waiting.empty()) {
         log.info("finished; waiting for node(s) {} to finish", fmt::join(waiting, ", "));
       }
     }
   }
   PeerSettlement settlement;
-  for (uint32_t m : peers) {
+  for (NodeId m : peers) {
     if (done_.count(m)) {
       settlement.finished.push_back(m);
     } else if (down_.count(m)) {

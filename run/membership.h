@@ -13,6 +13,8 @@
 #include <set>
 #include <vector>
 
+#include "run/node_id.h"
+
 namespace spdlog {
 class logger;
 }
@@ -21,14 +23,14 @@ namespace chorus::run {
 
 // Who of the other members finished, left first, or neither when the wait ended.
 struct PeerSettlement {
-  std::vector<uint32_t> finished;
-  std::vector<uint32_t> departed;
-  std::vector<uint32_t> unsettled;
+  std::vector<NodeId> finished;
+  std::vector<NodeId> departed;
+  std::vector<NodeId> unsettled;
 };
 
 struct SettleOptions {
   // Whom to wait for: these members only (consensus mode: the neighbors); empty: others().
-  std::vector<uint32_t> peers;
+  std::vector<NodeId> peers;
   std::chrono::milliseconds timeout{120000};
   std::chrono::milliseconds report_every{5000};
   // Checked with the lock held at every wake-up: the caller has work to do while it waits (for
@@ -44,25 +46,25 @@ struct SettleOptions {
 class Membership {
  public:
   // `members`: every id of the cluster; `self` is left out of others().
-  Membership(uint32_t self, const std::vector<uint32_t>& members);
+  Membership(NodeId self, const std::vector<NodeId>& members);
   Membership(const Membership&) = delete;
   Membership& operator=(const Membership&) = delete;
 
   // The other members, sorted.
-  const std::vector<uint32_t>& others() const { return others_; }
+  const std::vector<NodeId>& others() const { return others_; }
 
   // `peer` said TrainingDone.
-  void finished(uint32_t peer);
+  void finished(NodeId peer);
   // `peer` went down or left.
-  void down(uint32_t peer);
+  void down(NodeId peer);
   // `peer` is connected (again).
-  void up(uint32_t peer);
+  void up(NodeId peer);
   // Every wait returns at once, now and later.
   void stop();
   bool stopped() const;
-  bool isDown(uint32_t peer) const;
+  bool isDown(NodeId peer) const;
   // The members down now.
-  std::set<uint32_t> downPeers() const;
+  std::set<NodeId> downPeers() const;
 
   // The lock of this membership, for the caller's own state that its waits depend on.
   std::unique_lock<std::mutex> lock() const { return std::unique_lock(mu_); }
@@ -77,7 +79,7 @@ class Membership {
   // With `lock` held: true when stop() was called (stopped() takes the lock itself).
   bool stoppedLocked() const { return stopped_; }
   // With `lock` held: whether `peer` is down now.
-  bool isDownLocked(uint32_t peer) const { return down_.count(peer) > 0; }
+  bool isDownLocked(NodeId peer) const { return down_.count(peer) > 0; }
 
   // The end-of-run wait: until each of options.peers (default others()) finished or left, stop()
   // or the time-out; logs the members still missing every report_every, and those that never
@@ -85,12 +87,12 @@ class Membership {
   PeerSettlement settle(const SettleOptions& options, spdlog::logger& log);
 
  private:
-  std::vector<uint32_t> others_;
+  std::vector<NodeId> others_;
   mutable std::mutex mu_;
   std::condition_variable changed_;
   bool stopped_ = false;
-  std::set<uint32_t> done_;
-  std::set<uint32_t> down_;
+  std::set<NodeId> done_;
+  std::set<NodeId> down_;
 };
 
 }  // namespace chorus::run

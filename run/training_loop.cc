@@ -60,7 +60,7 @@ LoopReport runTrainingLoop(NodeJob& job, TrainingStrategy& strategy, spdlog::log
       .add("source", data.source)
       .add("shard_samples", static_cast<uint64_t>(job.shard.size()))
       .add("test_samples", static_cast<uint64_t>(data.test.size()))
-      .add("rounds", job.rounds)
+      .add("steps", job.rounds)
       .add("batch", static_cast<uint64_t>(job.batch))
       .add("lr", job.lr)
       .add("schedule", ml::LrSchedule::kindName(job.schedule.kind))
@@ -94,7 +94,7 @@ LoopReport runTrainingLoop(NodeJob& job, TrainingStrategy& strategy, spdlog::log
       log.info("{} {}: test accuracy {:.2f}% reached the target {:.2f}% after {:.1f} s", step_name,
                step, 100 * eval.accuracy, 100 * job.target_acc, *report.time_to_target);
       metrics.write(ml::MetricsEvent("target")
-                        .add(step_name, step)
+                        .add(kStepName, step)
                         .add("test_accuracy", eval.accuracy)
                         .add("seconds", *report.time_to_target));
     }
@@ -147,8 +147,8 @@ LoopReport runTrainingLoop(NodeJob& job, TrainingStrategy& strategy, spdlog::log
 
     const Traffic traffic = strategy.traffic();
     const double wait_s = before.wait_s + after.wait_s;
-    ml::MetricsEvent event(step_name);
-    event.add(step_name, k)
+    ml::MetricsEvent event(kStepName);
+    event.add(kStepName, k)
         .add("loss", loss)
         .add("lr", lr)
         .add("compute_s", compute_s)
@@ -188,8 +188,8 @@ LoopReport runTrainingLoop(NodeJob& job, TrainingStrategy& strategy, spdlog::log
   if (!report.stopped) {
     strategy.finish(report.steps_done, report.finished_peers, report.departed_peers);
   }
-  last.add(step_name + "s", report.steps_done)
-      .add("first_" + step_name, report.first_step)
+  last.add("steps", report.steps_done)
+      .add("first_step", report.first_step)
       .add("seconds", report.seconds)
       .add("wait_s", report.wait_seconds)
       .add("time_to_target", report.time_to_target ? *report.time_to_target : -1.0)

@@ -16,6 +16,7 @@
 
 #include "ml/metrics.h"
 #include "ml/train.h"
+#include "run/node_id.h"
 #include "run/training_run.h"
 
 namespace spdlog {
@@ -38,13 +39,20 @@ struct StepExchange {
 
 struct LoopReport;
 
+// What the metrics files call a training step, in every mode: the step events
+// (`{"event":"step","step":K,...}`, K from 0), the step field of `target` events, and the final
+// event's `steps` (the last step finished + 1) and `first_step`; the start event's `steps` is the
+// number of steps planned. Files written before this name was shared say `round` (consensus,
+// single) or `clock` (PS) in the same places, and `chorus report` still reads them.
+inline constexpr std::string_view kStepName = "step";
+
 // What a mode adds to the loop. Every hook runs on the trainer thread.
 class TrainingStrategy {
  public:
   virtual ~TrainingStrategy() = default;
   // The mode as the start event names it: "single", "consensus" or "ps".
   virtual std::string_view mode() const = 0;
-  // What a step is called in events and logs: "round" or "clock".
+  // What a step is called in logs and messages: "round" or "clock" (the metrics say kStepName).
   virtual std::string_view stepName() const = 0;
   // Whether the loop applies the optimizer locally (consensus, single); PS owners apply it.
   virtual bool stepsLocally() const { return true; }
@@ -81,8 +89,8 @@ class TrainingStrategy {
   // The end of the run with the peers (not after a stop): final models, TrainingDone, the wait
   // for the others. Fills `finished` and `departed` with the members that said TrainingDone and
   // those that left first.
-  virtual void finish(int64_t /*steps_done*/, std::vector<uint32_t>& /*finished*/,
-                      std::vector<uint32_t>& /*departed*/) {}
+  virtual void finish(int64_t /*steps_done*/, std::vector<NodeId>& /*finished*/,
+                      std::vector<NodeId>& /*departed*/) {}
   // The mode's fields of the final event (after finish()).
   virtual void describeEnd(ml::MetricsEvent& /*final_event*/) {}
 };
@@ -96,8 +104,8 @@ struct LoopReport {
   double wait_seconds = 0;
   ml::Evaluation final;  // the final test evaluation (with its confusion matrix when asked)
   std::optional<double> time_to_target;  // seconds until the test accuracy reached the target
-  std::vector<uint32_t> finished_peers;  // members that said TrainingDone
-  std::vector<uint32_t> departed_peers;  // members that went down or left before that
+  std::vector<NodeId> finished_peers;    // members that said TrainingDone
+  std::vector<NodeId> departed_peers;    // members that went down or left before that
 };
 
 struct LoopOptions {

@@ -76,10 +76,20 @@ void addRunOptions(CLI::App& cmd, RunOptions& o) {
   cmd.add_flag_callback(
       "--no-normalize", [&o] { o.data.normalize = false; },
       "Keep pixels in [0, 1] instead of per-channel mean/std standardization");
-  cmd.add_option("--shard", o.shard,
-                 "How the training set is split over the nodes: iid or dirichlet:ALPHA "
-                 "(label-skewed, 0 < ALPHA <= 1e6)")
-      ->capture_default_str();
+  // Parsed here, once: the value travels typed (a run spec carries its kind and alpha).
+  cmd.add_option_function<std::string>(
+         "--shard", [&o](const std::string& text) { o.shard = ShardSpec::parse(text); },
+         "How the training set is split over the nodes: iid or dirichlet:ALPHA "
+         "(label-skewed, 0 < ALPHA <= 1e6)")
+      ->check([](const std::string& text) {
+        try {
+          ShardSpec::parse(text);
+          return std::string();
+        } catch (const std::invalid_argument& e) {
+          return std::string(e.what());
+        }
+      })
+      ->default_str(o.shard.toString());
   cmd.add_option("--rounds", o.rounds,
                  "Training steps per node: consensus rounds, PS clocks (0: derived from --epochs)")
       ->check(CLI::Range(int64_t{0}, int64_t{1'000'000'000}))
@@ -199,7 +209,6 @@ void validateRunOptions(const RunOptions& o) {
   if (o.model.name != "mlp" && !o.model.hidden.empty()) {
     throw std::invalid_argument("--hidden applies only to --model mlp");
   }
-  ShardSpec::parse(o.shard);
   faults::StragglerProfile::parse(o.stragglers);
 }
 
@@ -224,8 +233,8 @@ namespace {
 // This node's part of the first `labels.size()` training samples: every node computes the same
 // split from the same seed and keeps its own part.
 std::vector<size_t> shardOf(const RunOptions& options, std::span<const int32_t> labels, int classes,
-                            uint32_t node_id, int nodes) {
-  const ShardSpec shard = ShardSpec::parse(options.shard);
+                            NodeId node_id, int nodes) {
+  const ShardSpec& shard = options.shard;
   const uint64_t shard_seed = ml::mixSeed(options.seed, 0x5AAD);
   ml::Shards shards = shard.kind == ShardSpec::Kind::kIid
                           ? ml::shardIid(labels.size(), nodes, shard_seed)
@@ -233,12 +242,12 @@ std::vector<size_t> shardOf(const RunOptions& options, std::span<const int32_t> 
   if (shards[node_id].empty()) {
     throw std::invalid_argument(
         fmt::format("node {} got no training samples ({} samples over {} nodes, --shard {})",
-                    node_id, labels.size(), nodes, options.shard));
+                    node_id, labels.size(), nodes, options.shard.toString()));
   }
   return std::move(shards[node_id]);
 }
 
-void checkNodeId(uint32_t node_id, int nodes) {
+void checkNodeId(NodeId node_id, int nodes) {
   if (nodes <= 0 || node_id >= static_cast<uint32_t>(nodes)) {
     throw std::invalid_argument(fmt::format("node {} is not one of {} nodes", node_id, nodes));
   }
@@ -247,13 +256,13 @@ void checkNodeId(uint32_t node_id, int nodes) {
 // Everything of a job but its shard: the model, the optimizer, the rounds (from `train_size`,
 // the samples all nodes share), the schedule, the stragglers and the metrics file.
 NodeJob jobOnShard(const RunOptions& options, std::shared_ptr<const ml::DataSplit> data,
-                   std::vector<size_t> shard, size_t train_size, uint32_t node_id, int nodes,
+                   std::vector<size_t> shard, size_t train_size, NodeId node_id, int nodes,
                    std::string_view node_stragglers);
 
 }  // namespace
 
 NodeJob prepareNodeJob(const RunOptions& options, std::shared_ptr<const ml::DataSplit> data,
-                       uint32_t node_id, int nodes, std::string_view node_stragglers) {
+                       NodeId node_id, int nodes, std::string_view node_stragglers) {
   validateRunOptions(options);
   checkNodeId(node_id, nodes);
   // --limit: the first N samples only (loadRunSplit drops the others already; a caller that
@@ -268,7 +277,7 @@ NodeJob prepareNodeJob(const RunOptions& options, std::shared_ptr<const ml::Data
                     node_stragglers);
 }
 
-NodeJob loadNodeProcessJob(const RunOptions& options, uint32_t node_id, int nodes,
+NodeJob loadNodeProcessJob(const RunOptions& options, NodeId node_id, int nodes,
                            std::string_view node_stragglers) {
   validateRunOptions(options);
   checkNodeId(node_id, nodes);
@@ -297,7 +306,7 @@ NodeJob loadNodeProcessJob(const RunOptions& options, uint32_t node_id, int node
 namespace {
 
 NodeJob jobOnShard(const RunOptions& options, std::shared_ptr<const ml::DataSplit> data,
-                   std::vector<size_t> shard, size_t train_size, uint32_t node_id, int nodes,
+                   std::vector<size_t> shard, size_t train_size, NodeId node_id, int nodes,
                    std::string_view node_stragglers) {
   NodeJob job;
   job.node_id = node_id;
@@ -353,7 +362,7 @@ NodeJob jobOnShard(const RunOptions& options, std::shared_ptr<const ml::DataSpli
 
 }  // namespace
 
-std::string nodeMetricsPath(const std::string& dir, uint32_t node_id) {
+std::string nodeMetricsPath(const std::string& dir, NodeId node_id) {
   if (dir.empty()) return {};
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -364,7 +373,7 @@ std::string nodeMetricsPath(const std::string& dir, uint32_t node_id) {
   return (std::filesystem::path(dir) / fmt::format("node-{}.jsonl", node_id)).string();
 }
 
-NodeJob prepareNodeProcessJob(const RunOptions& options, ml::DataSplit data, uint32_t node_id,
+NodeJob prepareNodeProcessJob(const RunOptions& options, ml::DataSplit data, NodeId node_id,
                               int nodes, std::string_view node_stragglers) {
   // Not const, so that the test set can be moved out once the job no longer shares it.
   auto full = std::make_shared<ml::DataSplit>(std::move(data));

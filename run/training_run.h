@@ -16,6 +16,7 @@
 #include "ml/metrics.h"
 #include "ml/model.h"
 #include "ml/optimizer.h"
+#include "run/node_id.h"
 
 namespace CLI {
 class App;
@@ -38,14 +39,15 @@ struct ShardSpec {
   static ShardSpec parse(std::string_view text);
   // As written on the command line.
   std::string toString() const;
+  bool operator==(const ShardSpec&) const = default;
 };
 
 // The training options both distributed modes take.
 struct RunOptions {
   ml::DataOptions data;  // --data, --data-dir, --synthetic-train/--synthetic-test
   ml::ModelSpec model;   // --model, --hidden (input and classes come from the data)
-  std::string shard = "iid";
-  int64_t rounds = 0;                                          // 0: derived from --epochs
+  ShardSpec shard;       // --shard, parsed where the flag is read
+  int64_t rounds = 0;    // 0: derived from --epochs
   double epochs = static_cast<double>(ml::defaults::kEpochs);  // passes over an average shard
   size_t batch = ml::defaults::kBatch;
   double lr = ml::defaults::kLearningRate;
@@ -75,14 +77,14 @@ struct RunOptions {
 void addRunOptions(CLI::App& cmd, RunOptions& options);
 
 // Throws std::invalid_argument naming the flag when an option is out of range; checks the
-// --shard and --stragglers grammars. No I/O.
+// --stragglers grammar (--shard is typed). No I/O.
 void validateRunOptions(const RunOptions& options);
 
 // Everything one node trains with: its data (shared, read-only), its shard, the initial model
 // (identical on every node: the seed's, or the --resume checkpoint's), the optimizer settings,
 // the batcher and its straggler injector.
 struct NodeJob {
-  uint32_t node_id = 0;
+  NodeId node_id = 0;
   std::shared_ptr<const ml::DataSplit> data;
   std::vector<size_t> shard;  // indices into data->train
   std::unique_ptr<ml::Model> model;
@@ -117,14 +119,14 @@ std::shared_ptr<const ml::DataSplit> loadRunData(const RunOptions& options);
 // (training set / nodes), so that every node runs the same number of rounds.
 // Throws std::invalid_argument for unusable options or an empty shard.
 NodeJob prepareNodeJob(const RunOptions& options, std::shared_ptr<const ml::DataSplit> data,
-                       uint32_t node_id, int nodes, std::string_view node_stragglers);
+                       NodeId node_id, int nodes, std::string_view node_stragglers);
 
 // For a process that runs one node: prepareNodeJob() on `data`, keeping only the job's shard of
 // the training set (copied, in shard order) and the test set (moved). job.shard is renumbered
 // 0..k-1, so the node draws exactly the batches prepareNodeJob() would have given it, and the
 // other nodes' samples are freed before this returns (CIFAR-10 over 8 nodes: about 200 MB of
 // samples per process instead of 740, and the test set is never held twice).
-NodeJob prepareNodeProcessJob(const RunOptions& options, ml::DataSplit data, uint32_t node_id,
+NodeJob prepareNodeProcessJob(const RunOptions& options, ml::DataSplit data, NodeId node_id,
                               int nodes, std::string_view node_stragglers);
 
 // For a process that runs one node, from the files themselves: reads the training labels alone,
@@ -132,12 +134,12 @@ NodeJob prepareNodeProcessJob(const RunOptions& options, ml::DataSplit data, uin
 // this node's samples (ml::loadDatasetRows), normalized with the whole training part's
 // statistics. The job equals prepareNodeProcessJob(options, loadRunSplit(options), ...)'s, and
 // the memory it needs is the shard and the test set, never the whole training set.
-NodeJob loadNodeProcessJob(const RunOptions& options, uint32_t node_id, int nodes,
+NodeJob loadNodeProcessJob(const RunOptions& options, NodeId node_id, int nodes,
                            std::string_view node_stragglers);
 
 // DIR/node-<id>.jsonl (creating DIR); "" when dir is empty. Throws std::runtime_error naming DIR
 // when it cannot be created.
-std::string nodeMetricsPath(const std::string& dir, uint32_t node_id);
+std::string nodeMetricsPath(const std::string& dir, NodeId node_id);
 
 // Cycles through a shard in minibatches, reshuffled every epoch (seeded per node), augmenting
 // images when asked (the augmentation draws are seeded per epoch too, so that a resumed run

@@ -11,7 +11,14 @@
 
 namespace chorus::topology {
 
+// The training modes a topology file's [cluster] names (the default of `chorus node --mode`).
+// topology/ sits below the mode registry (modes/, whose sessions are built from a Topology) and
+// does not link it; the file's one rule that depends on the mode (in ps mode a file may leave
+// out the neighbors: every node is linked to every other) is the file format's. The registry's
+// test checks that these are exactly the training modes `--mode` takes, under the same names.
 enum class Mode { kConsensus, kPs };
+// Every Mode, in the order messages list them.
+inline constexpr Mode kFileModes[] = {Mode::kConsensus, Mode::kPs};
 
 // "consensus" or "ps".
 const char* modeName(Mode mode);

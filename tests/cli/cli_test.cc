@@ -523,11 +523,11 @@ TEST(ChorusNode, NodesStartedWithOtherOptionsAreRefusedNamingTheDifference) {
   std::filesystem::remove(topo);
 }
 
-// The first "round" event's loss in a metrics file.
+// The first "step" event's loss in a metrics file.
 double firstRoundLoss(const std::filesystem::path& file) {
   std::ifstream in(file);
   for (std::string line; std::getline(in, line);) {
-    if (!contains(line, "\"event\":\"round\"")) continue;
+    if (!contains(line, "\"event\":\"step\"")) continue;
     const size_t at = line.find("\"loss\":");
     if (at != std::string::npos) return std::stod(line.substr(at + 7));
   }

@@ -210,7 +210,7 @@ TEST(ChorusCrash, ConsensusNeighborsGoOnWithoutTheCrashedNode) {
   const std::string crashed = cluster.metrics(2);
   ASSERT_FALSE(crashed.empty());
   EXPECT_EQ(count(crashed, "\"event\":\"start\""), 1u) << crashed;
-  EXPECT_EQ(count(crashed, "\"event\":\"round\""), 9u) << crashed;
+  EXPECT_EQ(count(crashed, "\"event\":\"step\""), 9u) << crashed;
   EXPECT_EQ(count(crashed, "\"event\":\"final\""), 0u) << crashed;
   EXPECT_EQ(crashed.back(), '\n');
 }
@@ -264,7 +264,7 @@ TEST(ChorusCrash, PsWorkersDropTheCrashedOwnerAfterTheDownTimeoutAndFinish) {
   }
   EXPECT_TRUE(contains(r.out, "node 0: test accuracy of the model as held by the owners")) << r.out;
   const std::string crashed = cluster.metrics(2);
-  EXPECT_EQ(count(crashed, "\"event\":\"clock\""), 9u) << crashed;
+  EXPECT_EQ(count(crashed, "\"event\":\"step\""), 9u) << crashed;
   EXPECT_EQ(count(crashed, "\"event\":\"final\""), 0u) << crashed;
 }
 

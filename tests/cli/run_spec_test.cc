@@ -43,7 +43,7 @@ NodeArgs everySettingChanged() {
   r.model.name = "mlp";
   r.model.hidden = {64, 32, 16};
   r.model.dropout = 0.25f;
-  r.shard = "dirichlet:0.5";
+  r.shard = run::ShardSpec::parse("dirichlet:0.5");
   r.rounds = 77;
   r.epochs = 3.5;
   r.batch = 17;
@@ -330,6 +330,24 @@ TEST_F(RunSpecFile, AnUnusableFileIsRefusedNamingIt) {
             std::string::npos)
       << stale_refusal;
   EXPECT_NE(stale_refusal.find("write it again with `chorus launch`"), std::string::npos);
+}
+
+// The shard travels typed (its kind and alpha, parsed once where --shard was read); a spec whose
+// shard --shard could not have given is refused naming the spec, not used.
+TEST(RunSpec, AShardNoFlagGivesIsRefused) {
+  NodeArgs args = everySettingChanged();
+  const NodeArgs back = decodeRunSpec(encodeRunSpec(args), "test");
+  EXPECT_EQ(back.run.shard.kind, run::ShardSpec::Kind::kDirichlet);
+  EXPECT_DOUBLE_EQ(back.run.shard.alpha, 0.5);
+  args.run.shard.alpha = -1;
+  try {
+    (void)decodeRunSpec(encodeRunSpec(args), "bad.spec");
+    ADD_FAILURE() << "a shard with alpha -1 was accepted";
+  } catch (const RunSpecError& e) {
+    EXPECT_NE(std::string(e.what()).find("bad.spec: a shard of kind 1 with alpha -1"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

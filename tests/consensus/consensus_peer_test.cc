@@ -184,7 +184,7 @@ TEST(ConsensusPeer, FourNodesTrainSyntheticDataToNinetyFivePercent) {
     size_t rounds = 0;
     bool final_seen = false;
     while (std::getline(metrics, line)) {
-      if (line.find("\"event\":\"round\"") != std::string::npos) {
+      if (line.find("\"event\":\"step\"") != std::string::npos) {
         ++rounds;
         EXPECT_NE(line.find("\"consensus_distance\":"), std::string::npos) << line;
         EXPECT_NE(line.find("\"bytes_sent\":"), std::string::npos) << line;

@@ -6,6 +6,7 @@
 #include "node/frame.h"
 #include "ping/ping_service.h"
 #include "ps/ps_service.h"
+#include "topology/topology.h"
 
 namespace chorus::modes {
 namespace {
@@ -75,6 +76,46 @@ TEST(ModeRegistry, TrainingModesCheckAndFingerprintTheirOwnOptions) {
   EXPECT_THROW(ps.check(settings), std::invalid_argument);
 }
 
+// A training mode's entry says what it builds: a plan for image models, a sparse session, or
+// both; the mode with no peers runs every topology of one node whose model it trains.
+TEST(ModeRegistry, TrainingEntriesNameTheirPlansAndTheModeWithNoPeers) {
+  const Mode& consensus = *findMode("consensus");
+  const Mode& ps = *findMode("ps");
+  const Mode& single = *findMode("single");
+  EXPECT_NE(consensus.plan, nullptr);
+  EXPECT_NE(ps.plan, nullptr);
+  EXPECT_NE(single.plan, nullptr);
+  EXPECT_EQ(findMode("ping")->plan, nullptr);
+  EXPECT_EQ(consensus.sparse, SparseTraining::kConsensus);
+  EXPECT_EQ(ps.sparse, SparseTraining::kPs);
+  EXPECT_EQ(sparseModeNames(), "consensus or ps");
+  // Image models: one node trains alone whatever mode is named; more run the named mode.
+  EXPECT_EQ(&modeThatRuns(consensus, 1, false), &single);
+  EXPECT_EQ(&modeThatRuns(ps, 1, false), &single);
+  EXPECT_EQ(&modeThatRuns(consensus, 2, false), &consensus);
+  EXPECT_EQ(&modeThatRuns(ps, 4, false), &ps);
+  // Sparse models: the mode with no peers does not train them, so one node runs the named mode.
+  EXPECT_EQ(&modeThatRuns(ps, 1, true), &ps);
+  EXPECT_EQ(&modeThatRuns(ps, 3, true), &ps);
+}
+
+// A topology file names a training mode by the name `--mode` takes: topology/ keeps its own
+// list (it sits below the registry), and this is where the two are held equal.
+TEST(ModeRegistry, TopologyFilesNameExactlyTheTrainingModesTheFlagTakes) {
+  std::vector<std::string> in_files;
+  for (topology::Mode mode : topology::kFileModes) {
+    in_files.emplace_back(topology::modeName(mode));
+    EXPECT_EQ(topology::parseMode(topology::modeName(mode)), mode);
+  }
+  std::vector<std::string> training;
+  for (const Mode& mode : registry()) {
+    if (mode.trains && mode.named_by_flag) training.emplace_back(mode.name);
+    EXPECT_EQ(topology::parseMode(mode.name).has_value(), mode.trains && mode.named_by_flag)
+        << mode.name;
+  }
+  EXPECT_EQ(in_files, training);
+}
+
 TEST(ModeRegistry, ProblemsAreNamed) {
   std::vector<Mode> modes = registry();
   modes.push_back({"ping", "again", nullptr});
@@ -86,6 +127,15 @@ TEST(ModeRegistry, ProblemsAreNamed) {
   static constexpr node::ServiceSpec kRuntime{node::kRuntimeService, "runtime"};
   modes = {{"zero", "the runtime's id", &kRuntime}};
   EXPECT_EQ(registryProblems(modes), "mode \"zero\" has service id 0, the runtime's");
+  modes = {{.name = "idle", .description = "trains nothing"}};
+  EXPECT_EQ(registryProblems(modes), "mode \"idle\" trains but has no plan and no sparse session");
+  modes = {{.name = "mute", .description = "no session", .trains = false}};
+  EXPECT_EQ(registryProblems(modes), "mode \"mute\" neither trains nor builds a session");
+  modes = registry();
+  modes.push_back(*findMode("single"));
+  modes.back().name = "solo";
+  EXPECT_EQ(registryProblems(modes),
+            "mode \"solo\" is a second mode that runs a topology of one node");
 }
 
 // Each registered spec reads what its mode writes: a frame encoded with the mode's writer

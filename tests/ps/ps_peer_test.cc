@@ -112,7 +112,7 @@ TEST_P(PsTraining, FourNodesTrainSyntheticDataToNinetyFivePercent) {
     std::ifstream metrics(run.out / ("node-" + std::to_string(i) + ".jsonl"));
     size_t clocks = 0, finals = 0;
     for (std::string line; std::getline(metrics, line);) {
-      if (line.find("\"event\":\"clock\"") != std::string::npos) ++clocks;
+      if (line.find("\"event\":\"step\"") != std::string::npos) ++clocks;
       if (line.find("\"event\":\"final\"") != std::string::npos) ++finals;
     }
     EXPECT_EQ(clocks, static_cast<size_t>(r.clocks_done));

@@ -37,7 +37,8 @@ class ReportFolderTest : public ::testing::Test {
 
   // One metrics line: {FIELDS} and a newline.
   static std::string line(const std::string& fields) { return "{" + fields + "}\n"; }
-  // A `round` or `clock` line at `time` seconds, with more fields after a comma when given.
+  // A step line (`step`, or `round` or `clock` as files written before say) at `time`
+  // seconds, with more fields after a comma when given.
   static std::string stepLine(const std::string& event, int step, double time,
                               const std::string& more = "") {
     return line("\"event\":\"" + event + "\",\"time\":" + std::to_string(time) + ",\"" + event +

@@ -35,9 +35,8 @@ using StepHook = std::function<void(int64_t step)>;
 
 // One mode as the suite runs it.
 struct Mode {
-  std::string name;        // the test names' suffix
-  std::string mode;        // as the start event names it
-  std::string step_event;  // the event of one step: "round" or "clock"
+  std::string name;  // the test names' suffix
+  std::string mode;  // as the start event names it
   size_t nodes = 1;
   // Every node runs exactly --rounds steps (false: fully asynchronous PS, whose workers share
   // the cluster's clock budget).
@@ -70,7 +69,6 @@ void psTuning(run::RunOptions& o) {
 Mode single() {
   return {.name = "Single",
           .mode = "single",
-          .step_event = "round",
           .nodes = 1,
           .tune = consensusTuning,
           .attach = [](LocalCluster& cluster, NodeId id, run::NodeJob job, StepHook on_step) {
@@ -85,7 +83,6 @@ Mode single() {
 Mode consensusOn(std::string name, testsupport::Graph (*graph)(size_t)) {
   return {.name = std::move(name),
           .mode = "consensus",
-          .step_event = "round",
           .nodes = 4,
           .tune = consensusTuning,
           .attach = [graph](LocalCluster& cluster, NodeId id, run::NodeJob job, StepHook on_step) {
@@ -101,7 +98,6 @@ Mode consensusOn(std::string name, testsupport::Graph (*graph)(size_t)) {
 Mode psWith(std::string name, std::string bound) {
   return {.name = std::move(name),
           .mode = "ps",
-          .step_event = "clock",
           .nodes = 4,
           .fixed_steps = bound != "inf",
           .tune = psTuning,
@@ -260,7 +256,7 @@ TEST_P(EveryMode, TheMetricsFileHasTheCommonEvents) {
     const std::string path = dir.file("node-" + std::to_string(i) + ".jsonl");
     auto events = testsupport::countEvents(path);
     EXPECT_EQ(events["start"], 1u) << path;
-    EXPECT_EQ(events[mode().step_event], static_cast<size_t>(r.steps_done)) << path;
+    EXPECT_EQ(events[std::string(run::kStepName)], static_cast<size_t>(r.steps_done)) << path;
     EXPECT_EQ(events["final"], 1u) << path;
     if (mode().fixed_steps) {
       EXPECT_EQ(r.steps_done, options.rounds) << "node " << i;

@@ -148,7 +148,7 @@ TEST_F(TrainingTest, MetricsAreJsonLinesWithOneEventPerLine) {
   ASSERT_EQ(lines.size(), 190u);
   EXPECT_NE(lines[0].find("\"event\":\"start\""), std::string::npos);
   EXPECT_NE(lines[0].find("\"mode\":\"single\""), std::string::npos);
-  EXPECT_NE(lines[1].find("\"event\":\"round\""), std::string::npos);
+  EXPECT_NE(lines[1].find("\"event\":\"step\""), std::string::npos);
   EXPECT_NE(lines[1].find("\"loss\":"), std::string::npos);
   EXPECT_NE(lines[189].find("\"event\":\"final\""), std::string::npos);
   EXPECT_NE(lines[189].find("\"test_accuracy\":"), std::string::npos);
@@ -163,17 +163,17 @@ TEST_F(TrainingTest, MetricsAreJsonLinesWithOneEventPerLine) {
   EXPECT_EQ(total, 1000);
 }
 
-// The "round" events of a metrics file: step number (round + 1) -> field (loss, lr, ...).
+// The "step" events of a metrics file: step number (step + 1) -> field (loss, lr, ...).
 std::map<int64_t, double> stepEvents(const std::string& path, const std::string& field) {
   std::map<int64_t, double> values;
   std::ifstream in(path);
   const std::string key = "\"" + field + "\":";
   for (std::string line; std::getline(in, line);) {
-    if (line.find("\"event\":\"round\"") == std::string::npos) continue;
-    const size_t step = line.find("\"round\":");
+    if (line.find("\"event\":\"step\"") == std::string::npos) continue;
+    const size_t step = line.find("\"step\":");
     const size_t value = line.find(key);
     if (step == std::string::npos || value == std::string::npos) continue;
-    values[std::stoll(line.substr(step + 8)) + 1] = std::stod(line.substr(value + key.size()));
+    values[std::stoll(line.substr(step + 7)) + 1] = std::stod(line.substr(value + key.size()));
   }
   return values;
 }

@@ -105,7 +105,7 @@ TEST_F(TrainingLoopTest, WritesStartOneEventPerStepAndFinalWithTheStrategysField
       << events[0];
   for (int k = 0; k < 6; ++k) {
     const std::string& e = events[static_cast<size_t>(k + 1)];
-    EXPECT_TRUE(has(e, "\"event\":\"round\",") && has(e, "\"round\":" + std::to_string(k) + ","))
+    EXPECT_TRUE(has(e, "\"event\":\"step\",") && has(e, "\"step\":" + std::to_string(k) + ","))
         << e;
     EXPECT_TRUE(has(e, "\"wait_s\":0.75") && has(e, "\"bytes_sent\":100,") &&
                 has(e, "\"bytes_received\":200,") && has(e, "\"scripted_step\":"))
@@ -113,8 +113,8 @@ TEST_F(TrainingLoopTest, WritesStartOneEventPerStepAndFinalWithTheStrategysField
     // Every 3 steps, but not at the last: the final event evaluates that one.
     EXPECT_EQ(has(e, "\"test_accuracy\":"), k == 2) << e;
   }
-  EXPECT_TRUE(has(events[7], "\"event\":\"final\"") && has(events[7], "\"rounds\":6,") &&
-              has(events[7], "\"first_round\":0,") && has(events[7], "\"test_accuracy\":") &&
+  EXPECT_TRUE(has(events[7], "\"event\":\"final\"") && has(events[7], "\"steps\":6,") &&
+              has(events[7], "\"first_step\":0,") && has(events[7], "\"test_accuracy\":") &&
               has(events[7], "\"finished_peers\":[1,2]") &&
               has(events[7], "\"departed_peers\":[3]") && has(events[7], "\"scripted_end\":6"))
       << events[7];
@@ -133,8 +133,8 @@ TEST_F(TrainingLoopTest, AJumpOverAnEvaluationStepEvaluatesWhereItLands) {
   EXPECT_EQ(report.steps_done, 10);
   std::set<int64_t> evaluated;
   for (const std::string& e : lines()) {
-    if (!has(e, "\"event\":\"round\"") || !has(e, "\"test_accuracy\":")) continue;
-    const size_t at = e.find("\"round\":") + 8;
+    if (!has(e, "\"event\":\"step\"") || !has(e, "\"test_accuracy\":")) continue;
+    const size_t at = e.find("\"step\":") + 7;
     evaluated.insert(std::stoll(e.substr(at)));
   }
   EXPECT_EQ(evaluated, (std::set<int64_t>{5, 7}));
@@ -153,8 +153,7 @@ TEST_F(TrainingLoopTest, AStopEndsTheRunWithoutTheEndOfRunExchange) {
   EXPECT_TRUE(report.finished_peers.empty());
   const std::vector<std::string> events = lines();
   ASSERT_EQ(events.size(), 4u);  // start, 2 rounds, final
-  EXPECT_TRUE(has(events[3], "\"event\":\"final\"") && has(events[3], "\"rounds\":2,"))
-      << events[3];
+  EXPECT_TRUE(has(events[3], "\"event\":\"final\"") && has(events[3], "\"steps\":2,")) << events[3];
 }
 
 // The target: a "target" event at the first evaluation that reaches it, and its time in the
@@ -169,7 +168,7 @@ TEST_F(TrainingLoopTest, TheFirstEvaluationAtTheTargetIsRecordedOnce) {
   for (const std::string& e : lines()) {
     if (has(e, "\"event\":\"target\"")) {
       ++targets;
-      EXPECT_TRUE(has(e, "\"round\":0,")) << e;
+      EXPECT_TRUE(has(e, "\"step\":0,")) << e;
     }
   }
   EXPECT_EQ(targets, 1);

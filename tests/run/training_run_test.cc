@@ -132,7 +132,7 @@ TEST(RunOptions, FlagsReachTheOptions) {
   addRunOptions(app, p);
   app.parse("--rounds 7 --shard dirichlet:0.3 --lr 0.1 --seed 9 --out d --hidden 8,4", false);
   EXPECT_EQ(p.rounds, 7);
-  EXPECT_EQ(p.shard, "dirichlet:0.3");
+  EXPECT_EQ(p.shard.toString(), "dirichlet:0.3");
   EXPECT_DOUBLE_EQ(p.lr, 0.1);
   EXPECT_EQ(p.seed, 9u);
   EXPECT_EQ(p.out_dir, "d");
@@ -339,7 +339,7 @@ TEST(NodeJob, ANodeProcessReadingOnlyItsShardGetsTheSameJob) {
     o.data.name = c.data;
     o.data.dataDir = c.data == "synthetic" ? "" : dir.path();
     o.data.syntheticTrain = 300;
-    o.shard = c.shard;
+    o.shard = ShardSpec::parse(c.shard);
     o.train_limit = c.limit;
     o.rounds = 0;
     o.epochs = 2;
@@ -375,7 +375,7 @@ TEST(NodeJob, RoundsFromEpochsOfAnAverageShardAndCombinedStragglers) {
   EXPECT_EQ(job.rounds, 20);
   EXPECT_EQ(job.stragglers.terms.size(), 2u);
   // Label-skewed shards differ in size, the rounds do not: every node runs the same number.
-  o.shard = "dirichlet:0.3";
+  o.shard = ShardSpec::parse("dirichlet:0.3");
   std::set<size_t> sizes;
   for (uint32_t i = 0; i < 5; ++i) {
     NodeJob skewed = prepareNodeJob(o, data(), i, 5, "");
@@ -383,7 +383,7 @@ TEST(NodeJob, RoundsFromEpochsOfAnAverageShardAndCombinedStragglers) {
     EXPECT_EQ(skewed.rounds, 20);
   }
   EXPECT_GT(sizes.size(), 1u);
-  o.shard = "iid";
+  o.shard = ShardSpec::parse("iid");
   EXPECT_THROW(prepareNodeJob(o, data(), 5, 5, ""), std::invalid_argument);
   EXPECT_THROW(prepareNodeJob(o, data(), 1, 5, "bogus"), std::invalid_argument);
 }

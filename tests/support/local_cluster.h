@@ -86,7 +86,7 @@ class AlonePeer {
   std::shared_ptr<std::atomic<bool>> stop_ = std::make_shared<std::atomic<bool>>(false);
 };
 
-// Counts the events of a JSON-lines metrics file by name ("start", "round", "final", ...).
+// Counts the events of a JSON-lines metrics file by name ("start", "step", "final", ...).
 std::map<std::string, size_t> countEvents(const std::string& metrics_path);
 
 // Nodes 0..n-1 of a cluster, listening on port 0 from construction. A peer is attached to some
