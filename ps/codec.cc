@@ -156,11 +156,12 @@ std::span<const Key> keysOf(const flatbuffers::Vector<uint64_t>* keys) {
 
 namespace {
 
-// The keys of a request: its `keys` (protocol 3) or its decoded `key_runs`, exactly one of them.
+// The keys of a request: its `keys` (older builds) or its decoded `key_runs`, exactly one of them.
 std::optional<std::string> requestKeys(const char* what, const flatbuffers::Vector<uint64_t>* keys,
                                        const flatbuffers::Vector<uint8_t>* runs, size_t max_keys,
                                        std::vector<Key>& key_buffer, std::span<const Key>& out) {
-  if (keys != nullptr && runs != nullptr) return fmt::format("{} with both keys and key runs", what);
+  if (keys != nullptr && runs != nullptr)
+    return fmt::format("{} with both keys and key runs", what);
   if (keys != nullptr) {
     out = keysOf(keys);
     return std::nullopt;

@@ -82,7 +82,7 @@ struct PushRequest {
   std::span<const Key> keys;
   std::span<const float> grads;
 };
-// A received PsReply; spans point into the frame. `keys` is empty unless a protocol-3 owner
+// A received PsReply; spans point into the frame. `keys` is empty unless an older owner
 // sent them.
 struct ReplyView {
   uint64_t request = 0;

@@ -150,8 +150,7 @@ std::optional<std::string> KvServer::push(WorkerId worker, Clock clock,
     applyDue();  // the push may already be due (a worker excluded meanwhile)
     return std::nullopt;
   }
-  store_.applyRows(located_, grads,
-                   options_.lr_by_progress ? gate_.total() / num_workers_ : clock);
+  store_.applyRows(located_, grads, options_.lr_by_progress ? gate_.total() / num_workers_ : clock);
   std::lock_guard lock(mu_);
   ++summary_.pushes;
   return std::nullopt;
@@ -260,9 +259,8 @@ void KvServer::onPullFrame(WorkerId from, const node::InboundFrame& frame) {
 
 void KvServer::onPushFrame(WorkerId from, const node::InboundFrame& frame) {
   PushRequest request;
-  std::optional<std::string> error =
-      decodePush(*messageOf(frame).body_as_PsPush(), frame.attachment(), store_.size(),
-                 key_buffer_, request);
+  std::optional<std::string> error = decodePush(
+      *messageOf(frame).body_as_PsPush(), frame.attachment(), store_.size(), key_buffer_, request);
   if (!error) error = gate_.checkSender(from, request.clock, "push");
   if (error) {
     countError();

@@ -340,8 +340,8 @@ KvWorker::Handle KvWorker::pushImpl(std::span<const Key> keys, std::span<const f
     }
     // In place, the gradients travel as the frame's attachment, written from the caller's
     // buffer; otherwise they are copied into the frame.
-    node::SharedFrame frame = encode(
-        node_, pushRequest(id, clock, group->keys, group->pieces, group->floats, in_place));
+    node::SharedFrame frame =
+        encode(node_, pushRequest(id, clock, group->keys, group->pieces, group->floats, in_place));
     if (in_place) {
       node_.send(owner, frame,
                  [this, id](node::NodeId, const node::Status& status) { release(id, status); });
@@ -428,7 +428,7 @@ void KvWorker::finishSub(uint64_t request, const node::Status& status, Clock min
     node::Status result = status;
     if (result.ok() && sub.pull) {
       // The request id names the keys; an answer that names them (this node's own server, or
-      // a protocol-3 owner) must name the same ones.
+      // an older owner) must name the same ones.
       const bool same_keys =
           keys.empty() || std::equal(keys.begin(), keys.end(), sub.keys.begin(), sub.keys.end());
       size_t floats = 0;
@@ -450,7 +450,8 @@ void KvWorker::finishSub(uint64_t request, const node::Status& status, Clock min
         for (size_t i = 0; i < sub.keys.size(); ++i) {
           const size_t len = space().length(sub.keys[i]);
           if (sub.dest[i] != run + run_floats) {
-            if (run_floats > 0) from = std::copy_n(from, run_floats, run);
+            std::copy_n(from, run_floats, run);
+            from += run_floats;
             run = sub.dest[i];
             run_floats = 0;
           }
@@ -549,7 +550,7 @@ std::unique_ptr<node::AttachmentLanding> KvWorker::placeReply(NodeId from,
   auto it = requests_.find(reply.request());
   if (it == requests_.end()) return nullptr;
   SubRequest& sub = it->second;
-  // The request id names the keys; a protocol-3 owner also sent them, and they must match.
+  // The request id names the keys; an older owner also sent them, and they must match.
   if (sub.owner != from || !sub.pull || sub.busy ||
       (reply.keys() != nullptr &&
        !std::equal(reply.keys()->begin(), reply.keys()->end(), sub.keys.begin(), sub.keys.end()))) {

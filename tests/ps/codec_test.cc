@@ -45,7 +45,7 @@ Received roundTrip(PsMessage message) {
   return r;
 }
 
-// A pull as protocol 3 wrote it: the keys as a plain [ulong].
+// A pull as older builds wrote it: the keys as a plain [ulong].
 PsMessage protocol3Pull(uint64_t request, std::vector<Key> keys) {
   return {wire::Body::PsPull,
           [=](flatbuffers::FlatBufferBuilder& b) {
@@ -188,8 +188,7 @@ TEST(Codec, MalformedRequestsAreNamed) {
   Received r = roundTrip(std::move(no_keys));
   PullRequest pull;
   std::vector<Key> buffer;
-  EXPECT_EQ(decodePull(*r.message().body_as_PsPull(), kAnyKeys, buffer, pull),
-            "pull without keys");
+  EXPECT_EQ(decodePull(*r.message().body_as_PsPull(), kAnyKeys, buffer, pull), "pull without keys");
   EXPECT_EQ(pull.request, 6u);
 
   // Values in the body and an attachment as well.
@@ -200,7 +199,8 @@ TEST(Codec, MalformedRequestsAreNamed) {
   both.attachment.push_back(node::bytesOf(std::span<const float>(row)));
   r = roundTrip(std::move(both));
   PushRequest push;
-  const auto error = decodePush(*r.message().body_as_PsPush(), r.attached(), kAnyKeys, buffer, push);
+  const auto error =
+      decodePush(*r.message().body_as_PsPush(), r.attached(), kAnyKeys, buffer, push);
   ASSERT_TRUE(error);
   EXPECT_NE(error->find("both the body and an attachment"), std::string::npos) << *error;
   EXPECT_EQ(push.request, 9u);
