@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "node/node.h"
+#include "ps/key_runs.h"
 
 namespace chorus::ps {
 
@@ -19,41 +20,60 @@ node::SharedFrame encodeFrame(const node::EnvelopeHeader& header, PsMessage mess
                            std::move(message.attachment));
 }
 
+namespace {
+
+// The runs of `keys` as a vector of `b`, through a per-thread buffer (no allocation per message
+// once it has grown).
+flatbuffers::Offset<flatbuffers::Vector<uint8_t>> keyRunsVector(flatbuffers::FlatBufferBuilder& b,
+                                                                std::span<const Key> keys) {
+  thread_local std::vector<uint8_t> runs;
+  runs.clear();
+  encodeKeyRuns(keys, runs);
+  return b.CreateVector(runs.data(), runs.size());
+}
+
+// A size hint for the runs of `keys`: about 2 bytes a key spread by hashing, most keys fewer.
+size_t keyRunsHint(size_t keys) {
+  return 2 * keys + 16;
+}
+
+}  // namespace
+
 PsMessage pullRequest(uint64_t request, Clock clock, Clock min_clock, std::span<const Key> keys) {
   return {wire::Body::PsPull,
           [=](flatbuffers::FlatBufferBuilder& b) {
-            auto key_vector = b.CreateVector(keys.data(), keys.size());
-            return wire::CreatePsPull(b, request, clock, min_clock, key_vector).Union();
+            auto runs = keyRunsVector(b, keys);
+            return wire::CreatePsPull(b, request, clock, min_clock, 0, runs).Union();
           },
-          keys.size() * sizeof(uint64_t) + 128,
+          keyRunsHint(keys.size()) + 128,
           {}};
 }
 
 PsMessage pushRequest(uint64_t request, Clock clock, std::span<const Key> keys,
-                      std::span<const std::span<const float>> rows, size_t floats, bool attach) {
+                      std::span<const std::span<const float>> pieces, size_t floats, bool attach) {
   if (attach) {
     node::Attachment attachment;
-    for (std::span<const float> row : rows)
-      node::appendPiece(attachment, node::bytesOf(row));
+    for (std::span<const float> piece : pieces)
+      node::appendPiece(attachment, node::bytesOf(piece));
     return {wire::Body::PsPush,
             [=](flatbuffers::FlatBufferBuilder& b) {
-              auto key_vector = b.CreateVector(keys.data(), keys.size());
-              return wire::CreatePsPush(b, request, clock, key_vector).Union();
+              auto runs = keyRunsVector(b, keys);
+              return wire::CreatePsPush(b, request, clock, 0, 0, runs).Union();
             },
-            keys.size() * sizeof(uint64_t) + 128, std::move(attachment)};
+            keyRunsHint(keys.size()) + 128, std::move(attachment)};
   }
   return {wire::Body::PsPush,
           [=](flatbuffers::FlatBufferBuilder& b) {
-            auto key_vector = b.CreateVector(keys.data(), keys.size());
+            auto runs = keyRunsVector(b, keys);
             // Straight from the rows into the frame (filled at once: the memory is valid only
             // until the next builder call).
             float* out = nullptr;
             auto value_vector = b.CreateUninitializedVector(floats, &out);
-            for (std::span<const float> row : rows)
-              out = std::copy(row.begin(), row.end(), out);
-            return wire::CreatePsPush(b, request, clock, key_vector, value_vector).Union();
+            for (std::span<const float> piece : pieces)
+              out = std::copy(piece.begin(), piece.end(), out);
+            return wire::CreatePsPush(b, request, clock, 0, value_vector, runs).Union();
           },
-          floats * sizeof(float) + keys.size() * sizeof(uint64_t) + 128,
+          floats * sizeof(float) + keyRunsHint(keys.size()) + 128,
           {}};
 }
 
@@ -64,18 +84,31 @@ PsMessage clockAnnouncement(Clock clock) {
           {}};
 }
 
-PsMessage pullReply(uint64_t request, Clock min_clock, std::span<const Key> keys,
-                    std::span<const std::span<const float>> rows) {
+PsMessage pullReply(uint64_t request, Clock min_clock, std::span<const std::span<const float>> rows,
+                    size_t floats) {
+  if (floats <= kSmallRowFloats * rows.size()) {
+    return {wire::Body::PsReply,
+            [=](flatbuffers::FlatBufferBuilder& b) {
+              float* out = nullptr;
+              auto value_vector = b.CreateUninitializedVector(floats, &out);
+              for (std::span<const float> row : rows)
+                out = std::copy(row.begin(), row.end(), out);
+              return wire::CreatePsReply(b, request, wire::PsOp::Pull, 0, min_clock, 0,
+                                         value_vector)
+                  .Union();
+            },
+            floats * sizeof(float) + 256,
+            {}};
+  }
   node::Attachment attachment;
+  attachment.reserve(rows.size());
   for (std::span<const float> row : rows)
-    attachment.push_back(node::bytesOf(row));
-  return {
-      wire::Body::PsReply,
-      [=](flatbuffers::FlatBufferBuilder& b) {
-        auto key_vector = b.CreateVector(keys.data(), keys.size());
-        return wire::CreatePsReply(b, request, wire::PsOp::Pull, 0, min_clock, key_vector).Union();
-      },
-      keys.size() * sizeof(uint64_t) + 256, std::move(attachment)};
+    node::appendPiece(attachment, node::bytesOf(row));
+  return {wire::Body::PsReply,
+          [=](flatbuffers::FlatBufferBuilder& b) {
+            return wire::CreatePsReply(b, request, wire::PsOp::Pull, 0, min_clock).Union();
+          },
+          256, std::move(attachment)};
 }
 
 PsMessage pushAck(uint64_t request) {
@@ -121,19 +154,44 @@ std::span<const Key> keysOf(const flatbuffers::Vector<uint64_t>* keys) {
 
 }  // namespace
 
-std::optional<std::string> decodePull(const wire::PsPull& body, PullRequest& out) {
+namespace {
+
+// The keys of a request: its `keys` (older builds) or its decoded `key_runs`, exactly one of them.
+std::optional<std::string> requestKeys(const char* what, const flatbuffers::Vector<uint64_t>* keys,
+                                       const flatbuffers::Vector<uint8_t>* runs, size_t max_keys,
+                                       std::vector<Key>& key_buffer, std::span<const Key>& out) {
+  if (keys != nullptr && runs != nullptr)
+    return fmt::format("{} with both keys and key runs", what);
+  if (keys != nullptr) {
+    out = keysOf(keys);
+    return std::nullopt;
+  }
+  if (runs == nullptr) return fmt::format("{} without keys", what);
+  if (auto error = decodeKeyRuns({runs->data(), runs->size()}, max_keys, key_buffer)) {
+    return fmt::format("{}: {}", what, *error);
+  }
+  out = key_buffer;
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<std::string> decodePull(const wire::PsPull& body, size_t max_keys,
+                                      std::vector<Key>& key_buffer, PullRequest& out) {
   out.request = body.request();
-  if (body.keys() == nullptr) return "pull without keys";
+  if (auto error =
+          requestKeys("pull", body.keys(), body.key_runs(), max_keys, key_buffer, out.keys)) {
+    return error;
+  }
   out.clock = body.clock();
   out.min_clock = body.min_clock();
-  out.keys = keysOf(body.keys());
   return std::nullopt;
 }
 
 std::optional<std::string> decodePush(const wire::PsPush& body, std::span<const uint8_t> attachment,
+                                      size_t max_keys, std::vector<Key>& key_buffer,
                                       PushRequest& out) {
   out.request = body.request();
-  if (body.keys() == nullptr) return "push without keys";
   const std::optional<std::span<const float>> values = valuesOf(body.values(), attachment);
   if (!values) {
     return fmt::format(
@@ -141,8 +199,13 @@ std::optional<std::string> decodePush(const wire::PsPush& body, std::span<const 
         "that are not whole floats",
         attachment.size());
   }
+  // Every key holds at least one float: more keys than floats is a wrong request whatever
+  // the store holds, and bounds what the runs may expand to by the frame's own size.
+  if (auto error = requestKeys("push", body.keys(), body.key_runs(),
+                               std::min(max_keys, values->size()), key_buffer, out.keys)) {
+    return error;
+  }
   out.clock = body.clock();
-  out.keys = keysOf(body.keys());
   out.grads = *values;
   return std::nullopt;
 }

@@ -37,19 +37,24 @@ node::SharedFrame encode(node::Node& node, PsMessage message);
 // Encodes `message` with the given header, without a node (tests, fuzzing seeds).
 node::SharedFrame encodeFrame(const node::EnvelopeHeader& header, PsMessage message);
 
-// Worker -> owner: read `keys` once every live worker reached `min_clock`.
+// Worker -> owner: read `keys` (sorted, unique) once every live worker reached `min_clock`. The
+// keys travel as runs (ps/key_runs.h), encoded when the message is.
 PsMessage pullRequest(uint64_t request, Clock clock, Clock min_clock, std::span<const Key> keys);
-// Worker -> owner: the gradients of `keys` (rows[i] for keys[i], `floats` in all), copied into
-// the body, or with `attach`, sent as the attachment straight from the rows (which must then
-// stay unchanged until the frame was written).
+// Worker -> owner: the gradients of `keys` (sorted, unique; their floats, `floats` in all, in
+// `pieces` one after the other), copied into the body, or with `attach`, sent as the attachment
+// straight from the pieces (which must then stay unchanged until the frame was written). The
+// pieces need not be one per key: rows next to each other in memory are one piece.
 PsMessage pushRequest(uint64_t request, Clock clock, std::span<const Key> keys,
-                      std::span<const std::span<const float>> rows, size_t floats, bool attach);
+                      std::span<const std::span<const float>> pieces, size_t floats, bool attach);
 // Worker -> every owner: every clock below `clock` is done.
 PsMessage clockAnnouncement(Clock clock);
-// Owner -> worker: the values of `keys` (rows[i] for keys[i]) as the attachment, and the
-// owner's minimum worker clock.
-PsMessage pullReply(uint64_t request, Clock min_clock, std::span<const Key> keys,
-                    std::span<const std::span<const float>> rows);
+// Owner -> worker: the values of a pull (rows in the order of its keys), and the owner's
+// minimum worker clock; the request id names the keys. Rows of kSmallRowFloats floats or less
+// on average are copied into the body (one contiguous frame: a piece per 1-float row would
+// cost an iovec per key); larger ones travel as the attachment, straight from the rows.
+inline constexpr size_t kSmallRowFloats = 64;
+PsMessage pullReply(uint64_t request, Clock min_clock, std::span<const std::span<const float>> rows,
+                    size_t floats);
 // Owner -> worker: a push was applied.
 PsMessage pushAck(uint64_t request);
 // Owner -> worker: the request was refused (nothing applied); request 0 for a PsClock.
@@ -63,22 +68,22 @@ std::optional<std::span<const float>> valuesOf(const flatbuffers::Vector<float>*
 std::optional<std::span<const float>> valuesOf(const flatbuffers::Vector<float>* values,
                                                const node::InboundFrame& frame);
 
-// A received PsPull; `keys` point into the frame.
+// A received PsPull; `keys` point into the frame or into the caller's key buffer.
 struct PullRequest {
   uint64_t request = 0;
   Clock clock = 0;
   Clock min_clock = 0;
   std::span<const Key> keys;
 };
-// A received PsPush; `keys` and `grads` point into the frame.
+// A received PsPush; `grads` point into the frame, `keys` as in PullRequest.
 struct PushRequest {
   uint64_t request = 0;
   Clock clock = 0;
   std::span<const Key> keys;
   std::span<const float> grads;
 };
-// A received PsReply; spans point into the frame. `values` is empty for a reply whose values
-// were read to a landing, and for errors and push acks.
+// A received PsReply; spans point into the frame. `keys` is empty unless an older owner
+// sent them.
 struct ReplyView {
   uint64_t request = 0;
   wire::PsOp op = wire::PsOp::Pull;
@@ -87,10 +92,15 @@ struct ReplyView {
   std::span<const Key> keys;
 };
 
-// The request of a verified PsPull body, or why it is malformed (its request id is still set).
-std::optional<std::string> decodePull(const wire::PsPull& body, PullRequest& out);
-// The request of a verified PsPush body with its frame's attachment, or why it is malformed.
+// The request of a verified PsPull body, or why it is malformed (its request id is still set):
+// exactly one of `keys` and `key_runs`, runs that decode (ps/key_runs.h) to at most `max_keys`
+// keys (the owner's: as many as it holds). Runs are decoded into `key_buffer`.
+std::optional<std::string> decodePull(const wire::PsPull& body, size_t max_keys,
+                                      std::vector<Key>& key_buffer, PullRequest& out);
+// The request of a verified PsPush body with its frame's attachment, or why it is malformed;
+// keys as decodePull's, and never more keys than floats.
 std::optional<std::string> decodePush(const wire::PsPush& body, std::span<const uint8_t> attachment,
+                                      size_t max_keys, std::vector<Key>& key_buffer,
                                       PushRequest& out);
 // The fields of a verified PsReply body.
 ReplyView decodeReply(const wire::PsReply& body);

@@ -27,7 +27,9 @@ class KeyDirectory {
   // are computed once here (a dense model's lookups then cost no hashing).
   KeyDirectory(ShardMap map, KeySpace space);
 
-  static constexpr size_t kHomeCacheKeys = size_t{1} << 20;
+  // 4 bytes per key: 16 MiB at most (a dense model of 1-float keys hashed two XXH3s per key
+  // lookup without it, issue 25).
+  static constexpr size_t kHomeCacheKeys = size_t{1} << 22;
 
   // The node that owns `key` now (a key in the space). O(1) for a key that never moved.
   NodeId owner(Key key) const;

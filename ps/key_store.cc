@@ -112,22 +112,37 @@ void KeyStore::copyTo(std::span<const uint64_t> keys, float* out) const {
   }
 }
 
-std::vector<std::span<const float>> KeyStore::rows(std::span<const uint64_t> keys) const {
-  std::vector<std::span<const float>> out;
+void KeyStore::rowsOf(std::span<const uint64_t> keys,
+                      std::vector<std::span<const float>>& out) const {
+  out.clear();
   out.reserve(keys.size());
   for (Key key : keys)
     out.emplace_back(at(key).values);
-  return out;
 }
 
-void KeyStore::apply(std::span<const uint64_t> keys, std::span<const float> grads, int64_t clock) {
-  size_t offset = 0;
+std::optional<std::string> KeyStore::locate(std::span<const uint64_t> keys,
+                                            std::optional<size_t> values,
+                                            const KeyDirectory* directory,
+                                            std::vector<KeyEntry*>& rows) {
+  rows.clear();
+  if (auto error = space_.check(keys, values)) return error;
+  rows.reserve(keys.size());
   for (Key key : keys) {
-    KeyEntry& row = at(key);
-    const size_t len = row.values.size();
-    scratch_[static_cast<size_t>(row.technique)].push_back(
-        RowUpdate{row.values, row.state, grads.subspan(offset, len)});
-    ++row.updates;
+    KeyEntry* row = lookup(key);
+    if (row == nullptr) return check(std::span<const uint64_t>(&key, 1), std::nullopt, directory);
+    rows.push_back(row);
+  }
+  return std::nullopt;
+}
+
+void KeyStore::applyRows(std::span<KeyEntry* const> rows, std::span<const float> grads,
+                         int64_t clock) {
+  size_t offset = 0;
+  for (KeyEntry* row : rows) {
+    const size_t len = row->values.size();
+    scratch_[static_cast<size_t>(row->technique)].push_back(
+        RowUpdate{row->values, row->state, grads.subspan(offset, len)});
+    ++row->updates;
     offset += len;
   }
   for (size_t t = 0; t < kKeyTechniques; ++t) {
@@ -136,6 +151,15 @@ void KeyStore::apply(std::span<const uint64_t> keys, std::span<const float> grad
     scratch_[t].clear();
   }
   ++updates_;
+}
+
+void KeyStore::apply(std::span<const uint64_t> keys, std::span<const float> grads, int64_t clock) {
+  std::vector<KeyEntry*>& rows = located_;
+  rows.clear();
+  rows.reserve(keys.size());
+  for (Key key : keys)
+    rows.push_back(&at(key));
+  applyRows(rows, grads, clock);
 }
 
 void KeyStore::applyClock(std::span<const Push> pushes, int64_t clock) {

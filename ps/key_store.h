@@ -39,8 +39,9 @@ struct KeyEntry {
 
 class KeyStore {
  public:
-  // Spaces of up to this many keys get a table from key to row (8 bytes per key).
-  static constexpr size_t kIndexedKeys = size_t{1} << 20;
+  // Spaces of up to this many keys get a table from key to row (8 bytes per key: 32 MiB at
+  // most, next to at least 4M rows of ~100 bytes each), so that the hot path does no hashing.
+  static constexpr size_t kIndexedKeys = size_t{1} << 22;
 
   // An empty store over `space`; rows of every technique are updated with `policy`.
   KeyStore(KeySpace space, std::shared_ptr<const UpdatePolicy> policy);
@@ -72,12 +73,18 @@ class KeyStore {
   void read(std::span<const uint64_t> keys, std::vector<float>& out) const;
   // Writes the values of checked `keys` to `out` (exactly floatsOf(keys) floats), in key order.
   void copyTo(std::span<const uint64_t> keys, float* out) const;
-  // The values of checked `keys`, in key order, where they live: valid until the next apply,
-  // applyClock, restore or extract.
-  std::vector<std::span<const float>> rows(std::span<const uint64_t> keys) const;
+  // Replaces `out` with the values of checked `keys`, in key order, where they live: valid
+  // until the next apply, applyClock, restore or extract. `out` is the caller's to reuse.
+  void rowsOf(std::span<const uint64_t> keys, std::vector<std::span<const float>>& out) const;
   // Applies the gradients `grads` (key order, checked), pushed at `clock`, with each row's
   // policy.
   void apply(std::span<const uint64_t> keys, std::span<const float> grads, int64_t clock);
+  // check() and the rows of `keys` in one pass (the rows of a request are looked up once):
+  // on success `rows` holds them in key order, for applyRows() before the store changes.
+  std::optional<std::string> locate(std::span<const uint64_t> keys, std::optional<size_t> values,
+                                    const KeyDirectory* directory, std::vector<KeyEntry*>& rows);
+  // apply() on rows that locate() found: one policy call per technique for the whole push.
+  void applyRows(std::span<KeyEntry* const> rows, std::span<const float> grads, int64_t clock);
   // One checked push: its keys (key order) and their gradients.
   struct Push {
     std::span<const uint64_t> keys;
@@ -132,6 +139,7 @@ class KeyStore {
   std::vector<KeyEntry*> index_;
   uint64_t updates_ = 0;
   std::array<std::vector<RowUpdate>, kKeyTechniques> scratch_;  // apply()'s per-technique rows
+  std::vector<KeyEntry*> located_;                              // apply()'s rows
 };
 
 }  // namespace chorus::ps

@@ -129,7 +129,8 @@ std::optional<std::string> KvServer::push(WorkerId worker, Clock clock,
   std::optional<std::string> error = gate_.checkSender(worker, clock, "push");
   if (!error) error = gate_.checkWithinRun(clock, "push");
   if (!error) error = gate_.checkNotBehind(worker, clock, "push");
-  if (!error) error = store_.check(keys, grads.size(), &directory_);
+  // The rows are looked up once, here, and applied below without a second lookup.
+  if (!error) error = store_.locate(keys, grads.size(), &directory_, located_);
   if (!error) {
     // One vectorizable pass; a NaN applied here would reach every worker's next read.
     if (const std::optional<size_t> bad = node::firstNonFinite(grads)) {
@@ -149,7 +150,7 @@ std::optional<std::string> KvServer::push(WorkerId worker, Clock clock,
     applyDue();  // the push may already be due (a worker excluded meanwhile)
     return std::nullopt;
   }
-  store_.apply(keys, grads, options_.lr_by_progress ? gate_.total() / num_workers_ : clock);
+  store_.applyRows(located_, grads, options_.lr_by_progress ? gate_.total() / num_workers_ : clock);
   std::lock_guard lock(mu_);
   ++summary_.pushes;
   return std::nullopt;
@@ -231,7 +232,8 @@ void KvServer::replyError(WorkerId to, uint64_t request, wire::PsOp op, const st
 
 void KvServer::onPullFrame(WorkerId from, const node::InboundFrame& frame) {
   PullRequest request;
-  if (auto malformed = decodePull(*messageOf(frame).body_as_PsPull(), request)) {
+  if (auto malformed =
+          decodePull(*messageOf(frame).body_as_PsPull(), store_.size(), key_buffer_, request)) {
     countError();
     replyError(from, request.request, wire::PsOp::Pull, *malformed);
     return;
@@ -247,15 +249,18 @@ void KvServer::onPullFrame(WorkerId from, const node::InboundFrame& frame) {
          // The values travel as the frame's attachment, straight from the rows: what the
          // socket does not take before the next push may change them is copied
          // (Node::sendTransient), and the worker reads them straight into its buffer.
-         const std::vector<std::span<const float>> rows = store->rows(keys);
-         node_.sendTransient(from, encode(node_, pullReply(id, min_clock, keys, rows)));
+         store->rowsOf(keys, row_buffer_);
+         size_t floats = 0;
+         for (std::span<const float> row : row_buffer_)
+           floats += row.size();
+         node_.sendTransient(from, encode(node_, pullReply(id, min_clock, row_buffer_, floats)));
        });
 }
 
 void KvServer::onPushFrame(WorkerId from, const node::InboundFrame& frame) {
   PushRequest request;
-  std::optional<std::string> error =
-      decodePush(*messageOf(frame).body_as_PsPush(), frame.attachment(), request);
+  std::optional<std::string> error = decodePush(
+      *messageOf(frame).body_as_PsPush(), frame.attachment(), store_.size(), key_buffer_, request);
   if (!error) error = gate_.checkSender(from, request.clock, "push");
   if (error) {
     countError();

@@ -167,6 +167,11 @@ class KvServer {
   mutable std::mutex mu_;      // guards summary_ and heard_
   ServerSummary summary_;
   std::map<WorkerId, Clock> heard_;  // each worker's clock, for other threads
+  // Loop thread, reused by every message (no allocation per message once grown): the keys a
+  // request's runs decode to, and the rows of a pull reply.
+  std::vector<Key> key_buffer_;
+  std::vector<std::span<const float>> row_buffer_;
+  std::vector<KeyEntry*> located_;  // the rows of the push being applied
 };
 
 }  // namespace chorus::ps

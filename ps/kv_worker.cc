@@ -128,9 +128,14 @@ KvWorker::Handle KvWorker::pullImpl(std::optional<Clock> min_clock, std::span<co
     required = min_clock ? *min_clock : options_.staleness.requiredMinStep(reader);
     const bool use_cache = !min_clock && options_.cache;
     float* p = out.data();
+    // Consecutive keys mostly share an owner (or alternate between few): the last group is
+    // kept so that most keys cost no map lookup.
+    NodeId last_owner = 0;
+    Group* last = nullptr;
+    const bool cached_rows = use_cache && !cache_.empty();
     for (Key key : keys) {
       const size_t len = space().length(key);
-      if (use_cache) {
+      if (cached_rows) {
         auto it = cache_.find(key);
         if (it != cache_.end() && fresh_.fresh(it->second.stamp, reader)) {
           std::copy(it->second.values.begin(), it->second.values.end(), p);
@@ -141,9 +146,13 @@ KvWorker::Handle KvWorker::pullImpl(std::optional<Clock> min_clock, std::span<co
         }
       }
       if (!min_clock) ++stats_.cache_misses;
-      Group& g = groups[directory_.owner(key)];
-      g.keys.push_back(key);
-      g.dest.push_back(p);
+      const NodeId owner = directory_.owner(key);
+      if (last == nullptr || owner != last_owner) {
+        last = &groups[owner];
+        last_owner = owner;
+      }
+      last->keys.push_back(key);
+      last->dest.push_back(p);
       p += len;
     }
     handle = begin(groups.size(), done, lock);
@@ -221,8 +230,9 @@ KvWorker::Handle KvWorker::pushImpl(std::span<const Key> keys, std::span<const f
   checkRequest(keys, grads.size(), "push");
   struct Group {
     std::vector<Key> keys;
-    std::vector<float> values;   // for this node's own server (it outlives the call)
-    std::vector<size_t> starts;  // for other owners: where each key's floats are in `grads`
+    std::vector<float> values;  // for this node's own server (it outlives the call)
+    // For other owners: the keys' floats in `grads`, keys next to each other in one piece.
+    std::vector<std::span<const float>> pieces;
     size_t floats = 0;
   };
   std::map<NodeId, Group> groups;
@@ -240,26 +250,34 @@ KvWorker::Handle KvWorker::pushImpl(std::span<const Key> keys, std::span<const f
     cancelled = cancelled_;
     clock = clock_;
     size_t offset = 0;
+    NodeId last_owner = 0;  // as in pullImpl: most keys cost no map lookup
+    Group* last = nullptr;
     for (Key key : keys) {
       const size_t len = space().length(key);
       const std::span<const float> grad = grads.subspan(offset, len);
       offset += len;
       // Read-my-writes for cached rows: the owner will apply exactly this update.
-      if (auto it = cache_.find(key); it != cache_.end()) {
-        if (optimizer_.stateless()) {
-          ml::sgdUpdate(optimizer_.sgd, optimizer_.pushLr(clock), it->second.values, grad, {});
-        } else {
-          cache_.erase(it);
+      if (!cache_.empty()) {
+        if (auto it = cache_.find(key); it != cache_.end()) {
+          if (optimizer_.stateless()) {
+            ml::sgdUpdate(optimizer_.sgd, optimizer_.pushLr(clock), it->second.values, grad, {});
+          } else {
+            cache_.erase(it);
+          }
         }
       }
       const NodeId home = directory_.owner(key);
-      Group& g = groups[home];
+      if (last == nullptr || home != last_owner) {
+        last = &groups[home];
+        last_owner = home;
+      }
+      Group& g = *last;
       g.keys.push_back(key);
       g.floats += len;
       if (home == self_) {
         g.values.insert(g.values.end(), grad.begin(), grad.end());
       } else {
-        g.starts.push_back(offset - len);
+        node::appendPiece(g.pieces, grad);
       }
     }
     handle = begin(groups.size(), done, lock);
@@ -322,12 +340,8 @@ KvWorker::Handle KvWorker::pushImpl(std::span<const Key> keys, std::span<const f
     }
     // In place, the gradients travel as the frame's attachment, written from the caller's
     // buffer; otherwise they are copied into the frame.
-    std::vector<std::span<const float>> rows;
-    rows.reserve(group->keys.size());
-    for (size_t i = 0; i < group->keys.size(); ++i)
-      rows.push_back(grads.subspan(group->starts[i], space().length(group->keys[i])));
     node::SharedFrame frame =
-        encode(node_, pushRequest(id, clock, group->keys, rows, group->floats, in_place));
+        encode(node_, pushRequest(id, clock, group->keys, group->pieces, group->floats, in_place));
     if (in_place) {
       node_.send(owner, frame,
                  [this, id](node::NodeId, const node::Status& status) { release(id, status); });
@@ -413,7 +427,10 @@ void KvWorker::finishSub(uint64_t request, const node::Status& status, Clock min
     }
     node::Status result = status;
     if (result.ok() && sub.pull) {
-      const bool same_keys = std::equal(keys.begin(), keys.end(), sub.keys.begin(), sub.keys.end());
+      // The request id names the keys; an answer that names them (this node's own server, or
+      // an older owner) must name the same ones.
+      const bool same_keys =
+          keys.empty() || std::equal(keys.begin(), keys.end(), sub.keys.begin(), sub.keys.end());
       size_t floats = 0;
       for (Key key : sub.keys)
         floats += space().length(key);
@@ -425,13 +442,22 @@ void KvWorker::finishSub(uint64_t request, const node::Status& status, Clock min
       } else if (!node::allFinite(values)) {
         result = nonFiniteReply(sub.owner, values);
       } else {
-        size_t offset = 0;
+        // One copy per run of keys that are next to each other in the caller's buffer (a
+        // copy per 1-float key would be a call per key).
+        const float* from = values.data();
+        float* run = nullptr;
+        size_t run_floats = 0;
         for (size_t i = 0; i < sub.keys.size(); ++i) {
           const size_t len = space().length(sub.keys[i]);
-          const auto row = values.subspan(offset, len);
-          std::copy(row.begin(), row.end(), sub.dest[i]);
-          offset += len;
+          if (sub.dest[i] != run + run_floats) {
+            std::copy_n(from, run_floats, run);
+            from += run_floats;
+            run = sub.dest[i];
+            run_floats = 0;
+          }
+          run_floats += len;
         }
+        if (run_floats > 0) std::copy_n(from, run_floats, run);
         recordPullLocked(sub, min_clock);
       }
     }
@@ -517,16 +543,17 @@ void KvWorker::release(uint64_t request, const node::Status& status) {
 std::unique_ptr<node::AttachmentLanding> KvWorker::placeReply(NodeId from,
                                                               const wire::PsReply& reply,
                                                               size_t bytes) {
-  if (reply.op() != wire::PsOp::Pull || reply.error() != nullptr || reply.values() != nullptr ||
-      reply.keys() == nullptr) {
+  if (reply.op() != wire::PsOp::Pull || reply.error() != nullptr || reply.values() != nullptr) {
     return nullptr;
   }
   std::lock_guard lock(mu_);
   auto it = requests_.find(reply.request());
   if (it == requests_.end()) return nullptr;
   SubRequest& sub = it->second;
+  // The request id names the keys; an older owner also sent them, and they must match.
   if (sub.owner != from || !sub.pull || sub.busy ||
-      !std::equal(reply.keys()->begin(), reply.keys()->end(), sub.keys.begin(), sub.keys.end())) {
+      (reply.keys() != nullptr &&
+       !std::equal(reply.keys()->begin(), reply.keys()->end(), sub.keys.begin(), sub.keys.end()))) {
     return nullptr;
   }
   // One piece per run of keys that are next to each other in the caller's buffer.

@@ -22,6 +22,7 @@
 //                             pull requests and push acks are the overhead)
 //   cpu_ns_per_B, raw_cpu_ns_per_B   process CPU time per payload byte (all threads): on two
 //                             shared cores, throughput is bounded by this, not by latency
+//   cpu_ns_per_key            the same per key pushed or pulled (issue 25's per-key cost)
 //   cpu_ratio                 raw_cpu_ns_per_B / cpu_ns_per_B: the ratio the PS would reach if
 //                             both got the same CPU, steadier than `ratio` under outside load
 //   floor_MB_per_s            the bare epoll pair (2 nodes) moving the same payload bytes
@@ -34,6 +35,9 @@
 //                             again and received out of order per GB of payload, during the
 //                             PS rounds and the floor (machine-wide counters, tcp_counters.h):
 //                             on loopback both mean the connection's pattern went wrong
+// Under `valgrind --tool=callgrind` (bench/README.md, "Per-key cost"), each timed PS
+// round is dumped on its own (CALLGRIND_ZERO_STATS / DUMP_STATS), so that the user-space
+// instructions per key of all threads can be read without hardware counters.
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 #include <time.h>
@@ -48,6 +52,11 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#if __has_include(<valgrind/callgrind.h>)
+#include <valgrind/callgrind.h>
+#define CHORUS_CALLGRIND 1
+#endif
 
 #include "bench/ps/event_floor.h"
 #include "bench/ps/raw_stream.h"
@@ -490,8 +499,14 @@ void BM_PsThroughput(benchmark::State& state) {
     const uint64_t wire_before = cluster.wireBytesOut();
     bench::TcpCounters tcp_before = bench::TcpCounters::now();
     double cpu = processCpuSeconds();
+#ifdef CHORUS_CALLGRIND
+    CALLGRIND_ZERO_STATS;  // under callgrind: one dump per timed round, all threads
+#endif
     const auto start = std::chrono::steady_clock::now();
     const std::string error = cluster.round();
+#ifdef CHORUS_CALLGRIND
+    CALLGRIND_DUMP_STATS_AT("ps round");
+#endif
     ++ps_rounds;
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -537,6 +552,8 @@ void BM_PsThroughput(benchmark::State& state) {
   state.counters["sliced_ratio"] = sliced_seconds / ps_seconds;
   state.counters["wire_per_payload"] = static_cast<double>(wire_bytes) / bytes;
   state.counters["cpu_ns_per_B"] = ps_cpu / bytes * 1e9;
+  state.counters["cpu_ns_per_key"] =
+      ps_cpu / (rounds * static_cast<double>(cluster.keysPerRound())) * 1e9;
   state.counters["raw_cpu_ns_per_B"] = raw_cpu / bytes * 1e9;
   state.counters["cpu_ratio"] = raw_cpu / ps_cpu;
   const double floor_bytes = rounds * static_cast<double>(floor_payload);
@@ -567,6 +584,13 @@ void throughputArgs(benchmark::internal::Benchmark* b) {
       for (int64_t floats : {64, 4096})
         b->Args({nodes, floats, 0, 128, 8, driver});
     }
+  }
+  // Per-key cost (issue 25): 1-float keys (ps-lite's weakest-link case), embedding rows of 64
+  // and 512 floats, and 1-float keys in one 4 MiB message per owner and direction.
+  for (int64_t driver : {0, 1}) {
+    for (int64_t floats : {1, 512})
+      b->Args({2, floats, 0, 128, 8, driver});
+    b->Args({2, 1, 0, 4096, 8, driver});
   }
   // Push and pull alone, to see which side costs what.
   for (int64_t nodes : {2, 4}) {

@@ -6,7 +6,8 @@
 // after every input: every worker's clock as the owner knows it lies within the run (0..max_clock:
 // an impostor's INT64_MAX moves nothing) and every value the owner holds is finite (a NaN push is
 // refused, hole 3 of issue 27). libFuzzer's -malloc_limit_mb catches an allocation a peer's
-// numbers size.
+// numbers size, such as a key run (ps/key_runs.h, decoded by every PsPull and PsPush) whose
+// length the owner believed.
 //
 // Input: 1 byte of options (BSP, learning rate by progress), then records:
 //   control byte: bits 0-1 the sender (1, 2: workers; 3: not a member; 0: this owner's id),

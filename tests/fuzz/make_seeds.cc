@@ -359,6 +359,42 @@ void psMessageSeeds(const fs::path& root) {
   attacks += record(3, ps::clockAnnouncement(1));
   attacks += record(1, ps::clockAnnouncement(0));
   seeds.add(attacks);
+
+  // Key runs (ps/key_runs.h) as a peer may send them: a run of 2^63 keys in 11 bytes, a run
+  // past key 2^64 - 1, a varint cut off, keys and runs both, and a push naming more keys than
+  // it has floats. Each must be refused, naming the peer, without sizing anything by it.
+  auto rawPull = [&](uint64_t id, std::vector<uint8_t> runs, bool with_keys) {
+    return record(1, ps::PsMessage{ps::wire::Body::PsPull,
+                                   [=](flatbuffers::FlatBufferBuilder& b) {
+                                     auto keys = with_keys ? b.CreateVector(mine) : 0;
+                                     auto r = b.CreateVector(runs);
+                                     return ps::wire::CreatePsPull(b, id, 1, 0, keys, r).Union();
+                                   },
+                                   0,
+                                   {}});
+  };
+  std::vector<uint8_t> huge{0x00, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f};
+  std::vector<uint8_t> past(9, 0xff);
+  past.push_back(0x01);
+  past.push_back(0x05);
+  std::string runs(1, '\0');
+  runs += record(1, ps::clockAnnouncement(1));
+  runs += rawPull(1, huge, false);
+  runs += rawPull(2, past, false);
+  runs += rawPull(3, {0x02, 0x80}, false);
+  runs += rawPull(4, {0x00, 0x00}, true);
+  runs += rawPull(5, {0x00, 0x05}, false);  // keys 0-5: not all owned here
+  runs += record(1, ps::PsMessage{ps::wire::Body::PsPush,
+                                  [](flatbuffers::FlatBufferBuilder& b) {
+                                    const std::vector<uint8_t> r{0x00, 0x05};
+                                    const std::vector<float> one{1.0f};
+                                    return ps::wire::CreatePsPush(b, 6, 1, 0, b.CreateVector(one),
+                                                                  b.CreateVector(r))
+                                        .Union();
+                                  },
+                                  0,
+                                  {}});
+  seeds.add(runs);
 }
 
 // fuzz_consensus_messages: what neighbors send a consensus node (node 0 or 1 of 0..3, a

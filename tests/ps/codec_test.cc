@@ -45,23 +45,71 @@ Received roundTrip(PsMessage message) {
   return r;
 }
 
+// A pull as older builds wrote it: the keys as a plain [ulong].
+PsMessage protocol3Pull(uint64_t request, std::vector<Key> keys) {
+  return {wire::Body::PsPull,
+          [=](flatbuffers::FlatBufferBuilder& b) {
+            auto key_vector = b.CreateVector(keys.data(), keys.size());
+            return wire::CreatePsPull(b, request, 5, 3, key_vector).Union();
+          },
+          0,
+          {}};
+}
+
+constexpr size_t kAnyKeys = 1000;
+
 TEST(Codec, APullRequestCarriesItsClocksAndKeys) {
   const std::vector<Key> keys{2, 9, 1u << 30};
   const Received r = roundTrip(pullRequest(17, 5, 3, keys));
   ASSERT_EQ(r.message().body_type(), wire::Body::PsPull);
+  EXPECT_EQ(r.message().body_as_PsPull()->keys(), nullptr);  // runs only
   PullRequest pull;
-  ASSERT_EQ(decodePull(*r.message().body_as_PsPull(), pull), std::nullopt);
+  std::vector<Key> buffer;
+  ASSERT_EQ(decodePull(*r.message().body_as_PsPull(), kAnyKeys, buffer, pull), std::nullopt);
   EXPECT_EQ(pull.request, 17u);
   EXPECT_EQ(pull.clock, 5);
   EXPECT_EQ(pull.min_clock, 3);
   EXPECT_EQ(std::vector<Key>(pull.keys.begin(), pull.keys.end()), keys);
 }
 
+// Issue 25: the keys cost bytes by their runs, not 8 bytes each.
+TEST(Codec, KeysOnTheWireCostTheirRunsNotEightBytesEach) {
+  std::vector<Key> range(10000);
+  for (size_t i = 0; i < range.size(); ++i)
+    range[i] = 500 + i;
+  const Received r = roundTrip(pullRequest(1, 0, 0, range));
+  EXPECT_LT(r.message().body_as_PsPull()->key_runs()->size(), 8u);
+  EXPECT_LT(r.frame->envelopeSize(), 200u);
+  std::vector<Key> every_other(10000);
+  for (size_t i = 0; i < every_other.size(); ++i)
+    every_other[i] = 2 * i;
+  const Received spread = roundTrip(pullRequest(1, 0, 0, every_other));
+  EXPECT_EQ(spread.message().body_as_PsPull()->key_runs()->size(), 2 * every_other.size());
+  PullRequest pull;
+  std::vector<Key> buffer;
+  ASSERT_EQ(decodePull(*spread.message().body_as_PsPull(), every_other.size(), buffer, pull),
+            std::nullopt);
+  EXPECT_EQ(std::vector<Key>(pull.keys.begin(), pull.keys.end()), every_other);
+  // One key fewer allowed than the runs hold: refused, naming the limit.
+  const auto error =
+      decodePull(*spread.message().body_as_PsPull(), every_other.size() - 1, buffer, pull);
+  ASSERT_TRUE(error);
+  EXPECT_NE(error->find("more than the 9999 keys"), std::string::npos) << *error;
+}
+
+TEST(Codec, AProtocol3PullWithPlainKeysIsStillRead) {
+  const Received r = roundTrip(protocol3Pull(17, {2, 9}));
+  PullRequest pull;
+  std::vector<Key> buffer;
+  ASSERT_EQ(decodePull(*r.message().body_as_PsPull(), kAnyKeys, buffer, pull), std::nullopt);
+  EXPECT_EQ(std::vector<Key>(pull.keys.begin(), pull.keys.end()), (std::vector<Key>{2, 9}));
+}
+
 // The Verifier checks a vector's length prefix for 4-byte alignment only: a message whose keys
 // sit at an address that is 4 but not 8 aligned passes it, and the PS service's own check
 // refuses it (fuzz_frame found one: tests/fuzz/regressions/fuzz_frame/).
 TEST(Codec, KeysNotAlignedTo8BytesAreRefused) {
-  const Received r = roundTrip(pullRequest(17, 5, 3, std::vector<Key>{2, 9}));
+  const Received r = roundTrip(protocol3Pull(17, {2, 9}));
   const auto* bytes = node::envelopeOf(r.frame->data()).message();
   EXPECT_TRUE(psVectorsAligned(bytes->data()));
   // The same message 4 bytes further on: every offset inside still verifies, the keys do not
@@ -82,7 +130,9 @@ TEST(Codec, APushTravelsInTheBodyOrAsTheAttachment) {
     const Received r = roundTrip(pushRequest(8, 2, keys, rows, 5, attach));
     EXPECT_EQ(r.frame->attachmentSize(), attach ? 5 * sizeof(float) : 0u);
     PushRequest push;
-    ASSERT_EQ(decodePush(*r.message().body_as_PsPush(), r.attached(), push), std::nullopt);
+    std::vector<Key> buffer;
+    ASSERT_EQ(decodePush(*r.message().body_as_PsPush(), r.attached(), kAnyKeys, buffer, push),
+              std::nullopt);
     EXPECT_EQ(push.request, 8u);
     EXPECT_EQ(push.clock, 2);
     EXPECT_EQ(std::vector<Key>(push.keys.begin(), push.keys.end()), keys);
@@ -92,19 +142,26 @@ TEST(Codec, APushTravelsInTheBodyOrAsTheAttachment) {
 }
 
 TEST(Codec, RepliesCarryValuesAcksAndErrors) {
-  const std::vector<Key> keys{7};
   const std::vector<float> row{0.5f, -1};
   const std::vector<std::span<const float>> rows{row};
-  Received r = roundTrip(pullReply(4, 11, keys, rows));
+  Received r = roundTrip(pullReply(4, 11, rows, row.size()));
   ReplyView reply = decodeReply(*r.message().body_as_PsReply());
   EXPECT_EQ(reply.request, 4u);
   EXPECT_EQ(reply.op, wire::PsOp::Pull);
   EXPECT_EQ(reply.error, "");
   EXPECT_EQ(reply.min_clock, 11);
-  EXPECT_EQ(std::vector<Key>(reply.keys.begin(), reply.keys.end()), keys);
+  EXPECT_TRUE(reply.keys.empty());  // the request id names them
+  // Small rows travel in the body (one contiguous frame)...
+  EXPECT_EQ(r.frame->attachmentSize(), 0u);
   const auto values = valuesOf(r.message().body_as_PsReply()->values(), r.attached());
   ASSERT_TRUE(values);
   EXPECT_EQ(std::vector<float>(values->begin(), values->end()), row);
+  // ... large ones as the attachment, straight from the rows.
+  const std::vector<float> big(2 * kSmallRowFloats, 2.0f);
+  const std::vector<std::span<const float>> big_rows{big, row};
+  r = roundTrip(pullReply(4, 11, big_rows, big.size() + row.size()));
+  EXPECT_EQ(r.frame->attachmentSize(), (big.size() + row.size()) * sizeof(float));
+  EXPECT_EQ(r.message().body_as_PsReply()->values(), nullptr);
 
   r = roundTrip(pushAck(5));
   reply = decodeReply(*r.message().body_as_PsReply());
@@ -130,7 +187,8 @@ TEST(Codec, MalformedRequestsAreNamed) {
       .attachment = {}};
   Received r = roundTrip(std::move(no_keys));
   PullRequest pull;
-  EXPECT_EQ(decodePull(*r.message().body_as_PsPull(), pull), "pull without keys");
+  std::vector<Key> buffer;
+  EXPECT_EQ(decodePull(*r.message().body_as_PsPull(), kAnyKeys, buffer, pull), "pull without keys");
   EXPECT_EQ(pull.request, 6u);
 
   // Values in the body and an attachment as well.
@@ -141,7 +199,8 @@ TEST(Codec, MalformedRequestsAreNamed) {
   both.attachment.push_back(node::bytesOf(std::span<const float>(row)));
   r = roundTrip(std::move(both));
   PushRequest push;
-  const auto error = decodePush(*r.message().body_as_PsPush(), r.attached(), push);
+  const auto error =
+      decodePush(*r.message().body_as_PsPush(), r.attached(), kAnyKeys, buffer, push);
   ASSERT_TRUE(error);
   EXPECT_NE(error->find("both the body and an attachment"), std::string::npos) << *error;
   EXPECT_EQ(push.request, 9u);

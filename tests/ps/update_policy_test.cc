@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <random>
 #include <vector>
 
 #include "ml/sparse_table.h"
@@ -95,6 +97,75 @@ TEST(UpdatePolicy, AdagradKeepsOneAccumulatorPerFloatOfEachRow) {
     }
   }
   EXPECT_EQ(states[1], std::vector<float>(4, 0.1f));
+}
+
+// Issue 25: SgdPolicy applies a whole push in one call instead of ml::sgdUpdate per row. The
+// result must be the same bits as the per-row call, for plain SGD, momentum (heavy ball and
+// Nesterov), weight decay and the owner-momentum variant (momentum spread over a clock's pushes).
+TEST(UpdatePolicy, SgdOverAPushIsBitForBitSgdUpdatePerRow) {
+  std::mt19937 rng(25);
+  std::uniform_real_distribution<float> value(-2.0f, 2.0f);
+  struct Variant {
+    double momentum, decay;
+    bool nesterov;
+    OwnerOptimizer::Momentum mode;
+  };
+  const std::vector<Variant> variants{
+      {0.0, 0.0, false, OwnerOptimizer::Momentum::kPerClock},
+      {0.0, 1e-3, false, OwnerOptimizer::Momentum::kPerClock},
+      {0.9, 0.0, false, OwnerOptimizer::Momentum::kPerPush},
+      {0.9, 1e-4, true, OwnerOptimizer::Momentum::kPerPush},
+      {0.9, 1e-4, false, OwnerOptimizer::Momentum::kPerClock},
+      {0.5, 0.0, true, OwnerOptimizer::Momentum::kPerClock},
+  };
+  for (const Variant& v : variants) {
+    OwnerOptimizer optimizer;
+    optimizer.sgd.momentum = v.momentum;
+    optimizer.sgd.weightDecay = v.decay;
+    optimizer.sgd.nesterov = v.nesterov;
+    optimizer.schedule.baseLr = 0.037;
+    optimizer.push_scale = 1.0 / 3.0;
+    optimizer.momentum_mode = v.mode;
+    const SgdPolicy policy(optimizer);
+    // Rows of 1, 3, 64 and 517 floats (vector loops and their tails), three pushes each.
+    const std::vector<size_t> lengths{1, 3, 64, 517, 1, 1, 2};
+    std::vector<std::vector<float>> values, state, expected_values, expected_state;
+    for (size_t len : lengths) {
+      std::vector<float> w(len), s(policy.stateFloats(len));
+      for (float& x : w)
+        x = value(rng);
+      for (float& x : s)
+        x = value(rng);
+      values.push_back(w);
+      state.push_back(s);
+      expected_values.push_back(w);
+      expected_state.push_back(s);
+    }
+    for (int64_t clock = 0; clock < 3; ++clock) {
+      std::vector<std::vector<float>> grads;
+      std::vector<RowUpdate> rows;
+      for (size_t r = 0; r < lengths.size(); ++r) {
+        std::vector<float> g(lengths[r]);
+        for (float& x : g)
+          x = value(rng);
+        grads.push_back(g);
+      }
+      for (size_t r = 0; r < lengths.size(); ++r)
+        rows.push_back(RowUpdate{values[r], state[r], grads[r]});
+      policy.applyPush(clock, rows);
+      for (size_t r = 0; r < lengths.size(); ++r) {
+        ml::sgdUpdate(optimizer.pushSgd(), optimizer.pushLr(clock), expected_values[r], grads[r],
+                      expected_state[r]);
+      }
+    }
+    for (size_t r = 0; r < lengths.size(); ++r) {
+      ASSERT_EQ(std::memcmp(values[r].data(), expected_values[r].data(),
+                            values[r].size() * sizeof(float)),
+                0)
+          << "momentum " << v.momentum << ", row " << r;
+      ASSERT_EQ(state[r], expected_state[r]) << "momentum " << v.momentum << ", row " << r;
+    }
+  }
 }
 
 }  // namespace

@@ -1,0 +1,35 @@
+// Sorted, unique PS keys on the wire as runs of consecutive keys (issue 25, "Per-key cost"):
+// each run is two LEB128 varints, the gap from the end of the run before it (from key 0 for the
+// first run) and the run's length minus one. A contiguous range of keys costs 2-4 bytes
+// whatever its length; keys spread by hashing over N owners about 1-2 bytes each, against 8
+// for a plain [ulong]. Pure: no node, no socket (tests/ps/key_runs_test.cc, and the PS message
+// fuzz target decodes every PsPull and PsPush through it).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ps/shard_map.h"
+
+namespace chorus::ps {
+
+// Most bytes encodeKeyRuns() writes for `keys` keys (a gap of 10 bytes and a length of 1 each).
+constexpr size_t keyRunsBound(size_t keys) {
+  return keys * 11;
+}
+
+// Appends the runs of `keys` (sorted and unique: the caller checked) to `out`.
+void encodeKeyRuns(std::span<const Key> keys, std::vector<uint8_t>& out);
+
+// Replaces `keys` with the keys `bytes` encode. Errors (the message says which byte and why;
+// `keys` is then unspecified): a varint cut off by the end or longer than 64 bits, a run that
+// passes key 2^64 - 1, or more than `max_keys` keys in all (checked before anything is sized by
+// a run's length, so that 11 bytes cannot make the receiver allocate 2^64 keys).
+std::optional<std::string> decodeKeyRuns(std::span<const uint8_t> bytes, size_t max_keys,
+                                         std::vector<Key>& keys);
+
+}  // namespace chorus::ps
