@@ -235,8 +235,9 @@ void RelocationShell::cancelAll(const node::Status& status) {
   }
   completed_.notify_all();
   // Localize callbacks belong on the loop thread; when the node no longer runs, here.
-  for (auto& [done, s] : callbacks) {
-    auto shared = std::make_shared<KeyLocalizer::Done>(std::move(done));
+  for (auto& callback : callbacks) {
+    auto shared = std::make_shared<KeyLocalizer::Done>(std::move(callback.first));
+    const node::Status s = callback.second;
     if (!node_.post([shared, s] { (*shared)(s); })) (*shared)(s);
   }
 }
