@@ -25,19 +25,6 @@ double secondsSince(SteadyClock::time_point start) {
   return std::chrono::duration<double>(SteadyClock::now() - start).count();
 }
 
-std::string formatMetrics(const std::vector<ml::NamedMetric>& metrics) {
-  std::string text;
-  for (const ml::NamedMetric& m : metrics)
-    text += fmt::format("{}{} {:.4f}", text.empty() ? "" : " ", m.name, m.value);
-  return text;
-}
-
-void addMetrics(ml::MetricsEvent& event, const std::string& prefix,
-                const std::vector<ml::NamedMetric>& metrics) {
-  for (const ml::NamedMetric& m : metrics)
-    event.add(prefix + m.name, m.value);
-}
-
 // The board keeps a "model" per neighbor and round; a sparse share's rows wait in the peer's
 // inbox instead, so the board holds this empty vector for each.
 const ModelPtr& noValues() {
@@ -719,10 +706,10 @@ SparseConsensusReport SparseConsensusPeer::run() {
       const auto eval_start = SteadyClock::now();
       const std::vector<ml::NamedMetric> quality = evaluate(splits.front());
       const double eval_seconds = secondsSince(eval_start);
-      addMetrics(event, splits.front() + "_", quality);
+      ml::addMetrics(event, splits.front() + "_", quality);
       event.add("eval_seconds", eval_seconds);
-      line +=
-          fmt::format(" | {}: {} ({:.1f} s)", splits.front(), formatMetrics(quality), eval_seconds);
+      line += fmt::format(" | {}: {} ({:.1f} s)", splits.front(), ml::formatMetrics(quality),
+                          eval_seconds);
     }
     metrics.write(event);
     log.info("{}", line);
@@ -748,7 +735,7 @@ SparseConsensusReport SparseConsensusPeer::run() {
       for (const std::string& split : splits) {
         const auto eval_start = SteadyClock::now();
         std::vector<ml::NamedMetric> quality = evaluate(split);
-        addMetrics(summary, split + "_", quality);
+        ml::addMetrics(summary, split + "_", quality);
         summary.add(split + "_eval_seconds", secondsSince(eval_start));
         report.final.emplace_back(split, std::move(quality));
       }

@@ -25,8 +25,6 @@ void validateSparseTrainOptions(const SparseTrainOptions& options) {
   }
 }
 
-namespace {
-
 std::string formatMetrics(const std::vector<NamedMetric>& metrics) {
   std::string text;
   for (const NamedMetric& m : metrics) {
@@ -41,6 +39,8 @@ void addMetrics(MetricsEvent& event, const std::string& prefix,
   for (const NamedMetric& m : metrics)
     event.add(prefix + m.name, m.value);
 }
+
+namespace {
 
 // A checkpoint holds the tables one after another as its parameters, and AdaGrad's state of
 // each table in the same order (none with SGD).

@@ -24,6 +24,12 @@ struct NamedMetric {
   double value = 0.0;
 };
 
+// "mrr 0.3412 hits@10 0.5120": a split's metrics for a log line.
+std::string formatMetrics(const std::vector<NamedMetric>& metrics);
+// Adds each metric to `event` as prefix + name (the metrics file's "valid_mrr").
+void addMetrics(MetricsEvent& event, const std::string& prefix,
+                const std::vector<NamedMetric>& metrics);
+
 // What a workload must provide to be trained by trainSparse(). One thread at a time.
 class SparseWorkload {
  public:

@@ -24,19 +24,6 @@ double secondsSince(SteadyClock::time_point start) {
   return std::chrono::duration<double>(SteadyClock::now() - start).count();
 }
 
-std::string formatMetrics(const std::vector<ml::NamedMetric>& metrics) {
-  std::string text;
-  for (const ml::NamedMetric& m : metrics)
-    text += fmt::format("{}{} {:.4f}", text.empty() ? "" : " ", m.name, m.value);
-  return text;
-}
-
-void addMetrics(ml::MetricsEvent& event, const std::string& prefix,
-                const std::vector<ml::NamedMetric>& metrics) {
-  for (const ml::NamedMetric& m : metrics)
-    event.add(prefix + m.name, m.value);
-}
-
 // The owners' rule: the single-node optimizer's, applied to each worker's push as it comes (a
 // worker's step is a whole step, as one node's: push scale 1).
 std::shared_ptr<const UpdatePolicy> ownerPolicy(const ml::SparseOptimizerConfig& config) {
@@ -494,9 +481,9 @@ SparsePsReport SparsePsPeer::run() {
       if (pullModel(std::nullopt)) {
         const std::vector<ml::NamedMetric> quality = workload_.evaluate(splits.front());
         const double eval_seconds = secondsSince(eval_start);
-        addMetrics(event, splits.front() + "_", quality);
+        ml::addMetrics(event, splits.front() + "_", quality);
         event.add("eval_seconds", eval_seconds);
-        line += fmt::format(" | {}: {} ({:.1f} s)", splits.front(), formatMetrics(quality),
+        line += fmt::format(" | {}: {} ({:.1f} s)", splits.front(), ml::formatMetrics(quality),
                             eval_seconds);
       }
     }
@@ -523,7 +510,7 @@ SparsePsReport SparsePsPeer::run() {
         for (const std::string& split : splits) {
           const auto eval_start = SteadyClock::now();
           std::vector<ml::NamedMetric> quality = workload_.evaluate(split);
-          addMetrics(summary, split + "_", quality);
+          ml::addMetrics(summary, split + "_", quality);
           summary.add(split + "_eval_seconds", secondsSince(eval_start));
           report_.final.emplace_back(split, std::move(quality));
         }
