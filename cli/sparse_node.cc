@@ -138,12 +138,18 @@ bool isSparseModel(const std::string& model) {
 void addSparseNodeOptions(CLI::App& node, SparseNodeArgs& args) {
   addSparseOptions(node, args.flags);
   node.add_option("--sample-scheme", args.sampleScheme,
-                  "KGE in PS mode: draw the negatives through the PS's sampling primitives with "
-                  "this scheme: naive, preloc, pool, postpone or onlylocal (default: the model "
-                  "draws them i.i.d. per step, as naive); see docs/sampling.md");
+                  "KGE in PS mode (any --technique): draw the negatives through the PS's "
+                  "sampling primitives with this scheme (docs/sampling.md). Conforming: naive "
+                  "(i.i.d., read where they live: exact), preloc (i.i.d., localized a step "
+                  "ahead: exact), pool (groups localized ahead, each handed out --sample-reuse "
+                  "times: each draw marginally pi, draws dependent), postpone (pool, local keys "
+                  "first: the sample's multiset holds). Biased: onlylocal (only keys local now, "
+                  "never a frame: pi restricted to them). Default: the model draws them i.i.d. "
+                  "per step, as naive");
   node.add_option("--sample-reuse", args.sampleReuse,
                   "KGE in PS mode, --sample-scheme pool or postpone: times each drawn group of "
-                  "keys is handed out (default 16)");
+                  "keys is handed out (default 16; with --share-negatives a step's negatives are "
+                  "one group, so 16 steps share them: use 1)");
   node.add_option(
           "--technique", args.technique,
           "Sparse models in PS mode: how the embedding rows are managed: classic (every row "
@@ -250,12 +256,7 @@ void checkSparseNodeArgs(const run::RunOptions& run, const SparseNodeArgs& spars
     refuse(sparse, kGossipFlags, model, "the flags of sparse gossip, consensus mode's");
   }
   refuse(sparse, kDenseOnlyFlags, model, "an image model's flag");
-  const ps::SparseTechnique technique = techniqueOf(sparse);
-  if (technique != ps::SparseTechnique::kClassic && sampleSchemeOf(sparse)) {
-    throw CommandFailure(2, fmt::format("--sample-scheme with --technique {} is not implemented "
-                                        "yet: the sampling primitives run on --technique classic",
-                                        sparse.technique));
-  }
+  const ps::SparseTechnique technique = techniqueOf(sparse);  // refuses unknown or unbuilt ones
   for (const auto& [flag, why] : kNotForSparse) {
     if (gossip && flag == "--rejoin") continue;  // it takes a neighbor's tables
     refuse(sparse, {flag}, model, why);

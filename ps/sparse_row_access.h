@@ -6,7 +6,9 @@
 //   KvWorker and KvServer; localize does nothing.
 // - LapseRowAccess: rows move to the node that localizes them (ps/relocation_shell.h, Lapse).
 // A further technique (NuPS replication beside relocation) implements SparseRowAccess too and is
-// chosen in makeSparseRowAccess(); the loop does not change.
+// chosen in makeSparseRowAccess(); the loop does not change. The sampling primitives
+// (ps/sample_worker.h) use the same seam: pull for the sampled rows' values, localize for the
+// keys a scheme wants here ahead of use, isLocal as the schemes' "is this key local now?".
 #pragma once
 
 #include <cstdint>
@@ -54,7 +56,8 @@ struct RowAccessStats {
   uint64_t held_keys = 0;  // rows held here now (classic: its home rows)
 };
 
-class SparseRowAccess {
+// Also the sampling primitives' KeyLocalizer (its localize) and locality oracle (isLocal).
+class SparseRowAccess : public KeyLocalizer {
  public:
   using Handle = uint64_t;
   virtual ~SparseRowAccess() = default;
@@ -71,7 +74,14 @@ class SparseRowAccess {
   virtual node::Status wait(Handle handle) = 0;
   // Any thread: the worker will use `keys` soon; the technique may move them here. `done` runs
   // once (ok or why not; a failure is harmless: the keys are read where they are).
-  virtual void localize(std::span<const Key> keys, KeyLocalizer::Done done) = 0;
+  void localize(std::span<const Key> keys, KeyLocalizer::Done done) override = 0;
+  // Any thread, O(1): would a read of `key` issued now be served here, without a frame (the row
+  // is held here: owned, or replicated)? The sampling schemes' locality oracle (onlylocal draws
+  // only such keys, preloc and pool localize the others; ps/sample_worker.h). A snapshot: a
+  // moving row may arrive or leave right after. A technique that does not override it says "no"
+  // for every key: the conforming schemes stay exact (they read every sampled key through
+  // pull), onlylocal then refuses to sample.
+  virtual bool isLocal(Key /*key*/) const { return false; }
   // Ends the worker's clock (SSP).
   virtual void clock() = 0;
   // Any thread: every pending and later operation fails with `status`.
@@ -80,8 +90,8 @@ class SparseRowAccess {
   // What the end-of-run barrier tells the data path (peer events, TrainingDone, ticks).
   virtual PsRunHooks runHooks() = 0;
   virtual SparseTechnique technique() const = 0;
-  // The classic path's worker and server (the sampling primitives read through the worker);
-  // null for other techniques.
+  // The classic path's worker and server (their counters for the run's report); null for other
+  // techniques.
   virtual KvWorker* kvWorker() { return nullptr; }
   virtual const KvServer* kvServer() const { return nullptr; }
 };
