@@ -154,9 +154,13 @@ SparsePsPeer::SparsePsPeer(node::Node& node, ml::SparseWorkload& workload,
     const KeyTable& table = space_.tables()[*sampled];
     sample_pi_ = std::make_unique<sampling::NegativeSampler>(
         sampling::NegativeSampler::uniform(table.first, table.end()));
-    // Through the technique's own data path: its localize and its locality, whatever it is.
+    // Through the technique's own data path: its localize and its locality, whatever it is. A
+    // pool group spans `reuse` steps' samples (a step's negatives are one sample).
+    sampling::SampleSchemeOptions scheme = *options_.sampling;
+    scheme.group_size =
+        sampling::poolGroupSize(workload_.sampledRowsPerStep(options_.train.batchSize), scheme);
     sampler_ =
-        std::make_unique<SampleWorker>(*access_, space_, *sample_pi_, *options_.sampling,
+        std::make_unique<SampleWorker>(*access_, space_, *sample_pi_, scheme,
                                        sampling::workerSeed(options_.train.seed, node_.id()));
   }
 }
