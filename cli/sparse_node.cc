@@ -147,9 +147,9 @@ void addSparseNodeOptions(CLI::App& node, SparseNodeArgs& args) {
                   "never a frame: pi restricted to them). Default: the model draws them i.i.d. "
                   "per step, as naive");
   node.add_option("--sample-reuse", args.sampleReuse,
-                  "KGE in PS mode, --sample-scheme pool or postpone: times each drawn group of "
-                  "keys is handed out (default 16; with --share-negatives a step's negatives are "
-                  "one group, so 16 steps share them: use 1)");
+                  "KGE in PS mode, --sample-scheme pool or postpone: times each drawn key is "
+                  "handed out (default 16, NuPS's untuned setting; a group spans that many "
+                  "steps' negatives; 1: every draw once)");
   node.add_option(
           "--technique", args.technique,
           "Sparse models in PS mode: how the embedding rows are managed: classic (every row "
