@@ -75,12 +75,12 @@ class SparseRowAccess : public KeyLocalizer {
   // Any thread: the worker will use `keys` soon; the technique may move them here. `done` runs
   // once (ok or why not; a failure is harmless: the keys are read where they are).
   void localize(std::span<const Key> keys, KeyLocalizer::Done done) override = 0;
-  // Any thread, O(1): would a read of `key` issued now be served here, without a frame (the row
-  // is held here: owned, or replicated)? The sampling schemes' locality oracle (onlylocal draws
-  // only such keys, preloc and pool localize the others; ps/sample_worker.h). A snapshot: a
-  // moving row may arrive or leave right after. A technique that does not override it says "no"
-  // for every key: the conforming schemes stay exact (they read every sampled key through
-  // pull), onlylocal then refuses to sample.
+  // Any thread, cheap (no lock, no message): would a read of `key` issued now be served here,
+  // without a frame (the row is held here: owned, or replicated)? The sampling schemes' locality
+  // oracle (onlylocal draws only such keys, preloc and pool localize the others;
+  // ps/sample_worker.h). A snapshot: a moving row may arrive or leave right after. A technique that
+  // does not override it says "no" for every key: the conforming schemes stay exact (they read
+  // every sampled key through pull), onlylocal then refuses to sample.
   virtual bool isLocal(Key /*key*/) const { return false; }
   // Ends the worker's clock (SSP).
   virtual void clock() = 0;
