@@ -144,12 +144,18 @@ bool isSparseModel(const std::string& model) {
 void addSparseNodeOptions(CLI::App& node, SparseNodeArgs& args) {
   addSparseOptions(node, args.flags);
   node.add_option("--sample-scheme", args.sampleScheme,
-                  "KGE in PS mode: draw the negatives through the PS's sampling primitives with "
-                  "this scheme: naive, preloc, pool, postpone or onlylocal (default: the model "
-                  "draws them i.i.d. per step, as naive); see docs/sampling.md");
+                  "KGE in PS mode (any --technique): draw the negatives through the PS's "
+                  "sampling primitives with this scheme (docs/sampling.md). Conforming: naive "
+                  "(i.i.d., read where they live: exact), preloc (i.i.d., localized a step "
+                  "ahead: exact), pool (groups localized ahead, each handed out --sample-reuse "
+                  "times: each draw marginally pi, draws dependent), postpone (pool, local keys "
+                  "first: the sample's multiset holds). Biased: onlylocal (only keys local now, "
+                  "never a frame: pi restricted to them). Default: the model draws them i.i.d. "
+                  "per step, as naive");
   node.add_option("--sample-reuse", args.sampleReuse,
-                  "KGE in PS mode, --sample-scheme pool or postpone: times each drawn group of "
-                  "keys is handed out (default 16)");
+                  "KGE in PS mode, --sample-scheme pool or postpone: times each drawn key is "
+                  "handed out (default 16, NuPS's untuned setting; a group spans that many "
+                  "steps' negatives; 1: every draw once)");
   node.add_option(
           "--technique", args.technique,
           "Sparse models in PS mode: how the embedding rows are managed: classic (every row "
@@ -297,11 +303,6 @@ void checkSparseNodeArgs(const run::RunOptions& run, const SparseNodeArgs& spars
     throw CommandFailure(2,
                          "--replicate N and --replica-bytes both choose the hot set: give one "
                          "(--replicate takes the top N whatever their memory)");
-  }
-  if (technique != ps::SparseTechnique::kClassic && sampleSchemeOf(sparse)) {
-    throw CommandFailure(2, fmt::format("--sample-scheme with --technique {} is not implemented "
-                                        "yet: the sampling primitives run on --technique classic",
-                                        sparse.technique));
   }
   for (const auto& [flag, why] : kNotForSparse) {
     if (gossip && flag == "--rejoin") continue;  // it takes a neighbor's tables

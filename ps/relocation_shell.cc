@@ -41,6 +41,13 @@ RelocationShell::RelocationShell(node::Node& node, const ShardMap& map, KeyStore
       core_(map, std::move(store), coreOptions(node.id(), members_, options)) {
   std::sort(members_.begin(), members_.end());
   stats_.held_keys = core_.store().size();
+  size_t slots = 0;
+  for (const KeyTable& table : space_.tables()) {
+    table_slots_.push_back(slots);
+    slots += table.rows;
+  }
+  held_now_ = std::make_unique<std::atomic<bool>[]>(slots);
+  noteAllHeldFromLoop();  // no loop callback runs yet: the handlers are installed below
   for (const wire::Body body : kRelocationBodies) {
     node_.setHandler(messageType(body), [this](NodeId from, const node::InboundFrame& frame) {
       onFrameFromLoop(from, frame);
@@ -188,6 +195,7 @@ void RelocationShell::localize(std::span<const Key> keys, KeyLocalizer::Done don
     for (const Key key : copy) {
       const uint64_t id = core_.localize(key);
       core_ops_[id] = CoreOp{handle, nullptr, 0, false, 0};
+      noteHeldFromLoop(key);
     }
     flushFromLoop();
   });
@@ -404,10 +412,13 @@ void RelocationShell::onFrameFromLoop(NodeId from, const node::InboundFrame& fra
   }
   for (RelocationBody& body : got.messages) {
     const std::string kind = relocationKindName(body);
+    const Key key = relocationKey(body);
     // The core refuses a bad message (Refusal to `from` in its outbox) and changes nothing.
     if (std::optional<std::string> error = core_.receive(from, std::move(body))) {
       countRefusal(from, fmt::format("{}: {}", kind, *error));
     }
+    // A message moves at most the row of the key it names (a transfer in, a hand-over out).
+    noteHeldFromLoop(key);
   }
   flushFromLoop();
 }
@@ -441,6 +452,7 @@ void RelocationShell::onPeerEvent(const node::PeerEvent& event) {
   // held are lost, operations on the network fail).
   const DownReport report = core_.peerDown(event.peer);
   core_.excludeWorker(event.peer);
+  noteAllHeldFromLoop();
   {
     std::lock_guard lock(mu_);
     stats_.lost_keys += report.lost.size();
@@ -467,6 +479,30 @@ void RelocationShell::onPeerEvent(const node::PeerEvent& event) {
         report.given_up.size(), report.failed_ops);
   }
   flushFromLoop();
+}
+
+size_t RelocationShell::heldSlot(Key key) const {
+  const KeyTable* table = space_.tableOf(key);
+  if (table == nullptr) return SIZE_MAX;
+  return table_slots_[static_cast<size_t>(table - space_.tables().data())] +
+         static_cast<size_t>(key - table->first);
+}
+
+void RelocationShell::noteHeldFromLoop(Key key) {
+  const size_t slot = heldSlot(key);
+  if (slot != SIZE_MAX) held_now_[slot].store(core_.holds(key), std::memory_order_relaxed);
+}
+
+void RelocationShell::noteAllHeldFromLoop() {
+  for (const KeyTable& table : space_.tables()) {
+    for (Key key = table.first; key < table.end(); ++key)
+      noteHeldFromLoop(key);
+  }
+}
+
+bool RelocationShell::holdsNow(Key key) const {
+  const size_t slot = heldSlot(key);
+  return slot != SIZE_MAX && held_now_[slot].load(std::memory_order_relaxed);
 }
 
 RelocationShellStats RelocationShell::stats() const {

@@ -17,6 +17,7 @@
 // lapse`).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -109,6 +110,11 @@ class RelocationShell {
   // Any thread.
   RelocationShellStats stats() const;
   NodeId self() const { return self_; }
+  // Is the row of `key` (a key of the space; false otherwise) held here now? A snapshot of the
+  // core's store, updated on the loop thread as rows arrive and leave: a read issued right
+  // after may find the row gone (another node localized it) or arrived. The sampling schemes'
+  // locality oracle (SparseRowAccess::isLocal). O(log tables), no lock.
+  bool holdsNow(Key key) const;
 
   // Tests: runs `fn` with the core on the loop thread and waits for it.
   void inspect(const std::function<void(const Relocation&)>& fn);
@@ -147,6 +153,12 @@ class RelocationShell {
   void onClockFromLoop(NodeId from, const node::InboundFrame& frame);
   void refuseFrameFromLoop(NodeId from, const std::string& reason);
   void countRefusal(NodeId from, const std::string& what);
+  // The slot of `key` in held_now_, or SIZE_MAX for a key outside the space.
+  size_t heldSlot(Key key) const;
+  // Copies the core's answer for `key` (every key) into held_now_; after each core call that
+  // may move a row (receive: it names its key; peerDown: any).
+  void noteHeldFromLoop(Key key);
+  void noteAllHeldFromLoop();
 
   node::Node& node_;
   NodeId self_;
@@ -154,6 +166,10 @@ class RelocationShell {
   RelocationShellOptions options_;
   KeySpace space_;
   Relocation core_;  // loop thread only
+  // holdsNow's snapshot: one flag per key of the space (table t's keys from table_slots_[t]),
+  // written on the loop thread, read by any thread (relaxed: a hint that may be stale anyway).
+  std::vector<size_t> table_slots_;
+  std::unique_ptr<std::atomic<bool>[]> held_now_;
 
   // Loop thread.
   std::unordered_map<uint64_t, CoreOp> core_ops_;

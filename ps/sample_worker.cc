@@ -5,14 +5,14 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "ps/kv_worker.h"
+#include "ps/sparse_row_access.h"
 
 namespace chorus::ps {
 
 namespace {
 
-// Refuses a distribution whose keys the PS does not hold as one table (KvWorker would throw on
-// the first draw instead, far from the cause).
+// Refuses a distribution whose keys the PS does not hold as one table (the access would throw
+// on the first draw instead, far from the cause).
 const sampling::NegativeSampler& checkedPi(const sampling::NegativeSampler& pi,
                                            const KeySpace& space) {
   const KeyTable* first = space.tableOf(pi.first());
@@ -27,19 +27,14 @@ const sampling::NegativeSampler& checkedPi(const sampling::NegativeSampler& pi,
 
 }  // namespace
 
-sampling::LocalityOracle ownedHere(const KeyDirectory& directory, NodeId self) {
-  return [&directory, self](Key key) { return directory.owner(key) == self; };
-}
-
-SampleWorker::SampleWorker(KvWorker& worker, const KeySpace& space,
+SampleWorker::SampleWorker(SparseRowAccess& access, const KeySpace& space,
                            const sampling::NegativeSampler& pi,
-                           sampling::SampleSchemeOptions options, uint64_t seed,
-                           sampling::LocalityOracle local, KeyLocalizer& localizer)
-    : worker_(worker),
+                           sampling::SampleSchemeOptions options, uint64_t seed)
+    : access_(access),
       space_(space),
-      localizer_(localizer),
       options_(options),
-      scheme_(checkedPi(pi, space), options, seed, std::move(local)) {}
+      scheme_(checkedPi(pi, space), options, seed,
+              [&access](Key key) { return access.isLocal(key); }) {}
 
 sampling::SampleId SampleWorker::prepareSample(size_t n) {
   sampling::PreparedSample prepared;
@@ -52,10 +47,14 @@ sampling::SampleId SampleWorker::prepareSample(size_t n) {
       std::lock_guard lock(localize_counts_->mu);
       ++localize_counts_->requests;
     }
-    localizer_.localize(prepared.localize, [counts = localize_counts_](const node::Status& s) {
-      if (s.ok()) return;
-      std::lock_guard lock(counts->mu);
-      ++counts->failed;
+    // Not waited for: the keys are read where they are if they have not arrived by the pull.
+    access_.localize(prepared.localize, [counts = localize_counts_](const node::Status& s) {
+      {
+        std::lock_guard lock(counts->mu);
+        ++counts->ended;
+        if (!s.ok()) ++counts->failed;
+      }
+      counts->ended_cv.notify_all();
     });
   }
   return prepared.id;
@@ -74,23 +73,23 @@ node::Status SampleWorker::pullSample(sampling::SampleId id, size_t k, SampleBat
   if (drawn.error) return {node::ErrorCode::kInvalidArgument, *drawn.error};
   if (out.keys.empty()) return {};
 
-  // KvWorker reads sorted, unique keys: read each distinct key once, then lay the values out
+  // The access reads sorted, unique keys: read each distinct key once, then lay the values out
   // in sample order.
-  std::vector<Key> distinct = out.keys;
-  std::sort(distinct.begin(), distinct.end());
-  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
-  std::vector<float> read(space_.floatsOf(distinct));
-  node::Status status = worker_.wait(worker_.pull(distinct, read));
+  distinct_.assign(out.keys.begin(), out.keys.end());
+  std::sort(distinct_.begin(), distinct_.end());
+  distinct_.erase(std::unique(distinct_.begin(), distinct_.end()), distinct_.end());
+  read_.resize(space_.floatsOf(distinct_));
+  node::Status status = access_.wait(access_.pull(distinct_, read_));
   if (!status.ok()) return status;
-  std::vector<size_t> at(distinct.size());
-  for (size_t i = 1; i < distinct.size(); ++i)
-    at[i] = at[i - 1] + space_.length(distinct[i - 1]);
+  at_.assign(distinct_.size(), 0);
+  for (size_t i = 1; i < distinct_.size(); ++i)
+    at_[i] = at_[i - 1] + space_.length(distinct_[i - 1]);
   out.offsets.reserve(out.keys.size());
   for (Key key : out.keys) {
-    const size_t d = static_cast<size_t>(std::lower_bound(distinct.begin(), distinct.end(), key) -
-                                         distinct.begin());
+    const size_t d = static_cast<size_t>(std::lower_bound(distinct_.begin(), distinct_.end(), key) -
+                                         distinct_.begin());
     out.offsets.push_back(out.values.size());
-    const auto row = read.begin() + static_cast<std::ptrdiff_t>(at[d]);
+    const auto row = read_.begin() + static_cast<std::ptrdiff_t>(at_[d]);
     out.values.insert(out.values.end(), row, row + static_cast<std::ptrdiff_t>(space_.length(key)));
   }
   return {};
@@ -99,6 +98,12 @@ node::Status SampleWorker::pullSample(sampling::SampleId id, size_t k, SampleBat
 void SampleWorker::finishSample(sampling::SampleId id) {
   std::lock_guard lock(mu_);
   scheme_.finish(id);
+}
+
+void SampleWorker::awaitLocalizes() const {
+  std::unique_lock lock(localize_counts_->mu);
+  localize_counts_->ended_cv.wait(
+      lock, [this] { return localize_counts_->ended == localize_counts_->requests; });
 }
 
 SampleWorkerStats SampleWorker::stats() const {
@@ -110,6 +115,7 @@ SampleWorkerStats SampleWorker::stats() const {
   }
   std::lock_guard lock(localize_counts_->mu);
   s.localize_requests = localize_counts_->requests;
+  s.localize_ended = localize_counts_->ended;
   s.localize_failed = localize_counts_->failed;
   return s;
 }

@@ -2,11 +2,17 @@
 // be drawn from a distribution pi, pullSample(id, k) returns the next k of them with their
 // current values. The scheme (sampling/sample_scheme.h: naive, preloc, pool, postpone,
 // onlylocal; docs/sampling.md has each one's guarantee) decides which keys and what to do ahead;
-// this shell only executes what the scheme returns: keys to localize go to a KeyLocalizer
-// (ps/key_localizer.h), and the values of the keys handed out are read through the KvWorker,
-// which serves this node's keys locally and sends one request per other owner.
+// this shell only executes what the scheme returns, through the technique's data path
+// (SparseRowAccess, ps/sparse_row_access.h), whatever the technique:
+// - the scheme's locality oracle is the access's isLocal (classic: the rows whose home this node
+//   is; lapse: the rows held here now; a replicating technique: its replicas as well),
+// - the keys it wants local ahead of use go to the access's localize (lapse: the relocation
+//   shell moves them here; classic: nothing moves),
+// - the values of the keys handed out are read by the access's pull, under the worker's SSP.
+// A technique plugs in by implementing SparseRowAccess; nothing here changes.
 #pragma once
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -15,15 +21,13 @@
 #include <vector>
 
 #include "node/status.h"
-#include "ps/key_directory.h"
-#include "ps/key_localizer.h"
 #include "ps/key_space.h"
 #include "sampling/negative_sampler.h"
 #include "sampling/sample_scheme.h"
 
 namespace chorus::ps {
 
-class KvWorker;
+class SparseRowAccess;
 
 // The keys of one pullSample with their values, in sample order (a key drawn twice appears
 // twice, with the same values).
@@ -41,60 +45,64 @@ struct SampleBatch {
 // Counters since construction; any thread.
 struct SampleWorkerStats {
   sampling::SampleSchemeStats scheme;  // draws, hand-outs, local ones, keys to localize
-  uint64_t localize_requests = 0;      // KeyLocalizer::localize calls
-  uint64_t localize_failed = 0;        // of those, ended with an error (harmless: read remotely)
-  uint64_t remote_keys = 0;            // distinct keys per pullSample read from other owners
+  uint64_t localize_requests = 0;      // SparseRowAccess::localize calls
+  uint64_t localize_ended = 0;         // of those, ended (ok or not)
+  uint64_t localize_failed = 0;        // ... with an error (harmless: read where they are)
+  uint64_t remote_keys = 0;            // distinct keys per pullSample not local when handed out
 };
-
-// The locality oracle that matches what KvWorker serves without the network today: the keys
-// `self` owns in `directory` (which must outlive the oracle and change only on the thread that
-// calls the sampler). Replicas count as local once the worker reads them from the replica
-// (the replication core's change); until then counting them would send frames for onlylocal.
-sampling::LocalityOracle ownedHere(const KeyDirectory& directory, NodeId self);
 
 class SampleWorker {
  public:
   // Samples from `pi` (its keys must lie in one table of `space`: std::invalid_argument
-  // otherwise; pi, worker, space and localizer must outlive this). `seed` seeds the scheme (pass
-  // sampling::workerSeed(run seed, node)); `local` says which keys this node serves locally.
-  SampleWorker(KvWorker& worker, const KeySpace& space, const sampling::NegativeSampler& pi,
-               sampling::SampleSchemeOptions options, uint64_t seed, sampling::LocalityOracle local,
-               KeyLocalizer& localizer);
+  // otherwise) through `access` (pi, access and space must outlive this). `seed` seeds the
+  // scheme (pass sampling::workerSeed(run seed, node)). One SampleWorker per node: the pool is
+  // the node's.
+  SampleWorker(SparseRowAccess& access, const KeySpace& space, const sampling::NegativeSampler& pi,
+               sampling::SampleSchemeOptions options, uint64_t seed);
   SampleWorker(const SampleWorker&) = delete;
   SampleWorker& operator=(const SampleWorker&) = delete;
 
   // Any thread but the loop's: announces a sample of `n` keys (n > 0) and starts localizing
   // what the scheme asks for, without waiting for it.
   sampling::SampleId prepareSample(size_t n);
-  // Any thread but the loop's (it blocks until the values are there): the next `k` keys of
-  // sample `id` and their current values (as KvWorker::pull reads them, under SSP) in `out`.
-  // An error when the read failed (an owner's error reply or the owner is down) or onlylocal
-  // found no local key; `out` then holds the keys without values. A k beyond what the sample
-  // has left or an unknown id: std::invalid_argument.
+  // The trainer thread (the access's pull is its; it blocks until the values are there): the
+  // next `k` keys of sample `id` and their current values (as the access's pull reads them,
+  // under SSP at the worker's clock) in `out`. An error when the read failed (an owner's error
+  // reply, the owner is down, the access was cancelled) or onlylocal found no local key; `out`
+  // then holds the keys without values. A k beyond what the sample has left or an unknown id:
+  // std::invalid_argument.
   node::Status pullSample(sampling::SampleId id, size_t k, SampleBatch& out);
   // Ends a sample before all its keys were pulled.
   void finishSample(sampling::SampleId id);
+  // Any thread but the loop's: blocks until every localize this sampler started has ended (ok
+  // or not). Tests and the end of a run; training never waits for a localize.
+  void awaitLocalizes() const;
 
   SampleWorkerStats stats() const;
   const sampling::SampleSchemeOptions& options() const { return options_; }
 
  private:
-  // Shared with the localizer's callbacks, which may run after this object is gone (the
-  // worker completes them when it is cancelled).
+  // Shared with the access's localize callbacks, which may run after this object is gone (an
+  // access completes them when it is cancelled).
   struct LocalizeCounts {
-    std::mutex mu;
+    mutable std::mutex mu;
+    std::condition_variable ended_cv;
     uint64_t requests = 0;
+    uint64_t ended = 0;
     uint64_t failed = 0;
   };
 
-  KvWorker& worker_;
+  SparseRowAccess& access_;
   const KeySpace& space_;
-  KeyLocalizer& localizer_;
   sampling::SampleSchemeOptions options_;
   mutable std::mutex mu_;  // guards scheme_ and remote_keys_
   sampling::SampleScheme scheme_;
   uint64_t remote_keys_ = 0;
   std::shared_ptr<LocalizeCounts> localize_counts_ = std::make_shared<LocalizeCounts>();
+  // pullSample's buffers (trainer thread).
+  std::vector<Key> distinct_;
+  std::vector<float> read_;
+  std::vector<size_t> at_;
 };
 
 }  // namespace chorus::ps

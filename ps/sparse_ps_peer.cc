@@ -45,15 +45,6 @@ std::shared_ptr<const UpdatePolicy> ownerPolicy(const ml::SparseOptimizerConfig&
   return std::make_shared<SgdPolicy>(sgd);
 }
 
-// Sparse PS mode places every row at its hash owner for the whole run (relocation is not wired
-// into it yet), so a scheme's localize cannot move a row: it ends at once, and the rows are read
-// where they live. (PrefetchLocalizer's early read would only add traffic: sparse PS workers run
-// without a row cache.) docs/sampling.md says what each scheme costs here.
-class FixedPlacementLocalizer final : public KeyLocalizer {
- public:
-  void localize(std::span<const Key> /*keys*/, Done done) override { done(node::Status{}); }
-};
-
 }  // namespace
 
 void validateSparsePsOptions(const SparsePsOptions& options) {
@@ -168,19 +159,16 @@ SparsePsPeer::SparsePsPeer(node::Node& node, ml::SparseWorkload& workload,
                       workload_.spec()));
     }
     const KeyTable& table = space_.tables()[*sampled];
-    directory_ = std::make_unique<KeyDirectory>(directory);
     sample_pi_ = std::make_unique<sampling::NegativeSampler>(
         sampling::NegativeSampler::uniform(table.first, table.end()));
-    localizer_ = std::make_unique<FixedPlacementLocalizer>();
-    if (access_->kvWorker() == nullptr) {
-      throw std::invalid_argument(fmt::format(
-          "--sample-scheme with --technique {} is not implemented yet (use --technique classic)",
-          sparseTechniqueName(options_.technique)));
-    }
-    sampler_ = std::make_unique<SampleWorker>(*access_->kvWorker(), space_, *sample_pi_,
-                                              *options_.sampling,
-                                              sampling::workerSeed(options_.train.seed, node_.id()),
-                                              ownedHere(*directory_, node_.id()), *localizer_);
+    // Through the technique's own data path: its localize and its locality, whatever it is. A
+    // pool group spans `reuse` steps' samples (a step's negatives are one sample).
+    sampling::SampleSchemeOptions scheme = *options_.sampling;
+    scheme.group_size =
+        sampling::poolGroupSize(workload_.sampledRowsPerStep(options_.train.batchSize), scheme);
+    sampler_ =
+        std::make_unique<SampleWorker>(*access_, space_, *sample_pi_, scheme,
+                                       sampling::workerSeed(options_.train.seed, node_.id()));
   }
 }
 

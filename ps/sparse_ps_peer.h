@@ -173,12 +173,9 @@ class SparsePsPeer {
   double replica_share_ = 0;  // nups: the hot keys' share of the expected accesses
   std::vector<std::vector<ml::RowKey>> ahead_rows_;  // localizeAhead's buffers
   std::unique_ptr<StepKeys> ahead_keys_;
-  // With a sample scheme: who owns what (classic placement: fixed for the run, so the scheme's
-  // locality oracle reads it), the localizer and the sampler, and the sample prepared for the
-  // next clock.
-  std::unique_ptr<KeyDirectory> directory_;
+  // With a sample scheme: pi, the sampler (over access_) and the sample prepared for the next
+  // clock.
   std::unique_ptr<sampling::NegativeSampler> sample_pi_;
-  std::unique_ptr<KeyLocalizer> localizer_;
   std::unique_ptr<SampleWorker> sampler_;
   std::optional<std::pair<Clock, sampling::SampleId>> prepared_;
   SampleBatch sample_;

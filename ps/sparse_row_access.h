@@ -7,7 +7,9 @@
 // - LapseRowAccess: rows move to the node that localizes them (ps/relocation_shell.h, Lapse).
 // - NupsRowAccess: the hot keys have a replica on every node, read and pushed locally and synced
 //   in the background (ps/replica_shell.h, NuPS); the other keys are relocated as under lapse.
-// makeSparseRowAccess() chooses; the loop does not change.
+// makeSparseRowAccess() chooses; the loop does not change. The sampling primitives
+// (ps/sample_worker.h) use the same seam: pull for the sampled rows' values, localize for the
+// keys a scheme wants here ahead of use, isLocal as the schemes' "is this key local now?".
 #pragma once
 
 #include <chrono>
@@ -93,7 +95,8 @@ struct ReplicationOptions {
 ReplicaChoice chooseHotKeys(const KeySpace& space, const ReplicationOptions& options,
                             const UpdatePolicy& policy);
 
-class SparseRowAccess {
+// Also the sampling primitives' KeyLocalizer (its localize) and locality oracle (isLocal).
+class SparseRowAccess : public KeyLocalizer {
  public:
   using Handle = uint64_t;
   virtual ~SparseRowAccess() = default;
@@ -110,7 +113,14 @@ class SparseRowAccess {
   virtual node::Status wait(Handle handle) = 0;
   // Any thread: the worker will use `keys` soon; the technique may move them here. `done` runs
   // once (ok or why not; a failure is harmless: the keys are read where they are).
-  virtual void localize(std::span<const Key> keys, KeyLocalizer::Done done) = 0;
+  void localize(std::span<const Key> keys, KeyLocalizer::Done done) override = 0;
+  // Any thread, cheap (no lock, no message): would a read of `key` issued now be served here,
+  // without a frame (the row is held here: owned, or replicated)? The sampling schemes' locality
+  // oracle (onlylocal draws only such keys, preloc and pool localize the others;
+  // ps/sample_worker.h). A snapshot: a moving row may arrive or leave right after. A technique that
+  // does not override it says "no" for every key: the conforming schemes stay exact (they read
+  // every sampled key through pull), onlylocal then refuses to sample.
+  virtual bool isLocal(Key /*key*/) const { return false; }
   // Ends the worker's clock (SSP).
   virtual void clock() = 0;
   // Any thread: every pending and later operation fails with `status`.
@@ -127,8 +137,8 @@ class SparseRowAccess {
   // evaluation reads the converged values). An error (logged by the caller) when `timeout`
   // passed first; the run goes on.
   virtual node::Status finishPushes(std::chrono::milliseconds /*timeout*/) { return {}; }
-  // The classic path's worker and server (the sampling primitives read through the worker);
-  // null for other techniques.
+  // The classic path's worker and server (their counters for the run's report); null for other
+  // techniques.
   virtual KvWorker* kvWorker() { return nullptr; }
   virtual const KvServer* kvServer() const { return nullptr; }
 };

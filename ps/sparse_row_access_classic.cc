@@ -13,8 +13,9 @@ namespace {
 
 class ClassicRowAccess final : public SparseRowAccess {
  public:
-  ClassicRowAccess(node::Node& node, KeyStore store, const RowAccessSetup& setup) {
-    const KeyDirectory directory(*setup.map, store.space());
+  ClassicRowAccess(node::Node& node, KeyStore store, const RowAccessSetup& setup)
+      : self_(node.id()), directory_(*setup.map, store.space()) {
+    const KeyDirectory& directory = directory_;
     ServerOptions server_options;
     server_options.down_timeout = std::chrono::milliseconds(
         static_cast<int64_t>(std::llround(setup.ps->down_timeout_s * 1000.0)));
@@ -50,6 +51,9 @@ class ClassicRowAccess final : public SparseRowAccess {
   void localize(std::span<const Key> /*keys*/, KeyLocalizer::Done done) override {
     if (done) done(node::Status{});
   }
+  // Fixed placement: the rows whose home this node is, for the whole run (KvWorker reads them
+  // from this node's KvServer without a frame).
+  bool isLocal(Key key) const override { return directory_.owner(key) == self_; }
   void clock() override { worker_->clock(); }
   void cancelAll(const node::Status& status) override { worker_->cancelAll(status); }
   RowAccessStats stats() const override {
@@ -77,6 +81,9 @@ class ClassicRowAccess final : public SparseRowAccess {
   const KvServer* kvServer() const override { return server_.get(); }
 
  private:
+  NodeId self_;
+  // Never changes (classic placement): read by isLocal from any thread.
+  const KeyDirectory directory_;
   std::unique_ptr<KvServer> server_;
   std::unique_ptr<KvWorker> worker_;
   uint64_t held_ = 0;

@@ -26,6 +26,9 @@ class LapseRowAccess final : public SparseRowAccess {
   void localize(std::span<const Key> keys, KeyLocalizer::Done done) override {
     shell_.localize(keys, std::move(done));
   }
+  // The rows held here now (the shell's snapshot, updated on the loop thread as rows arrive
+  // and leave).
+  bool isLocal(Key key) const override { return shell_.holdsNow(key); }
   void clock() override { shell_.clock(); }
   void cancelAll(const node::Status& status) override { shell_.cancelAll(status); }
   RowAccessStats stats() const override {

@@ -110,6 +110,11 @@ class NupsRowAccess final : public SparseRowAccess {
     relocation_.localize(cold, std::move(done));
   }
 
+  // A replicated key is local on every node; the others while the relocation shell holds them.
+  bool isLocal(Key key) const override {
+    return (replicas_ && replicas_->isReplicated(key)) || relocation_.holdsNow(key);
+  }
+
   void clock() override {
     relocation_.clock();
     ++clock_;

@@ -66,6 +66,17 @@ std::optional<std::string> sampleOptionsFromFlags(std::string_view scheme,
   return std::nullopt;
 }
 
+size_t poolGroupSize(size_t sample_keys, const SampleSchemeOptions& options) {
+  if (options.kind != SampleSchemeKind::kPool && options.kind != SampleSchemeKind::kPostpone) {
+    return options.group_size;
+  }
+  // sample_keys * reuse without overflow: capped at kMaxPoolGroup anyway.
+  const size_t spans = sample_keys > kMaxPoolGroup / std::max<uint32_t>(options.reuse, 1)
+                           ? kMaxPoolGroup
+                           : sample_keys * options.reuse;
+  return std::max(options.group_size, std::min(spans, kMaxPoolGroup));
+}
+
 SampleScheme::SampleScheme(const NegativeSampler& pi, SampleSchemeOptions options, uint64_t seed,
                            LocalityOracle local)
     : pi_(&pi), options_(options), rng_(seed), local_(std::move(local)) {

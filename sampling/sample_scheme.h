@@ -63,6 +63,17 @@ std::optional<std::string> sampleOptionsFromFlags(std::string_view scheme,
                                                   std::optional<int64_t> reuse,
                                                   SampleSchemeOptions& out);
 
+// Largest group poolGroupSize() chooses (keys drawn and localized together).
+inline constexpr size_t kMaxPoolGroup = size_t{1} << 16;
+
+// The group size for pool and postpone when each sample has `sample_keys` keys: at least
+// options.reuse samples' worth (at most kMaxPoolGroup, never below options.group_size), so that
+// one pass through a group spans `reuse` samples. A group no larger than a sample would be one
+// sample handed out `reuse` times in a row: `reuse` consecutive samples of the same keys, which
+// a step that shares its negatives sees as the same negatives `reuse` times (docs/sampling.md,
+// "Pool in detail"). options.group_size for the other schemes.
+size_t poolGroupSize(size_t sample_keys, const SampleSchemeOptions& options);
+
 // "Is key k local to this node now?": owned or replicated here, so that reading it sends no
 // frame. Called on the thread that calls the scheme; may change its answers between calls.
 using LocalityOracle = std::function<bool(Key)>;

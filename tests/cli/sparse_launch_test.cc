@@ -245,6 +245,71 @@ TEST(ChorusSparsePs, NupsReplicatesTheHotKeysOnEveryNode) {
   }
 }
 
+// --sample-scheme under --technique lapse (the sampling primitives read, localize and ask
+// locality through the relocation shell): onlylocal's negatives are all rows held here, none
+// read from the other node; preloc's move here and train.
+TEST(ChorusSparsePs, TheSampleSchemesRunUnderLapse) {
+  TempDir dir("chorus-sparse-lapse-sampling");
+  writePlantedGraph(dir.file("graphs/planted"));
+  std::vector<std::string> flags = kgeFlags(dir.file("graphs"));
+  *std::find(flags.begin(), flags.end(), "12") = "2";  // --epochs 2
+  for (const std::string scheme : {"onlylocal", "preloc"}) {
+    std::vector<std::string> launch = {
+        chorusBinary(), "launch", writeTopology(dir, 2), "--out", dir.file("out-" + scheme),
+        "--technique",  "lapse",  "--sample-scheme",     scheme};
+    launch.insert(launch.end(), flags.begin(), flags.end());
+    const CommandResult r = runCommand(launch);
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    for (int node = 0; node < 2; ++node) {
+      const std::string prefix = "node " + std::to_string(node) + ": sample scheme " + scheme;
+      ASSERT_TRUE(contains(r.out, prefix)) << r.out;
+      const size_t at = r.out.find(prefix);
+      const std::string line = r.out.substr(at, r.out.find('\n', at) - at);
+      if (scheme == "onlylocal") {
+        EXPECT_EQ(numberAfter(line, "sampled keys, "), 100.0) << line;
+        EXPECT_TRUE(contains(line, "local; 0 sampled keys read from other nodes")) << line;
+      }
+      std::ifstream metrics(dir.file("out-" + scheme + "/node-" + std::to_string(node) + ".jsonl"));
+      const std::string lines((std::istreambuf_iterator<char>(metrics)), {});
+      EXPECT_TRUE(contains(lines, "\"technique\":\"lapse\"")) << lines;
+      EXPECT_TRUE(contains(lines, "\"sample_scheme\":\"" + scheme + "\"")) << lines;
+      EXPECT_TRUE(contains(lines, "\"failed_pulls\":0")) << lines;
+    }
+  }
+}
+
+// --sample-scheme under --technique nups: the replicated hot keys are local on every node, the
+// others while this node holds them, so onlylocal reads no sampled row from the other node and
+// pool trains through the same seam.
+TEST(ChorusSparsePs, TheSampleSchemesRunUnderNups) {
+  TempDir dir("chorus-sparse-nups-sampling");
+  writePlantedGraph(dir.file("graphs/planted"));
+  std::vector<std::string> flags = kgeFlags(dir.file("graphs"));
+  *std::find(flags.begin(), flags.end(), "12") = "2";  // --epochs 2
+  for (const std::string scheme : {"onlylocal", "pool"}) {
+    std::vector<std::string> launch = {
+        chorusBinary(), "launch", writeTopology(dir, 2), "--out", dir.file("out-" + scheme),
+        "--technique",  "nups",   "--replicate",         "24",    "--sample-scheme",
+        scheme};
+    launch.insert(launch.end(), flags.begin(), flags.end());
+    const CommandResult r = runCommand(launch);
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    for (int node = 0; node < 2; ++node) {
+      const std::string prefix = "node " + std::to_string(node) + ": sample scheme " + scheme;
+      ASSERT_TRUE(contains(r.out, prefix)) << r.out;
+      const size_t at = r.out.find(prefix);
+      const std::string line = r.out.substr(at, r.out.find('\n', at) - at);
+      if (scheme == "onlylocal") {
+        EXPECT_TRUE(contains(line, "local; 0 sampled keys read from other nodes")) << line;
+      }
+      std::ifstream metrics(dir.file("out-" + scheme + "/node-" + std::to_string(node) + ".jsonl"));
+      const std::string lines((std::istreambuf_iterator<char>(metrics)), {});
+      EXPECT_TRUE(contains(lines, "\"technique\":\"nups\"")) << lines;
+      EXPECT_TRUE(contains(lines, "\"failed_pulls\":0")) << lines;
+    }
+  }
+}
+
 TEST(ChorusSparsePs, ANodeAloneAndALaunchedPairFactorizeLikeChorusTrain) {
   TempDir dir("chorus-sparse-ps");
   const std::vector<std::string> flags = {
@@ -336,11 +401,7 @@ TEST(ChorusSparsePs, BadFlagsAreRefusedBeforeAnyNodeStarts) {
       {{"--mode", "consensus", "--model", "complex", "--replica-bytes", "4096"},
        "--replica-bytes does not apply to --model complex (--technique nups replicates hot rows "
        "in PS mode"},
-      {{"--model", "complex", "--technique", "nups", "--sample-scheme", "pool"},
-       "--sample-scheme with --technique nups is not implemented yet"},
       {{"--model", "mlp", "--technique", "lapse"}, "--technique does not apply to --model mlp"},
-      {{"--model", "complex", "--technique", "lapse", "--sample-scheme", "preloc"},
-       "--sample-scheme with --technique lapse is not implemented yet"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> argv = {chorusBinary(), "launch", topology};

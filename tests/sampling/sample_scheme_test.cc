@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <vector>
 
@@ -244,6 +245,54 @@ TEST(SampleScheme, PoolHandsEachDrawOutReuseTimes) {
     c /= reuse;
   }
   EXPECT_LT(chiSquare(seen, pi.distribution(), groups * group), kChi28);
+}
+
+// The fraction of each sample's keys that the sample before it also held, averaged.
+double consecutiveOverlap(SampleScheme& scheme, size_t sample, size_t samples) {
+  std::vector<Key> last;
+  double overlap = 0;
+  for (size_t s = 0; s < samples; ++s) {
+    const SampleId id = scheme.prepare(sample).id;
+    std::vector<Key> keys = scheme.pull(id, sample).keys;
+    std::sort(keys.begin(), keys.end());
+    if (s > 0) {
+      size_t shared = 0;
+      for (Key k : keys)
+        shared += std::binary_search(last.begin(), last.end(), k) ? 1 : 0;
+      overlap += static_cast<double>(shared) / static_cast<double>(sample);
+    }
+    last = std::move(keys);
+  }
+  return overlap / static_cast<double>(samples - 1);
+}
+
+// A group no larger than a sample is that sample handed out U times in a row (a step that
+// shares its negatives trains U steps on the same ones); poolGroupSize makes a group span U
+// samples, so that consecutive samples share about as few keys as i.i.d. ones.
+TEST(SampleScheme, APoolGroupSpansReuseSamples) {
+  SampleSchemeOptions pool = schemeOf(SampleSchemeKind::kPool, 16, 256);
+  EXPECT_EQ(poolGroupSize(256, pool), 4096u);             // WN18RR's 256 shared negatives
+  EXPECT_EQ(poolGroupSize(8, pool), 256u);                // never below the configured size
+  EXPECT_EQ(poolGroupSize(262144, pool), kMaxPoolGroup);  // per-query negatives: capped
+  EXPECT_EQ(poolGroupSize(SIZE_MAX / 2, pool), kMaxPoolGroup);
+  pool.reuse = 1;
+  EXPECT_EQ(poolGroupSize(1024, pool), 1024u);
+  EXPECT_EQ(poolGroupSize(1024, schemeOf(SampleSchemeKind::kNaive, 1, 256)), 256u);
+  EXPECT_EQ(poolGroupSize(1024, schemeOf(SampleSchemeKind::kPostpone, 4, 256)), 4096u);
+
+  const NegativeSampler pi = NegativeSampler::uniform(0, 10000);
+  constexpr size_t kSample = 32;
+  constexpr uint32_t kReuse = 8;
+  SampleScheme one_sample_groups(pi, schemeOf(SampleSchemeKind::kPool, kReuse, kSample), 3,
+                                 evenKeysLocal);
+  SampleSchemeOptions spanning = schemeOf(SampleSchemeKind::kPool, kReuse, kSample);
+  spanning.group_size = poolGroupSize(kSample, spanning);
+  EXPECT_EQ(spanning.group_size, kSample * kReuse);
+  SampleScheme spanning_groups(pi, spanning, 3, evenKeysLocal);
+  // One-sample groups: 7 of every 8 samples repeat the one before. Spanning groups: only a
+  // sample at the start of a group's next pass meets keys of the one before (at most 1 in 8).
+  EXPECT_GT(consecutiveOverlap(one_sample_groups, kSample, 400), 0.8);
+  EXPECT_LT(consecutiveOverlap(spanning_groups, kSample, 400), 0.15);
 }
 
 TEST(SampleScheme, PoolLocalizesGroupsAheadOfUse) {
