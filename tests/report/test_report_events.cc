@@ -115,8 +115,7 @@ TEST_F(ReportEventsTest, AnInjectedPsCrashAndItsLostUpdatesAreInTableCsvReportAn
                        "set arrow from first 3, graph 0 to first 3, graph 0.965 nohead dt 2 lw 1.5 "
                        "lc rgb \"#d62728\"\n"))
       << gp;
-  EXPECT_TRUE(contains(gp, "set label \"node 3 crashed (step 2)\" at first 3, graph 0.965 "))
-      << gp;
+  EXPECT_TRUE(contains(gp, "set label \"node 3 crashed (step 2)\" at first 3, graph 0.965 ")) << gp;
   EXPECT_TRUE(contains(gp, "set offsets 0, 0, graph 0.25, 0\n")) << gp;
   EXPECT_TRUE(contains(gp, "title \"node crashed or stopped (its metrics end)\"")) << gp;
 }
@@ -154,10 +153,8 @@ TEST_F(ReportEventsTest, AKilledNodesRejoinAndItsLostClocksAreEvents) {
   const std::string gp = read("plots/accuracy-vs-time.gp");
   // Its stop (at 2 s, its own clock) and its rejoin: next to each other, in two label rows.
   EXPECT_TRUE(contains(gp, "$events0 << EOD\n2 50 2\n5 75 6\nEOD\n")) << gp;
-  EXPECT_TRUE(contains(gp, "set label \"node 2 stopped (step 1)\" at first 2, graph 0.965 "))
-      << gp;
-  EXPECT_TRUE(contains(gp, "set label \"node 2 rejoined (step 4)\" at first 5, graph 0.92 "))
-      << gp;
+  EXPECT_TRUE(contains(gp, "set label \"node 2 stopped (step 1)\" at first 2, graph 0.965 ")) << gp;
+  EXPECT_TRUE(contains(gp, "set label \"node 2 rejoined (step 4)\" at first 5, graph 0.92 ")) << gp;
   EXPECT_TRUE(contains(gp, "title \"node rejoined\"")) << gp;
 }
 
