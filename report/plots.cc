@@ -477,8 +477,9 @@ VariantStyle variantStyle(std::string_view variant) {
         variant[prefix.size()] == ':') {
       // A bound darkens the technique's color by a step the name picks.
       const uint32_t step = 1 + static_cast<uint32_t>(stableHash(variant) % 3);
-      const auto shade = [&](int shift) {
-        const uint32_t c = (rgb >> shift) & 0xff;
+      const uint32_t base = rgb;  // clang 14 cannot capture a structured binding
+      const auto shade = [base, step](int shift) {
+        const uint32_t c = (base >> shift) & 0xff;
         return (c * (5 - step) / 5) << shift;
       };
       return {shade(16) | shade(8) | shade(0), 9};
