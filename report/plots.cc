@@ -227,11 +227,13 @@ struct QualityAxis {
   std::string title;   // "Test accuracy"
   std::string ylabel;  // "test accuracy (%)"
   std::string key;     // where the key goes
+  std::string xlabel;
 };
 
 QualityAxis qualityAxis(const Report& report) {
   if (!isSparseReport(report)) {
-    return {"accuracy-vs-time", "Test accuracy", "test accuracy (%)", "bottom right"};
+    return {"accuracy-vs-time", "Test accuracy", "test accuracy (%)", "bottom right",
+            "seconds since the node started training"};
   }
   std::string split = "valid", metric;
   for (const auto& run : report.metrics) {
@@ -245,7 +247,8 @@ QualityAxis qualityAxis(const Report& report) {
   const std::string name = fmt::format("{} {}", split, qualityName(metric));
   std::string title = name;
   title[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(title[0])));
-  return {"quality-vs-time", title, name, metric == "rmse" ? "top right" : "bottom right"};
+  return {"quality-vs-time", title, name, metric == "rmse" ? "top right" : "bottom right",
+          "seconds of node 0's training (its evaluations left out)"};
 }
 
 void accuracyPlot(const Report& report, const fs::path& dir, const std::string& gnuplot,
@@ -254,10 +257,8 @@ void accuracyPlot(const Report& report, const fs::path& dir, const std::string& 
   const fs::path png = dir / (axis.file + ".png");
   std::string script = scriptHeader(
       png, fmt::format("{} ({}) against wall time", axis.title, referenceNodeName(report)));
-  script += fmt::format(
-      "set xlabel \"seconds since the node started training\"\n"
-      "set ylabel {}\nset key {}\n",
-      gnuplotString(axis.ylabel), axis.key);
+  script += fmt::format("set xlabel {}\nset ylabel {}\nset key {}\n", gnuplotString(axis.xlabel),
+                        gnuplotString(axis.ylabel), axis.key);
   script +=
       // Event labels on a white box, so that a curve running through one does not hide it.
       "set style textbox opaque noborder\n";

@@ -144,11 +144,20 @@ std::optional<QualityPoint> qualityPoint(const JsonObject& object, SparseMetrics
     }
     if (m.metric.empty()) return std::nullopt;
   }
+  // The line is written after the evaluation it reports: its time includes it. A summary line
+  // holds every split's evaluation (valid_eval_seconds, test_eval_seconds).
+  if (summary) {
+    for (const char* split : {"valid", "test"}) {
+      m.eval_seconds += object.number(fmt::format("{}_eval_seconds", split)).value_or(0);
+    }
+  } else {
+    m.eval_seconds += object.number("eval_seconds").value_or(0);
+  }
   const auto value = object.number(fmt::format("{}_{}", m.split, m.metric));
   const auto time = object.number("time");
   if (!value || !time) return std::nullopt;
   QualityPoint point;
-  point.time = *time;
+  point.time = std::max(0.0, *time - m.eval_seconds);
   point.value = *value;
   point.hits10 = object.number(fmt::format("{}_hits@10", m.split));
   const auto epoch = object.number(summary ? "evaluated_epoch" : "epoch");

@@ -50,7 +50,11 @@ struct LostUpdates {
 // factorization) by node 0: at an evaluation epoch (an `epoch` line) or after the last step (the
 // `summary` line).
 struct QualityPoint {
-  double time = 0;  // seconds since the node's `start` line
+  // Seconds of node 0's run up to this evaluation, its evaluations left out: the time since its
+  // `start` line less every evaluation's `eval_seconds` so far, this one's included (evaluating
+  // WN18RR's filtered ranking takes seconds, as much as an epoch of training, and is the same
+  // work in every mode).
+  double time = 0;
   int64_t epoch = 0;
   double value = 0;              // the headline metric: MRR or RMSE
   std::optional<double> hits10;  // knowledge graphs: Hits@10
@@ -63,6 +67,7 @@ struct SparseMetrics {
   std::string metric;                 // the headline: "mrr" or "rmse" ("": never evaluated)
   std::string split;                  // the split of `quality`: "valid" or "test"
   std::vector<QualityPoint> quality;  // in file order
+  double eval_seconds = 0;            // node 0's evaluations so far, summed
   // After the run, on the last split (test): the `summary` line's.
   std::optional<double> final_value, final_hits10;
   std::string final_split;

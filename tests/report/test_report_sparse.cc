@@ -27,7 +27,8 @@ class ReportSparseTest : public ReportFolderTest {
       std::string fields = R"("event":"epoch","time":)" + std::to_string(2.0 * (e + 1)) +
                            R"(,"epoch":)" + std::to_string(e + 1) + R"(,"step":10)";
       if (id == 0 && e + 1 < mrr.size()) {
-        fields += R"(,"valid_mrr":)" + std::to_string(mrr[e]) + R"(,"valid_hits@10":0.5)";
+        fields += R"(,"valid_mrr":)" + std::to_string(mrr[e]) +
+                  R"(,"valid_hits@10":0.5,"eval_seconds":0.5)";
       }
       text += line(fields);
     }
@@ -37,7 +38,8 @@ class ReportSparseTest : public ReportFolderTest {
                           summary_fields;
     if (id == 0) {
       summary += R"(,"valid_mrr":)" + std::to_string(mrr.back()) +
-                 R"(,"valid_hits@10":0.6,"test_mrr":0.41,"test_hits@10":0.62)";
+                 R"(,"valid_hits@10":0.6,"test_mrr":0.41,"test_hits@10":0.62,)"
+                 R"("valid_eval_seconds":0.25,"test_eval_seconds":0.25)";
     }
     return text + line(summary);
   }
@@ -70,11 +72,12 @@ TEST_F(ReportSparseTest, TheTableShowsMrrHitsAndEachModesOwnColumns) {
   EXPECT_TRUE(isSparseReport(report));
   EXPECT_EQ(targetName(report), "MRR 0.300");
   ASSERT_EQ(report.runs.size(), 2u);
-  // PS reached 0.3 at its second evaluation (epoch 2, at 4 s); gossip only in the summary line
-  // after the last epoch (0.32, at 6.5 s).
+  // PS reached 0.3 at its second evaluation (epoch 2, written at 4 s after two evaluations of
+  // 0.5 s: 3 s of training); gossip only in the summary line after the last epoch (0.32,
+  // written at 6.5 s after 1.5 s of evaluations).
   ASSERT_TRUE(report.runs[0].time_to_target.has_value());
-  EXPECT_DOUBLE_EQ(*report.runs[0].time_to_target, 4.0);
-  EXPECT_DOUBLE_EQ(*report.runs[1].time_to_target, 6.5);
+  EXPECT_DOUBLE_EQ(*report.runs[0].time_to_target, 3.0);
+  EXPECT_DOUBLE_EQ(*report.runs[1].time_to_target, 5.0);
   EXPECT_DOUBLE_EQ(*report.runs[0].local_share, 0.7);  // mean over the nodes
   EXPECT_FALSE(report.runs[0].rows_per_round.has_value());
   EXPECT_DOUBLE_EQ(*report.runs[1].rows_per_round, 110);
@@ -91,11 +94,11 @@ TEST_F(ReportSparseTest, TheTableShowsMrrHitsAndEachModesOwnColumns) {
                        "staleness | events |"))
       << table;
   EXPECT_TRUE(contains(table,
-                       "| ps:lapse | 1/1 | 1/1 | 4.00 | 0.4100 | 0.6200 | 5.00 | 25% | "
+                       "| ps:lapse | 1/1 | 1/1 | 3.00 | 0.4100 | 0.6200 | 5.00 | 25% | "
                        "2.0 MB | 70% | — | bound 1 | — |"))
       << table;
   EXPECT_TRUE(contains(table,
-                       "| consensus:wait-all | 1/1 | 1/1 | 6.50 | 0.4100 | 0.6200 | 5.00 "
+                       "| consensus:wait-all | 1/1 | 1/1 | 5.00 | 0.4100 | 0.6200 | 5.00 "
                        "| 25% | 2.0 MB | — | 110 | max 0 | — |"))
       << table;
   const std::string csv = summaryCsv(report);
@@ -152,8 +155,11 @@ TEST_F(ReportSparseTest, TheQualityPlotDrawsEachRunsEvaluationsAndTheTarget) {
   const std::string gp = read("plots/quality-vs-time.gp");
   EXPECT_TRUE(contains(gp, "set ylabel \"valid MRR\"")) << gp;
   EXPECT_TRUE(contains(gp, "Valid MRR (node 0) against wall time")) << gp;
-  // PS's evaluations: epochs 1 and 2, then the summary's.
-  EXPECT_TRUE(contains(gp, "$run0 << EOD\n2 0.1\n4 0.3\n6.5 0.35\nEOD")) << gp;
+  // PS's evaluations: epochs 1 and 2, then the summary's, at node 0's training seconds.
+  EXPECT_TRUE(contains(gp, "$run0 << EOD\n1.5 0.1\n3 0.3\n5 0.35\nEOD")) << gp;
+  EXPECT_TRUE(
+      contains(gp, "set xlabel \"seconds of node 0's training (its evaluations left out)\""))
+      << gp;
   EXPECT_TRUE(contains(gp, "0.3 with lines dt 2 lc rgb \"black\" title \"MRR 0.300\"")) << gp;
   EXPECT_TRUE(contains(read("report.md"), "![quality-vs-time](plots/quality-vs-time.png)"));
 }
