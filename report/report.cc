@@ -101,6 +101,8 @@ std::string optionalNumber(const std::optional<double>& value) {
 }  // namespace
 
 bool isSparseReport(const Report& report) {
+  // A sparse model's target says so even when every run failed.
+  if (report.input.quality_target) return true;
   return std::any_of(report.runs.begin(), report.runs.end(),
                      [](const RunSummary& run) { return run.sparse; });
 }

@@ -96,8 +96,9 @@ bool hasTarget(const Report& report);
 // The target as the table and plots name it: "85.0%", "MRR 0.300", "RMSE 0.900", or "target"
 // when its value is unknown.
 std::string targetName(const Report& report);
-// Whether the runs trained a sparse model (complex, distmult, mf): the table shows MRR and
-// Hits@10 or RMSE instead of accuracy (report/sparse_table.h).
+// Whether the runs trained a sparse model (complex, distmult, mf; or the compare had an MRR or
+// RMSE target): the table shows MRR and Hits@10 or RMSE instead of accuracy
+// (report/sparse_table.h).
 bool isSparseReport(const Report& report);
 // Whose accuracy the table and plots show: "node 0", or "reference node" when some run lacks
 // node 0's metrics file.

@@ -146,6 +146,20 @@ TEST_F(ReportSparseTest, MatrixFactorizationIsReportedInRmseAndLowerReachesTheTa
       << table;
 }
 
+// A sparse compare whose runs all failed (no metrics at all) still gets the sparse table: the
+// manifest's MRR target says what was trained.
+TEST_F(ReportSparseTest, ACompareWhoseRunsAllFailedKeepsTheSparseTable) {
+  write("runs.jsonl",
+        line(R"("event":"compare","command":"c","target_acc":0,"target_metric":"mrr",)"
+             R"("target":0.3,"variants":"ps:lapse")") +
+            line(R"("event":"run","variant":"ps:lapse","seed":1,"dir":"ps-lapse/seed-1",)"
+                 R"("status":"failed","error":"node 0 exited with status 3")"));
+  const Report report = buildReport(loadReportInput(dir_));
+  EXPECT_TRUE(isSparseReport(report));
+  EXPECT_TRUE(contains(markdownTable(report), "| ps:lapse | 0/1 | 0/0 | — | — | — |"))
+      << markdownTable(report);
+}
+
 TEST_F(ReportSparseTest, TheQualityPlotDrawsEachRunsEvaluationsAndTheTarget) {
   writeKgeCompare(R"("target_metric":"mrr","target":0.3,)");
   const Report report = buildReport(loadReportInput(dir_));
