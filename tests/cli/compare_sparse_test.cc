@@ -185,6 +185,34 @@ TEST_F(CompareSparseTest, TechniquesAndGossipRunAndAreReportedInMrr) {
   EXPECT_EQ(readFile(out / "report.md"), md);
 }
 
+// Matrix factorization on generated Zipf ratings: reported in test RMSE, where lower reaches the
+// target, with no Hits@10 column.
+TEST_F(CompareSparseTest, MatrixFactorizationIsReportedInRmse) {
+  const fs::path out = dir_ / "mf";
+  const CommandResult r = runCommand({chorusBinary(),  "compare",
+                                      "--topology",    topology_,
+                                      "--variants",    "single,ps:classic,consensus:dynamic",
+                                      "--model",       "mf",
+                                      "--mf-rows",     "600",
+                                      "--mf-cols",     "200",
+                                      "--mf-cells",    "20000",
+                                      "--epochs",      "3",
+                                      "--target-rmse", "5",
+                                      "--out",         out.string()},
+                                     240);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "RMSE 5.000 reached after")) << r.out;
+  const std::string md = readFile(out / "report.md");
+  EXPECT_TRUE(contains(md, "| test RMSE | steps / s |")) << md;
+  EXPECT_FALSE(contains(md, "Hits@10")) << md;
+  for (const char* v : {"single", "ps:classic", "consensus:dynamic"}) {
+    EXPECT_TRUE(contains(md, std::string("| ") + v + " | 1/1 | 1/1 |")) << v << "\n" << md;
+  }
+  // The nodes train on the model's own default data.
+  EXPECT_TRUE(contains(readFile(out / "ps-classic/seed-1/command.txt"), "--data zipf-mf"));
+  EXPECT_GT(fs::file_size(out / "plots" / "quality-vs-time.png"), 1000u);
+}
+
 TEST_F(CompareSparseTest, TargetsThatDoNotFitTheModelAreRefused) {
   expectOneLineError(compare("single", dir_ / "a", {"--target-acc", "0.8"}),
                      "--target-acc does not fit --model complex: it reports MRR; use --target-mrr");
