@@ -33,7 +33,7 @@ namespace fb = chorus::spec;
 // the option structs it holds changes their size and stops the build here: carry it in
 // run_spec.fbs, encodeRunSpec() and decodeRunSpec() (and the round-trip test), then update the
 // size. (The test hooks of the mode options, std::function members, are not settings.)
-static_assert(sizeof(void*) != 8 || sizeof(NodeArgs) == 1960,
+static_assert(sizeof(void*) != 8 || sizeof(NodeArgs) == 1984,
               "NodeArgs changed: carry the new setting in the run spec (cli/run_spec.fbs)");
 
 std::string text(const flatbuffers::String* s) {
@@ -78,7 +78,8 @@ flatbuffers::Offset<fb::Sparse> encodeSparse(flatbuffers::FlatBufferBuilder& b,
       f.writeData.c_str(), kge, f.negatives.c_str(), f.loss.c_str(), f.evalEvery, f.timeLimit,
       f.keepBest, f.adagradInitial, s.logEvery, &given, s.sampleScheme.c_str(), s.sampleReuse,
       s.gossip.cold_every, s.gossip.round_bytes, s.gossip.hot_bytes, s.gossip.relay_hops,
-      s.gossip.dense_exchange, s.technique.c_str());
+      s.gossip.dense_exchange, s.technique.c_str(), s.replicate, s.replicaBytes,
+      s.replicaSyncsPerSecond);
 }
 
 SparseNodeArgs decodeSparse(const fb::Sparse& s) {
@@ -144,6 +145,9 @@ SparseNodeArgs decodeSparse(const fb::Sparse& s) {
   out.gossip.relay_hops = s.relay_hops();
   out.gossip.dense_exchange = s.dense_exchange();
   if (s.technique() != nullptr) out.technique = s.technique()->str();
+  out.replicate = s.replicate();
+  out.replicaBytes = s.replica_bytes();
+  out.replicaSyncsPerSecond = s.replica_syncs_per_s();
   if (s.given() != nullptr) {
     for (const flatbuffers::String* flag : *s.given())
       out.given.insert(flag->str());

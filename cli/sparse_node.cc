@@ -44,6 +44,10 @@ const std::vector<std::pair<std::string, std::string>> kNotForSparse = {
     {"--time-limit", "a time limit is not implemented in PS mode yet"},
     {"--write-data", "chorus train --model mf writes the data"}};
 
+// --technique nups's flags (docs/ps-replication.md).
+const std::vector<std::string> kReplicaFlags = {"--replicate", "--replica-bytes",
+                                                "--replica-syncs-per-s"};
+
 // Sparse consensus's own flags (docs/sparse-consensus.md).
 const std::vector<std::string> kGossipFlags = {"--cold-every", "--round-bytes", "--hot-bytes",
                                                "--relay-hops", "--dense-exchange"};
@@ -124,6 +128,8 @@ struct SparseNodeJob {
   ml::SparseTrainOptions train;
   std::optional<sampling::SampleSchemeOptions> sampling;
   ps::SparseTechnique technique = ps::SparseTechnique::kClassic;
+  ps::ReplicationOptions
+      replication;  // nups: the flags (the accesses are filled in by the PS session)
   std::string out_dir;
   uint32_t self = 0;
   // KGE: entities a training triple draws as negatives, on average (for the expected accesses
@@ -147,9 +153,27 @@ void addSparseNodeOptions(CLI::App& node, SparseNodeArgs& args) {
   node.add_option(
           "--technique", args.technique,
           "Sparse models in PS mode: how the embedding rows are managed: classic (every row "
-          "at its hash owner) or lapse (Lapse relocation: a worker moves the rows of its "
+          "at its hash owner), lapse (Lapse relocation: a worker moves the rows of its "
           "next clock's data points to itself one clock ahead; MF splits the ratings by "
-          "row block); see docs/sparse-ps.md")
+          "row block) or nups (NuPS: the hot keys have a replica on every node, read and "
+          "pushed locally and synced in the background; the others are relocated as under "
+          "lapse); see docs/sparse-ps.md and docs/ps-replication.md")
+      ->capture_default_str();
+  node.add_option("--replicate", args.replicate,
+                  "--technique nups: replicate the N keys with the most expected accesses (the "
+                  "data's counts plus sampling's share), whatever their memory; 0: none (lapse "
+                  "exactly). Default: as many as fit --replica-bytes")
+      ->check(CLI::Range(int64_t{0}, int64_t{1'000'000'000}));
+  node.add_option("--replica-bytes", args.replicaBytes,
+                  "--technique nups without --replicate: the hot keys' replicas get this many "
+                  "bytes on each node (row, optimizer state, synced copy and delta: about 24 "
+                  "bytes per float with AdaGrad), most accessed keys first")
+      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 40))
+      ->capture_default_str();
+  node.add_option("--replica-syncs-per-s", args.replicaSyncsPerSecond,
+                  "--technique nups: replica sync rounds a node starts per second (NuPS's "
+                  "default; 0: the replicas sync only at the end of the run)")
+      ->check(CLI::Range(0.0, 1000.0))
       ->capture_default_str();
   consensus::addSparseGossipOptions(node, args.gossip);
   node.add_option("--log-every", args.logEvery,
@@ -192,17 +216,25 @@ void checkImageModelFlags(const run::RunOptions& run, const SparseNodeArgs& spar
          "sparse gossip sends a sparse model's changed rows; dense consensus sends whole models");
   refuse(sparse, {"--technique"}, run.model.name,
          "the techniques manage a sparse model's embedding rows in PS mode");
+  refuse(sparse, kReplicaFlags, run.model.name,
+         "--technique nups replicates a sparse model's hot embedding rows in PS mode");
 }
 
 ps::SparseTechnique techniqueOf(const SparseNodeArgs& sparse) {
   if (std::optional<ps::SparseTechnique> t = ps::parseSparseTechnique(sparse.technique)) return *t;
-  if (sparse.technique == "nups" || sparse.technique == "auto") {
-    throw CommandFailure(2, fmt::format("--technique {} is not implemented yet: use classic or "
-                                        "lapse",
-                                        sparse.technique));
+  if (sparse.technique == "auto") {
+    throw CommandFailure(2, "--technique auto is not implemented yet: use classic, lapse or nups");
   }
-  throw CommandFailure(
-      2, fmt::format("--technique {}: unknown technique (classic or lapse)", sparse.technique));
+  throw CommandFailure(2, fmt::format("--technique {}: unknown technique (classic, lapse or nups)",
+                                      sparse.technique));
+}
+
+ps::ReplicationOptions replicationOf(const SparseNodeArgs& sparse) {
+  ps::ReplicationOptions options;
+  if (sparse.replicate >= 0) options.replicate = static_cast<size_t>(sparse.replicate);
+  options.budget_bytes = sparse.replicaBytes;
+  options.syncs_per_second = sparse.replicaSyncsPerSecond;
+  return options;
 }
 
 std::optional<sampling::SampleSchemeOptions> sampleSchemeOf(const SparseNodeArgs& sparse) {
@@ -246,11 +278,26 @@ void checkSparseNodeArgs(const run::RunOptions& run, const SparseNodeArgs& spars
     refuse(sparse, {"--skip-gap"}, model,
            "iteration skipping is dense consensus's: a sparse share holds only changed rows");
     refuse(sparse, {"--technique"}, model, "the techniques manage the rows of PS mode's owners");
+    refuse(sparse, kReplicaFlags, model,
+           "--technique nups replicates hot rows in PS mode; sparse gossip has --hot-bytes");
   } else {
     refuse(sparse, kGossipFlags, model, "the flags of sparse gossip, consensus mode's");
   }
   refuse(sparse, kDenseOnlyFlags, model, "an image model's flag");
   const ps::SparseTechnique technique = techniqueOf(sparse);
+  if (technique != ps::SparseTechnique::kNups) {
+    for (const std::string& flag : kReplicaFlags) {
+      if (given(sparse, flag)) {
+        throw CommandFailure(2, fmt::format("{} applies to --technique nups only (this run's is "
+                                            "{}); see chorus node --help",
+                                            flag, sparse.technique));
+      }
+    }
+  } else if (given(sparse, "--replicate") && given(sparse, "--replica-bytes")) {
+    throw CommandFailure(2,
+                         "--replicate N and --replica-bytes both choose the hot set: give one "
+                         "(--replicate takes the top N whatever their memory)");
+  }
   if (technique != ps::SparseTechnique::kClassic && sampleSchemeOf(sparse)) {
     throw CommandFailure(2, fmt::format("--sample-scheme with --technique {} is not implemented "
                                         "yet: the sampling primitives run on --technique classic",
@@ -317,6 +364,7 @@ void checkSparseNodeArgs(const run::RunOptions& run, const SparseNodeArgs& spars
       options.train = trainOptions(run, sparse);
       options.sampling = sampleSchemeOf(sparse);
       options.technique = technique;
+      options.replication = replicationOf(sparse);
       ps::validateSparsePsOptions(options);
     }
   } catch (const std::invalid_argument& e) {
@@ -360,6 +408,8 @@ std::vector<std::pair<std::string, std::string>> sparseFingerprint(const run::Ru
                                          given(sparse, "--sample-reuse") ? sparse.sampleReuse : 0));
   }
   s.emplace_back("technique", sparse.technique);
+  s.emplace_back("replicas", fmt::format("replicate={} bytes={} syncs-per-s={}", sparse.replicate,
+                                         sparse.replicaBytes, sparse.replicaSyncsPerSecond));
   const consensus::SparseGossipFlags& g = sparse.gossip;
   s.emplace_back(
       "sparse-gossip",
@@ -380,6 +430,7 @@ std::shared_ptr<SparseNodeJob> loadSparseNodeJob(const run::RunOptions& run,
     job->train = trainOptions(run, sparse);
     job->sampling = sampleSchemeOf(sparse);
     job->technique = techniqueOf(sparse);
+    job->replication = replicationOf(sparse);
     if (isMf(run.model.name)) {
       ml::MfOptions mf = mfModelOptions(f);
       mf.seed = run.seed;
@@ -424,9 +475,10 @@ std::shared_ptr<SparseNodeJob> loadSparseNodeJob(const run::RunOptions& run,
   std::sort(sorted.begin(), sorted.end());
   const auto rank =
       static_cast<size_t>(std::find(sorted.begin(), sorted.end(), self) - sorted.begin());
-  if (job->technique == ps::SparseTechnique::kLapse && isMf(run.model.name)) {
-    // Lapse's MF partition: worker r takes the ratings of the matrix rows of block r, so that
-    // the row factors it localizes stay with it (only the columns move between workers).
+  if (job->technique != ps::SparseTechnique::kClassic && isMf(run.model.name)) {
+    // Lapse's MF partition (nups relocates the same way): worker r takes the ratings of the
+    // matrix rows of block r, so that the row factors it localizes stay with it (only the
+    // columns move between workers).
     job->shard = mfRowBlockShard(job->ratings, sorted.size(), rank);
     return job;
   }
@@ -438,6 +490,29 @@ std::shared_ptr<SparseNodeJob> loadSparseNodeJob(const run::RunOptions& run,
 }
 
 namespace {
+
+// The data's expected accesses of every table's rows, the skew layer's pre-scan (KGE: each
+// triple's entities and relation plus the negatives' uniform share; MF: each rating's row and
+// column), one vector per table of the workload. The same on every node.
+std::vector<std::vector<double>> expectedAccesses(const SparseNodeJob& job) {
+  std::vector<std::vector<double>> accesses;
+  if (job.workload->higherIsBetter()) {
+    ml::KgAccessStats stats = ml::kgAccessStats(job.graph, job.negatives_per_triple);
+    accesses = {std::move(stats.entities), std::move(stats.relations)};
+  } else {
+    ml::MfAccessStats stats = ml::mfAccessStats(job.ratings);
+    accesses = {std::move(stats.rows), std::move(stats.cols)};
+  }
+  const std::vector<ml::SparseTable*> tables = job.workload->tables();
+  for (size_t t = 0; t < tables.size() && t < accesses.size(); ++t) {
+    if (accesses[t].size() * 2 == tables[t]->rows()) {
+      // Reciprocal relations: row r + R is used as often as row r.
+      accesses[t].insert(accesses[t].end(), accesses[t].begin(), accesses[t].end());
+    }
+  }
+  accesses.resize(tables.size());
+  return accesses;
+}
 
 class SparsePsSession : public NodeSession {
  public:
@@ -472,6 +547,22 @@ class SparsePsSession : public NodeSession {
         line += fmt::format(" {} {:.4f}", m.name, m.value);
       fmt::print("node {}: {} of the owners' model:{}\n", self, split, line);
     }
+    if (r.technique == ps::SparseTechnique::kNups) {
+      const ps::RowAccessStats& a = r.access;
+      fmt::print(
+          "node {}: nups: {} hot keys replicated ({:.1f}% of the expected accesses), {:.1f}% of "
+          "the row accesses served by replicas; {} sync rounds, {} bytes sent by the sync, "
+          "replicas {:.0f} ms old on average ({:.0f} ms at most){}\n",
+          self, a.replicated_keys, 100 * r.replica_share,
+          a.keys_local + a.keys_remote > 0 ? 100.0 * static_cast<double>(a.keys_replica) /
+                                                 static_cast<double>(a.keys_local + a.keys_remote)
+                                           : 0.0,
+          a.replica_rounds, a.replica_bytes_sent, 1000 * a.replica_staleness_mean_s,
+          1000 * a.replica_staleness_max_s,
+          a.replica_lost_deltas > 0
+              ? fmt::format("; {} node deltas lost with dead nodes", a.replica_lost_deltas)
+              : std::string());
+    }
     if (!r.departed_peers.empty()) {
       fmt::print("node {}: node(s) {} left before the end\n", self,
                  fmt::join(r.departed_peers, ", "));
@@ -491,6 +582,10 @@ class SparsePsSession : public NodeSession {
     options.train = job.train;
     options.sampling = job.sampling;
     options.technique = job.technique;
+    if (job.technique == ps::SparseTechnique::kNups) {
+      options.replication = job.replication;
+      options.replication.accesses = expectedAccesses(job);
+    }
     return options;
   }
 
@@ -562,20 +657,9 @@ class SparseConsensusSession : public NodeSession {
     options.train = job.train;
     // The hot rows: each table's most accessed rows by the data's expected accesses (the same
     // on every node: the data and the ties' order are).
-    std::vector<std::vector<double>> accesses;
-    if (job.workload->higherIsBetter()) {
-      ml::KgAccessStats stats = ml::kgAccessStats(job.graph, job.negatives_per_triple);
-      accesses = {std::move(stats.entities), std::move(stats.relations)};
-    } else {
-      ml::MfAccessStats stats = ml::mfAccessStats(job.ratings);
-      accesses = {std::move(stats.rows), std::move(stats.cols)};
-    }
+    const std::vector<std::vector<double>> accesses = expectedAccesses(job);
     const std::vector<ml::SparseTable*> tables = job.workload->tables();
     for (size_t t = 0; t < tables.size() && t < accesses.size(); ++t) {
-      if (accesses[t].size() * 2 == tables[t]->rows()) {
-        // Reciprocal relations: row r + R is used as often as row r.
-        accesses[t].insert(accesses[t].end(), accesses[t].begin(), accesses[t].end());
-      }
       if (accesses[t].size() != tables[t]->rows()) break;
       sampling::HotSetChoice hot = sampling::chooseHotSet(
           accesses[t], consensus::rowWireBytes(tables[t]->dim()), gossip.hot_bytes);

@@ -52,9 +52,15 @@ struct SparseNodeArgs {
   // given (the workload draws its negatives, i.i.d. per step: what naive does).
   std::string sampleScheme;
   int64_t sampleReuse = 0;
-  // --technique (PS mode): how the rows are managed: "classic" (at their homes) or "lapse"
-  // (relocated to where they are used; docs/sparse-ps.md).
+  // --technique (PS mode): how the rows are managed: "classic" (at their homes), "lapse"
+  // (relocated to where they are used; docs/sparse-ps.md) or "nups" (hot keys replicated, the
+  // others relocated; docs/ps-replication.md).
   std::string technique = "classic";
+  // --technique nups: --replicate N (the N most accessed keys; -1: not given, the hot set is what
+  // fits --replica-bytes), --replica-bytes and --replica-syncs-per-s.
+  int64_t replicate = -1;
+  uint64_t replicaBytes = uint64_t{1} << 20;
+  double replicaSyncsPerSecond = 25;
   // Consensus mode: --cold-every, --round-bytes, --hot-bytes, --relay-hops, --dense-exchange
   // (docs/sparse-consensus.md).
   consensus::SparseGossipFlags gossip;
@@ -74,6 +80,9 @@ void checkImageModelFlags(const run::RunOptions& run, const SparseNodeArgs& spar
 std::optional<sampling::SampleSchemeOptions> sampleSchemeOf(const SparseNodeArgs& sparse);
 // The technique of --technique. CommandFailure 2 for an unknown one, or one not built yet.
 ps::SparseTechnique techniqueOf(const SparseNodeArgs& sparse);
+// --technique nups's hot-set and sync settings (--replicate, --replica-bytes,
+// --replica-syncs-per-s), without the expected accesses (the data's, filled in by the session).
+ps::ReplicationOptions replicationOf(const SparseNodeArgs& sparse);
 // After parsing: records which of `node`'s flags were given.
 void recordGivenFlags(const CLI::App& node, SparseNodeArgs& args);
 

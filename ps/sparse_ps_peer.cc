@@ -72,6 +72,11 @@ void validateSparsePsOptions(const SparsePsOptions& options) {
   if (options.ps.rejoin) {
     throw std::invalid_argument("--rejoin is not supported for sparse models in PS mode yet");
   }
+  const double syncs = options.replication.syncs_per_second;
+  if (!(syncs >= 0 && syncs <= 1000)) {
+    throw std::invalid_argument(fmt::format(
+        "--replica-syncs-per-s {}: a rate from 0 (sync only at the end) to 1000", syncs));
+  }
   if (options.sampling) {
     if (std::optional<std::string> error = sampling::checkSampleOptions(*options.sampling)) {
       throw std::invalid_argument(fmt::format("--sample-scheme: {}", *error));
@@ -125,7 +130,8 @@ SparsePsPeer::SparsePsPeer(node::Node& node, ml::SparseWorkload& workload,
   const Clock total_clocks = options_.train.epochs * clocks_per_epoch_;
 
   // This node's rows, from its copy of the model (every node's is the seed's).
-  KeyStore store(space_, ownerPolicy(options_.train.optimizer));
+  const std::shared_ptr<const UpdatePolicy> policy = ownerPolicy(options_.train.optimizer);
+  KeyStore store(space_, policy);
   const KeyDirectory directory(map_, space_);
   for (size_t t = 0; t < tables_.size(); ++t) {
     const KeyTable& table = space_.tables()[t];
@@ -146,6 +152,7 @@ SparsePsPeer::SparsePsPeer(node::Node& node, ml::SparseWorkload& workload,
   setup.staleness = staleness_;
   setup.max_clock = total_clocks + 1;
   setup.ps = &options_.ps;
+  if (options_.technique == SparseTechnique::kNups) setup.replicas = replicaSetup(policy);
   access_ = makeSparseRowAccess(options_.technique, node_, std::move(store), setup);
   ahead_rows_.resize(tables_.size());
   ahead_keys_ = std::make_unique<StepKeys>(space_);
@@ -178,6 +185,25 @@ SparsePsPeer::SparsePsPeer(node::Node& node, ml::SparseWorkload& workload,
 }
 
 SparsePsPeer::~SparsePsPeer() = default;
+
+ReplicaSetup SparsePsPeer::replicaSetup(std::shared_ptr<const UpdatePolicy> policy) {
+  ReplicaChoice choice = chooseHotKeys(space_, options_.replication, *policy);
+  replica_share_ = choice.share;
+  node_.logger().info("nups: {}{}", formatReplicaChoice(choice),
+                      options_.replication.replicate ? " (--replicate)" : "");
+  ReplicaSetup setup;
+  // The seed's values, the same on every node.
+  for (Key key : choice.keys) {
+    const KeyTable* table = space_.tableOf(key);
+    const auto t = static_cast<size_t>(table - space_.tables().data());
+    const float* row = tables_[t]->row(key - table->first);
+    setup.initial.insert(setup.initial.end(), row, row + table->row_floats);
+  }
+  setup.keys = std::move(choice.keys);
+  setup.policy = std::move(policy);
+  setup.syncs_per_second = options_.replication.syncs_per_second;
+  return setup;
+}
 
 void SparsePsPeer::stop() {
   membership_.stop();
@@ -305,9 +331,15 @@ SparsePsReport SparsePsPeer::run() {
       .add("clocks_per_epoch", clocks_per_epoch_)
       .add("keys", static_cast<uint64_t>(space_.numKeys()))
       .add("owned_keys", static_cast<uint64_t>(owned));
+  if (options_.technique == SparseTechnique::kNups) {
+    start.add("replicated_keys", access_->stats().replicated_keys)
+        .add("replica_share", replica_share_)
+        .add("replica_syncs_per_s", options_.replication.syncs_per_second);
+  }
   for (const auto& [key, value] : train.startFields)
     start.add(key, value);
   metrics.write(start);
+  access_->startRun();
   log.info(
       "sparse ps: {} epochs of {} clocks on {} of {} points, model {} ({} rows as keys, {} "
       "owned here), staleness {}, {} workers",
@@ -491,6 +523,12 @@ SparsePsReport SparsePsPeer::run() {
     log.info("{}", line);
   }
   settlePush();
+  if (!membership_.stopped()) {
+    // nups: the replicas take in every live node's last pushes before node 0 reads them.
+    const node::Status drained = access_->finishPushes(options_.ps.finish_timeout);
+    if (!drained.ok())
+      log.warn("{}; the hot rows read at the end may miss pushes", drained.message());
+  }
   const node::PeerStats clock_bytes = traffic();
   report_.clock_bytes_out = clock_bytes.bytes_out;
   report_.clock_bytes_in = clock_bytes.bytes_in;
@@ -530,6 +568,7 @@ SparsePsReport SparsePsPeer::run() {
   }
   report_.access = access_->stats();
   report_.technique = options_.technique;
+  report_.replica_share = replica_share_;
   report_.worker.keys_local = report_.access.keys_local;
   report_.worker.keys_remote = report_.access.keys_remote;
   if (const KvWorker* worker = access_->kvWorker()) report_.worker = worker->stats();
@@ -562,6 +601,19 @@ SparsePsReport SparsePsPeer::run() {
       .add("localize_failed", report_.access.localize_failed)
       .add("held_keys", report_.access.held_keys)
       .addBool("stopped", report_.stopped);
+  if (options_.technique == SparseTechnique::kNups) {
+    // The replicas: how many, how much they served, the sync's work, their age during the
+    // clocks, and their digest once drained (equal on every node that drained).
+    const RowAccessStats& a = report_.access;
+    summary.add("replicated_keys", a.replicated_keys)
+        .add("replica_keys", a.keys_replica)
+        .add("replica_rounds", a.replica_rounds)
+        .add("replica_lost_deltas", a.replica_lost_deltas)
+        .add("replica_bytes_out", a.replica_bytes_sent)
+        .add("replica_staleness_mean_s", a.replica_staleness_mean_s)
+        .add("replica_staleness_max_s", a.replica_staleness_max_s)
+        .add("replica_digest", fmt::format("{:016x}", a.replica_digest));
+  }
   metrics.write(summary);
   return report_;
 }

@@ -11,8 +11,9 @@
 // The rows are reached through one seam, SparseRowAccess (ps/sparse_row_access.h): pull, push,
 // localize, clock. `--technique classic` is KvServer + KvWorker (rows at their homes),
 // `--technique lapse` the relocation shell (rows move to the worker that localizes them; the
-// loop localizes the next clock's data points one clock ahead). A later technique (replication)
-// plugs in there without touching this loop.
+// loop localizes the next clock's data points one clock ahead), `--technique nups` replicas of
+// the hot keys on every node (synced in the background, drained before the end-of-run read)
+// beside the relocation of the others.
 #pragma once
 
 #include <cstdint>
@@ -53,8 +54,11 @@ struct SparsePsOptions {
   // values read by pullSample. nullopt: the workload draws them (i.i.d. per step, as naive) and
   // they are read with the step's rows.
   std::optional<sampling::SampleSchemeOptions> sampling;
-  // --technique: how the rows are managed (classic: at their homes; lapse: relocated).
+  // --technique: how the rows are managed (classic: at their homes; lapse: relocated; nups: hot
+  // keys replicated, the others relocated).
   SparseTechnique technique = SparseTechnique::kClassic;
+  // nups: the hot set and the sync rate (--replicate, --replica-bytes, --replica-syncs-per-s).
+  ReplicationOptions replication;
   // Lapse: the rows of the data points of the clock this many clocks ahead are localized at the
   // start of each clock (0: none). One clock is Lapse's "one data point ahead" for a step.
   int64_t localize_ahead = 1;
@@ -88,7 +92,9 @@ struct SparsePsReport {
   uint64_t clock_bytes_in = 0;
   uint64_t failed_pulls = 0;
   uint64_t failed_pushes = 0;
-  // The technique's counters (keys localized, rows held at the end).
+  // nups: the hot keys' share of the expected accesses (formatReplicaChoice's).
+  double replica_share = 0;
+  // The technique's counters (keys localized, rows held at the end, the replicas').
   SparseTechnique technique = SparseTechnique::kClassic;
   RowAccessStats access;
   // With a sample scheme: its counters (keys handed out, of which local; distinct sampled keys
@@ -140,6 +146,8 @@ class SparsePsPeer {
   // every worker reached it (the final read), else under SSP as a step's read. False (logged)
   // when the read failed.
   bool pullModel(std::optional<Clock> min_clock);
+  // nups: the hot keys (chooseHotKeys) with the seed's values, updated with `policy`.
+  ReplicaSetup replicaSetup(std::shared_ptr<const UpdatePolicy> policy);
   // Starts localizing the rows the data points `points` name (not waited for).
   void localizeAhead(std::span<const size_t> points);
   // Waits for the pending push; counts and logs it when it failed.
@@ -162,6 +170,7 @@ class SparsePsPeer {
   int64_t clocks_per_epoch_ = 0;
   std::unique_ptr<SparseRowAccess> access_;
   uint64_t owned_at_start_ = 0;
+  double replica_share_ = 0;  // nups: the hot keys' share of the expected accesses
   std::vector<std::vector<ml::RowKey>> ahead_rows_;  // localizeAhead's buffers
   std::unique_ptr<StepKeys> ahead_keys_;
   // With a sample scheme: who owns what (classic placement: fixed for the run, so the scheme's

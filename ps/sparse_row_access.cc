@@ -8,6 +8,8 @@ const char* sparseTechniqueName(SparseTechnique technique) {
       return "classic";
     case SparseTechnique::kLapse:
       return "lapse";
+    case SparseTechnique::kNups:
+      return "nups";
   }
   return "?";
 }
@@ -15,6 +17,7 @@ const char* sparseTechniqueName(SparseTechnique technique) {
 std::optional<SparseTechnique> parseSparseTechnique(const std::string& name) {
   if (name == "classic") return SparseTechnique::kClassic;
   if (name == "lapse") return SparseTechnique::kLapse;
+  if (name == "nups") return SparseTechnique::kNups;
   return std::nullopt;
 }
 
@@ -23,6 +26,8 @@ std::unique_ptr<SparseRowAccess> makeSparseRowAccess(SparseTechnique technique, 
   switch (technique) {
     case SparseTechnique::kLapse:
       return makeLapseRowAccess(node, std::move(store), setup);
+    case SparseTechnique::kNups:
+      return makeNupsRowAccess(node, std::move(store), setup);
     case SparseTechnique::kClassic:
       break;
   }

@@ -5,10 +5,12 @@
 // - ClassicRowAccess: every row at its home (ShardMap) for the whole run, read and written through
 //   KvWorker and KvServer; localize does nothing.
 // - LapseRowAccess: rows move to the node that localizes them (ps/relocation_shell.h, Lapse).
-// A further technique (NuPS replication beside relocation) implements SparseRowAccess too and is
-// chosen in makeSparseRowAccess(); the loop does not change.
+// - NupsRowAccess: the hot keys have a replica on every node, read and pushed locally and synced
+//   in the background (ps/replica_shell.h, NuPS); the other keys are relocated as under lapse.
+// makeSparseRowAccess() chooses; the loop does not change.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -20,7 +22,9 @@
 #include "ps/key_localizer.h"
 #include "ps/key_store.h"
 #include "ps/ps_run_barrier.h"
+#include "ps/replica_choice.h"
 #include "ps/ssp.h"
+#include "ps/update_policy.h"
 
 namespace chorus::node {
 class Node;
@@ -39,8 +43,9 @@ struct PsOptions;
 enum class SparseTechnique : uint8_t {
   kClassic,  // every row at its hash owner
   kLapse,    // relocation: rows move to where they are used (Lapse)
+  kNups,     // replication of the hot keys, relocation of the others (NuPS)
 };
-// "classic" or "lapse".
+// "classic", "lapse" or "nups".
 const char* sparseTechniqueName(SparseTechnique technique);
 // Parses --technique's value; nullopt for an unknown name.
 std::optional<SparseTechnique> parseSparseTechnique(const std::string& name);
@@ -52,7 +57,41 @@ struct RowAccessStats {
   uint64_t localized = 0;    // keys asked to localize
   uint64_t localize_failed = 0;
   uint64_t held_keys = 0;  // rows held here now (classic: its home rows)
+  // nups: the hot keys' replicas (all zero for the other techniques).
+  uint64_t replicated_keys = 0;         // keys with a replica on every node
+  uint64_t keys_replica = 0;            // reads and writes served by a replica (part of keys_local)
+  uint64_t replica_rounds = 0;          // sync rounds finished here
+  uint64_t replica_lost_deltas = 0;     // (round, node) pairs whose delta a round lost
+  uint64_t replica_bytes_sent = 0;      // the sync's frames, on the wire
+  double replica_staleness_mean_s = 0;  // the replicas' age (ReplicaShellCounters::staleness),
+  double replica_staleness_max_s = 0;   // sampled at every clock: its mean and maximum
+  // XXH3 of the replicas' value floats (key order) once drained (finishPushes): equal on every
+  // node that drained. 0 before.
+  uint64_t replica_digest = 0;
 };
+
+// --technique nups: which keys get a replica on every node, and how often replicas sync
+// (docs/ps-replication.md, "In sparse PS mode").
+struct ReplicationOptions {
+  // The expected accesses of every table's rows (the skew layer's pre-scan: ml::kgAccessStats,
+  // ml::mfAccessStats), one entry per table of the key space; an empty entry: none of that
+  // table's keys is replicated.
+  std::vector<TableAccesses> accesses;
+  // --replicate N: the N most accessed keys, whatever their memory; nullopt: as many as fit
+  // budget_bytes.
+  std::optional<size_t> replicate;
+  // --replica-bytes: the replicas' memory on each node (values, optimizer state, synced copy and
+  // delta: ReplicaSet::bytesPerRow).
+  uint64_t budget_bytes = uint64_t{1} << 20;
+  // --replica-syncs-per-s: rounds a node's timer starts per second (NuPS's default 25; 0: the
+  // replicas sync only at the end of the run).
+  double syncs_per_second = 25;
+};
+// The hot keys of `space` under `options` for rows updated with `policy` (the same on every
+// node: the accesses and the ties' order are). std::invalid_argument when the accesses do not
+// match the key space.
+ReplicaChoice chooseHotKeys(const KeySpace& space, const ReplicationOptions& options,
+                            const UpdatePolicy& policy);
 
 class SparseRowAccess {
  public:
@@ -80,10 +119,27 @@ class SparseRowAccess {
   // What the end-of-run barrier tells the data path (peer events, TrainingDone, ticks).
   virtual PsRunHooks runHooks() = 0;
   virtual SparseTechnique technique() const = 0;
+  // Trainer thread, once the node runs, before the first clock: starts what runs in the
+  // background (the replica sync's timer).
+  virtual void startRun() {}
+  // Trainer thread, after the worker's last push completed and before the end-of-run read:
+  // makes every push of every live node visible here (nups: the replicas drain, so node 0's
+  // evaluation reads the converged values). An error (logged by the caller) when `timeout`
+  // passed first; the run goes on.
+  virtual node::Status finishPushes(std::chrono::milliseconds /*timeout*/) { return {}; }
   // The classic path's worker and server (the sampling primitives read through the worker);
   // null for other techniques.
   virtual KvWorker* kvWorker() { return nullptr; }
   virtual const KvServer* kvServer() const { return nullptr; }
+};
+
+// The hot keys' replicas of a nups data path (empty keys: nothing is replicated, and the path is
+// lapse's exactly).
+struct ReplicaSetup {
+  std::vector<Key> keys;       // sorted, unique, in the key space
+  std::vector<float> initial;  // their value floats in key order, the same on every node
+  std::shared_ptr<const UpdatePolicy> policy;  // the owners' (the store's) update rule
+  double syncs_per_second = 25;
 };
 
 // What a data path is built from.
@@ -93,16 +149,19 @@ struct RowAccessSetup {
   Staleness staleness;
   Clock max_clock = 0;  // the run's last clock and one more
   const PsOptions* ps = nullptr;
+  ReplicaSetup replicas;  // nups only
 };
 
 // The data path of `technique` on `node`, holding `store` (this node's home rows, with the
 // owners' update policy). Installs its handlers on the node.
 std::unique_ptr<SparseRowAccess> makeSparseRowAccess(SparseTechnique technique, node::Node& node,
                                                      KeyStore store, const RowAccessSetup& setup);
-// The two paths (makeSparseRowAccess chooses).
+// The paths (makeSparseRowAccess chooses).
 std::unique_ptr<SparseRowAccess> makeClassicRowAccess(node::Node& node, KeyStore store,
                                                       const RowAccessSetup& setup);
 std::unique_ptr<SparseRowAccess> makeLapseRowAccess(node::Node& node, KeyStore store,
                                                     const RowAccessSetup& setup);
+std::unique_ptr<SparseRowAccess> makeNupsRowAccess(node::Node& node, KeyStore store,
+                                                   const RowAccessSetup& setup);
 
 }  // namespace chorus::ps

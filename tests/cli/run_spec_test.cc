@@ -127,7 +127,10 @@ NodeArgs everySettingChanged() {
   a.sparse.logEvery = 7;
   a.sparse.sampleScheme = "pool";
   a.sparse.sampleReuse = 4;
-  a.sparse.technique = "lapse";
+  a.sparse.technique = "nups";
+  a.sparse.replicate = 900;
+  a.sparse.replicaBytes = 12345;
+  a.sparse.replicaSyncsPerSecond = 7.5;
   a.sparse.gossip.cold_every = 3;
   a.sparse.gossip.round_bytes = 12345;
   a.sparse.gossip.hot_bytes = 777;
@@ -248,6 +251,9 @@ void expectSameSettings(const NodeArgs& a, const NodeArgs& b) {
   EXPECT_EQ(a.sparse.sampleScheme, b.sparse.sampleScheme);
   EXPECT_EQ(a.sparse.sampleReuse, b.sparse.sampleReuse);
   EXPECT_EQ(a.sparse.technique, b.sparse.technique);
+  EXPECT_EQ(a.sparse.replicate, b.sparse.replicate);
+  EXPECT_EQ(a.sparse.replicaBytes, b.sparse.replicaBytes);
+  EXPECT_EQ(a.sparse.replicaSyncsPerSecond, b.sparse.replicaSyncsPerSecond);
   EXPECT_EQ(a.sparse.gossip.cold_every, b.sparse.gossip.cold_every);
   EXPECT_EQ(a.sparse.gossip.round_bytes, b.sparse.gossip.round_bytes);
   EXPECT_EQ(a.sparse.gossip.hot_bytes, b.sparse.gossip.hot_bytes);

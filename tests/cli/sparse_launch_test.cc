@@ -192,6 +192,59 @@ TEST(ChorusSparsePs, TheTechniqueReachesTheNodes) {
   }
 }
 
+// --technique nups through the run spec: three launched nodes replicate the hot keys (the
+// relations' rows and the most used entities by the data's pre-scan), reach chorus train's MRR,
+// print and record the replicas' share, rounds and age, and every node's replicas end as the
+// same bits (the digest in each node's summary).
+TEST(ChorusSparsePs, NupsReplicatesTheHotKeysOnEveryNode) {
+  TempDir dir("chorus-sparse-nups");
+  writePlantedGraph(dir.file("graphs/planted"));
+  const std::vector<std::string> flags = kgeFlags(dir.file("graphs"));
+  std::vector<std::string> train = {chorusBinary(), "train"};
+  train.insert(train.end(), flags.begin(), flags.end());
+  const CommandResult alone = runCommand(train);
+  ASSERT_EQ(alone.exit_code, 0) << alone.err;
+  const double single = numberAfter(alone.out, "test (filtered, both directions): mrr ");
+  ASSERT_GT(single, 0.08) << alone.out;
+
+  std::vector<std::string> launch = {chorusBinary(),
+                                     "launch",
+                                     writeTopology(dir, 3),
+                                     "--out",
+                                     dir.file("out"),
+                                     "--technique",
+                                     "nups",
+                                     "--replicate",
+                                     "24",
+                                     "--replica-syncs-per-s",
+                                     "40",
+                                     "--staleness",
+                                     "0"};
+  launch.insert(launch.end(), flags.begin(), flags.end());
+  const CommandResult r = runCommand(launch);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NEAR(numberAfter(r.out, "test of the owners' model: mrr "), single, 0.5 * single) << r.out;
+  std::string digest;
+  for (int node = 0; node < 3; ++node) {
+    const std::string prefix = "node " + std::to_string(node) + ": nups: 24 hot keys replicated";
+    EXPECT_TRUE(contains(r.out, prefix)) << r.out;
+    std::ifstream metrics(dir.file("out/node-" + std::to_string(node) + ".jsonl"));
+    const std::string lines((std::istreambuf_iterator<char>(metrics)), {});
+    EXPECT_TRUE(contains(lines, "\"technique\":\"nups\"")) << lines;
+    EXPECT_TRUE(contains(lines, "\"replicated_keys\":24")) << lines;
+    EXPECT_TRUE(contains(lines, "\"replica_syncs_per_s\":40")) << lines;
+    EXPECT_GT(numberAfter(lines, "\"replica_rounds\":"), 0) << lines;
+    EXPECT_GT(numberAfter(lines, "\"replica_staleness_max_s\":"), 0) << lines;
+    EXPECT_EQ(numberAfter(lines, "\"replica_lost_deltas\":"), 0) << lines;
+    const size_t at = lines.find("\"replica_digest\":\"");
+    ASSERT_NE(at, std::string::npos) << lines;
+    const std::string mine = lines.substr(at + 18, 16);
+    if (node == 0) digest = mine;
+    EXPECT_EQ(mine, digest) << "node " << node;
+    EXPECT_NE(mine, "0000000000000000") << "node " << node << " did not drain";
+  }
+}
+
 TEST(ChorusSparsePs, ANodeAloneAndALaunchedPairFactorizeLikeChorusTrain) {
   TempDir dir("chorus-sparse-ps");
   const std::vector<std::string> flags = {
@@ -264,10 +317,27 @@ TEST(ChorusSparsePs, BadFlagsAreRefusedBeforeAnyNodeStarts) {
       {{"--mode", "consensus", "--model", "distmult", "--sample-scheme", "naive"},
        "--sample-scheme does not apply to --model distmult (the sampling schemes draw the "
        "negatives through PS mode's primitives"},
-      {{"--model", "complex", "--technique", "nups"},
-       "--technique nups is not implemented yet: use classic or lapse"},
+      {{"--model", "complex", "--technique", "auto"},
+       "--technique auto is not implemented yet: use classic, lapse or nups"},
       {{"--model", "complex", "--technique", "nosuch"},
-       "--technique nosuch: unknown technique (classic or lapse)"},
+       "--technique nosuch: unknown technique (classic, lapse or nups)"},
+      {{"--model", "complex", "--replicate", "10"},
+       "--replicate applies to --technique nups only (this run's is classic)"},
+      {{"--model", "complex", "--technique", "lapse", "--replica-syncs-per-s", "5"},
+       "--replica-syncs-per-s applies to --technique nups only (this run's is lapse)"},
+      {{"--model", "complex", "--technique", "nups", "--replicate", "10", "--replica-bytes",
+        "4096"},
+       "--replicate N and --replica-bytes both choose the hot set: give one"},
+      {{"--model", "complex", "--technique", "nups", "--replica-syncs-per-s", "2000"},
+       "--replica-syncs-per-s: Value 2000 not in range"},
+      {{"--model", "complex", "--technique", "nups", "--replicate", "-3"},
+       "--replicate: Value -3 not in range"},
+      {{"--model", "mlp", "--replicate", "4"}, "--replicate does not apply to --model mlp"},
+      {{"--mode", "consensus", "--model", "complex", "--replica-bytes", "4096"},
+       "--replica-bytes does not apply to --model complex (--technique nups replicates hot rows "
+       "in PS mode"},
+      {{"--model", "complex", "--technique", "nups", "--sample-scheme", "pool"},
+       "--sample-scheme with --technique nups is not implemented yet"},
       {{"--model", "mlp", "--technique", "lapse"}, "--technique does not apply to --model mlp"},
       {{"--model", "complex", "--technique", "lapse", "--sample-scheme", "preloc"},
        "--sample-scheme with --technique lapse is not implemented yet"},

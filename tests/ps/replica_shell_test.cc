@@ -506,6 +506,79 @@ TEST(ReplicaShell, RefusesBadPushesAndPushesAfterTheDrain) {
 // logs that node's delta as lost. Deterministic: the victim was live when the round started and
 // never contributed. Its earlier pushes, synced in round 1, stay; its later ones are lost; every
 // survivor's pushes are in every survivor's replicas, exactly.
+// A node is pulled into a round before all of its connections are up (in a launch, each node's
+// sync starts when its own connections are up, and a contribution pulls the others in): its
+// frames to a member not connected yet wait and go out, in order, when that member comes up. Here
+// node 0 connects only after nodes 1 and 2 ran a round that needs it: without the held frames
+// node 0 would never get its contributions, and nobody's drain would finish.
+TEST(ReplicaShell, FramesForAMemberNotConnectedYetWaitForIt) {
+  const std::vector<NodeId> ids = {0, 1, 2};
+  auto layout = std::make_shared<const ReplicaLayout>(hotSpace(), hotSpace().allKeys(),
+                                                      ShardMap(ids), unitSgd().get());
+  const std::vector<float> initial = initialValues(*layout);
+  const testsupport::NodeSettings settings{.peer_timeout = std::chrono::milliseconds(60000)};
+  std::map<NodeId, std::unique_ptr<node::Node>> nodes;
+  std::map<NodeId, std::unique_ptr<ReplicaShell>> shells;
+  for (NodeId id : ids) {
+    nodes[id] = std::make_unique<node::Node>(testsupport::nodeOptions(settings, id, ids.size()));
+    ASSERT_TRUE(nodes[id]->listen().ok());
+    shells[id] = std::make_unique<ReplicaShell>(*nodes[id], layout, initial, unitSgd(),
+                                                ReplicaShellOptions{.syncs_per_second = 0});
+    ReplicaShell* shell = shells[id].get();
+    nodes[id]->setEventHandler(
+        [shell](const node::PeerEvent& event) { shell->onPeerEvent(event); });
+  }
+  const auto peersOf = [&](NodeId id) {
+    std::vector<node::PeerAddress> peers;
+    for (NodeId other : ids) {
+      if (other != id) peers.push_back({other, "127.0.0.1", nodes[other]->port()});
+    }
+    return peers;
+  };
+  // Nodes 1 and 2 connect to each other; node 0, the one that dials them both, not yet.
+  ASSERT_TRUE(nodes[1]->connect(peersOf(1)).ok());
+  ASSERT_TRUE(nodes[2]->connect(peersOf(2)).ok());
+  for (int i = 0; i < 600 && nodes[1]->connectedPeers().empty(); ++i)
+    std::this_thread::sleep_for(50ms);  // polling a state, not synchronizing on time
+  ASSERT_EQ(nodes[1]->connectedPeers(), std::vector<NodeId>{2});
+  // Node 1 pushes and starts round 1: its contribution to node 0 and node 2's (pulled in) wait.
+  std::mt19937_64 rng(3);
+  const Push push = randomPush(*layout, rng);
+  shells[1]->push(push.keys, push.grads);
+  shells[1]->syncNow();
+  ASSERT_FALSE(shells[1]->waitRound(1, 300ms)) << "round 1 finished without node 0";
+  ASSERT_TRUE(nodes[0]->connect(peersOf(0)).ok());
+  for (NodeId id : ids) {
+    ASSERT_TRUE(nodes[id]->waitClusterReady(30s).ok()) << "node " << id;
+  }
+  std::vector<std::future<node::Status>> drains;
+  for (NodeId id : ids)
+    drains.push_back(
+        std::async(std::launch::async, [&shells, id] { return shells[id]->drain(kLong); }));
+  for (size_t i = 0; i < drains.size(); ++i)
+    EXPECT_TRUE(drains[i].get().ok()) << "node " << ids[i];
+  GradSums sums;
+  addPush(*layout, push, sums);
+  std::vector<float> expected = initial;
+  for (const auto& [key, sum] : sums) {
+    const size_t i = *layout->indexOf(key);
+    size_t begin = 0;
+    for (size_t r = 0; r < i; ++r)
+      begin += layout->length(r);
+    for (size_t j = 0; j < sum.size(); ++j)
+      expected[begin + j] = static_cast<float>(static_cast<double>(expected[begin + j]) - sum[j]);
+  }
+  for (NodeId id : ids) {
+    std::vector<float> values;
+    shells[id]->pull(layout->keys(), values);
+    EXPECT_TRUE(sameBits(values, expected)) << "node " << id;
+    EXPECT_EQ(shells[id]->counters().send_failures, 0u) << "node " << id;
+  }
+  for (auto& [id, node] : nodes)
+    node->shutdown(0ms);
+  shells.clear();
+}
+
 TEST(ReplicaShellFailure, ANodeKilledMidSyncIsNamedAndTheOthersGoOn) {
   ReplicaNodes::Options options;
   options.ids = idsUpTo(4);
