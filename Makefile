@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CHORUS := $(BUILD)/cli/chorus
 
-.PHONY: all setup configure build test demo bench asan tsan fuzz clean format tidy
+.PHONY: all setup configure build test demo demo-sparse bench asan tsan fuzz clean format tidy
 
 all: build
 
@@ -25,6 +25,10 @@ test: build
 # The main job: see README.md.
 demo: build
 	@bash scripts/demo.sh $(CHORUS)
+
+# The third command of README.md: PS techniques against sparse gossip on WN18RR (4 nodes).
+demo-sparse: build
+	@bash scripts/demo_sparse.sh $(CHORUS)
 
 # Benchmarks run from a Release tree of their own: bench/README.md's figures are Release
 # figures, and the default build keeps debug info (RelWithDebInfo), which is slower.

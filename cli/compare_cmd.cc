@@ -21,7 +21,9 @@
 
 #include "cli/commands.h"
 #include "cli/launcher.h"
+#include "cli/sparse_node.h"
 #include "consensus/consensus_peer.h"
+#include "experiment/target.h"
 #include "experiment/variant.h"
 #include "faults/link_delay.h"
 #include "faults/straggler.h"
@@ -30,6 +32,7 @@
 #include "node/secret.h"
 #include "ps/ps_peer.h"
 #include "report/report.h"
+#include "report/sparse_table.h"
 #include "run/cli_checks.h"
 #include "run/training_run.h"
 #include "topology/topology.h"
@@ -46,6 +49,12 @@ struct CompareArgs {
   // --staleness: the consensus variants' tau (a PS variant's bound is its name's).
   run::StalenessBound staleness = run::kDefaultStaleness;
   std::set<std::string> ps_flags, consensus_flags;
+  // The sparse models' flags (chorus node's: --dim, --negatives, ...; the sampling flags are PS
+  // mode's, the gossip flags consensus mode's).
+  SparseNodeArgs sparse;
+  // --target-mrr, --target-rmse, --target (--target-acc is the run options'); given when the
+  // option's count is not 0.
+  double target_mrr = 0, target_rmse = 0, target_any = 0;
   std::string topology;
   std::string variants;
   std::string secret_file;  // empty: the topology's [cluster] secret_file, if any
@@ -57,16 +66,23 @@ struct CompareArgs {
   double progress_s = 5;
 };
 
+// The option scopes of the two modes whose options compare offers (modes/variants.h: a mode's
+// scope is its name).
+const std::string kPsScope = "ps";
+const std::string kConsensusScope = "consensus";
+
 // Flags compare sets per run itself, or that belong to compare only: never forwarded as given.
 const std::set<std::string> kOwnFlags = {"--topology",    "--variants",       "--seeds", "--force",
                                          "--run-timeout", "--progress-every", "--seed",  "--out",
-                                         "--rounds",      "--eval-every",     "--help"};
+                                         "--rounds",      "--eval-every",     "--help",  "--target",
+                                         "--target-mrr",  "--target-rmse"};
 
 // Mode options that the variant's name sets (or that make no sense for a compare): refused with
 // what to write instead.
 const std::vector<std::pair<std::string, std::string>> kVariantFlags = {
     {"--backup", "the variant name sets it: consensus:RULE, e.g. consensus:static:1"},
-    {"--rejoin", "it is for one restarted node, not for a compare"}};
+    {"--rejoin", "it is for one restarted node, not for a compare"},
+    {"--technique", "the variant name sets it: ps:TECHNIQUE, e.g. ps:lapse or ps:lapse:ssp:2"}};
 
 // Registers a mode's options on `cmd` through `add`, under the help heading `heading`, and
 // returns their flags.
@@ -115,7 +131,9 @@ std::string selfExecutable() {
 // The training options the user gave, to pass on unchanged: every training option to every
 // node, a mode's options to the nodes of that mode's variants. --data and --model are always
 // passed, so that the nodes train what compare checked even if their own defaults change.
-std::vector<experiment::ForwardedOption> forwardedOptions(CLI::App& cmd, const CompareArgs& args) {
+std::vector<experiment::ForwardedOption> forwardedOptions(CLI::App& cmd, const CompareArgs& args,
+                                                          const std::string& data,
+                                                          double target_acc) {
   const run::RunOptions& run = args.run;
   std::vector<experiment::ForwardedOption> forwarded;
   for (const CLI::Option* option : cmd.get_options()) {
@@ -132,15 +150,14 @@ std::vector<experiment::ForwardedOption> forwardedOptions(CLI::App& cmd, const C
     const bool bare = results.empty() || option->get_items_expected_max() == 0;
     // The deprecated spelling reaches the nodes as --staleness (said once, by this parse).
     if (flag == "--staleness-bound") {
-      forwarded.push_back({"--staleness", {joined}, experiment::OptionScope::kConsensus});
+      forwarded.push_back({"--staleness", {joined}, kConsensusScope});
       continue;
     }
-    const experiment::OptionScope scope =
-        flag == "--staleness"                  ? experiment::OptionScope::kConsensus
-        : flag == ps::kAsyncRoundsFlag         ? experiment::OptionScope::kPsAsync
-        : args.ps_flags.count(flag) > 0        ? experiment::OptionScope::kPs
-        : args.consensus_flags.count(flag) > 0 ? experiment::OptionScope::kConsensus
-                                               : experiment::OptionScope::kEvery;
+    const std::string scope = flag == "--staleness"           ? kConsensusScope
+                              : flag == ps::kAsyncRoundsFlag  ? std::string(modes::kPsAsyncScope)
+                              : args.ps_flags.count(flag) > 0 ? kPsScope
+                              : args.consensus_flags.count(flag) > 0 ? kConsensusScope
+                                                                     : std::string();
     forwarded.push_back(
         {flag, bare ? std::vector<std::string>{} : std::vector<std::string>{joined}, scope});
   }
@@ -149,12 +166,12 @@ std::vector<experiment::ForwardedOption> forwardedOptions(CLI::App& cmd, const C
                        [&](const auto& option) { return option.flag == flag; });
   };
   if (!given("--model")) {
-    forwarded.insert(forwarded.begin(),
-                     {"--model", {run.model.name}, experiment::OptionScope::kEvery});
+    forwarded.insert(forwarded.begin(), {"--model", {run.model.name}, ""});
   }
-  if (!given("--data")) {
-    forwarded.insert(forwarded.begin(),
-                     {"--data", {run.data.name}, experiment::OptionScope::kEvery});
+  if (!given("--data")) forwarded.insert(forwarded.begin(), {"--data", {data}, ""});
+  // --target on an image model is its --target-acc: the nodes log when they reach it.
+  if (!given("--target-acc") && target_acc > 0) {
+    forwarded.push_back({"--target-acc", {fmt::format("{}", target_acc)}, ""});
   }
   return forwarded;
 }
@@ -164,9 +181,8 @@ std::vector<experiment::ForwardedOption> forwardedOptions(CLI::App& cmd, const C
 std::vector<experiment::ForwardedOption> singleVariantOptions(
     const std::vector<experiment::ForwardedOption>& forwarded, const std::string& stragglers,
     const std::vector<experiment::Variant>& variants) {
-  const bool has_single = std::any_of(variants.begin(), variants.end(), [](const auto& v) {
-    return v.kind == experiment::Variant::Kind::kSingle;
-  });
+  const bool has_single =
+      std::any_of(variants.begin(), variants.end(), [](const auto& v) { return v.alone(); });
   if (!has_single || stragglers.empty()) return forwarded;
   const auto whole = faults::StragglerProfile::parse(stragglers);  // checked before
   const auto own = whole.restrictedTo(0);
@@ -292,9 +308,8 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
     }
   }
   // --staleness is the consensus variants' tau; a PS variant's bound is in its name.
-  const bool has_ps = std::any_of(variants.begin(), variants.end(), [](const auto& v) {
-    return v.kind == experiment::Variant::Kind::kPs;
-  });
+  const bool has_ps = std::any_of(variants.begin(), variants.end(),
+                                  [](const auto& v) { return v.inScope(kPsScope); });
   for (const char* flag : {"--staleness", "--staleness-bound"}) {
     if (has_ps && cmd.get_option(flag)->count() > 0) {
       throw CommandFailure(2, fmt::format("{} cannot be given to compare: the variant name sets it "
@@ -304,6 +319,44 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
                                           flag));
     }
   }
+  // The model's family: a technique's variant trains the sparse models only, and a sparse model
+  // counts epochs, evaluates every --eval-every-epochs and is measured in MRR or RMSE.
+  const bool sparse = isSparseModel(args.run.model.name);
+  for (const auto& v : variants) {
+    if (v.spec.family == modes::ModelFamily::kSparse && !sparse) {
+      throw CommandFailure(2, fmt::format("--variants: {} does not apply to --model {}: {}", v.name,
+                                          args.run.model.name, v.spec.family_reason));
+    }
+  }
+  if (sparse) {
+    for (const auto& [flag, why] : std::vector<std::pair<std::string, std::string>>{
+             {"--rounds", "a sparse model trains whole --epochs"},
+             {"--eval-every", "a sparse model evaluates every N epochs: --eval-every-epochs N"}}) {
+      if (cmd.get_option(flag)->count() > 0) {
+        throw CommandFailure(
+            2, fmt::format("{} does not apply to --model {} ({})", flag, args.run.model.name, why));
+      }
+    }
+  }
+  std::optional<experiment::Target> target;
+  try {
+    experiment::TargetFlags flags;
+    const auto givenValue = [&](const char* flag, double value) {
+      return cmd.get_option(flag)->count() > 0 ? std::optional<double>(value) : std::nullopt;
+    };
+    flags.acc = givenValue("--target-acc", args.run.target_acc);
+    flags.mrr = givenValue("--target-mrr", args.target_mrr);
+    flags.rmse = givenValue("--target-rmse", args.target_rmse);
+    flags.any = givenValue("--target", args.target_any);
+    target = experiment::resolveTarget(flags, args.run.model.name);
+  } catch (const std::invalid_argument& e) {
+    throw CommandFailure(2, e.what());
+  }
+  // The image models' target travels to the nodes (they log when they reach it); a sparse
+  // model's is found in node 0's evaluations by the report.
+  const double target_acc = target && !sparse ? target->value : 0;
+  std::optional<report::QualityTarget> quality_target;
+  if (target && sparse) quality_target = report::QualityTarget{target->metric, target->value};
   std::error_code ec;
   if (!fs::is_regular_file(args.topology, ec)) {
     throw CommandFailure(2, fmt::format("--topology {}: no such file (write one with `chorus topo "
@@ -346,7 +399,7 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
                      "compare runs the nodes with the default time-outs");
     }
   }
-  if (args.run.data.name != "synthetic") {
+  if (!sparse && args.run.data.name != "synthetic") {
     try {
       ml::findDataDir(args.run.data.name, args.run.data.dataDir);
     } catch (const ml::DataError& e) {
@@ -366,8 +419,17 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
   if (args.run.rounds > 0) {
     argv.insert(argv.end(), {"--rounds", std::to_string(args.run.rounds)});
   }
-  argv.insert(argv.end(), {"--eval-every", std::to_string(args.run.eval_every)});
-  const auto forwarded = forwardedOptions(cmd, args);
+  if (!sparse) argv.insert(argv.end(), {"--eval-every", std::to_string(args.run.eval_every)});
+  if (quality_target) {
+    argv.insert(argv.end(), {quality_target->metric == "mrr" ? "--target-mrr" : "--target-rmse",
+                             fmt::format("{}", quality_target->value)});
+  }
+  // A sparse model without --data trains on its own default (wn18rr, zipf-mf), as chorus node
+  // would: the nodes are told which.
+  const std::string data = sparse && cmd.get_option("--data")->count() == 0
+                               ? (args.run.model.name == "mf" ? "zipf-mf" : "wn18rr")
+                               : args.run.data.name;
+  const auto forwarded = forwardedOptions(cmd, args, data, target_acc);
   for (const auto& option : forwarded) {
     argv.push_back(option.flag);
     argv.insert(argv.end(), option.values.begin(), option.values.end());
@@ -377,15 +439,62 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
   names.reserve(variants.size());
   for (const auto& v : variants)
     names.push_back(v.name);
-  auto manifest = report::CompareManifest::create(out, experiment::shellQuote(argv),
-                                                  args.run.target_acc, names);
 
   const int nodes = static_cast<int>(topo.nodes.size());
-  experiment::RunBudget budget{args.run.rounds, args.run.eval_every, nodes};
+  experiment::RunBudget budget{args.run.rounds, args.run.eval_every, nodes, sparse};
   // The single variant is one node, node 0: it takes the --stragglers terms that act on node 0
   // (a slow or crash term for another node would never act on it, and chorus node refuses
   // such a term).
   const auto single_forwarded = singleVariantOptions(forwarded, args.run.stragglers, variants);
+  // One run's topology, node ids and node options (command.txt and run.spec hold them).
+  struct RunPlan {
+    std::string topology;
+    std::vector<uint32_t> ids;
+    std::vector<std::string> node_args;
+  };
+  const auto planRun = [&](const experiment::Variant& variant, uint64_t seed,
+                           const fs::path& run_dir) {
+    RunPlan plan;
+    if (variant.alone()) {
+      const fs::path single = run_dir / "single.toml";
+      std::ofstream(single) << experiment::singleTopology(
+          topo.name + "-single", topo.nodes.front().address(), topo.nodes.front().stragglers);
+      plan.topology = single.string();
+      plan.ids = {0};
+    } else {
+      plan.topology = args.topology;
+      for (const auto& n : topo.nodes)
+        plan.ids.push_back(n.id);
+    }
+    plan.node_args = experiment::nodeArgs(variant, variant.alone() ? single_forwarded : forwarded,
+                                          budget, seed, run_dir.string());
+    // --save FILE: each run saves its model as FILE in its own folder.
+    for (size_t i = 0; i + 1 < plan.node_args.size(); ++i) {
+      if (plan.node_args[i] == "--save") {
+        plan.node_args[i + 1] = (run_dir / fs::path(plan.node_args[i + 1]).filename()).string();
+      }
+    }
+    return plan;
+  };
+  // Every variant's nodes are checked as `chorus launch` checks them (flags that do not apply to
+  // the mode or the model, the data set) before the first run starts, in a folder of their own.
+  {
+    const fs::path check_dir = out / ".check";
+    for (const auto& variant : variants) {
+      const fs::path dir = check_dir / variant.dirName();
+      fs::create_directories(dir, ec);
+      const RunPlan plan = planRun(variant, args.run.seed, dir);
+      try {
+        (void)parseNodeArguments(plan.topology, plan.ids, plan.node_args);
+      } catch (const CommandFailure& e) {
+        fs::remove_all(out, ec);
+        throw CommandFailure(e.code(), fmt::format("variant {}: {}", variant.name, e.what()));
+      }
+    }
+    fs::remove_all(check_dir, ec);
+  }
+  auto manifest = report::CompareManifest::create(out, experiment::shellQuote(argv), target_acc,
+                                                  names, quality_target);
   const int total = args.seeds * static_cast<int>(variants.size());
   int index = 0, failed = 0;
   bool interrupted = false;
@@ -408,27 +517,10 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
       // --ready-timeout (or for ever, under BSP).
       launch.fail_fast = true;
       launch.timeout = std::chrono::milliseconds(static_cast<int64_t>(args.run_timeout_s * 1000));
-      std::string topology_path;
-      if (variant.kind == experiment::Variant::Kind::kSingle) {
-        const fs::path single = run_dir / "single.toml";
-        std::ofstream(single) << experiment::singleTopology(
-            topo.name + "-single", topo.nodes.front().address(), topo.nodes.front().stragglers);
-        topology_path = single.string();
-        launch.ids = {0};
-      } else {
-        topology_path = args.topology;
-        for (const auto& n : topo.nodes)
-          launch.ids.push_back(n.id);
-      }
-      const bool single = variant.kind == experiment::Variant::Kind::kSingle;
-      std::vector<std::string> node_args = experiment::nodeArgs(
-          variant, single ? single_forwarded : forwarded, budget, seed, run_dir.string());
-      // --save FILE: each run saves its model as FILE in its own folder.
-      for (size_t i = 0; i + 1 < node_args.size(); ++i) {
-        if (node_args[i] == "--save") {
-          node_args[i + 1] = (run_dir / fs::path(node_args[i + 1]).filename()).string();
-        }
-      }
+      RunPlan plan = planRun(variant, seed, run_dir);
+      const std::string& topology_path = plan.topology;
+      launch.ids = plan.ids;
+      const std::vector<std::string>& node_args = plan.node_args;
       // command.txt: the run as a person would start it again; run.spec: the same settings,
       // parsed and checked here once, which the nodes read instead of parsing them again.
       std::vector<std::string> shown = {"chorus", "launch", topology_path};
@@ -455,11 +547,22 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
           auto s = report::summarizeRun(metrics);
           if (s.final_accuracy)
             summary += fmt::format(", test accuracy {:.2f}%", 100 * *s.final_accuracy);
-          if (args.run.target_acc > 0) {
-            summary += s.time_to_target
-                           ? fmt::format(", {:.1f}% reached after {:.1f} s",
-                                         100 * args.run.target_acc, *s.time_to_target)
-                           : fmt::format(", {:.1f}% not reached", 100 * args.run.target_acc);
+          if (s.final_quality) {
+            summary += fmt::format(", test {} {:.4f}", report::qualityName(s.quality_metric),
+                                   *s.final_quality);
+          }
+          if (quality_target) {
+            const auto& ref = metrics.nodes.front();
+            const auto reached = ref.sparse
+                                     ? report::sparseTimeToTarget(*ref.sparse, *quality_target)
+                                     : std::nullopt;
+            const std::string name = report::qualityTargetName(*quality_target);
+            summary += reached ? fmt::format(", {} reached after {:.1f} s", name, *reached)
+                               : fmt::format(", {} not reached", name);
+          } else if (target_acc > 0) {
+            summary += s.time_to_target ? fmt::format(", {:.1f}% reached after {:.1f} s",
+                                                      100 * target_acc, *s.time_to_target)
+                                        : fmt::format(", {:.1f}% not reached", 100 * target_acc);
           }
         } catch (const report::ReportError& e) {
           summary += fmt::format(" (metrics unreadable: {})", e.what());
@@ -524,15 +627,24 @@ void addCompareCommand(CLI::App& app) {
   args->run.data.name = "fashion-mnist";
   CLI::App* cmd = app.add_subcommand(
       "compare",
-      "Run training variants one after another on the same data, shards, model, initial model,\n"
-      "stragglers and budget, and compare them: summary.csv, report.md (table) and plots/*.png.\n"
-      "Variants: single, ps:bsp, ps:ssp:N, ps:async, consensus:RULE (wait-all, static:B,\n"
-      "deadline:Q, dynamic). Seeds are --seed, --seed+1, ... Every training option is passed to\n"
-      "every node; the PS-mode and consensus-mode options only to that mode's variants.\n"
-      "See docs/compare.md.\n"
-      "Example: chorus compare --topology examples/topologies/demo4.toml --data synthetic\n"
-      "  --variants single,consensus:wait-all,consensus:dynamic --rounds 300 --target-acc 0.9\n"
-      "  --out runs/cmp");
+      fmt::format(
+          "Run training variants one after another on the same data, shards, model, initial\n"
+          "model, stragglers and budget, and compare them: summary.csv, report.md (table) and\n"
+          "plots/*.png. Variants (each mode's own, from the mode registry): {}.\n"
+          "A PS variant names a staleness bound (ps:bsp, ps:ssp:N, ps:async), a technique of the\n"
+          "sparse models (ps:lapse: PS mode's default bound), or both (ps:lapse:ssp:2); the\n"
+          "consensus variants' tau is --staleness. Seeds are --seed, --seed+1, ... Every\n"
+          "training option is passed to every node; the PS-mode and consensus-mode options only\n"
+          "to that mode's variants. The target: --target-acc (image models), --target-mrr\n"
+          "(complex, distmult: node 0's valid MRR), --target-rmse (mf), or --target, read as the\n"
+          "model's. See docs/compare.md.\n"
+          "Example: chorus compare --topology examples/topologies/demo4.toml --data synthetic\n"
+          "  --variants single,consensus:wait-all,consensus:dynamic --rounds 300 --target-acc 0.9\n"
+          "  --out runs/cmp\n"
+          "Example: chorus compare --topology examples/topologies/demo4.toml --model complex\n"
+          "  --data wn18rr --epochs 3 --variants single,ps:classic,ps:lapse,consensus:dynamic\n"
+          "  --target-mrr 0.3 --out runs/kge",
+          experiment::variantForms()));
   cmd->add_option("--topology", args->topology, "Topology file (TOML) of the distributed variants")
       ->required();
   cmd->add_option("--variants", args->variants,
@@ -562,12 +674,44 @@ void addCompareCommand(CLI::App& app) {
       ->check(CLI::Range(0.1, 3600.0))
       ->capture_default_str();
   run::addRunOptions(*cmd, args->run);
+  cmd->add_option("--target-mrr", args->target_mrr,
+                  "Sparse models (complex, distmult): the time to this MRR of node 0's model on "
+                  "the validation split, at its evaluations (--eval-every-epochs)");
+  cmd->add_option("--target-rmse", args->target_rmse,
+                  "Sparse models (mf): the time to this test RMSE of node 0's model, at its "
+                  "evaluations (--eval-every-epochs)");
+  cmd->add_option("--target", args->target_any,
+                  "The target in the model's own metric: test accuracy (image models, as "
+                  "--target-acc), MRR (complex, distmult) or RMSE (mf)");
   run::addStalenessOption(*cmd, args->staleness);
   args->ps_flags = addModeOptions(*cmd, "PS mode (the ps:* variants only)",
                                   [&](CLI::App& c) { ps::addPsOptions(c, args->ps); });
   args->consensus_flags =
       addModeOptions(*cmd, "Consensus mode (the consensus:* variants only)",
                      [&](CLI::App& c) { consensus::addConsensusOptions(c, args->consensus); });
+  // The sparse models' flags: every variant's, but for the sampling schemes (PS mode's
+  // primitives) and sparse gossip's flags (consensus mode's), which only their variants get.
+  const std::set<std::string> sparse_flags =
+      addModeOptions(*cmd, "Sparse models (complex, distmult, mf)",
+                     [&](CLI::App& c) { addSparseNodeOptions(c, args->sparse); });
+  std::set<std::string> gossip_flags;
+  {
+    CLI::App probe;
+    consensus::SparseGossipFlags flags;
+    consensus::addSparseGossipOptions(probe, flags);
+    for (const CLI::Option* option : probe.get_options())
+      gossip_flags.insert(option->get_name());
+  }
+  for (const std::string& flag : sparse_flags) {
+    CLI::Option* option = cmd->get_option(flag);
+    if (gossip_flags.count(flag) > 0) {
+      args->consensus_flags.insert(flag);
+      option->group("Consensus mode (the consensus:* variants only)");
+    } else if (flag == "--sample-scheme" || flag == "--sample-reuse") {
+      args->ps_flags.insert(flag);
+      option->group("PS mode (the ps:* variants only)");
+    }
+  }
   // Set by each variant's name; refused with a pointer to the name when given (kVariantFlags).
   for (const auto& [flag, why] : kVariantFlags)
     cmd->get_option(flag)->group("");

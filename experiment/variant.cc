@@ -7,19 +7,10 @@
 #include <set>
 #include <stdexcept>
 
-#include "consensus/backup_rule.h"
+#include "modes/registry.h"
 
 namespace chorus::experiment {
 namespace {
-
-constexpr std::string_view kAccepted =
-    "single, ps:bsp, ps:ssp:N (N >= 0), ps:async, consensus:RULE (RULE: wait-all, static:B, "
-    "deadline:Q, dynamic)";
-
-[[noreturn]] void unknown(std::string_view text, std::string_view why) {
-  throw std::invalid_argument(
-      fmt::format("unknown variant '{}'{}; expected one of: {}", text, why, kAccepted));
-}
 
 bool isFlag(std::string_view flag, std::initializer_list<std::string_view> names) {
   return std::find(names.begin(), names.end(), flag) != names.end();
@@ -27,51 +18,54 @@ bool isFlag(std::string_view flag, std::initializer_list<std::string_view> names
 
 }  // namespace
 
+std::string variantForms() {
+  return modes::variantForms();
+}
+
 Variant Variant::parse(std::string_view text) {
+  const size_t colon = text.find(':');
+  const std::string_view mode_name = text.substr(0, colon);
+  const std::optional<std::string_view> args =
+      colon == std::string_view::npos ? std::nullopt
+                                      : std::optional<std::string_view>(text.substr(colon + 1));
+  const modes::Mode* mode = modes::findMode(mode_name);
+  if (mode == nullptr || mode->parse_variant == nullptr) {
+    throw std::invalid_argument(
+        fmt::format("unknown variant '{}'{}; expected one of: {}", text,
+                    mode == nullptr ? "" : fmt::format(" (mode {} has no variants)", mode->name),
+                    variantForms()));
+  }
   Variant v;
   v.name = std::string(text);
-  if (text == "single") {
-    v.kind = Kind::kSingle;
-    return v;
+  v.mode = std::string(mode->name);
+  try {
+    v.spec = mode->parse_variant(args);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(fmt::format("unknown variant '{}': {}; expected one of: {}", text,
+                                            e.what(), variantForms()));
   }
-  // ps:bsp, ps:ssp:N, ps:async: the bound's own grammar (run::StalenessBound::variantName).
-  constexpr std::string_view kPs = "ps:";
-  if (text.starts_with(kPs)) {
-    const std::string_view bound = text.substr(kPs.size());
-    if (bound != "bsp" && bound != "async" && !bound.starts_with("ssp:")) unknown(text, "");
-    try {
-      v.staleness = run::StalenessBound::parse(bound);
-    } catch (const std::invalid_argument&) {
-      unknown(text, " (the staleness bound N must be an integer >= 0)");
-    }
-    v.kind = Kind::kPs;
-    return v;
-  }
-  constexpr std::string_view kConsensus = "consensus:";
-  if (text.starts_with(kConsensus)) {
-    std::string_view rule = text.substr(kConsensus.size());
-    try {
-      consensus::BackupRule::parse(rule);
-    } catch (const std::invalid_argument& e) {
-      throw std::invalid_argument(fmt::format("variant '{}': {}", text, e.what()));
-    }
-    v.kind = Kind::kConsensus;
-    v.backup = std::string(rule);
-    return v;
-  }
-  unknown(text, "");
+  return v;
 }
 
 std::vector<std::string> Variant::modeArgs() const {
-  switch (kind) {
-    case Kind::kSingle:
-      return {};
-    case Kind::kPs:
-      return {"--mode", "ps", "--staleness", staleness.toString()};
-    case Kind::kConsensus:
-      return {"--mode", "consensus", "--backup", backup};
+  std::vector<std::string> args;
+  for (const auto& [flag, value] : spec.settings) {
+    args.push_back(flag);
+    args.push_back(value);
   }
-  return {};
+  return args;
+}
+
+std::optional<std::string> Variant::setting(std::string_view flag) const {
+  for (const auto& [name, value] : spec.settings) {
+    if (name == flag) return value;
+  }
+  return std::nullopt;
+}
+
+bool Variant::inScope(std::string_view scope) const {
+  return scope.empty() ||
+         std::find(spec.scopes.begin(), spec.scopes.end(), scope) != spec.scopes.end();
 }
 
 std::string Variant::dirName() const {
@@ -114,29 +108,29 @@ std::vector<std::string> nodeArgs(const Variant& variant,
                                   const std::string& out_dir) {
   std::vector<std::string> args = variant.modeArgs();
   for (const auto& option : forwarded) {
-    // --staleness is the name's in PS mode, and an option of consensus mode.
-    const bool own_staleness =
-        option.flag == "--staleness" && option.scope != OptionScope::kConsensus;
+    // --staleness is a PS variant's name's, and an option of the variants that set none.
+    const bool own_staleness = option.flag == "--staleness" && option.scope.empty();
     if (own_staleness || isFlag(option.flag, {"--seed", "--out", "--rounds", "--eval-every",
-                                              "--mode", "--backup", "--rejoin"})) {
+                                              "--mode", "--backup", "--rejoin", "--technique"})) {
       throw std::logic_error("nodeArgs: " + option.flag + " is set per run, not forwarded");
     }
-    const bool ps = variant.kind == Variant::Kind::kPs;
-    if ((option.scope == OptionScope::kPs && !ps) ||
-        (option.scope == OptionScope::kPsAsync && !(ps && variant.staleness.infinite())) ||
-        (option.scope == OptionScope::kConsensus && variant.kind != Variant::Kind::kConsensus)) {
-      continue;
+    if (!variant.inScope(option.scope)) continue;
+    if (variant.setting(option.flag)) {
+      throw std::logic_error("nodeArgs: " + option.flag + " is set by the variant " + variant.name +
+                             ", not forwarded");
     }
     args.push_back(option.flag);
     args.insert(args.end(), option.values.begin(), option.values.end());
   }
-  const int64_t scale = variant.kind == Variant::Kind::kSingle ? std::max(budget.nodes, 1) : 1;
-  if (budget.rounds > 0) {
-    args.push_back("--rounds");
-    args.push_back(std::to_string(budget.rounds * scale));
+  if (!budget.sparse) {
+    const int64_t scale = variant.alone() ? std::max(budget.nodes, 1) : 1;
+    if (budget.rounds > 0) {
+      args.push_back("--rounds");
+      args.push_back(std::to_string(budget.rounds * scale));
+    }
+    args.push_back("--eval-every");
+    args.push_back(std::to_string(budget.eval_every * scale));
   }
-  args.push_back("--eval-every");
-  args.push_back(std::to_string(budget.eval_every * scale));
   args.push_back("--seed");
   args.push_back(std::to_string(seed));
   args.push_back("--out");

@@ -1,56 +1,57 @@
-// The variants `chorus compare` runs (single, ps:bsp, ps:ssp:N, ps:async, consensus:RULE) and
-// how each one maps to the options of the nodes it starts. Pure functions: no I/O.
+// The variants `chorus compare` runs and how each one maps to the options of the nodes it
+// starts. A variant is named MODE or MODE:ARGS; the mode registry's entry of MODE owns the
+// grammar of ARGS and the node settings (modes/variants.h), so this file names no mode. Pure
+// functions: no I/O.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "run/staleness_bound.h"
+#include "modes/variants.h"
 
 namespace chorus::experiment {
 
 // One training strategy to compare.
 struct Variant {
-  enum class Kind {
-    kSingle,     // one node trains alone on the whole training set
-    kPs,         // --mode ps --staleness S
-    kConsensus,  // --mode consensus --backup RULE
-  };
-  Kind kind = Kind::kSingle;
-  std::string name;               // as written, e.g. "ps:ssp:3"
-  run::StalenessBound staleness;  // kPs: the name's bound (ps:bsp = 0, ps:async = infinite)
-  std::string backup;             // kConsensus: the backup-worker rule, e.g. "static:1"
+  std::string name;         // as written, e.g. "ps:ssp:3"
+  std::string mode;         // the registry entry that parsed it ("ps")
+  modes::VariantSpec spec;  // what it sets on its nodes
 
-  // Parses one variant name; throws std::invalid_argument naming the accepted forms.
+  // Parses one variant name with its mode's grammar; throws std::invalid_argument naming the
+  // variant, what is wrong with it and every accepted form, on one line.
   static Variant parse(std::string_view text);
-  // The options that select this variant's mode (empty for kSingle, which runs as a one-node
-  // consensus cluster; see singleTopology()).
+  // The options that select this variant (the spec's settings, flag then value; empty for
+  // single, which runs alone on a one-node topology: see singleTopology()).
   std::vector<std::string> modeArgs() const;
+  // The value the variant gives `flag` ("--backup"), if it sets it.
+  std::optional<std::string> setting(std::string_view flag) const;
+  // Whether options of `scope` reach its nodes ("" is every variant's scope).
+  bool inScope(std::string_view scope) const;
+  // It runs one node alone on the whole training set.
+  bool alone() const { return spec.alone; }
   // A folder name for the variant's runs: the name with ':' replaced by '-'.
   std::string dirName() const;
 };
+
+// Every accepted form, from the registry: "consensus:RULE (...), ps:bsp, ..., single".
+std::string variantForms();
 
 // Parses a comma-separated list ("single,ps:bsp,consensus:dynamic"); throws
 // std::invalid_argument for an empty list, an unknown variant or a variant named twice.
 std::vector<Variant> parseVariantList(std::string_view text);
 
-// Which variants a forwarded option reaches: a PS-mode option (--key-floats) means nothing to a
-// consensus node and would be refused by it, and the other way round.
-enum class OptionScope {
-  kEvery,      // training options: every variant, single included
-  kPs,         // PS-mode options: the ps:* variants only
-  kPsAsync,    // options of fully asynchronous PS (--async-rounds): ps:async only
-  kConsensus,  // consensus-mode options: the consensus:* variants only
-};
-
 // One training option as the user gave it to `chorus compare`, forwarded to the nodes of the
-// variants in its scope.
+// variants in its scope: a mode's option (--key-floats) means nothing to another mode's node and
+// would be refused by it.
 struct ForwardedOption {
   std::string flag;                 // "--lr"
   std::vector<std::string> values;  // {"0.05"}; empty for a flag without a value
-  OptionScope scope = OptionScope::kEvery;
+  // "" (every variant, single included), or a scope some variants are in (VariantSpec::scopes):
+  // a mode's name ("ps", "consensus") or modes::kPsAsyncScope.
+  std::string scope = {};
 };
 
 // What every variant of a compare shares besides the forwarded options.
@@ -58,16 +59,20 @@ struct RunBudget {
   int64_t rounds = 0;      // --rounds (0: --epochs decides)
   int64_t eval_every = 0;  // --eval-every
   int nodes = 1;           // nodes of the topology
+  // A sparse model (complex, distmult, mf): its runs are measured in --epochs and evaluate
+  // every --eval-every-epochs (forwarded as given), so neither --rounds nor --eval-every is set.
+  bool sparse = false;
 };
 
 // The options given to every node of one run of `variant` with `seed`, writing metrics to
 // `out_dir`. `forwarded` must not hold --seed, --out, --rounds, --eval-every, --mode,
-// --backup or --rejoin, nor --staleness but for the consensus variants (kConsensus): this
-// function sets them (or, --rejoin, no run may). Options
-// scoped to the other mode are left out. The single variant does the work of the
-// whole cluster: with --rounds R it runs R * nodes rounds and evaluates every eval_every * nodes
-// rounds, so that it sees as many samples as all nodes together and is evaluated after the same
-// number of samples; with --epochs it runs the same epochs over the whole training set.
+// --backup, --rejoin or --technique, nor a flag the variant sets, nor --staleness but in a scope
+// of variants that do not set it (the consensus variants): this function sets them (or,
+// --rejoin, no run may). Options of a scope the variant is not in are left out. The single
+// variant does the work of the whole cluster: with --rounds R it runs R * nodes rounds and
+// evaluates every eval_every * nodes rounds, so that it sees as many samples as all nodes
+// together and is evaluated after the same number of samples; with --epochs it runs the same
+// epochs over the whole training set.
 std::vector<std::string> nodeArgs(const Variant& variant,
                                   const std::vector<ForwardedOption>& forwarded,
                                   const RunBudget& budget, uint64_t seed,

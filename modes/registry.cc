@@ -171,7 +171,9 @@ const std::vector<Mode>& registry() {
        .check = &checkConsensus,
        .fingerprint = &consensusFingerprint,
        .plan = &consensusPlan,
-       .sparse = SparseTraining::kConsensus},
+       .sparse = SparseTraining::kConsensus,
+       .parse_variant = &consensusVariant,
+       .variant_forms = &consensusVariantForms},
       {.name = "ping",
        .description = "Ping/Pong with every peer: a connectivity check",
        .service = &ping::kPingService,
@@ -185,12 +187,16 @@ const std::vector<Mode>& registry() {
        .check = &checkPs,
        .fingerprint = &psFingerprint,
        .plan = &psPlan,
-       .sparse = SparseTraining::kPs},
+       .sparse = SparseTraining::kPs,
+       .parse_variant = &psVariant,
+       .variant_forms = &psVariantForms},
       {.name = "single",
        .description = "one node training alone (a topology of one node)",
        .named_by_flag = false,
        .plan = &singlePlan,
-       .alone = true},
+       .alone = true,
+       .parse_variant = &singleVariant,
+       .variant_forms = &singleVariantForms},
   };
   return modes;
 }
@@ -224,6 +230,14 @@ const Mode& modeThatRuns(const Mode& named, size_t nodes, bool sparse_model) {
     if (mode.alone && trains_it) return mode;
   }
   return named;
+}
+
+std::string variantForms() {
+  std::vector<std::string> forms;
+  for (const Mode& mode : registry()) {
+    if (mode.variant_forms != nullptr) forms.push_back(mode.variant_forms());
+  }
+  return fmt::format("{}", fmt::join(forms, ", "));
 }
 
 std::vector<std::string> flagModes() {
@@ -264,6 +278,15 @@ std::string registryProblems(const std::vector<Mode>& modes) {
     }
     if (!mode.trains && mode.make_session == nullptr) {
       return fmt::format("mode \"{}\" neither trains nor builds a session", mode.name);
+    }
+    if ((mode.parse_variant == nullptr) != (mode.variant_forms == nullptr)) {
+      return fmt::format(
+          "mode \"{}\" has a variant grammar without its forms, or forms without "
+          "a grammar",
+          mode.name);
+    }
+    if (mode.parse_variant != nullptr && !mode.trains) {
+      return fmt::format("mode \"{}\" has variants but does not train", mode.name);
     }
     if (mode.alone && ++alone == 2) {
       return fmt::format("mode \"{}\" is a second mode that runs a topology of one node",

@@ -9,12 +9,14 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "modes/session.h"
+#include "modes/variants.h"
 #include "node/service.h"
 
 namespace chorus::modes {
@@ -48,6 +50,10 @@ struct Mode {
   // A topology of one node runs this mode instead of the named one, when it trains the model's
   // family (single: training alone, with no peers). At most one mode has it.
   bool alone = false;
+  // `chorus compare`'s variants of this mode (modes/variants.h): the grammar of ARGS in a
+  // variant named NAME or NAME:ARGS, and its forms for --help and errors. Null: no variants.
+  VariantSpec (*parse_variant)(std::optional<std::string_view> args) = nullptr;
+  std::string (*variant_forms)() = nullptr;
 };
 
 // Every mode, sorted by name.
@@ -64,6 +70,10 @@ const Mode& modeThatRuns(const Mode& named, size_t nodes, bool sparse_model);
 // The names `--mode` takes, sorted, and the same for a message ("consensus, ping or ps").
 std::vector<std::string> flagModes();
 std::string flagModeNames();
+// Every mode's variant forms, for compare's --help and errors: "consensus:RULE (...), ps:bsp,
+// ..., single".
+std::string variantForms();
+
 // Why the registry is inconsistent (two modes with one name or one service id, a service id
 // of 0, two `alone` modes, a mode that trains nothing and builds no session), or "" when it
 // is not.

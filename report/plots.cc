@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <fstream>
@@ -17,6 +18,7 @@
 #include <utility>
 
 #include "report/report.h"
+#include "report/sparse_table.h"
 
 extern char** environ;
 
@@ -154,8 +156,14 @@ constexpr int kOtherPoints[] = {4, 6, 8, 10, 12, 14};
 
 // The reference node's test accuracy (%) against its first life's clock, as the accuracy plot
 // draws it. A rejoined life's clock restarts at 0, and how long the node was down is in no file.
+// A sparse model's curve is node 0's evaluations of the first split (MRR or RMSE as they are).
 std::vector<std::pair<double, double>> accuracyCurve(const NodeMetrics& node) {
   std::vector<std::pair<double, double>> curve;
+  if (node.sparse) {
+    for (const QualityPoint& p : node.sparse->quality)
+      curve.emplace_back(p.time, p.value);
+    return curve;
+  }
   for (const auto& p : node.steps) {
     if (p.life == 0 && p.test_accuracy) curve.emplace_back(p.time, 100 * *p.test_accuracy);
   }
@@ -212,14 +220,46 @@ constexpr double kLabelTop = 0.965;
 constexpr double kLabelStep = 0.045;
 constexpr size_t kLabelRows = 4;
 
+// What the quality plot shows: test accuracy (image models) or the first split's MRR or RMSE
+// (sparse models; their evaluations, at --eval-every-epochs).
+struct QualityAxis {
+  std::string file;    // "accuracy-vs-time"
+  std::string title;   // "Test accuracy"
+  std::string ylabel;  // "test accuracy (%)"
+  std::string key;     // where the key goes
+  std::string xlabel;
+};
+
+QualityAxis qualityAxis(const Report& report) {
+  if (!isSparseReport(report)) {
+    return {"accuracy-vs-time", "Test accuracy", "test accuracy (%)", "bottom right",
+            "seconds since the node started training"};
+  }
+  std::string split = "valid", metric;
+  for (const auto& run : report.metrics) {
+    if (!run.nodes.empty() && run.nodes.front().sparse &&
+        !run.nodes.front().sparse->metric.empty()) {
+      split = run.nodes.front().sparse->split;
+      metric = run.nodes.front().sparse->metric;
+      break;
+    }
+  }
+  const std::string name = fmt::format("{} {}", split, qualityName(metric));
+  std::string title = name;
+  title[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(title[0])));
+  return {"quality-vs-time", title, name, metric == "rmse" ? "top right" : "bottom right",
+          "seconds of node 0's training (its evaluations left out)"};
+}
+
 void accuracyPlot(const Report& report, const fs::path& dir, const std::string& gnuplot,
                   PlotSet& plots) {
-  const fs::path png = dir / "accuracy-vs-time.png";
+  const QualityAxis axis = qualityAxis(report);
+  const fs::path png = dir / (axis.file + ".png");
   std::string script = scriptHeader(
-      png, fmt::format("Test accuracy ({}) against wall time", referenceNodeName(report)));
+      png, fmt::format("{} ({}) against wall time", axis.title, referenceNodeName(report)));
+  script += fmt::format("set xlabel {}\nset ylabel {}\nset key {}\n", gnuplotString(axis.xlabel),
+                        gnuplotString(axis.ylabel), axis.key);
   script +=
-      "set xlabel \"seconds since the node started training\"\n"
-      "set ylabel \"test accuracy (%)\"\nset key bottom right\n"
       // Event labels on a white box, so that a curve running through one does not hide it.
       "set style textbox opaque noborder\n";
   std::vector<std::string> curves;
@@ -292,17 +332,21 @@ void accuracyPlot(const Report& report, const fs::path& dir, const std::string& 
     curves.push_back(fmt::format("NaN with points pt {} ps 2 lw 2 lc rgb \"black\" title {}", point,
                                  gnuplotString(eventKey(point))));
   }
-  if (!curves.empty() && hasTarget(report) && report.input.target_acc) {
+  if (!curves.empty() && report.input.quality_target) {
+    curves.push_back(fmt::format("{:.6g} with lines dt 2 lc rgb \"black\" title {}",
+                                 report.input.quality_target->value,
+                                 gnuplotString(targetName(report))));
+  } else if (!curves.empty() && hasTarget(report) && report.input.target_acc) {
     curves.push_back(fmt::format("{:.6g} with lines dt 2 lc rgb \"black\" title {}",
                                  100 * *report.input.target_acc,
                                  gnuplotString(targetName(report))));
   }
   if (curves.empty()) {
-    plots.skipped.push_back("accuracy-vs-time.png: no run has a test accuracy");
+    plots.skipped.push_back(fmt::format("{}.png: no run has a {}", axis.file, axis.ylabel));
     return;
   }
   script += "plot " + fmt::format("{}", fmt::join(curves, ", \\\n     ")) + "\n";
-  draw(gnuplot, dir / "accuracy-vs-time.gp", script, png, plots);
+  draw(gnuplot, dir / (axis.file + ".gp"), script, png, plots);
 }
 
 // Median bars with the spread over seeds; drawn only when the compare had a target.
@@ -310,9 +354,9 @@ void timeToTargetPlot(const Report& report, const fs::path& dir, const std::stri
                       PlotSet& plots) {
   const auto& variants = report.variants;
   const fs::path png = dir / "time-to-target.png";
-  std::string script =
-      scriptHeader(png, fmt::format("Time to {} test accuracy ({}): median, min and max over seeds",
-                                    targetName(report), referenceNodeName(report)));
+  std::string script = scriptHeader(
+      png, fmt::format("Time to {}{} ({}): median, min and max over seeds", targetName(report),
+                       isSparseReport(report) ? "" : " test accuracy", referenceNodeName(report)));
   script += fmt::format(
       "set ylabel \"seconds\"\nset style fill solid 0.5\nset boxwidth 0.6\n"
       "set xrange [-0.5:{}]\nset key top left\n",
@@ -422,6 +466,25 @@ VariantStyle variantStyle(std::string_view variant) {
     // ps:ssp:2, the one the demo runs, gets the family's plain green.
     constexpr uint32_t kGreens[] = {0x41ab5d, 0x006d2c, 0x2ca02c};
     return {kGreens[*n % std::size(kGreens)], 9};
+  }
+  // The sparse PS techniques (ps:TECHNIQUE[:BOUND]): a color per technique, a shade per bound.
+  constexpr std::pair<std::string_view, uint32_t> kTechniques[] = {{"ps:classic", 0xd62728},
+                                                                   {"ps:lapse", 0x17becf},
+                                                                   {"ps:nups", 0x8c564b},
+                                                                   {"ps:auto", 0xbcbd22}};
+  for (const auto& [prefix, rgb] : kTechniques) {
+    if (variant == prefix) return {rgb, 5};
+    if (variant.starts_with(prefix) && variant.size() > prefix.size() &&
+        variant[prefix.size()] == ':') {
+      // A bound darkens the technique's color by a step the name picks.
+      const uint32_t step = 1 + static_cast<uint32_t>(stableHash(variant) % 3);
+      const uint32_t base = rgb;  // clang 14 cannot capture a structured binding
+      const auto shade = [base, step](int shift) {
+        const uint32_t c = (base >> shift) & 0xff;
+        return (c * (5 - step) / 5) << shift;
+      };
+      return {shade(16) | shade(8) | shade(0), 9};
+    }
   }
   if (variant == "consensus:wait-all") return {0xff7f0e, 13};
   if (variant == "consensus:dynamic") return {0x9467bd, 7};

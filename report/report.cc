@@ -9,6 +9,8 @@
 
 #include "ml/metrics.h"
 #include "report/json_line.h"
+#include "report/sparse_table.h"
+#include "report/text_format.h"
 
 namespace chorus::report {
 namespace fs = std::filesystem;
@@ -71,22 +73,6 @@ bool hasNodeFiles(const fs::path& folder) {
   return false;
 }
 
-std::string percent(double fraction, int decimals) {
-  return fmt::format("{:.{}f}%", 100 * fraction, decimals);
-}
-
-// Seconds and rates: two decimals below 10, one above, so small numbers keep their digits.
-std::string shortNumber(double value) {
-  return std::fabs(value) < 10 ? fmt::format("{:.2f}", value) : fmt::format("{:.1f}", value);
-}
-
-std::string bytesText(double bytes) {
-  if (bytes <= 0) return "0";
-  if (bytes < 1e6) return fmt::format("{:.1f} kB", bytes / 1e3);
-  if (bytes < 1e9) return fmt::format("{:.1f} MB", bytes / 1e6);
-  return fmt::format("{:.2f} GB", bytes / 1e9);
-}
-
 std::string csvField(const std::string& text) {
   if (text.find_first_of(",\"\n") == std::string::npos) return text;
   std::string out = "\"";
@@ -114,13 +100,22 @@ std::string optionalNumber(const std::optional<double>& value) {
 
 }  // namespace
 
+bool isSparseReport(const Report& report) {
+  // A sparse model's target says so even when every run failed.
+  if (report.input.quality_target) return true;
+  return std::any_of(report.runs.begin(), report.runs.end(),
+                     [](const RunSummary& run) { return run.sparse; });
+}
+
 bool hasTarget(const Report& report) {
+  if (report.input.quality_target) return true;
   if (report.input.target_acc) return *report.input.target_acc > 0;
   return std::any_of(report.runs.begin(), report.runs.end(),
                      [](const RunSummary& run) { return run.time_to_target.has_value(); });
 }
 
 std::string targetName(const Report& report) {
+  if (const auto& quality = report.input.quality_target) return qualityTargetName(*quality);
   const auto& target = report.input.target_acc;
   return target && *target > 0 ? percent(*target, 1) : std::string("target");
 }
@@ -130,17 +125,22 @@ std::string referenceNodeName(const Report& report) {
 }
 
 CompareManifest CompareManifest::create(const fs::path& folder, const std::string& command,
-                                        double target_acc,
-                                        const std::vector<std::string>& variants) {
+                                        double target_acc, const std::vector<std::string>& variants,
+                                        const std::optional<QualityTarget>& quality_target) {
   std::string list;
   for (const auto& v : variants) {
     if (!list.empty()) list += ",";
     list += v;
   }
   appendLine(folder / kManifest,
-             fmt::format("{{\"event\":\"compare\",\"command\":{},\"target_acc\":{},"
+             fmt::format("{{\"event\":\"compare\",\"command\":{},\"target_acc\":{},{}"
                          "\"variants\":{}}}",
-                         ml::jsonString(command), target_acc, ml::jsonString(list)),
+                         ml::jsonString(command), target_acc,
+                         quality_target ? fmt::format("\"target_metric\":{},\"target\":{},",
+                                                      ml::jsonString(quality_target->metric),
+                                                      quality_target->value)
+                                        : std::string(),
+                         ml::jsonString(list)),
              true);
   CompareManifest manifest;
   manifest.folder_ = folder;
@@ -210,6 +210,12 @@ ReportInput loadReportInput(const fs::path& folder) {
       header = true;
       input.command = object.string("command").value_or("");
       input.target_acc = object.number("target_acc");
+      // A sparse model's target (written since compare took --target-mrr / --target-rmse).
+      const auto metric = object.string("target_metric");
+      const auto target = object.number("target");
+      if (metric && target && (*metric == "mrr" || *metric == "rmse")) {
+        input.quality_target = QualityTarget{*metric, *target};
+      }
       const std::string list = object.string("variants").value_or("");
       size_t start = 0;
       while (start < list.size()) {
@@ -264,6 +270,11 @@ Report buildReport(ReportInput input) {
     }
     summary.variant = run.variant;
     summary.seed = run.seed;
+    // A sparse model's nodes do not know the target: it is found in node 0's evaluations.
+    if (input.quality_target && !metrics.nodes.empty() && metrics.nodes.front().sparse) {
+      summary.time_to_target =
+          sparseTimeToTarget(*metrics.nodes.front().sparse, *input.quality_target);
+    }
     report.events.push_back(runEvents(metrics));
     report.runs.push_back(std::move(summary));
     report.metrics.push_back(std::move(metrics));
@@ -273,6 +284,7 @@ Report buildReport(ReportInput input) {
     v.variant = name;
     std::vector<double> ttt, rates, waits, sent;
     std::vector<std::optional<double>> finals, models, backups, staleness;
+    std::vector<std::optional<double>> qualities, hits, locals, rows, max_stale;
     for (size_t r = 0; r < report.runs.size(); ++r) {
       const RunSummary& run = report.runs[r];
       if (run.variant != name) continue;
@@ -292,7 +304,21 @@ Report buildReport(ReportInput input) {
       backups.push_back(run.mean_backups);
       staleness.push_back(run.mean_staleness);
       if (v.staleness_bound.empty()) v.staleness_bound = run.staleness_bound;
+      if (run.sparse) {
+        v.sparse = true;
+        if (v.quality_metric.empty()) v.quality_metric = run.quality_metric;
+        qualities.push_back(run.final_quality);
+        hits.push_back(run.final_hits10);
+        locals.push_back(run.local_share);
+        rows.push_back(run.rows_per_round);
+        max_stale.push_back(run.max_staleness);
+      }
     }
+    v.final_quality = medianOfOptionals(qualities);
+    v.final_hits10 = medianOfOptionals(hits);
+    v.local_share = medianOfOptionals(locals);
+    v.rows_per_round = medianOfOptionals(rows);
+    v.max_staleness = medianOfOptionals(max_stale);
     if (!ttt.empty()) {
       v.ttt_median = median(ttt);
       v.ttt_min = *std::min_element(ttt.begin(), ttt.end());
@@ -315,7 +341,11 @@ std::string summaryCsv(const Report& report) {
   std::string out =
       "variant,seed,status,error,nodes,reached_target,time_to_target_s,final_accuracy,"
       "model_accuracy,steps,seconds,steps_per_s,wait_share,bytes_sent_per_node,mean_backups,"
-      "mean_staleness,staleness_bound,crashes,rejoins,dropped,failed_pushes,failed_pulls,events\n";
+      "mean_staleness,staleness_bound,crashes,rejoins,dropped,failed_pushes,failed_pulls,events";
+  // A sparse model's runs add their own columns after the image models' (which stay as they were
+  // for the scripts that read them).
+  const bool sparse = isSparseReport(report);
+  out += sparse ? ",quality_metric,final_quality,final_hits10,local_share,rows_per_round\n" : "\n";
   const bool target = hasTarget(report);
   for (size_t i = 0; i < report.runs.size(); ++i) {
     const RunSummary& r = report.runs[i];
@@ -333,8 +363,8 @@ std::string summaryCsv(const Report& report) {
     for (const RunEvent& e : events)
       texts.push_back(e.text);
     out += fmt::format(
-        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
-        csvField(r.variant), r.seed, r.ok() ? "ok" : "failed", csvField(r.error), r.nodes,
+        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}", csvField(r.variant),
+        r.seed, r.ok() ? "ok" : "failed", csvField(r.error), r.nodes,
         target ? (r.time_to_target ? "1" : "0") : "", optionalNumber(r.time_to_target),
         optionalNumber(r.final_accuracy), optionalNumber(r.model_accuracy), csvInteger(r.steps),
         csvNumber(r.seconds), csvNumber(r.steps_per_s), csvNumber(r.wait_share),
@@ -343,11 +373,18 @@ std::string summaryCsv(const Report& report) {
         counts.rejoins, counts.dropped, ps ? fmt::format("{}", counts.failed_pushes) : "",
         ps ? fmt::format("{}", counts.failed_pulls) : "",
         csvField(fmt::format("{}", fmt::join(texts, "; "))));
+    if (sparse) {
+      out += fmt::format(",{},{},{},{},{}", csvField(r.quality_metric),
+                         optionalNumber(r.final_quality), optionalNumber(r.final_hits10),
+                         optionalNumber(r.local_share), optionalNumber(r.rows_per_round));
+    }
+    out += "\n";
   }
   return out;
 }
 
 std::string markdownTable(const Report& report) {
+  if (isSparseReport(report)) return sparseMarkdownTable(report);
   // Without a target there is nothing to reach: the two target columns are left out rather than
   // filled with "not reached".
   const bool target = hasTarget(report);
@@ -405,25 +442,31 @@ std::string reportMarkdown(const Report& report, const PlotSet& plots) {
   }
   out += markdownTable(report);
   out += "\nHow to read it (medians over the seeds that finished; summary.csv has every run):\n\n";
-  if (hasTarget(report)) {
-    out += fmt::format(
-        "- **time to {0}**: seconds from when node 0 started training (its metrics file opened, "
-        "the cluster connected) to the first evaluation at which its test accuracy was at least "
-        "{0}; its resolution is --eval-every rounds.\n",
-        targetName(report));
+  if (isSparseReport(report)) {
+    out += sparseReadingNotes(report);
+  } else {
+    if (hasTarget(report)) {
+      out += fmt::format(
+          "- **time to {0}**: seconds from when node 0 started training (its metrics file opened, "
+          "the cluster connected) to the first evaluation at which its test accuracy was at least "
+          "{0}; its resolution is --eval-every rounds.\n",
+          targetName(report));
+    }
+    out +=
+        "- **final accuracy**: node 0's test accuracy at the end; **model accuracy**: that of the "
+        "average of all final models (consensus) or of the model as the owners hold it (PS).\n"
+        "- **rounds or clocks / s**: training steps per second, per node (a step is a consensus "
+        "round or a PS clock); the single variant runs as many steps as all nodes together, so its "
+        "rate is per step of the whole job.\n"
+        "- **waiting share**: time a node spent waiting for others / its run time, mean over "
+        "nodes.\n"
+        "- **sent per node**: bytes each node sent to all peers over the run, mean over nodes.\n"
+        "- **mean backups**: consensus b_i (neighbors not waited for) over all rounds and nodes; "
+        "**staleness**: consensus: mean staleness (rounds) of the models mixed in; PS: the bound.\n"
+        "- **events**: over the finished runs, nodes whose metrics end without a final line "
+        "(crashes), rejoins, nodes the others went on without (dropped) and PS pushes and reads "
+        "that failed while an owner was down; each run's are listed under Events.\n";
   }
-  out +=
-      "- **final accuracy**: node 0's test accuracy at the end; **model accuracy**: that of the "
-      "average of all final models (consensus) or of the model as the owners hold it (PS).\n"
-      "- **rounds or clocks / s**: per node; the single variant runs as many rounds as all nodes "
-      "together, so its rate is per step of the whole job.\n"
-      "- **waiting share**: time a node spent waiting for others / its run time, mean over nodes.\n"
-      "- **sent per node**: bytes each node sent to all peers over the run, mean over nodes.\n"
-      "- **mean backups**: consensus b_i (neighbors not waited for) over all rounds and nodes; "
-      "**staleness**: consensus: mean staleness (rounds) of the models mixed in; PS: the bound.\n"
-      "- **events**: over the finished runs, nodes whose metrics end without a final line "
-      "(crashes), rejoins, nodes the others went on without (dropped) and PS pushes and reads "
-      "that failed while an owner was down; each run's are listed under Events.\n";
   if (const auto others = runsWithoutNodeZero(report); !others.empty()) {
     std::vector<std::string> named;
     named.reserve(others.size());

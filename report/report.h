@@ -26,8 +26,10 @@ struct RunRecord {
 // What a report is made from.
 struct ReportInput {
   std::filesystem::path folder;
-  std::string command;                // the command that made the folder ("" when unknown)
-  std::optional<double> target_acc;   // --target-acc (0: none), when known
+  std::string command;               // the command that made the folder ("" when unknown)
+  std::optional<double> target_acc;  // --target-acc (0: none), when known
+  // A sparse model's target (--target-mrr, --target-rmse), when the compare had one.
+  std::optional<QualityTarget> quality_target;
   std::vector<std::string> variants;  // in table order
   std::vector<RunRecord> runs;
 };
@@ -36,9 +38,11 @@ struct ReportInput {
 // it ends, so that an interrupted compare can still be reported.
 class CompareManifest {
  public:
-  // Creates FOLDER/runs.jsonl with the header. Throws ReportError when it cannot be written.
+  // Creates FOLDER/runs.jsonl with the header (a sparse model's target as target_metric and
+  // target). Throws ReportError when it cannot be written.
   static CompareManifest create(const std::filesystem::path& folder, const std::string& command,
-                                double target_acc, const std::vector<std::string>& variants);
+                                double target_acc, const std::vector<std::string>& variants,
+                                const std::optional<QualityTarget>& quality_target = std::nullopt);
   // Appends one finished (or failed) run; `run.dir` is stored relative to the folder.
   void append(const RunRecord& run) const;
 
@@ -66,6 +70,10 @@ struct VariantSummary {
   std::optional<double> mean_staleness;
   std::string staleness_bound;
   EventCounts events;  // over its finished runs
+  // Sparse models (RunSummary's fields), medians over its finished runs.
+  bool sparse = false;
+  std::string quality_metric;
+  std::optional<double> final_quality, final_hits10, local_share, rows_per_round, max_staleness;
 };
 
 // Everything a report shows.
@@ -82,11 +90,16 @@ struct Report {
 // into a failed one (with the reason); it never aborts the report.
 Report buildReport(ReportInput input);
 
-// Whether the comparison had a target accuracy: --target-acc > 0 in the manifest; for a launch
-// folder, which records no target, whether some run reached one.
+// Whether the comparison had a target: --target-acc > 0 or a sparse model's target in the
+// manifest; for a launch folder, which records no target, whether some run reached one.
 bool hasTarget(const Report& report);
-// The target as the table and plots name it: "85.0%", or "target" when its value is unknown.
+// The target as the table and plots name it: "85.0%", "MRR 0.300", "RMSE 0.900", or "target"
+// when its value is unknown.
 std::string targetName(const Report& report);
+// Whether the runs trained a sparse model (complex, distmult, mf; or the compare had an MRR or
+// RMSE target): the table shows MRR and Hits@10 or RMSE instead of accuracy
+// (report/sparse_table.h).
+bool isSparseReport(const Report& report);
 // Whose accuracy the table and plots show: "node 0", or "reference node" when some run lacks
 // node 0's metrics file.
 std::string referenceNodeName(const Report& report);

@@ -11,12 +11,10 @@
 namespace chorus::report {
 namespace {
 
-// What a node's steps are called in its mode.
-std::string stepWord(const NodeMetrics& node) {
-  if (node.mode == "ps") return "clock";
-  if (node.mode == "consensus" || node.mode == "single") return "round";
-  return "step";
-}
+// A training step is a "step" in every mode's events (run::kStepName): the metrics of consensus
+// and single runs said "round" and PS runs "clock" before, and the report reads those files too,
+// but says "step" whatever wrote them.
+constexpr std::string_view kStepWord = "step";
 
 // When the reference node's first life reached `step` (its first step line at or after it):
 // the plot's clock. Later lives restart their clock at 0, so they cannot place anything.
@@ -35,7 +33,7 @@ std::string plural(uint64_t n, std::string_view one, std::string_view many) {
 // The crash or stop that ends a life without a `final` line, and the rejoin that begins a
 // later life.
 void lifeEvents(const NodeMetrics& node, const NodeMetrics& ref, std::vector<RunEvent>& events) {
-  const std::string word = stepWord(node);
+  const std::string_view word = kStepWord;
   for (int life = 0; life < node.lives; ++life) {
     const NodeLife info =
         static_cast<size_t>(life) < node.life_info.size() ? node.life_info[life] : NodeLife{};
@@ -70,7 +68,7 @@ void lifeEvents(const NodeMetrics& node, const NodeMetrics& ref, std::vector<Run
     // one is placed where the reference node was at that step.
     if (count > 0)
       e.time = life == 0 ? std::optional<double>(last_time) : referenceTimeAt(ref, last);
-    // The plot's label names the last round or clock written, where the node's line ends.
+    // The plot's label names the last step written, where the node's line ends.
     const std::string at = count == 0 ? "" : fmt::format(" ({} {})", word, last);
     const std::string when = count == 0 ? fmt::format("before its first {}", word)
                              : life == 0
@@ -137,14 +135,14 @@ std::vector<RunEvent> runEvents(const RunMetrics& metrics) {
     if (!ended.contains(worker)) e.time = referenceTimeAt(ref, range.first);
     e.text = range.first == range.second
                  ? fmt::format(
-                       "PS owners dropped node {} at clock {}: its updates from clock {} "
+                       "PS owners dropped node {} at step {}: its updates from step {} "
                        "on are lost",
                        worker, range.first, range.first)
                  : fmt::format(
-                       "PS owners dropped node {} at clocks {}-{}: its updates from then "
+                       "PS owners dropped node {} at steps {}-{}: its updates from then "
                        "on are lost",
                        worker, range.first, range.second);
-    e.label = fmt::format("node {} dropped (clock {})", worker, range.first);
+    e.label = fmt::format("node {} dropped (step {})", worker, range.first);
     events.push_back(std::move(e));
   }
   for (const auto& [worker, from, to] : gaps) {
@@ -153,9 +151,9 @@ std::vector<RunEvent> runEvents(const RunMetrics& metrics) {
     e.node = worker;
     e.step = from;
     e.to_step = to;
-    e.text = fmt::format("node {}'s updates of clocks {}-{} are lost (it rejoined at clock {})",
+    e.text = fmt::format("node {}'s updates of steps {}-{} are lost (it rejoined at step {})",
                          worker, from, to - 1, to);
-    e.label = fmt::format("node {} lost clocks", worker);
+    e.label = fmt::format("node {} lost steps", worker);
     events.push_back(std::move(e));
   }
   std::stable_sort(events.begin(), events.end(), [](const RunEvent& a, const RunEvent& b) {

@@ -127,6 +127,44 @@ std::vector<LostUpdates> lostUpdatesOf(const JsonObject& object, const std::stri
   return lost;
 }
 
+// The first split's headline metric in an `epoch` or `summary` line of a sparse model: the
+// first of valid_mrr, test_mrr, valid_rmse, test_rmse that a file holds fixes the metric and the
+// split for the rest of it. Nullopt when the line holds none (not an evaluation epoch).
+std::optional<QualityPoint> qualityPoint(const JsonObject& object, SparseMetrics& m, bool summary) {
+  if (m.metric.empty()) {
+    for (const char* metric : {"mrr", "rmse"}) {
+      for (const char* split : {"valid", "test"}) {
+        if (object.number(fmt::format("{}_{}", split, metric))) {
+          m.metric = metric;
+          m.split = split;
+          break;
+        }
+      }
+      if (!m.metric.empty()) break;
+    }
+    if (m.metric.empty()) return std::nullopt;
+  }
+  // The line is written after the evaluation it reports: its time includes it. A summary line
+  // holds every split's evaluation (valid_eval_seconds, test_eval_seconds).
+  if (summary) {
+    for (const char* split : {"valid", "test"}) {
+      m.eval_seconds += object.number(fmt::format("{}_eval_seconds", split)).value_or(0);
+    }
+  } else {
+    m.eval_seconds += object.number("eval_seconds").value_or(0);
+  }
+  const auto value = object.number(fmt::format("{}_{}", m.split, m.metric));
+  const auto time = object.number("time");
+  if (!value || !time) return std::nullopt;
+  QualityPoint point;
+  point.time = std::max(0.0, *time - m.eval_seconds);
+  point.value = *value;
+  point.hits10 = object.number(fmt::format("{}_hits@10", m.split));
+  const auto epoch = object.number(summary ? "evaluated_epoch" : "epoch");
+  if (epoch && isStepNumber(*epoch)) point.epoch = static_cast<int64_t>(*epoch);
+  return point;
+}
+
 void addWarning(RunMetrics& run, size_t& dropped, std::string text) {
   if (run.warnings.size() < kMaxWarnings) {
     run.warnings.push_back(std::move(text));
@@ -196,6 +234,13 @@ NodeMetrics readNodeFile(const fs::path& path, uint32_t id, RunMetrics& run, siz
       node.mode = object.string("mode").value_or("");
       node.backup = object.string("backup").value_or("");
       if (node.mode == "ps") node.staleness = stalenessText(object.find("staleness"));
+      // The sparse trainer's start line (ml/sparse_train.h) names its training points. A
+      // rejoined life keeps the first life's evaluations: node 0's clock is the first life's.
+      if (object.has("train_points") && !node.sparse) {
+        node.sparse.emplace();
+        node.sparse->technique = object.string("technique").value_or("");
+        node.sparse->staleness = stalenessText(object.find("staleness"));
+      }
       // A seed beyond 2^53 does not survive the trip through a double: better none than wrong.
       if (auto seed = object.number("seed"); seed && isStepNumber(*seed)) {
         node.seed = static_cast<uint64_t>(*seed);
@@ -284,8 +329,38 @@ NodeMetrics readNodeFile(const fs::path& path, uint32_t id, RunMetrics& run, siz
         addWarning(run, dropped, std::move(problem));
       node.failed_pushes = object.number("failed_pushes");
       node.failed_pulls = object.number("failed_pulls");
+    } else if (*event == "epoch" && node.sparse) {
+      // An evaluation epoch's line holds the first split's metrics (valid_mrr, test_rmse).
+      if (auto point = qualityPoint(object, *node.sparse, false)) {
+        node.sparse->quality.push_back(*point);
+      }
+    } else if (*event == "summary" && node.sparse) {
+      // The sparse trainer's last line: its counters, and node 0's evaluation of every split.
+      SparseMetrics& m = *node.sparse;
+      life_has_lines = true;
+      node.has_final = true;
+      node.life_info.back().has_final = true;
+      m.has_summary = true;
+      m.steps = object.number("steps").value_or(0);
+      m.train_seconds = object.number("train_seconds").value_or(0);
+      m.wait_seconds = object.number("wait_seconds").value_or(0);
+      m.bytes_out = object.number("bytes_out").value_or(0);
+      m.local_share = object.number("local_share");
+      m.rows_per_round = object.number("rows_per_round");
+      m.max_staleness = object.number("max_staleness");
+      if (auto point = qualityPoint(object, m, true)) m.quality.push_back(*point);
+      if (!m.metric.empty()) {
+        for (const char* split : {"test", "valid"}) {
+          if (auto value = object.number(fmt::format("{}_{}", split, m.metric))) {
+            m.final_value = value;
+            m.final_hits10 = object.number(fmt::format("{}_hits@10", split));
+            m.final_split = split;
+            break;
+          }
+        }
+      }
     }
-    // Other events (a sparse model's "step", "epoch", ...) carry nothing a comparison uses.
+    // Other events (a sparse model's "step", ...) carry nothing a comparison uses.
   }
   if (in.bad()) throw ReportError(fmt::format("{}: read error", path.string()));
   return node;
@@ -321,6 +396,42 @@ double meanOf(const std::vector<double>& values) {
   for (double v : values)
     sum += v;
   return sum / static_cast<double>(values.size());
+}
+
+// A sparse run's numbers come from the sparse trainer's `summary` lines (it writes no `final`
+// line): rates and waiting over its training time, the bytes its connections sent, and node 0's
+// evaluation of the last split.
+void summarizeSparse(const RunMetrics& metrics, RunSummary& s) {
+  const SparseMetrics& ref = *metrics.nodes.front().sparse;
+  s.sparse = true;
+  s.quality_metric = ref.metric;
+  s.final_accuracy.reset();
+  s.model_accuracy.reset();
+  s.final_quality = ref.final_value;
+  s.final_hits10 = ref.final_hits10;
+  s.technique = ref.technique;
+  s.max_staleness = ref.max_staleness;
+  s.steps = ref.steps;
+  s.seconds = ref.train_seconds;
+  std::vector<double> rates, waits, sent, local, rows;
+  for (const NodeMetrics& node : metrics.nodes) {
+    if (!node.sparse || !node.sparse->has_summary) continue;
+    const SparseMetrics& m = *node.sparse;
+    if (m.train_seconds > 0) {
+      rates.push_back(m.steps / m.train_seconds);
+      waits.push_back(std::min(1.0, m.wait_seconds / m.train_seconds));
+    }
+    sent.push_back(m.bytes_out);
+    if (m.local_share) local.push_back(*m.local_share);
+    if (m.rows_per_round) rows.push_back(*m.rows_per_round);
+  }
+  s.steps_per_s = meanOf(rates);
+  s.wait_share = meanOf(waits);
+  s.bytes_sent_per_node = meanOf(sent);
+  // One node alone has nothing to share, and reads every row locally: no column for it.
+  if (!local.empty() && metrics.nodes.size() > 1) s.local_share = meanOf(local);
+  if (!rows.empty() && metrics.nodes.size() > 1) s.rows_per_round = meanOf(rows);
+  if (metrics.nodes.size() < 2) s.max_staleness.reset();
 }
 
 }  // namespace
@@ -441,7 +552,17 @@ RunSummary summarizeRun(const RunMetrics& metrics) {
     if (models_mixed > 0) s.mean_staleness = staleness_sum / models_mixed;
   }
   if (ref.mode == "ps") s.staleness_bound = ref.staleness;
+  if (ref.sparse) summarizeSparse(metrics, s);
   return s;
+}
+
+std::optional<double> sparseTimeToTarget(const SparseMetrics& metrics,
+                                         const QualityTarget& target) {
+  if (metrics.metric != target.metric) return std::nullopt;
+  for (const QualityPoint& point : metrics.quality) {
+    if (target.reachedBy(point.value)) return point.time;
+  }
+  return std::nullopt;
 }
 
 std::string variantNameOf(const RunMetrics& metrics) {

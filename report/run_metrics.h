@@ -46,6 +46,41 @@ struct LostUpdates {
   std::optional<int64_t> to_clock;  // ... up to this one, excluded (it rejoined); none: to the end
 };
 
+// One evaluation of a sparse model's first split (valid for a knowledge graph, test for matrix
+// factorization) by node 0: at an evaluation epoch (an `epoch` line) or after the last step (the
+// `summary` line).
+struct QualityPoint {
+  // Seconds of node 0's run up to this evaluation, its evaluations left out: the time since its
+  // `start` line less every evaluation's `eval_seconds` so far, this one's included (evaluating
+  // WN18RR's filtered ranking takes seconds, as much as an epoch of training, and is the same
+  // work in every mode).
+  double time = 0;
+  int64_t epoch = 0;
+  double value = 0;              // the headline metric: MRR or RMSE
+  std::optional<double> hits10;  // knowledge graphs: Hits@10
+};
+
+// What the metrics of a sparse model (complex, distmult, mf) say beyond the step lines: the
+// sparse trainer's `epoch` and `summary` lines (docs/sparse-ps.md and docs/sparse-consensus.md,
+// "Metrics"). Only node 0 evaluates.
+struct SparseMetrics {
+  std::string metric;                 // the headline: "mrr" or "rmse" ("": never evaluated)
+  std::string split;                  // the split of `quality`: "valid" or "test"
+  std::vector<QualityPoint> quality;  // in file order
+  double eval_seconds = 0;            // node 0's evaluations so far, summed
+  // After the run, on the last split (test): the `summary` line's.
+  std::optional<double> final_value, final_hits10;
+  std::string final_split;
+  bool has_summary = false;
+  double steps = 0;  // the summary's steps (PS clocks or consensus rounds)
+  double train_seconds = 0, wait_seconds = 0, bytes_out = 0;
+  std::optional<double> local_share;     // PS: share of row reads and writes served here
+  std::optional<double> rows_per_round;  // consensus: rows sent per round, all neighbors
+  std::optional<double> max_staleness;   // consensus: the largest staleness of a share mixed in
+  std::string technique;                 // PS: classic, lapse, ...
+  std::string staleness;                 // the bound as the start line gives it ("2", "inf")
+};
+
 // Everything one node's metrics file says. A node that rejoined appended a new life to its file:
 // each life opens with a `start` event and its clock (`time`, `seconds`) restarts at 0. The
 // time the node was down is in no file, so only the first life's times count from the run's
@@ -80,6 +115,8 @@ struct NodeMetrics {
   std::vector<uint32_t> departed_peers;
   std::vector<LostUpdates> lost_updates;
   std::optional<double> failed_pushes, failed_pulls;
+  // A sparse model's run (its start line is the sparse trainer's); nullopt for image models.
+  std::optional<SparseMetrics> sparse;
 };
 
 // A run folder as read. `warnings` lists lines that were skipped ("node-2.jsonl:17: ..."),
@@ -113,6 +150,14 @@ struct RunSummary {
   std::optional<double> mean_backups;    // consensus: mean b_i over all rounds and nodes
   std::optional<double> mean_staleness;  // consensus: mean staleness of every mixed-in model
   std::string staleness_bound;           // ps: "0", "N" or "inf"
+  // Sparse models: the headline metric ("mrr" or "rmse"), node 0's final value on the last
+  // split (test) and Hits@10, PS's share of local row accesses and consensus's rows per round
+  // (means over nodes), the PS technique, consensus's largest staleness.
+  bool sparse = false;
+  std::string quality_metric;
+  std::optional<double> final_quality, final_hits10;
+  std::optional<double> local_share, rows_per_round, max_staleness;
+  std::string technique;
   bool ok() const { return error.empty(); }
 };
 
@@ -124,6 +169,22 @@ inline bool isStepNumber(double value) {
 
 // Condenses a run. A node without a `final` event (killed) is summarized from its last step.
 RunSummary summarizeRun(const RunMetrics& metrics);
+
+// A quality a run may reach: test accuracy (image models), MRR (knowledge graphs: higher is
+// better) or RMSE (matrix factorization: lower is better).
+struct QualityTarget {
+  std::string metric;  // "accuracy", "mrr" or "rmse"
+  double value = 0;
+  bool higherIsBetter() const { return metric != "rmse"; }
+  bool reachedBy(double quality) const {
+    return higherIsBetter() ? quality >= value : quality <= value;
+  }
+};
+
+// Seconds from node 0's start to its first evaluation of a sparse model that reached `target`
+// (its `epoch` lines at the evaluation epochs, its `summary` line after the last step); nullopt
+// when none did or the metrics are not `target`'s. Its resolution is --eval-every-epochs.
+std::optional<double> sparseTimeToTarget(const SparseMetrics& metrics, const QualityTarget& target);
 
 // "consensus:dynamic", "ps:ssp:3", ... from node 0's start event; "run" when it says nothing.
 std::string variantNameOf(const RunMetrics& metrics);

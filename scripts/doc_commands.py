@@ -27,6 +27,7 @@ PAGES = ["README.md", "examples/README.md"]
 # Commands that are documented but not run here, each with where it is covered instead. Keyed
 # by a prefix of the command as written (continuations joined, spaces collapsed).
 NOT_RUN = {
+    "make demo-sparse": "CI runs scripts/demo_sparse.sh --short, the same command with one epoch",
     "make demo": "CI runs scripts/demo.sh --short, the same command with fewer rounds",
     "make test": "CI runs it",
     "bash scripts/setup.sh": "make test runs it first",
@@ -125,9 +126,10 @@ def short_form(argv, shared):
             pass  # one epoch of WN18RR is short already
         else:
             argv += ["--limit", str(SHORT_TRAIN_SAMPLES)]
-    elif command in ("launch", "node") and ("--model" in argv and
+    elif command in ("launch", "node", "compare") and ("--model" in argv and
                                              argv[argv.index("--model") + 1] in SPARSE_MODELS):
-        # A sparse model counts epochs, not rounds: one epoch of WN18RR or generated ratings.
+        # A sparse model counts epochs, not rounds: one epoch of WN18RR or generated ratings
+        # (compare: for each of its variants).
         argv = drop_option(argv, "--epochs") + ["--epochs", "1"]
     elif command in ("launch", "node", "compare"):
         argv = drop_option(drop_option(argv, "--eval-every"), "--rounds")

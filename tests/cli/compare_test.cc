@@ -291,13 +291,12 @@ TEST_F(CompareTest, AnInjectedCrashIsNamedAndTheRunStillCounts) {
   // The report finds the crash in node 2's metrics file: rounds 0-18 written, no final line.
   const fs::path out = dir_ / "crash";
   const std::string md = readFile(out / "report.md");
-  EXPECT_TRUE(contains(md, "- consensus:wait-all seed 1: node 2 crashed after round 18, at "))
-      << md;
+  EXPECT_TRUE(contains(md, "- consensus:wait-all seed 1: node 2 crashed after step 18, at ")) << md;
   EXPECT_TRUE(contains(md, " s (injected: crash:2@20)")) << md;
   EXPECT_TRUE(contains(md, "| 1 crash")) << md;
-  EXPECT_TRUE(contains(readFile(out / "summary.csv"), ",\"node 2 crashed after round 18, at "));
+  EXPECT_TRUE(contains(readFile(out / "summary.csv"), ",\"node 2 crashed after step 18, at "));
   EXPECT_TRUE(contains(readFile(out / "plots" / "accuracy-vs-time.gp"),
-                       "set label \"node 2 crashed (round 18)\" at first "));
+                       "set label \"node 2 crashed (step 18)\" at first "));
 }
 
 // The demo's profile names node 2 of 3; single is node 0 alone and runs with node 0's terms.

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "modes/registry.h"
 #include "topology/topology.h"
 
 namespace chorus::experiment {
@@ -20,7 +21,7 @@ TEST(Variant, PsVariantsMapToModeAndStaleness) {
   EXPECT_EQ(Variant::parse("ps:ssp:3").modeArgs(), (Args{"--mode", "ps", "--staleness", "3"}));
   EXPECT_EQ(Variant::parse("ps:ssp:0").modeArgs(), (Args{"--mode", "ps", "--staleness", "0"}));
   EXPECT_EQ(Variant::parse("ps:async").modeArgs(), (Args{"--mode", "ps", "--staleness", "inf"}));
-  EXPECT_EQ(Variant::parse("ps:async").kind, Variant::Kind::kPs);
+  EXPECT_EQ(Variant::parse("ps:async").mode, "ps");
 }
 
 TEST(Variant, ConsensusVariantsMapToBackupRule) {
@@ -28,13 +29,14 @@ TEST(Variant, ConsensusVariantsMapToBackupRule) {
             (Args{"--mode", "consensus", "--backup", "wait-all"}));
   EXPECT_EQ(Variant::parse("consensus:static:1").modeArgs(),
             (Args{"--mode", "consensus", "--backup", "static:1"}));
-  EXPECT_EQ(Variant::parse("consensus:dynamic").backup, "dynamic");
+  EXPECT_EQ(Variant::parse("consensus:dynamic").setting("--backup"), "dynamic");
   EXPECT_EQ(Variant::parse("consensus:deadline:0.75").dirName(), "consensus-deadline-0.75");
 }
 
 TEST(Variant, SingleHasNoModeArguments) {
   Variant v = Variant::parse("single");
-  EXPECT_EQ(v.kind, Variant::Kind::kSingle);
+  EXPECT_EQ(v.mode, "single");
+  EXPECT_TRUE(v.alone());
   EXPECT_TRUE(v.modeArgs().empty());
   EXPECT_EQ(v.dirName(), "single");
 }
@@ -89,16 +91,16 @@ TEST(Variant, SingleDoesTheWholeClustersRoundsAndEvaluatesAfterAsManySamples) {
 TEST(Variant, NodeArgsRefuseForwardingPerRunFlags) {
   EXPECT_THROW(nodeArgs(Variant::parse("single"), {{"--seed", {"3"}}}, RunBudget{}, 1, "o"),
                std::logic_error);
-  EXPECT_THROW(nodeArgs(Variant::parse("consensus:dynamic"),
-                        {{"--rejoin", {}, OptionScope::kConsensus}}, RunBudget{}, 1, "o"),
+  EXPECT_THROW(nodeArgs(Variant::parse("consensus:dynamic"), {{"--rejoin", {}, "consensus"}},
+                        RunBudget{}, 1, "o"),
                std::logic_error);
 }
 
 TEST(Variant, ModeOptionsReachOnlyTheirModesVariants) {
-  const std::vector<ForwardedOption> forwarded = {{"--lr", {"0.1"}, OptionScope::kEvery},
-                                                  {"--owner-momentum", {"push"}, OptionScope::kPs},
-                                                  {"--no-cache", {}, OptionScope::kPs},
-                                                  {"--skip-gap", {"2"}, OptionScope::kConsensus}};
+  const std::vector<ForwardedOption> forwarded = {{"--lr", {"0.1"}, ""},
+                                                  {"--owner-momentum", {"push"}, "ps"},
+                                                  {"--no-cache", {}, "ps"},
+                                                  {"--skip-gap", {"2"}, "consensus"}};
   const RunBudget budget{10, 5, 2};
   EXPECT_EQ(
       nodeArgs(Variant::parse("ps:bsp"), forwarded, budget, 1, "o"),
@@ -117,7 +119,7 @@ TEST(Variant, ModeOptionsReachOnlyTheirModesVariants) {
 // that it ignores it, and a consensus node would refuse it.
 TEST(Variant, AsyncRoundsReachOnlyTheAsyncPsVariant) {
   const std::vector<ForwardedOption> forwarded = {
-      {"--async-rounds", {"worker"}, OptionScope::kPsAsync}};
+      {"--async-rounds", {"worker"}, std::string(modes::kPsAsyncScope)}};
   const RunBudget budget{10, 5, 2};
   const auto has = [](const Args& args) {
     return std::find(args.begin(), args.end(), "--async-rounds") != args.end();
@@ -126,6 +128,99 @@ TEST(Variant, AsyncRoundsReachOnlyTheAsyncPsVariant) {
   for (const char* name : {"ps:bsp", "ps:ssp:3", "consensus:wait-all", "single"}) {
     EXPECT_FALSE(has(nodeArgs(Variant::parse(name), forwarded, budget, 1, "o"))) << name;
   }
+}
+
+// The grammar is the registry's: every entry with variants parses its own names, and the list of
+// accepted forms is built from the entries.
+TEST(Variant, EachRegistryEntryParsesItsOwnVariants) {
+  int with_variants = 0;
+  for (const modes::Mode& mode : modes::registry()) {
+    if (mode.parse_variant == nullptr) {
+      EXPECT_THROW(Variant::parse(std::string(mode.name) + ":x"), std::invalid_argument);
+      continue;
+    }
+    ++with_variants;
+    EXPECT_NE(variantForms().find(mode.variant_forms()), std::string::npos) << mode.name;
+  }
+  EXPECT_EQ(with_variants, 3);  // consensus, ps, single: ping has none (it does not train)
+  try {
+    Variant::parse("ping");
+    ADD_FAILURE() << "accepted ping";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("mode ping has no variants"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(modes::registryProblems(modes::registry()), "");
+  // An entry with a grammar but no forms is an inconsistent registry.
+  std::vector<modes::Mode> broken = modes::registry();
+  broken.front().variant_forms = nullptr;
+  EXPECT_NE(modes::registryProblems(broken), "");
+}
+
+// Sparse PS: ps:TECHNIQUE and ps:TECHNIQUE:BOUND set --technique (and the bound); the technique
+// list is this build's --technique's, and a technique the issue names that is not built yet is
+// refused as such.
+TEST(Variant, PsTechniquesMapToTechniqueAndOptionalBound) {
+  EXPECT_EQ(Variant::parse("ps:classic").modeArgs(),
+            (Args{"--mode", "ps", "--technique", "classic"}));
+  EXPECT_EQ(Variant::parse("ps:lapse").modeArgs(), (Args{"--mode", "ps", "--technique", "lapse"}));
+  EXPECT_EQ(Variant::parse("ps:lapse:ssp:3").modeArgs(),
+            (Args{"--mode", "ps", "--staleness", "3", "--technique", "lapse"}));
+  EXPECT_EQ(Variant::parse("ps:classic:bsp").modeArgs(),
+            (Args{"--mode", "ps", "--staleness", "0", "--technique", "classic"}));
+  const Variant async = Variant::parse("ps:lapse:async");
+  EXPECT_EQ(async.setting("--staleness"), "inf");
+  EXPECT_TRUE(async.inScope(modes::kPsAsyncScope));
+  EXPECT_EQ(async.spec.family, modes::ModelFamily::kSparse);
+  EXPECT_EQ(Variant::parse("ps:bsp").spec.family, modes::ModelFamily::kAny);
+  EXPECT_EQ(Variant::parse("ps:lapse:ssp:3").dirName(), "ps-lapse-ssp-3");
+  const std::vector<std::string> usable = modes::usablePsTechniques();
+  for (const std::string& name : modes::psTechniqueNames()) {
+    SCOPED_TRACE(name);
+    const bool built = std::find(usable.begin(), usable.end(), name) != usable.end();
+    try {
+      EXPECT_EQ(Variant::parse("ps:" + name).setting("--technique"), name);
+      EXPECT_TRUE(built);
+    } catch (const std::invalid_argument& e) {
+      EXPECT_FALSE(built);
+      EXPECT_NE(std::string(e.what()).find("technique " + name + " is not implemented yet"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  for (const char* bad : {"ps:lapse:", "ps:lapse:ssp", "ps:lapse:ssp:x", "ps:lapse:3",
+                          "ps:lapse:lapse", "ps:bsp:lapse", "ps:zipf"}) {
+    EXPECT_THROW(Variant::parse(bad), std::invalid_argument) << bad;
+  }
+}
+
+// What a sparse run's nodes get: no --rounds and no --eval-every (a sparse model counts epochs
+// and evaluates every --eval-every-epochs, forwarded as given), the PS-only sampling flags only
+// to the PS variants, the gossip flags only to the consensus ones.
+TEST(Variant, SparseRunsGetEpochsAndTheirModesFlagsOnly) {
+  const std::vector<ForwardedOption> forwarded = {{"--model", {"complex"}, ""},
+                                                  {"--epochs", {"3"}, ""},
+                                                  {"--eval-every-epochs", {"1"}, ""},
+                                                  {"--sample-scheme", {"pool"}, "ps"},
+                                                  {"--cold-every", {"4"}, "consensus"}};
+  RunBudget budget{0, 20, 4, true};
+  EXPECT_EQ(nodeArgs(Variant::parse("ps:lapse:ssp:1"), forwarded, budget, 2, "o"),
+            (Args{"--mode", "ps", "--staleness", "1", "--technique", "lapse", "--model", "complex",
+                  "--epochs", "3", "--eval-every-epochs", "1", "--sample-scheme", "pool", "--seed",
+                  "2", "--out", "o"}));
+  EXPECT_EQ(
+      nodeArgs(Variant::parse("consensus:dynamic"), forwarded, budget, 2, "o"),
+      (Args{"--mode", "consensus", "--backup", "dynamic", "--model", "complex", "--epochs", "3",
+            "--eval-every-epochs", "1", "--cold-every", "4", "--seed", "2", "--out", "o"}));
+  EXPECT_EQ(nodeArgs(Variant::parse("single"), forwarded, budget, 2, "o"),
+            (Args{"--model", "complex", "--epochs", "3", "--eval-every-epochs", "1", "--seed", "2",
+                  "--out", "o"}));
+  // A flag the variant sets is never forwarded over it.
+  EXPECT_THROW(
+      nodeArgs(Variant::parse("ps:lapse"), {{"--technique", {"classic"}, "ps"}}, budget, 1, "o"),
+      std::logic_error);
+  EXPECT_THROW(nodeArgs(Variant::parse("ps:bsp"), {{"--staleness", {"1"}, "ps"}}, budget, 1, "o"),
+               std::logic_error);
 }
 
 TEST(Variant, SingleTopologyIsAValidOneNodeCluster) {

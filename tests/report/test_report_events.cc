@@ -77,12 +77,12 @@ TEST_F(ReportEventsTest, AnInjectedPsCrashAndItsLostUpdatesAreInTableCsvReportAn
   EXPECT_EQ(events[0].kind, RunEvent::Kind::kCrash);
   EXPECT_EQ(events[0].node, 3u);
   EXPECT_EQ(events[0].step, 2);
-  EXPECT_EQ(events[0].text, "node 3 crashed after clock 2, at 3.0 s (injected: crash:3@4)");
+  EXPECT_EQ(events[0].text, "node 3 crashed after step 2, at 3.0 s (injected: crash:3@4)");
   ASSERT_TRUE(events[0].marked());
   EXPECT_DOUBLE_EQ(*events[0].time, 3.0);
   EXPECT_EQ(events[1].kind, RunEvent::Kind::kDropped);
   EXPECT_EQ(events[1].text,
-            "PS owners dropped node 3 at clocks 3-4: its updates from then on are lost");
+            "PS owners dropped node 3 at steps 3-4: its updates from then on are lost");
   EXPECT_FALSE(events[1].marked());  // its crash is the mark
   EXPECT_EQ(events[2].kind, RunEvent::Kind::kFailedOps);
   EXPECT_EQ(events[2].text,
@@ -97,8 +97,8 @@ TEST_F(ReportEventsTest, AnInjectedPsCrashAndItsLostUpdatesAreInTableCsvReportAn
                        "events\n"))
       << csv;
   EXPECT_TRUE(contains(csv,
-                       ",0,1,0,1,5,1,\"node 3 crashed after clock 2, at 3.0 s (injected: "
-                       "crash:3@4); PS owners dropped node 3 at clocks 3-4: its updates from "
+                       ",0,1,0,1,5,1,\"node 3 crashed after step 2, at 3.0 s (injected: "
+                       "crash:3@4); PS owners dropped node 3 at steps 3-4: its updates from "
                        "then on are lost; 5 pushes (their updates lost) and 1 read failed "
                        "while an owner was down\"\n"))
       << csv;
@@ -106,7 +106,7 @@ TEST_F(ReportEventsTest, AnInjectedPsCrashAndItsLostUpdatesAreInTableCsvReportAn
   writeReportFiles(report, dir_);
   const std::string md = read("report.md");
   EXPECT_TRUE(contains(md, "## Events")) << md;
-  EXPECT_TRUE(contains(md, "- ps:bsp seed 1: node 3 crashed after clock 2, at 3.0 s")) << md;
+  EXPECT_TRUE(contains(md, "- ps:bsp seed 1: node 3 crashed after step 2, at 3.0 s")) << md;
   // A mark on node 0's curve (50% at 2 s, 70% at 4 s): 60% at the crash's 3 s; a dashed line
   // and the label above the data, in ps:bsp's red.
   const std::string gp = read("plots/accuracy-vs-time.gp");
@@ -115,8 +115,7 @@ TEST_F(ReportEventsTest, AnInjectedPsCrashAndItsLostUpdatesAreInTableCsvReportAn
                        "set arrow from first 3, graph 0 to first 3, graph 0.965 nohead dt 2 lw 1.5 "
                        "lc rgb \"#d62728\"\n"))
       << gp;
-  EXPECT_TRUE(contains(gp, "set label \"node 3 crashed (clock 2)\" at first 3, graph 0.965 "))
-      << gp;
+  EXPECT_TRUE(contains(gp, "set label \"node 3 crashed (step 2)\" at first 3, graph 0.965 ")) << gp;
   EXPECT_TRUE(contains(gp, "set offsets 0, 0, graph 0.25, 0\n")) << gp;
   EXPECT_TRUE(contains(gp, "title \"node crashed or stopped (its metrics end)\"")) << gp;
 }
@@ -140,10 +139,10 @@ TEST_F(ReportEventsTest, AKilledNodesRejoinAndItsLostClocksAreEvents) {
   const Report report = buildReport(loadReportInput(dir_));
   const std::vector<RunEvent>& events = report.events[0];
   EXPECT_EQ(texts(events), (std::vector<std::string>{
-                               "node 2 stopped after clock 1, at 2.0 s, with no final line "
+                               "node 2 stopped after step 1, at 2.0 s, with no final line "
                                "(killed, or crashed)",
-                               "node 2's updates of clocks 2-3 are lost (it rejoined at clock 4)",
-                               "node 2 rejoined at clock 4",
+                               "node 2's updates of steps 2-3 are lost (it rejoined at step 4)",
+                               "node 2 rejoined at step 4",
                            }));
   ASSERT_EQ(events.size(), 3u);
   ASSERT_TRUE(events[2].marked());
@@ -154,10 +153,8 @@ TEST_F(ReportEventsTest, AKilledNodesRejoinAndItsLostClocksAreEvents) {
   const std::string gp = read("plots/accuracy-vs-time.gp");
   // Its stop (at 2 s, its own clock) and its rejoin: next to each other, in two label rows.
   EXPECT_TRUE(contains(gp, "$events0 << EOD\n2 50 2\n5 75 6\nEOD\n")) << gp;
-  EXPECT_TRUE(contains(gp, "set label \"node 2 stopped (clock 1)\" at first 2, graph 0.965 "))
-      << gp;
-  EXPECT_TRUE(contains(gp, "set label \"node 2 rejoined (clock 4)\" at first 5, graph 0.92 "))
-      << gp;
+  EXPECT_TRUE(contains(gp, "set label \"node 2 stopped (step 1)\" at first 2, graph 0.965 ")) << gp;
+  EXPECT_TRUE(contains(gp, "set label \"node 2 rejoined (step 4)\" at first 5, graph 0.92 ")) << gp;
   EXPECT_TRUE(contains(gp, "title \"node rejoined\"")) << gp;
 }
 
@@ -183,11 +180,11 @@ TEST_F(ReportEventsTest, AConsensusCrashIsADepartureWithoutPsCounts) {
   const Report report = buildReport(loadReportInput(dir_));
   EXPECT_EQ(texts(report.events[0]),
             (std::vector<std::string>{
-                "node 1 crashed after round 1, at 2.0 s (injected: crash:1@3)",
+                "node 1 crashed after step 1, at 2.0 s (injected: crash:1@3)",
                 "the others went on without node 1 (it left before the end)",
             }));
   EXPECT_TRUE(contains(markdownTable(report), "| 1 crash, 1 dropped |")) << markdownTable(report);
-  EXPECT_TRUE(contains(summaryCsv(report), ",1,0,1,,,\"node 1 crashed after round 1"))
+  EXPECT_TRUE(contains(summaryCsv(report), ",1,0,1,,,\"node 1 crashed after step 1"))
       << summaryCsv(report);
 }
 
@@ -209,7 +206,7 @@ TEST_F(ReportEventsTest, AStopBeforeTheCrashStepIsNotCalledTheInjectedCrash) {
   EXPECT_TRUE(contains(report.warnings[2], "node-1.jsonl:4: not a JSON object"))
       << report.warnings[2];
   EXPECT_EQ(texts(report.events[0]),
-            (std::vector<std::string>{"node 1 stopped after clock 1, at 2.0 s, with no final line "
+            (std::vector<std::string>{"node 1 stopped after step 1, at 2.0 s, with no final line "
                                       "(killed, or crashed; not at its crash:1@10 step)"}));
   EXPECT_EQ(runEvents(readRunFolder(dir_)).size(), 1u);
   EXPECT_EQ(eventCountsText(EventCounts{}), "—");

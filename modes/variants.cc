@@ -1,0 +1,128 @@
+#include "modes/variants.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "consensus/backup_rule.h"
+#include "ps/sparse_row_access.h"
+#include "run/staleness_bound.h"
+
+namespace chorus::modes {
+namespace {
+
+// "a, b or c".
+std::string orList(const std::vector<std::string>& names) {
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) out += i + 1 == names.size() ? " or " : ", ";
+    out += names[i];
+  }
+  return out;
+}
+
+bool usable(const std::string& technique) {
+  return ps::parseSparseTechnique(technique).has_value();
+}
+
+// BOUND of ps:BOUND or ps:TECHNIQUE:BOUND: bsp, ssp:N or async (run::StalenessBound's variant
+// grammar; its other spellings, "3" or "inf", are the flag's, not a variant's).
+run::StalenessBound parseBound(std::string_view bound) {
+  if (bound != "bsp" && bound != "async" && !bound.starts_with("ssp:")) {
+    throw std::invalid_argument(
+        fmt::format("'{}' is neither a staleness bound (bsp, ssp:N, async) nor a technique ({})",
+                    bound, orList(psTechniqueNames())));
+  }
+  try {
+    return run::StalenessBound::parse(bound);
+  } catch (const std::invalid_argument&) {
+    throw std::invalid_argument("the staleness bound N of ssp:N must be an integer >= 0");
+  }
+}
+
+}  // namespace
+
+const std::vector<std::string>& psTechniqueNames() {
+  static const std::vector<std::string> names = {"classic", "lapse", "nups", "auto"};
+  return names;
+}
+
+std::vector<std::string> usablePsTechniques() {
+  std::vector<std::string> out;
+  for (const std::string& name : psTechniqueNames()) {
+    if (usable(name)) out.push_back(name);
+  }
+  return out;
+}
+
+VariantSpec singleVariant(std::optional<std::string_view> args) {
+  if (args) throw std::invalid_argument("single takes no arguments");
+  VariantSpec spec;
+  spec.alone = true;
+  return spec;
+}
+
+VariantSpec psVariant(std::optional<std::string_view> args) {
+  if (!args || args->empty()) {
+    throw std::invalid_argument("ps needs a staleness bound or a technique");
+  }
+  VariantSpec spec;
+  spec.settings.emplace_back("--mode", "ps");
+  spec.scopes.emplace_back("ps");
+  std::string_view rest = *args;
+  const std::string first(rest.substr(0, rest.find(':')));
+  std::optional<std::string> technique;
+  if (std::find(psTechniqueNames().begin(), psTechniqueNames().end(), first) !=
+      psTechniqueNames().end()) {
+    if (!usable(first)) {
+      throw std::invalid_argument(
+          fmt::format("technique {} is not implemented yet in this build (usable: {})", first,
+                      orList(usablePsTechniques())));
+    }
+    technique = first;
+    rest.remove_prefix(std::min(rest.size(), first.size() + 1));
+    if (first.size() == args->size() - 1) {
+      throw std::invalid_argument(fmt::format("ps:{}: must be followed by a bound", first));
+    }
+  }
+  if (!rest.empty() || !technique) {
+    const run::StalenessBound bound = parseBound(rest);
+    spec.settings.emplace_back("--staleness", bound.toString());
+    if (bound.infinite()) spec.scopes.emplace_back(kPsAsyncScope);
+  }
+  if (technique) {
+    spec.settings.emplace_back("--technique", *technique);
+    spec.family = ModelFamily::kSparse;
+    spec.family_reason =
+        "a technique manages a sparse model's embedding rows (--model complex, distmult or mf)";
+  }
+  return spec;
+}
+
+VariantSpec consensusVariant(std::optional<std::string_view> args) {
+  if (!args || args->empty()) throw std::invalid_argument("consensus needs a backup rule");
+  consensus::BackupRule::parse(*args);  // throws std::invalid_argument naming the rules
+  VariantSpec spec;
+  spec.settings.emplace_back("--mode", "consensus");
+  spec.settings.emplace_back("--backup", std::string(*args));
+  spec.scopes.emplace_back("consensus");
+  return spec;
+}
+
+std::string singleVariantForms() {
+  return "single";
+}
+
+std::string psVariantForms() {
+  return fmt::format(
+      "ps:bsp, ps:ssp:N (N >= 0), ps:async, ps:TECHNIQUE[:BOUND] (sparse models; TECHNIQUE: {}; "
+      "BOUND as before)",
+      orList(usablePsTechniques()));
+}
+
+std::string consensusVariantForms() {
+  return "consensus:RULE (RULE: wait-all, static:B, deadline:Q, dynamic)";
+}
+
+}  // namespace chorus::modes
