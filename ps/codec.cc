@@ -22,14 +22,13 @@ node::SharedFrame encodeFrame(const node::EnvelopeHeader& header, PsMessage mess
 
 namespace {
 
-// The runs of `keys` as a vector of `b`, through a per-thread buffer (no allocation per message
-// once it has grown).
+// The runs of `keys` as a vector of `b`, through a per-thread buffer (no allocation and no
+// clearing per message once it has grown: its size is its room).
 flatbuffers::Offset<flatbuffers::Vector<uint8_t>> keyRunsVector(flatbuffers::FlatBufferBuilder& b,
                                                                 std::span<const Key> keys) {
   thread_local std::vector<uint8_t> runs;
-  runs.clear();
-  encodeKeyRuns(keys, runs);
-  return b.CreateVector(runs.data(), runs.size());
+  if (runs.size() < keyRunsBound(keys.size())) runs.resize(keyRunsBound(keys.size()));
+  return b.CreateVector(runs.data(), encodeKeyRuns(keys, runs.data()));
 }
 
 // A size hint for the runs of `keys`: about 2 bytes a key spread by hashing, most keys fewer.

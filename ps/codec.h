@@ -48,10 +48,11 @@ PsMessage pushRequest(uint64_t request, Clock clock, std::span<const Key> keys,
                       std::span<const std::span<const float>> pieces, size_t floats, bool attach);
 // Worker -> every owner: every clock below `clock` is done.
 PsMessage clockAnnouncement(Clock clock);
-// Owner -> worker: the values of a pull (rows in the order of its keys), and the owner's
-// minimum worker clock; the request id names the keys. Rows of kSmallRowFloats floats or less
-// on average are copied into the body (one contiguous frame: a piece per 1-float row would
-// cost an iovec per key); larger ones travel as the attachment, straight from the rows.
+// Owner -> worker: the values of a pull (pieces of the store: runs of rows next to each other,
+// KeyStore::rowsOf, in the order of its keys), and the owner's minimum worker clock; the
+// request id names the keys. Pieces of kSmallRowFloats floats or less on average are copied
+// into the body (one contiguous frame: a piece per scattered 1-float row would cost an iovec
+// per key); larger ones travel as the attachment, straight from the store.
 inline constexpr size_t kSmallRowFloats = 64;
 PsMessage pullReply(uint64_t request, Clock min_clock, std::span<const std::span<const float>> rows,
                     size_t floats);

@@ -17,18 +17,6 @@ KeyDirectory::KeyDirectory(ShardMap map, KeySpace space)
   }
 }
 
-NodeId KeyDirectory::home(Key key) const {
-  return key < homes_.size() ? homes_[key] : map_.home(key);
-}
-
-NodeId KeyDirectory::owner(Key key) const {
-  if (!moved_.empty()) {
-    auto it = moved_.find(key);
-    if (it != moved_.end()) return it->second.owner;
-  }
-  return home(key);
-}
-
 std::vector<NodeId> KeyDirectory::replicas(Key key) const {
   auto it = moved_.find(key);
   return it == moved_.end() ? std::vector<NodeId>() : it->second.replicas;

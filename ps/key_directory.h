@@ -31,10 +31,17 @@ class KeyDirectory {
   // lookup without it, issue 25).
   static constexpr size_t kHomeCacheKeys = size_t{1} << 22;
 
-  // The node that owns `key` now (a key in the space). O(1) for a key that never moved.
-  NodeId owner(Key key) const;
+  // The node that owns `key` now (a key in the space). O(1) for a key that never moved; inline,
+  // as workers ask it per key.
+  NodeId owner(Key key) const {
+    if (!moved_.empty()) {
+      auto it = moved_.find(key);
+      if (it != moved_.end()) return it->second.owner;
+    }
+    return home(key);
+  }
   // Where `key` lives by default and where its directory entry is kept (Lapse's home node).
-  NodeId home(Key key) const;
+  NodeId home(Key key) const { return key < homes_.size() ? homes_[key] : map_.home(key); }
   // The nodes holding a replica of `key`, sorted (empty for most keys).
   std::vector<NodeId> replicas(Key key) const;
   // Is `node` the owner of `key` or one of its replicas?

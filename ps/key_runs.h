@@ -24,6 +24,9 @@ constexpr size_t keyRunsBound(size_t keys) {
 
 // Appends the runs of `keys` (sorted and unique: the caller checked) to `out`.
 void encodeKeyRuns(std::span<const Key> keys, std::vector<uint8_t>& out);
+// Writes the runs of `keys` (sorted and unique) at `out`, which has room for
+// keyRunsBound(keys.size()) bytes; returns the bytes written.
+size_t encodeKeyRuns(std::span<const Key> keys, uint8_t* out);
 
 // Replaces `keys` with the keys `bytes` encode. Errors (the message says which byte and why;
 // `keys` is then unspecified): a varint cut off by the end or longer than 64 bits, a run that

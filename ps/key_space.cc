@@ -53,16 +53,6 @@ const KeyTable* KeySpace::tableOf(Key key) const {
   return it->contains(key) ? &*it : nullptr;
 }
 
-size_t KeySpace::length(Key key) const {
-  // One table (a dense model) is the common case: no search.
-  if (tables_.size() == 1) {
-    const KeyTable& t = tables_.front();
-    return t.contains(key) ? t.length(key) : 0;
-  }
-  const KeyTable* table = tableOf(key);
-  return table ? table->length(key) : 0;
-}
-
 size_t KeySpace::offset(Key key) const {
   const KeyTable* table = tables_.size() == 1 ? &tables_.front() : tableOf(key);
   return table->offset + static_cast<size_t>(key - table->first) * table->row_floats;

@@ -64,8 +64,16 @@ class KeySpace {
   // The table holding `key`, or null.
   const KeyTable* tableOf(Key key) const;
   bool contains(Key key) const { return tableOf(key) != nullptr; }
-  // Floats of `key`; 0 for a key outside the space.
-  size_t length(Key key) const;
+  // Floats of `key`; 0 for a key outside the space. Inline: every request asks it per key.
+  size_t length(Key key) const {
+    // One table (a dense model, or a space of one embedding table) is the common case.
+    if (tables_.size() == 1) {
+      const KeyTable& t = tables_.front();
+      return t.contains(key) ? t.length(key) : 0;
+    }
+    const KeyTable* table = tableOf(key);
+    return table ? table->length(key) : 0;
+  }
   // First float of `key` in the flat buffer (a key in the space).
   size_t offset(Key key) const;
   // The slice of `flat` (total() floats) that `key` covers.

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <map>
 #include <stdexcept>
 
 namespace chorus::ps {
@@ -20,12 +19,15 @@ KeyStore::KeyStore(KeySpace space, std::shared_ptr<const UpdatePolicy> policy)
     : space_(std::move(space)) {
   if (!policy) throw std::invalid_argument("a key store needs an update policy");
   policies_.fill(std::move(policy));
-  if (space_.keyEnd() <= kIndexedKeys) index_.assign(space_.keyEnd(), nullptr);
-}
-
-void KeyStore::add(Key key, KeyEntry row) {
-  KeyEntry& entry = rows_.emplace(key, std::move(row)).first->second;
-  if (!index_.empty()) index_[key] = &entry;
+  for (const KeyTable& table : space_.tables()) {
+    Slab slab;
+    slab.first = table.first;
+    slab.end = table.end();
+    slab.row_floats = table.row_floats;
+    slabs_.push_back(std::move(slab));
+  }
+  fitStateStrides();
+  if (space_.keyEnd() <= kIndexedKeys) index_.assign(space_.keyEnd(), 0);
 }
 
 KeyStore::KeyStore(const KeySpace& space, const ShardMap& map, NodeId self,
@@ -38,17 +40,75 @@ KeyStore::KeyStore(const KeySpace& space, const ShardMap& map, NodeId self,
   for (const KeyTable& table : space_.tables()) {
     for (Key key = table.first; key < table.end(); ++key) {
       if (map.home(key) != self) continue;
-      const auto slice = initial.subspan(space_.offset(key), table.length(key));
       KeyEntry row;
+      const auto slice = initial.subspan(space_.offset(key), table.length(key));
       row.values.assign(slice.begin(), slice.end());
-      add(key, std::move(row));
+      insert(key, std::move(row));  // in key order: the rows lie in key order
     }
   }
-  const UpdatePolicy& home = policy(KeyTechnique::kHome);
-  for (auto& [key, row] : rows_) {
-    row.state.resize(home.stateFloats(row.values.size()));
-    home.initState(row.state);
+}
+
+void KeyStore::fitStateStrides() {
+  for (size_t t = 0; t < slabs_.size(); ++t) {
+    Slab& s = slabs_[t];
+    const KeyTable& table = space_.tables()[t];
+    const size_t last = table.length(table.end() - 1);
+    size_t stride = 0;
+    for (const auto& policy : policies_)
+      stride = std::max({stride, policy->stateFloats(s.row_floats), policy->stateFloats(last)});
+    if (stride <= s.state_stride) continue;
+    std::vector<float> state(s.keys.size() * stride, 0.0f);
+    for (size_t slot = 0; slot < s.keys.size(); ++slot) {
+      std::copy_n(s.state.begin() + static_cast<std::ptrdiff_t>(slot * s.state_stride),
+                  s.state_stride, state.begin() + static_cast<std::ptrdiff_t>(slot * stride));
+    }
+    s.state = std::move(state);
+    s.state_stride = stride;
   }
+}
+
+uint32_t KeyStore::tableOf(Key key) const {
+  if (slabs_.size() == 1) return 0;
+  return static_cast<uint32_t>(space_.tableOf(key) - space_.tables().data());
+}
+
+bool KeyStore::contains(Key key) const {
+  return space_.contains(key) && slotOf(key) != kNoSlot;
+}
+
+void KeyStore::setSlot(Key key, uint32_t slot) {
+  if (!index_.empty()) {
+    index_[key] = slot == kNoSlot ? 0 : slot + 1;
+  } else if (slot == kNoSlot) {
+    slots_.erase(key);
+  } else {
+    slots_[key] = slot;
+  }
+}
+
+uint32_t KeyStore::takeSlot(uint32_t t, Key key) {
+  Slab& s = slabs_[t];
+  // After the slot of the key before, when that is free: rows that arrive in key order (a
+  // relocated block) lie in key order again.
+  if (key > s.first) {
+    const uint32_t before = slotOf(key - 1);
+    if (before != kNoSlot && before + 1 < s.keys.size() && s.keys[before + 1] == kFreeKey) {
+      return before + 1;
+    }
+  }
+  while (!s.free.empty()) {
+    const uint32_t slot = s.free.back();
+    s.free.pop_back();
+    if (s.keys[slot] == kFreeKey) return slot;
+  }
+  if (s.keys.size() >= kNoSlot) throw std::length_error("a key store slab is full (2^32 rows)");
+  const auto slot = static_cast<uint32_t>(s.keys.size());
+  s.keys.push_back(kFreeKey);
+  s.techniques.push_back(KeyTechnique::kHome);
+  s.updates.push_back(0);
+  s.values.resize(s.values.size() + s.row_floats);
+  s.state.resize(s.state.size() + s.state_stride);
+  return slot;
 }
 
 std::optional<std::string> KeyStore::insert(Key key, KeyEntry row) {
@@ -67,20 +127,96 @@ std::optional<std::string> KeyStore::insert(Key key, KeyEntry row) {
     return fmt::format("key {}: {} floats of optimizer state, but {} keeps {}", key,
                        row.state.size(), rule.name(), state);
   }
-  add(key, std::move(row));
+  const uint32_t t = tableOf(key);
+  const uint32_t slot = takeSlot(t, key);
+  Slab& s = slabs_[t];
+  s.keys[slot] = key;
+  s.techniques[slot] = row.technique;
+  s.updates[slot] = row.updates;
+  std::copy(row.values.begin(), row.values.end(), valuesAt(s, slot, len).begin());
+  const std::span<float> held_state = stateAt(s, slot, s.state_stride);
+  std::fill(held_state.begin(), held_state.end(), 0.0f);
+  std::copy(row.state.begin(), row.state.end(), held_state.begin());
+  setSlot(key, slot);
+  ++held_;
   return std::nullopt;
 }
 
+std::optional<KeyEntry> KeyStore::copyRow(Key key) const {
+  if (!space_.contains(key)) return std::nullopt;
+  const uint32_t t = tableOf(key);
+  const uint32_t slot = slotOf(key);
+  if (slot == kNoSlot) return std::nullopt;
+  const Slab& s = slabs_[t];
+  const size_t len = lengthIn(s, key);
+  KeyEntry row;
+  row.technique = s.techniques[slot];
+  row.updates = s.updates[slot];
+  const float* values = s.values.data() + slot * s.row_floats;
+  row.values.assign(values, values + len);
+  const float* state = s.state.data() + slot * s.state_stride;
+  row.state.assign(state, state + stateOf(row.technique, len));
+  return row;
+}
+
+std::span<const float> KeyStore::valuesOf(Key key) const {
+  if (!space_.contains(key)) return {};
+  const uint32_t t = tableOf(key);
+  const uint32_t slot = slotOf(key);
+  if (slot == kNoSlot) return {};
+  const Slab& s = slabs_[t];
+  return {s.values.data() + slot * s.row_floats, lengthIn(s, key)};
+}
+
 std::optional<KeyEntry> KeyStore::extract(Key key) {
-  auto node = rows_.extract(key);
-  if (node.empty()) return std::nullopt;
-  if (!index_.empty()) index_[key] = nullptr;
-  return std::move(node.mapped());
+  std::optional<KeyEntry> row = copyRow(key);
+  if (!row) return std::nullopt;
+  const uint32_t t = tableOf(key);
+  Slab& s = slabs_[t];
+  const uint32_t slot = slotOf(key);
+  s.keys[slot] = kFreeKey;
+  s.free.push_back(slot);
+  setSlot(key, kNoSlot);
+  --held_;
+  // Slots taken after their predecessor's stay in the free list until popped: drop them when
+  // the list holds more entries than free slots, so that it stays bounded.
+  if (s.free.size() > 2 * (s.keys.size() - held_) + 16) {
+    std::erase_if(s.free, [&](uint32_t f) { return s.keys[f] != kFreeKey; });
+    std::sort(s.free.begin(), s.free.end(), std::greater<>());
+    s.free.erase(std::unique(s.free.begin(), s.free.end()), s.free.end());
+  }
+  return row;
 }
 
 void KeyStore::setPolicy(KeyTechnique technique, std::shared_ptr<const UpdatePolicy> policy) {
   if (!policy) throw std::invalid_argument("a technique needs an update policy");
   policies_[static_cast<size_t>(technique)] = std::move(policy);
+  fitStateStrides();
+}
+
+template <bool kHeld, typename Fn>
+bool KeyStore::forEachRun(std::span<const uint64_t> keys, Fn&& fn) const {
+  Run run;
+  bool open = false;
+  uint32_t t = 0;
+  for (Key key : keys) {
+    if (slabs_.size() > 1 && (key < slabs_[t].first || key >= slabs_[t].end)) t = tableOf(key);
+    const Slab& s = slabs_[t];
+    const uint32_t slot = slotOf(key);
+    if (!kHeld && slot == kNoSlot) return false;
+    const size_t len = lengthIn(s, key);
+    const KeyTechnique technique = s.techniques[slot];
+    if (open && run.table == t && run.slot + run.rows == slot && run.technique == technique) {
+      ++run.rows;
+      run.floats += len;
+      continue;
+    }
+    if (open) fn(run);
+    run = Run{.table = t, .slot = slot, .rows = 1, .technique = technique, .floats = len};
+    open = true;
+  }
+  if (open) fn(run);
+  return true;
 }
 
 std::optional<std::string> KeyStore::check(std::span<const uint64_t> keys,
@@ -88,7 +224,7 @@ std::optional<std::string> KeyStore::check(std::span<const uint64_t> keys,
                                            const KeyDirectory* directory) const {
   if (auto error = space_.check(keys, values)) return error;
   for (Key key : keys) {
-    if (lookup(key) != nullptr) continue;
+    if (slotOf(key) != kNoSlot) continue;
     if (directory) {
       return fmt::format("key {} is not owned here (its owner is node {})", key,
                          directory->owner(key));
@@ -99,51 +235,67 @@ std::optional<std::string> KeyStore::check(std::span<const uint64_t> keys,
 }
 
 void KeyStore::read(std::span<const uint64_t> keys, std::vector<float>& out) const {
-  for (Key key : keys) {
-    const KeyEntry& row = at(key);
-    out.insert(out.end(), row.values.begin(), row.values.end());
-  }
+  const size_t at = out.size();
+  out.resize(at + floatsOf(keys));
+  copyTo(keys, out.data() + at);
 }
 
 void KeyStore::copyTo(std::span<const uint64_t> keys, float* out) const {
-  for (Key key : keys) {
-    const KeyEntry& row = at(key);
-    out = std::copy(row.values.begin(), row.values.end(), out);
-  }
+  forEachRun<true>(keys, [&](const Run& run) {
+    const Slab& s = slabs_[run.table];
+    out = std::copy_n(s.values.data() + run.slot * s.row_floats, run.floats, out);
+  });
 }
 
 void KeyStore::rowsOf(std::span<const uint64_t> keys,
                       std::vector<std::span<const float>>& out) const {
   out.clear();
-  out.reserve(keys.size());
-  for (Key key : keys)
-    out.emplace_back(at(key).values);
+  forEachRun<true>(keys, [&](const Run& run) {
+    const Slab& s = slabs_[run.table];
+    out.emplace_back(s.values.data() + run.slot * s.row_floats, run.floats);
+  });
 }
 
 std::optional<std::string> KeyStore::locate(std::span<const uint64_t> keys,
                                             std::optional<size_t> values,
                                             const KeyDirectory* directory,
-                                            std::vector<KeyEntry*>& rows) {
-  rows.clear();
+                                            std::vector<Run>& runs) const {
+  runs.clear();
   if (auto error = space_.check(keys, values)) return error;
-  rows.reserve(keys.size());
-  for (Key key : keys) {
-    KeyEntry* row = lookup(key);
-    if (row == nullptr) return check(std::span<const uint64_t>(&key, 1), std::nullopt, directory);
-    rows.push_back(row);
+  // One walk finds the runs; a key not held here is named by check().
+  if (!forEachRun<false>(keys, [&](const Run& run) { runs.push_back(run); })) {
+    runs.clear();
+    return check(keys, std::nullopt, directory);
   }
   return std::nullopt;
 }
 
-void KeyStore::applyRows(std::span<KeyEntry* const> rows, std::span<const float> grads,
-                         int64_t clock) {
+void KeyStore::applyRuns(std::span<const Run> runs, std::span<const float> grads, int64_t clock) {
   size_t offset = 0;
-  for (KeyEntry* row : rows) {
-    const size_t len = row->values.size();
-    scratch_[static_cast<size_t>(row->technique)].push_back(
-        RowUpdate{row->values, row->state, grads.subspan(offset, len)});
-    ++row->updates;
-    offset += len;
+  for (const Run& run : runs) {
+    Slab& s = slabs_[run.table];
+    const UpdatePolicy& rule = policy(run.technique);
+    std::vector<RowUpdate>& updates = scratch_[static_cast<size_t>(run.technique)];
+    const size_t state_floats = rule.stateFloats(s.row_floats);
+    if (rule.elementwise() && (state_floats == 0 || state_floats == s.row_floats) &&
+        s.state_stride == state_floats) {
+      // The run's values, states and gradients are each one contiguous span.
+      updates.push_back(RowUpdate{valuesAt(s, run.slot, run.floats),
+                                  stateAt(s, run.slot, state_floats == 0 ? 0 : run.floats),
+                                  grads.subspan(offset, run.floats)});
+    } else {
+      size_t at = offset;
+      for (uint32_t slot = run.slot; slot < run.slot + run.rows; ++slot) {
+        const size_t len = std::min(s.row_floats, offset + run.floats - at);
+        updates.push_back(RowUpdate{valuesAt(s, slot, len), stateAt(s, slot, rule.stateFloats(len)),
+                                    grads.subspan(at, len)});
+        at += len;
+      }
+    }
+    uint64_t* counts = s.updates.data() + run.slot;
+    for (uint32_t i = 0; i < run.rows; ++i)
+      ++counts[i];
+    offset += run.floats;
   }
   for (size_t t = 0; t < kKeyTechniques; ++t) {
     if (scratch_[t].empty()) continue;
@@ -154,33 +306,47 @@ void KeyStore::applyRows(std::span<KeyEntry* const> rows, std::span<const float>
 }
 
 void KeyStore::apply(std::span<const uint64_t> keys, std::span<const float> grads, int64_t clock) {
-  std::vector<KeyEntry*>& rows = located_;
-  rows.clear();
-  rows.reserve(keys.size());
-  for (Key key : keys)
-    rows.push_back(&at(key));
-  applyRows(rows, grads, clock);
+  located_.clear();
+  forEachRun<true>(keys, [&](const Run& run) { located_.push_back(run); });
+  applyRuns(located_, grads, clock);
 }
 
 void KeyStore::applyClock(std::span<const Push> pushes, int64_t clock) {
-  // Per key: the sum of the clock's gradients.
-  std::map<Key, std::vector<float>> sums;
+  // Per key: the sum of the clock's gradients, in one buffer over the sorted union of the
+  // pushes' keys.
+  std::vector<Key> keys;
+  for (const Push& push : pushes)
+    keys.insert(keys.end(), push.keys.begin(), push.keys.end());
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  std::vector<size_t> offsets(keys.size() + 1, 0);
+  for (size_t i = 0; i < keys.size(); ++i)
+    offsets[i + 1] = offsets[i] + space_.length(keys[i]);
+  std::vector<float> sums(offsets.back(), 0.0f);
   for (const Push& push : pushes) {
+    size_t at = 0;  // the push's keys are sorted: one forward walk through the union
     size_t offset = 0;
     for (Key key : push.keys) {
-      KeyEntry& row = at(key);
-      const size_t len = row.values.size();
-      std::vector<float>& sum = sums[key];
-      if (sum.empty()) sum.assign(len, 0.0f);
+      at = static_cast<size_t>(
+          std::lower_bound(keys.begin() + static_cast<std::ptrdiff_t>(at), keys.end(), key) -
+          keys.begin());
+      const size_t len = offsets[at + 1] - offsets[at];
       for (size_t i = 0; i < len; ++i)
-        sum[i] += push.grads[offset + i];
-      ++row.updates;
+        sums[offsets[at] + i] += push.grads[offset + i];
+      const uint32_t t = tableOf(key);
+      ++slabs_[t].updates[slotOf(key)];
       offset += len;
     }
   }
-  for (auto& [key, sum] : sums) {
-    KeyEntry& row = at(key);
-    scratch_[static_cast<size_t>(row.technique)].push_back(RowUpdate{row.values, row.state, sum});
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const uint32_t t = tableOf(keys[i]);
+    Slab& s = slabs_[t];
+    const uint32_t slot = slotOf(keys[i]);
+    const size_t len = offsets[i + 1] - offsets[i];
+    const KeyTechnique technique = s.techniques[slot];
+    scratch_[static_cast<size_t>(technique)].push_back(
+        RowUpdate{valuesAt(s, slot, len), stateAt(s, slot, stateOf(technique, len)),
+                  std::span<const float>(sums).subspan(offsets[i], len)});
   }
   for (size_t t = 0; t < kKeyTechniques; ++t) {
     if (scratch_[t].empty()) continue;
@@ -193,25 +359,28 @@ void KeyStore::applyClock(std::span<const Push> pushes, int64_t clock) {
 void KeyStore::restore(std::span<const uint64_t> keys, std::span<const float> values) {
   size_t offset = 0;
   for (Key key : keys) {
-    KeyEntry& row = at(key);
-    const auto slice = values.subspan(offset, row.values.size());
-    std::copy(slice.begin(), slice.end(), row.values.begin());
-    policy(row.technique).initState(row.state);
-    offset += row.values.size();
+    const uint32_t t = tableOf(key);
+    Slab& s = slabs_[t];
+    const uint32_t slot = slotOf(key);
+    const size_t len = lengthIn(s, key);
+    const auto slice = values.subspan(offset, len);
+    std::copy(slice.begin(), slice.end(), valuesAt(s, slot, len).begin());
+    const KeyTechnique technique = s.techniques[slot];
+    policy(technique).initState(stateAt(s, slot, stateOf(technique, len)));
+    offset += len;
   }
 }
 
 std::vector<Key> KeyStore::ownedKeys() const {
   std::vector<Key> keys;
-  keys.reserve(rows_.size());
-  for (const auto& [key, row] : rows_)
-    keys.push_back(key);
+  keys.reserve(held_);
+  for (const Slab& s : slabs_) {
+    for (Key key : s.keys) {
+      if (key != kFreeKey) keys.push_back(key);
+    }
+  }
   std::sort(keys.begin(), keys.end());
   return keys;
-}
-
-const KeyEntry* KeyStore::find(Key key) const {
-  return lookup(key);
 }
 
 }  // namespace chorus::ps

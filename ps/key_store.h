@@ -29,7 +29,8 @@ enum class KeyTechnique : uint8_t {
 inline constexpr size_t kKeyTechniques = 1;
 const char* keyTechniqueName(KeyTechnique technique);
 
-// One row: its floats, optimizer state and technique.
+// One row outside the store: what insert() takes, extract() gives back for a transfer and
+// copyRow() returns: its floats, optimizer state and technique.
 struct KeyEntry {
   KeyTechnique technique = KeyTechnique::kHome;
   std::vector<float> values;
@@ -37,11 +38,30 @@ struct KeyEntry {
   uint64_t updates = 0;      // pushes applied
 };
 
+// Rows live in slabs, one per table of the key space: the values of all rows of a table held
+// here in one array, their optimizer states in another, and per slot its key, technique and
+// update count. Rows taken in key order (the constructors, a peer inserting its rows at start)
+// lie in key order, so a request for keys that are next to each other among this node's keys
+// reads and updates whole runs of rows at once, whatever keys the other nodes hold in between
+// (issue 25: a node per key and two heap vectors per row made every key a pointer chase).
+// A key that leaves (extract) frees its slot; one that arrives (insert) takes the slot after
+// its predecessor's when that is free, else a freed slot, else a new one at the end.
 class KeyStore {
  public:
-  // Spaces of up to this many keys get a table from key to row (8 bytes per key: 32 MiB at
-  // most, next to at least 4M rows of ~100 bytes each), so that the hot path does no hashing.
+  // Spaces of up to this many keys get a table from key to slot (4 bytes per key: 16 MiB at
+  // most), so that the hot path does no hashing; larger spaces use a hash map.
   static constexpr size_t kIndexedKeys = size_t{1} << 22;
+
+  // Rows that lie next to each other in one slab, with one technique: what locate() finds and
+  // applyRuns() updates. Consecutive keys of a request that are consecutive slots here make one
+  // run, however far apart the keys are.
+  struct Run {
+    uint32_t table = 0;  // the slab (the table's index in the key space)
+    uint32_t slot = 0;   // the first row's slot
+    uint32_t rows = 0;
+    KeyTechnique technique = KeyTechnique::kHome;
+    size_t floats = 0;  // values of the run's rows together
+  };
 
   // An empty store over `space`; rows of every technique are updated with `policy`.
   KeyStore(KeySpace space, std::shared_ptr<const UpdatePolicy> policy);
@@ -49,7 +69,6 @@ class KeyStore {
   // whole flat model, identical on every node), updated with SGD as `optimizer` says.
   KeyStore(const KeySpace& space, const ShardMap& map, NodeId self, std::span<const float> initial,
            OwnerOptimizer optimizer);
-  // Movable (the rows stay where they are), not copyable (the index points at them).
   KeyStore(KeyStore&&) = default;
   KeyStore& operator=(KeyStore&&) = default;
   KeyStore(const KeyStore&) = delete;
@@ -73,18 +92,20 @@ class KeyStore {
   void read(std::span<const uint64_t> keys, std::vector<float>& out) const;
   // Writes the values of checked `keys` to `out` (exactly floatsOf(keys) floats), in key order.
   void copyTo(std::span<const uint64_t> keys, float* out) const;
-  // Replaces `out` with the values of checked `keys`, in key order, where they live: valid
-  // until the next apply, applyClock, restore or extract. `out` is the caller's to reuse.
+  // Replaces `out` with the values of checked `keys`, in key order, where they live, one span
+  // per run of rows: valid until the next insert, apply, applyClock, restore or extract. `out`
+  // is the caller's to reuse.
   void rowsOf(std::span<const uint64_t> keys, std::vector<std::span<const float>>& out) const;
   // Applies the gradients `grads` (key order, checked), pushed at `clock`, with each row's
   // policy.
   void apply(std::span<const uint64_t> keys, std::span<const float> grads, int64_t clock);
-  // check() and the rows of `keys` in one pass (the rows of a request are looked up once):
-  // on success `rows` holds them in key order, for applyRows() before the store changes.
+  // check() and the runs of rows of `keys` in one pass (the rows of a request are looked up
+  // once): on success `runs` holds them in key order, for applyRuns() before the store changes.
   std::optional<std::string> locate(std::span<const uint64_t> keys, std::optional<size_t> values,
-                                    const KeyDirectory* directory, std::vector<KeyEntry*>& rows);
-  // apply() on rows that locate() found: one policy call per technique for the whole push.
-  void applyRows(std::span<KeyEntry* const> rows, std::span<const float> grads, int64_t clock);
+                                    const KeyDirectory* directory, std::vector<Run>& runs) const;
+  // apply() on runs that locate() found: one policy call per technique for the whole push,
+  // with one RowUpdate per run when the policy is elementwise (UpdatePolicy::elementwise).
+  void applyRuns(std::span<const Run> runs, std::span<const float> grads, int64_t clock);
   // One checked push: its keys (key order) and their gradients.
   struct Push {
     std::span<const uint64_t> keys;
@@ -104,11 +125,14 @@ class KeyStore {
   // Keys held here, sorted.
   std::vector<Key> ownedKeys() const;
   // Number of keys held here.
-  size_t size() const { return rows_.size(); }
+  size_t size() const { return held_; }
   // Is `key` held here?
-  bool contains(Key key) const { return lookup(key) != nullptr; }
-  // The row of `key`, or null when it is not held here.
-  const KeyEntry* find(Key key) const;
+  bool contains(Key key) const;
+  // A copy of the row of `key` (values, state, technique, updates), or nullopt when it is not
+  // held here (tests, reports; not for the data path).
+  std::optional<KeyEntry> copyRow(Key key) const;
+  // The values of `key` where they live (valid as rowsOf's), or empty when it is not held here.
+  std::span<const float> valuesOf(Key key) const;
   // Every key that may be held, with its length.
   const KeySpace& space() const { return space_; }
   // The update policy of `technique`.
@@ -119,27 +143,65 @@ class KeyStore {
   uint64_t updatesApplied() const { return updates_; }
 
  private:
-  // The row of `key`, or null when it is not held here.
-  KeyEntry* lookup(Key key) const {
-    if (!index_.empty()) return key < index_.size() ? index_[key] : nullptr;
-    auto it = rows_.find(key);
-    return it == rows_.end() ? nullptr : const_cast<KeyEntry*>(&it->second);
+  static constexpr uint32_t kNoSlot = UINT32_MAX;
+  // The rows of one table held here (see the class comment).
+  struct Slab {
+    Key first = 0;  // the table's keys: [first, end)
+    Key end = 0;
+    size_t row_floats = 0;    // the table's row length: the values' stride per slot
+    size_t state_stride = 0;  // floats of state per slot: the most any technique keeps
+    std::vector<float> values;
+    std::vector<float> state;
+    std::vector<Key> keys;  // per slot; kFreeKey when free
+    std::vector<KeyTechnique> techniques;
+    std::vector<uint64_t> updates;
+    std::vector<uint32_t> free;  // freed slots, possibly taken since (checked when popped)
+  };
+  static constexpr Key kFreeKey = UINT64_MAX;  // never a key of a slab (its end is past it)
+
+  // The slab of `key` (a key in the space).
+  uint32_t tableOf(Key key) const;
+  // The slot of `key` in its slab, or kNoSlot.
+  uint32_t slotOf(Key key) const {
+    if (!index_.empty()) return key < index_.size() ? index_[key] - 1 : kNoSlot;
+    auto it = slots_.find(key);
+    return it == slots_.end() ? kNoSlot : it->second;
   }
-  KeyEntry& at(Key key) { return *lookup(key); }
-  const KeyEntry& at(Key key) const { return *lookup(key); }
-  // Adds a row (a key in the space, not held yet) to rows_ and the index.
-  void add(Key key, KeyEntry row);
+  // Floats of `key` in slab `s` (the last row of a chunked table may be shorter).
+  size_t lengthIn(const Slab& s, Key key) const {
+    return key + 1 < s.end ? s.row_floats : space_.length(key);
+  }
+  // Floats of state a row of `len` floats keeps under `technique`.
+  size_t stateOf(KeyTechnique technique, size_t len) const {
+    return policy(technique).stateFloats(len);
+  }
+  std::span<float> valuesAt(Slab& s, uint32_t slot, size_t len) {
+    return {s.values.data() + slot * s.row_floats, len};
+  }
+  std::span<float> stateAt(Slab& s, uint32_t slot, size_t floats) {
+    return {s.state.data() + slot * s.state_stride, floats};
+  }
+  // Walks `keys` (in the space, sorted) run by run: fn(const Run&) in key order. kHeld: every
+  // key is known to be held; otherwise the walk stops at one that is not and returns false.
+  template <bool kHeld, typename Fn>
+  bool forEachRun(std::span<const uint64_t> keys, Fn&& fn) const;
+  // A free slot in slab `t` for `key` (see the class comment), grown when there is none.
+  uint32_t takeSlot(uint32_t t, Key key);
+  // Sets the state stride of every slab to what its policies need (moves states when it grows).
+  void fitStateStrides();
+  // Records where `key` lives (kNoSlot: not here).
+  void setSlot(Key key, uint32_t slot);
 
   KeySpace space_;
   std::array<std::shared_ptr<const UpdatePolicy>, kKeyTechniques> policies_;
-  // Node-based: a row and its buffers stay where they are when other keys come and go.
-  std::unordered_map<Key, KeyEntry> rows_;
-  // For a space of at most kIndexedKeys keys (a dense model): each key's row or null, so that
-  // the hot path does no hashing. Empty for larger spaces.
-  std::vector<KeyEntry*> index_;
+  std::vector<Slab> slabs_;  // one per table of the space
+  // A space of at most kIndexedKeys keys: slot + 1 per key (0: not held). Otherwise slots_.
+  std::vector<uint32_t> index_;
+  std::unordered_map<Key, uint32_t> slots_;
+  size_t held_ = 0;
   uint64_t updates_ = 0;
-  std::array<std::vector<RowUpdate>, kKeyTechniques> scratch_;  // apply()'s per-technique rows
-  std::vector<KeyEntry*> located_;                              // apply()'s rows
+  std::array<std::vector<RowUpdate>, kKeyTechniques> scratch_;  // applyRuns()'s per technique
+  std::vector<Run> located_;                                    // apply()'s runs
 };
 
 }  // namespace chorus::ps

@@ -150,7 +150,7 @@ std::optional<std::string> KvServer::push(WorkerId worker, Clock clock,
     applyDue();  // the push may already be due (a worker excluded meanwhile)
     return std::nullopt;
   }
-  store_.applyRows(located_, grads, options_.lr_by_progress ? gate_.total() / num_workers_ : clock);
+  store_.applyRuns(located_, grads, options_.lr_by_progress ? gate_.total() / num_workers_ : clock);
   std::lock_guard lock(mu_);
   ++summary_.pushes;
   return std::nullopt;

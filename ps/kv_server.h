@@ -171,7 +171,7 @@ class KvServer {
   // request's runs decode to, and the rows of a pull reply.
   std::vector<Key> key_buffer_;
   std::vector<std::span<const float>> row_buffer_;
-  std::vector<KeyEntry*> located_;  // the rows of the push being applied
+  std::vector<KeyStore::Run> located_;  // the rows of the push being applied, run by run
 };
 
 }  // namespace chorus::ps

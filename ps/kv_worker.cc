@@ -105,14 +105,15 @@ KvWorker::Handle KvWorker::pullImpl(std::optional<Clock> min_clock, std::span<co
                                     std::span<float> out, const Callback& done) {
   checkRequest(keys, out.size(), "pull");
   struct Group {
-    std::vector<Key> keys;
-    std::vector<float*> dest;
+    std::shared_ptr<std::vector<Key>> keys = std::make_shared<std::vector<Key>>();
+    std::vector<DestRun> dest;
+    size_t floats = 0;
   };
   std::map<NodeId, Group> groups;
   struct Send {
     uint64_t id;
     NodeId owner;
-    std::vector<Key> keys;
+    std::shared_ptr<const std::vector<Key>> keys;
   };
   std::vector<Send> sends;
   Clock reader = 0, required = 0;
@@ -133,6 +134,7 @@ KvWorker::Handle KvWorker::pullImpl(std::optional<Clock> min_clock, std::span<co
     NodeId last_owner = 0;
     Group* last = nullptr;
     const bool cached_rows = use_cache && !cache_.empty();
+    size_t hits = 0;
     for (Key key : keys) {
       const size_t len = space().length(key);
       if (cached_rows) {
@@ -140,25 +142,33 @@ KvWorker::Handle KvWorker::pullImpl(std::optional<Clock> min_clock, std::span<co
         if (it != cache_.end() && fresh_.fresh(it->second.stamp, reader)) {
           std::copy(it->second.values.begin(), it->second.values.end(), p);
           if (inModelView(p)) read_stamps_[key] = it->second.stamp;
-          ++stats_.cache_hits;
+          ++hits;
           p += len;
           continue;
         }
       }
-      if (!min_clock) ++stats_.cache_misses;
       const NodeId owner = directory_.owner(key);
       if (last == nullptr || owner != last_owner) {
         last = &groups[owner];
         last_owner = owner;
       }
-      last->keys.push_back(key);
-      last->dest.push_back(p);
+      last->keys->push_back(key);
+      // Keys whose floats follow each other in `out` share one run (one copy, one piece).
+      if (!last->dest.empty() && last->dest.back().at + last->dest.back().floats == p) {
+        last->dest.back().floats += len;
+        ++last->dest.back().keys;
+      } else {
+        last->dest.push_back(DestRun{.at = p, .floats = len, .keys = 1});
+      }
+      last->floats += len;
       p += len;
     }
+    stats_.cache_hits += hits;
+    if (!min_clock) stats_.cache_misses += keys.size() - hits;
     handle = begin(groups.size(), done, lock);
     for (auto& [owner, group] : groups) {
       const uint64_t id = next_request_++;
-      (owner == self_ ? stats_.keys_local : stats_.keys_remote) += group.keys.size();
+      (owner == self_ ? stats_.keys_local : stats_.keys_remote) += group.keys->size();
       if (owner != self_ && !down_owners_.count(owner)) ++stats_.messages_sent;
       if (owner != self_ && down_owners_.count(owner)) failed.push_back(id);
       requests_[id] = SubRequest{.handle = handle,
@@ -166,6 +176,7 @@ KvWorker::Handle KvWorker::pullImpl(std::optional<Clock> min_clock, std::span<co
                                  .pull = true,
                                  .keys = group.keys,
                                  .dest = std::move(group.dest),
+                                 .floats = group.floats,
                                  .busy = false,
                                  .outcome = std::nullopt};
       sends.push_back(Send{id, owner, std::move(group.keys)});
@@ -176,7 +187,6 @@ KvWorker::Handle KvWorker::pullImpl(std::optional<Clock> min_clock, std::span<co
   for (Send& send : sends) {
     const uint64_t id = send.id;
     const NodeId owner = send.owner;
-    std::vector<Key>& request_keys = send.keys;
     if (cancelled) {
       finishSub(id, *cancelled, 0, {}, {});
       continue;
@@ -189,8 +199,8 @@ KvWorker::Handle KvWorker::pullImpl(std::optional<Clock> min_clock, std::span<co
     if (owner == self_) {
       // Same loop, same order as this worker's earlier local pushes: no network, no copy of
       // the values until the answer.
-      const bool posted = node_.post([this, id, reader, required, keys = std::move(request_keys)] {
-        local_.pull(self_, reader, required, keys,
+      const bool posted = node_.post([this, id, reader, required, keys = send.keys] {
+        local_.pull(self_, reader, required, *keys,
                     [this, id](const std::string& error, Clock stamp, std::span<const uint64_t> k,
                                const KeyStore* store) {
                       if (!error.empty()) {
@@ -207,7 +217,7 @@ KvWorker::Handle KvWorker::pullImpl(std::optional<Clock> min_clock, std::span<co
       }
       continue;
     }
-    node::SharedFrame frame = encode(node_, pullRequest(id, reader, required, request_keys));
+    node::SharedFrame frame = encode(node_, pullRequest(id, reader, required, *send.keys));
     node_.send(owner, frame, [this, id](node::NodeId, const node::Status& status) {
       if (!status.ok()) finishSub(id, status, 0, {}, {});
     });
@@ -287,8 +297,9 @@ KvWorker::Handle KvWorker::pushImpl(std::span<const Key> keys, std::span<const f
       requests_[id] = SubRequest{.handle = handle,
                                  .owner = owner,
                                  .pull = false,
-                                 .keys = group.keys,
+                                 .keys = nullptr,
                                  .dest = {},
+                                 .floats = 0,
                                  .busy = false,
                                  .outcome = std::nullopt};
       // From here until its frame is written (or never will be), this sub-request points
@@ -429,35 +440,24 @@ void KvWorker::finishSub(uint64_t request, const node::Status& status, Clock min
     if (result.ok() && sub.pull) {
       // The request id names the keys; an answer that names them (this node's own server, or
       // an older owner) must name the same ones.
+      const std::vector<Key>& asked = *sub.keys;
       const bool same_keys =
-          keys.empty() || std::equal(keys.begin(), keys.end(), sub.keys.begin(), sub.keys.end());
-      size_t floats = 0;
-      for (Key key : sub.keys)
-        floats += space().length(key);
-      if (!same_keys || values.size() != floats) {
+          keys.empty() || std::equal(keys.begin(), keys.end(), asked.begin(), asked.end());
+      if (!same_keys || values.size() != sub.floats) {
         result = {node::ErrorCode::kProtocol,
                   fmt::format("node {} answered a pull of {} key(s) with {} key(s) and {} floats "
                               "(expected {})",
-                              sub.owner, sub.keys.size(), keys.size(), values.size(), floats)};
+                              sub.owner, asked.size(), keys.size(), values.size(), sub.floats)};
       } else if (!node::allFinite(values)) {
         result = nonFiniteReply(sub.owner, values);
       } else {
         // One copy per run of keys that are next to each other in the caller's buffer (a
         // copy per 1-float key would be a call per key).
         const float* from = values.data();
-        float* run = nullptr;
-        size_t run_floats = 0;
-        for (size_t i = 0; i < sub.keys.size(); ++i) {
-          const size_t len = space().length(sub.keys[i]);
-          if (sub.dest[i] != run + run_floats) {
-            std::copy_n(from, run_floats, run);
-            from += run_floats;
-            run = sub.dest[i];
-            run_floats = 0;
-          }
-          run_floats += len;
+        for (const DestRun& run : sub.dest) {
+          std::copy_n(from, run.floats, run.at);
+          from += run.floats;
         }
-        if (run_floats > 0) std::copy_n(from, run_floats, run);
         recordPullLocked(sub, min_clock);
       }
     }
@@ -477,28 +477,47 @@ node::Status KvWorker::nonFiniteReply(NodeId owner, std::span<const float> value
 
 node::Status KvWorker::checkLandedLocked(const SubRequest& sub) {
   node::Status result;
-  for (size_t i = 0; i < sub.keys.size(); ++i) {
-    const std::span<const float> row(sub.dest[i], space().length(sub.keys[i]));
-    if (node::allFinite(row)) continue;
-    if (result.ok()) result = nonFiniteReply(sub.owner, row);
-    // The values were read in place: put back what this worker last read of the key, when the
-    // cache has it (otherwise the row keeps what came, and the trainer's divergence check names
-    // this refusal).
-    auto cached = cache_.find(sub.keys[i]);
-    if (cached != cache_.end() && cached->second.values.size() == row.size()) {
-      std::copy(cached->second.values.begin(), cached->second.values.end(), sub.dest[i]);
+  size_t i = 0;  // the first key of the run
+  for (const DestRun& run : sub.dest) {
+    const size_t first = i;
+    i += run.keys;
+    if (node::allFinite(std::span<const float>(run.at, run.floats))) continue;
+    float* p = run.at;
+    for (size_t k = first; k < i; ++k) {
+      const Key key = (*sub.keys)[k];
+      const std::span<float> row(p, space().length(key));
+      p += row.size();
+      if (node::allFinite(std::span<const float>(row))) continue;
+      if (result.ok()) result = nonFiniteReply(sub.owner, row);
+      // The values were read in place: put back what this worker last read of the key, when
+      // the cache has it (otherwise the row keeps what came, and the trainer's divergence
+      // check names this refusal).
+      auto cached = cache_.find(key);
+      if (cached != cache_.end() && cached->second.values.size() == row.size()) {
+        std::copy(cached->second.values.begin(), cached->second.values.end(), row.begin());
+      }
     }
   }
   return result;
 }
 
 void KvWorker::recordPullLocked(const SubRequest& sub, Clock min_clock) {
-  for (size_t i = 0; i < sub.keys.size(); ++i) {
-    if (inModelView(sub.dest[i])) read_stamps_[sub.keys[i]] = min_clock;
-    if (options_.cache) {
-      CachedRow& cached = cache_[sub.keys[i]];
-      cached.stamp = min_clock;
-      cached.values.assign(sub.dest[i], sub.dest[i] + space().length(sub.keys[i]));
+  if (model_view_.empty() && !options_.cache) return;  // nothing is kept per key
+  size_t i = 0;
+  for (const DestRun& run : sub.dest) {
+    // A run lies in the caller's buffer, which is the model view or outside it.
+    const bool viewed = inModelView(run.at);
+    float* p = run.at;
+    for (size_t k = 0; k < run.keys; ++k, ++i) {
+      const Key key = (*sub.keys)[i];
+      const size_t len = space().length(key);
+      if (viewed) read_stamps_[key] = min_clock;
+      if (options_.cache) {
+        CachedRow& cached = cache_[key];
+        cached.stamp = min_clock;
+        cached.values.assign(p, p + len);
+      }
+      p += len;
     }
   }
 }
@@ -552,19 +571,17 @@ std::unique_ptr<node::AttachmentLanding> KvWorker::placeReply(NodeId from,
   SubRequest& sub = it->second;
   // The request id names the keys; an older owner also sent them, and they must match.
   if (sub.owner != from || !sub.pull || sub.busy ||
-      (reply.keys() != nullptr &&
-       !std::equal(reply.keys()->begin(), reply.keys()->end(), sub.keys.begin(), sub.keys.end()))) {
+      (reply.keys() != nullptr && !std::equal(reply.keys()->begin(), reply.keys()->end(),
+                                              sub.keys->begin(), sub.keys->end()))) {
     return nullptr;
   }
+  if (sub.floats * sizeof(float) != bytes) return nullptr;
   // One piece per run of keys that are next to each other in the caller's buffer.
   std::vector<std::span<uint8_t>> pieces;
-  size_t total = 0;
-  for (size_t i = 0; i < sub.keys.size(); ++i) {
-    const size_t n = space().length(sub.keys[i]) * sizeof(float);
-    node::appendPiece(pieces, std::span<uint8_t>(reinterpret_cast<uint8_t*>(sub.dest[i]), n));
-    total += n;
+  pieces.reserve(sub.dest.size());
+  for (const DestRun& run : sub.dest) {
+    pieces.emplace_back(reinterpret_cast<uint8_t*>(run.at), run.floats * sizeof(float));
   }
-  if (total != bytes) return nullptr;
   sub.busy = true;
   return std::make_unique<ReplyLanding>(std::move(pieces), *this, reply.request(), from);
 }

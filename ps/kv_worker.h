@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <span>
@@ -137,12 +138,22 @@ class KvWorker {
     Callback done;
     bool complete = false;
   };
+  // Pull: keys of a sub-request whose floats lie next to each other in the caller's buffer.
+  struct DestRun {
+    float* at = nullptr;
+    size_t floats = 0;
+    size_t keys = 0;
+  };
   struct SubRequest {
     Handle handle = 0;
     NodeId owner = 0;
     bool pull = false;
-    std::vector<Key> keys;
-    std::vector<float*> dest;  // pull: where each key's floats go
+    // Pull: the keys asked for (shared with the encoding of the request, which runs unlocked),
+    // where their floats go, run by run in key order, and how many floats they hold. A push
+    // keeps none of these: nothing comes back but an acknowledgement.
+    std::shared_ptr<const std::vector<Key>> keys;
+    std::vector<DestRun> dest;
+    size_t floats = 0;
     // The caller's memory is in use on the loop thread: a frame is written from it (pushInPlace)
     // or a reply is read into it. The sub-request cannot complete before that ends (release()):
     // an ending that comes first is kept in `outcome`.

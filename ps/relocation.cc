@@ -245,11 +245,12 @@ void Relocation::applyHere(Key key, KeyOp op) {
     }
     return;
   }
-  const std::vector<float>& values = store_.find(key)->values;
+  const std::span<const float> row = store_.valuesOf(key);
+  std::vector<float> values(row.begin(), row.end());
   if (op.origin == self_) {
-    complete(Completion{op.id, Completion::Kind::kPull, key, values, std::nullopt});
+    complete(Completion{op.id, Completion::Kind::kPull, key, std::move(values), std::nullopt});
   } else {
-    send(op.origin, PullAnswer{key, op.id, self_, version, values});
+    send(op.origin, PullAnswer{key, op.id, self_, version, std::move(values)});
   }
 }
 

@@ -83,6 +83,11 @@ class UpdatePolicy {
   // the state changes of several nodes' replicas add up to what one owner would hold: replicas
   // then sync the state with the values (ps/replica_set.h). False: each replica keeps its own.
   virtual bool stateAddsUp() const { return false; }
+  // True when the rule works float by float (each float of a row and of its state depends only
+  // on the same float of the gradient) and a row of n floats keeps 0 or n floats of state: a
+  // RowUpdate may then cover a run of rows that lie next to each other (KeyStore::applyRuns:
+  // one update per run instead of one per 1-float row). False: one RowUpdate per row.
+  virtual bool elementwise() const { return false; }
 };
 
 // SGD with momentum and weight decay as OwnerOptimizer describes (state: the velocity, when
@@ -98,6 +103,7 @@ class SgdPolicy final : public UpdatePolicy {
   void applyPush(int64_t clock, std::span<const RowUpdate> rows) const override;
   void applyClockSum(int64_t clock, std::span<const RowUpdate> rows) const override;
   bool stepsPerClock() const override { return optimizer_.spreadsMomentum(); }
+  bool elementwise() const override { return true; }
   const OwnerOptimizer& optimizer() const { return optimizer_; }
 
  private:
@@ -124,6 +130,7 @@ class AdagradPolicy final : public UpdatePolicy {
   void applyClockSum(int64_t clock, std::span<const RowUpdate> rows) const override;
   bool stepsPerClock() const override { return false; }
   bool stateAddsUp() const override { return true; }
+  bool elementwise() const override { return true; }
 
  private:
   AdagradConfig config_;

@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
+#include <random>
 #include <stdexcept>
 #include <vector>
 
@@ -28,8 +30,8 @@ TEST(KeyStore, HoldsExactlyTheKeysItsNodeOwnsWithTheirInitialValues) {
     KeyStore store(f.layout, f.map, self, f.initial, OwnerOptimizer{});
     for (Key k : store.ownedKeys()) {
       EXPECT_EQ(f.map.home(k), self);
-      const KeyEntry* entry = store.find(k);
-      ASSERT_NE(entry, nullptr);
+      const std::optional<KeyEntry> entry = store.copyRow(k);
+      ASSERT_TRUE(entry);
       EXPECT_EQ(entry->technique, KeyTechnique::kHome);
       ASSERT_EQ(entry->values.size(), f.layout.length(k));
       EXPECT_EQ(entry->values[0], static_cast<float>(f.layout.offset(k)));
@@ -158,7 +160,7 @@ TEST(KeyStore, AppliesEachPushWithTheScaledLearningRate) {
   for (size_t i = 0; i < out.size(); ++i) {
     EXPECT_FLOAT_EQ(out[i], f.initial[f.layout.offset(keys[0]) + i] - 0.5f * 0.25f * 2.0f);
   }
-  EXPECT_EQ(store.find(keys[0])->updates, 1u);
+  EXPECT_EQ(store.copyRow(keys[0])->updates, 1u);
   EXPECT_EQ(store.updatesApplied(), 1u);
 }
 
@@ -190,9 +192,9 @@ TEST(KeyStore, ARowMovesWithItsOptimizerState) {
 
   for (KeyStore* store : {&to, &stayed})
     store->apply(keys, grads, 1);
-  EXPECT_EQ(to.find(key)->values, stayed.find(key)->values);
-  EXPECT_EQ(to.find(key)->state, stayed.find(key)->state);
-  EXPECT_EQ(to.find(key)->updates, 2u);
+  EXPECT_EQ(to.copyRow(key)->values, stayed.copyRow(key)->values);
+  EXPECT_EQ(to.copyRow(key)->state, stayed.copyRow(key)->state);
+  EXPECT_EQ(to.copyRow(key)->updates, 2u);
 }
 
 TEST(KeyStore, InsertRefusesWhatDoesNotFit) {
@@ -215,7 +217,7 @@ TEST(KeyStore, InsertRefusesWhatDoesNotFit) {
   EXPECT_NE(store.insert(1, KeyEntry{.values = std::vector<float>(3), .state = {}})
                 ->find("held here already"),
             std::string::npos);
-  EXPECT_EQ(store.find(1)->state, std::vector<float>(3, 0.0f));  // a fresh AdaGrad state
+  EXPECT_EQ(store.copyRow(1)->state, std::vector<float>(3, 0.0f));  // a fresh AdaGrad state
   EXPECT_EQ(store.size(), 1u);
 }
 
@@ -240,13 +242,213 @@ TEST(KeyStore, RowsOfSeveralTablesUpdateWithTheirOwnAccumulators) {
   // AdaGrad's first step moves every float by lr (g / |g|); the second by lr / sqrt(2).
   const float moved = 1.0f + 1.0f / std::sqrt(2.0f);
   for (Key key : keys) {
-    for (float v : store.find(key)->values)
+    const std::optional<KeyEntry> row = store.copyRow(key);
+    for (float v : row->values)
       EXPECT_NEAR(v, 1.0f - moved, 1e-6f) << "key " << key;
   }
-  EXPECT_EQ(store.find(4)->state, std::vector<float>(2, 8.0f));
-  EXPECT_EQ(store.find(1001)->state, std::vector<float>(5, 0.5f));
-  EXPECT_EQ(store.find(50)->values, std::vector<float>(2, 1.0f));
-  EXPECT_EQ(store.find(50)->state, std::vector<float>(2, 0.0f));
+  EXPECT_EQ(store.copyRow(4)->state, std::vector<float>(2, 8.0f));
+  EXPECT_EQ(store.copyRow(1001)->state, std::vector<float>(5, 0.5f));
+  EXPECT_EQ(store.copyRow(50)->values, std::vector<float>(2, 1.0f));
+  EXPECT_EQ(store.copyRow(50)->state, std::vector<float>(2, 0.0f));
+}
+
+// A per-row rule (not elementwise): one float of state per row that counts the updates, and
+// w += g. The store must hand it one RowUpdate per row, never a run of rows.
+class CountingPolicy final : public UpdatePolicy {
+ public:
+  std::string_view name() const override { return "counting"; }
+  size_t stateFloats(size_t) const override { return 1; }
+  void initState(std::span<float> state) const override { state[0] = 0.0f; }
+  void applyPush(int64_t, std::span<const RowUpdate> rows) const override {
+    for (const RowUpdate& row : rows) {
+      for (size_t i = 0; i < row.values.size(); ++i)
+        row.values[i] += row.grad[i];
+      row.state[0] += 1.0f;
+    }
+  }
+  void applyClockSum(int64_t clock, std::span<const RowUpdate> rows) const override {
+    applyPush(clock, rows);
+  }
+  bool stepsPerClock() const override { return false; }
+};
+
+// Rows taken in key order lie in key order: keys that are next to each other among the ones
+// held here are one run, however many keys other nodes hold in between; a run ends where a
+// table ends or where the next key's row lies elsewhere.
+TEST(KeyStore, KeysNextToEachOtherHereAreOneRun) {
+  KeySpace space;
+  space.addTable("entity", 100, 2);
+  space.addTable("relation", 10, 3);
+  KeyStore store(space, std::make_shared<AdagradPolicy>(AdagradConfig{}));
+  std::vector<Key> held;
+  for (Key key = 0; key < space.keyEnd(); key += 3) {  // every third key: the others elsewhere
+    ASSERT_EQ(store.insert(key, KeyEntry{.values = std::vector<float>(space.length(key),
+                                                                      static_cast<float>(key)),
+                                         .state = {}}),
+              std::nullopt);
+    held.push_back(key);
+  }
+  std::vector<KeyStore::Run> runs;
+  ASSERT_EQ(store.locate(held, store.floatsOf(held), nullptr, runs), std::nullopt);
+  ASSERT_EQ(runs.size(), 2u);  // one per table
+  EXPECT_EQ(runs[0].rows, 34u);
+  EXPECT_EQ(runs[0].floats, 68u);
+  EXPECT_EQ(runs[1].rows, 3u);  // 102, 105, 108
+  EXPECT_EQ(runs[1].floats, 9u);
+  std::vector<std::span<const float>> pieces;
+  store.rowsOf(held, pieces);
+  ASSERT_EQ(pieces.size(), 2u);
+  std::vector<float> read;
+  store.read(held, read);
+  std::vector<float> expected;
+  for (Key key : held)
+    expected.insert(expected.end(), space.length(key), static_cast<float>(key));
+  EXPECT_EQ(read, expected);
+
+  // A key that leaves splits the run; one that comes back takes its slot again.
+  const std::vector<Key> middle{30, 33, 36};
+  ASSERT_TRUE(store.extract(33));
+  EXPECT_NE(store.locate(middle, std::nullopt, nullptr, runs)->find("key 33 is not owned here"),
+            std::string::npos);
+  EXPECT_TRUE(runs.empty());
+  const std::vector<Key> around{30, 36};
+  ASSERT_EQ(store.locate(around, std::nullopt, nullptr, runs), std::nullopt);
+  EXPECT_EQ(runs.size(), 2u);
+  ASSERT_EQ(store.insert(33, KeyEntry{.values = {7, 7}, .state = {}}), std::nullopt);
+  ASSERT_EQ(store.locate(middle, std::nullopt, nullptr, runs), std::nullopt);
+  EXPECT_EQ(runs.size(), 1u);
+  EXPECT_EQ(store.copyRow(33)->values, (std::vector<float>{7, 7}));
+}
+
+// The lapse shell moves rows in and out of the store at any time: under random inserts,
+// extracts and pushes (AdaGrad, two tables of different lengths, a chunked last row), the
+// store holds exactly what a map of rows updated one by one holds, and runs of rows updated
+// together give the same bits as rows updated one at a time.
+TEST(KeyStore, GainsAndLosesRowsLikeAMapOfRows) {
+  for (const bool huge : {false, true}) {  // a space too large for the key index: a hash map
+    KeySpace space;
+    const Key base = huge ? (Key{1} << 40) : 0;
+    space.addTable("entity", base, 40, 3);
+    space.addTable("relation", base + 50, 20, 5);
+    AdagradConfig config;
+    config.schedule.baseLr = 0.1;
+    config.initial_accumulator = 0.1;
+    const auto policy = std::make_shared<AdagradPolicy>(config);
+    KeyStore store(space, policy);
+    std::map<Key, KeyEntry> reference;
+    std::mt19937_64 rng(huge ? 11 : 7);
+    const std::vector<Key> all = space.allKeys();
+    for (int step = 0; step < 3000; ++step) {
+      const Key key = all[rng() % all.size()];
+      const int action = static_cast<int>(rng() % 3);
+      if (action == 0) {
+        KeyEntry row;
+        row.values.assign(space.length(key), static_cast<float>(rng() % 100));
+        if (rng() % 2) {
+          row.state.assign(space.length(key), 0.5f);
+          row.updates = rng() % 10;
+        }
+        const bool fresh = !reference.count(key);
+        ASSERT_EQ(store.insert(key, row).has_value(), !fresh) << "key " << key;
+        if (fresh) {
+          if (row.state.empty()) row.state.assign(space.length(key), 0.1f);
+          reference[key] = row;
+        }
+      } else if (action == 1) {
+        const std::optional<KeyEntry> out = store.extract(key);
+        auto it = reference.find(key);
+        ASSERT_EQ(out.has_value(), it != reference.end()) << "key " << key;
+        if (out) {
+          EXPECT_EQ(out->values, it->second.values) << "key " << key;
+          EXPECT_EQ(out->state, it->second.state) << "key " << key;
+          EXPECT_EQ(out->updates, it->second.updates) << "key " << key;
+          reference.erase(it);
+        }
+      } else {
+        // A push to a random subset of the held keys, through locate + applyRuns.
+        std::vector<Key> keys;
+        std::vector<float> grads;
+        for (const auto& [k, row] : reference) {
+          if (rng() % 2) continue;
+          keys.push_back(k);
+          for (size_t i = 0; i < row.values.size(); ++i)
+            grads.push_back(static_cast<float>(static_cast<int>(rng() % 7) - 3));
+        }
+        std::vector<KeyStore::Run> runs;
+        ASSERT_EQ(store.locate(keys, grads.size(), nullptr, runs), std::nullopt);
+        store.applyRuns(runs, grads, step);
+        size_t at = 0;
+        for (Key k : keys) {
+          KeyEntry& row = reference[k];
+          const RowUpdate update{row.values, row.state,
+                                 std::span<const float>(grads).subspan(at, row.values.size())};
+          policy->applyPush(step, std::span<const RowUpdate>(&update, 1));
+          ++row.updates;
+          at += row.values.size();
+        }
+      }
+      ASSERT_EQ(store.size(), reference.size());
+    }
+    std::vector<Key> held;
+    for (const auto& [key, row] : reference) {
+      held.push_back(key);
+      const std::optional<KeyEntry> got = store.copyRow(key);
+      ASSERT_TRUE(got) << "key " << key;
+      EXPECT_EQ(got->values, row.values) << "key " << key;  // bit for bit
+      EXPECT_EQ(got->state, row.state) << "key " << key;
+      EXPECT_EQ(got->updates, row.updates) << "key " << key;
+      const std::span<const float> values = store.valuesOf(key);
+      EXPECT_TRUE(std::equal(values.begin(), values.end(), row.values.begin(), row.values.end()));
+    }
+    EXPECT_EQ(store.ownedKeys(), held);
+    for (Key key : all) {
+      EXPECT_EQ(store.contains(key), reference.count(key) == 1) << "key " << key;
+    }
+  }
+}
+
+// A rule that is not elementwise gets one update per row even where the rows form one run;
+// a chunked table's shorter last row keeps its own length.
+TEST(KeyStore, APerRowPolicyUpdatesEachRowOfARun) {
+  const ChunkLayout layout(10, 4);  // keys 0 [0,4), 1 [4,8), 2 [8,10)
+  KeyStore store(KeySpace(layout), std::make_shared<CountingPolicy>());
+  for (Key key = 0; key < 3; ++key) {
+    ASSERT_EQ(store.insert(key, KeyEntry{.values = std::vector<float>(layout.length(key), 1.0f),
+                                         .state = {}}),
+              std::nullopt);
+  }
+  const std::vector<Key> keys{0, 1, 2};
+  const std::vector<float> grads(10, 2.0f);
+  store.apply(keys, grads, 0);
+  store.apply(keys, grads, 1);
+  for (Key key = 0; key < 3; ++key) {
+    const std::optional<KeyEntry> row = store.copyRow(key);
+    ASSERT_TRUE(row);
+    EXPECT_EQ(row->values, std::vector<float>(layout.length(key), 5.0f)) << "key " << key;
+    EXPECT_EQ(row->state, std::vector<float>{2.0f}) << "key " << key;
+    EXPECT_EQ(row->updates, 2u);
+  }
+}
+
+// A policy whose state is larger than the one the store was sized for: the states held move
+// to the wider stride and keep their values.
+TEST(KeyStore, ANewPolicyWithMoreStateKeepsTheStatesHeld) {
+  const ChunkLayout layout(6, 2);
+  OwnerOptimizer plain;  // no momentum: no state
+  plain.schedule.baseLr = 1.0;
+  KeyStore store(KeySpace(layout), std::make_shared<SgdPolicy>(plain));
+  for (Key key = 0; key < 3; ++key) {
+    ASSERT_EQ(store.insert(key, KeyEntry{.values = {1, 1}, .state = {}}), std::nullopt);
+  }
+  AdagradConfig config;
+  config.initial_accumulator = 0.25;
+  store.setPolicy(KeyTechnique::kHome, std::make_shared<AdagradPolicy>(config));
+  const std::vector<Key> keys{0, 1, 2};
+  store.restore(keys, std::vector<float>(6, 3.0f));  // resets the states with the new policy
+  for (Key key = 0; key < 3; ++key) {
+    EXPECT_EQ(store.copyRow(key)->state, (std::vector<float>{0.25f, 0.25f}));
+    EXPECT_EQ(store.copyRow(key)->values, (std::vector<float>{3, 3}));
+  }
 }
 
 }  // namespace

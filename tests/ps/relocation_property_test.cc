@@ -291,7 +291,7 @@ class Simulation {
       const NodeId home = c_.map().home(k);
       EXPECT_EQ(c_.node(home).directoryOwner(k), holder) << "key " << k;
       EXPECT_EQ(c_.node(*holder).heldVersion(k), c_.node(home).directoryVersion(k)) << "key " << k;
-      const KeyEntry& row = *c_.node(*holder).store().find(k);
+      const KeyEntry row = *c_.node(*holder).store().copyRow(k);
       for (WorkerId w = 0; w < workers_.size(); ++w) {
         for (Clock clock = 0; clock < clocks_; ++clock) {
           EXPECT_EQ(static_cast<int64_t>(row.values[w * clocks_ + clock]), issued_[at(w, k, clock)])
@@ -329,7 +329,7 @@ class Simulation {
         }
       }
       if (!holder) continue;
-      const KeyEntry& row = *c_.node(*holder).store().find(k);
+      const KeyEntry row = *c_.node(*holder).store().copyRow(k);
       for (WorkerId w = 0; w < workers_.size(); ++w) {
         for (Clock clock = 0; clock < clocks_; ++clock) {
           const auto got = static_cast<int64_t>(row.values[w * clocks_ + clock]);

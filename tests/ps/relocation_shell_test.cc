@@ -219,12 +219,13 @@ TEST_F(ShellSeam, GarbageFramesAreRefusedNamingThePeerAndChangeNothing) {
     EXPECT_EQ(core.store().size(), held_);
     EXPECT_TRUE(core.holds(mine));
     EXPECT_FALSE(core.holds(theirs));
-    for (const float v : core.store().find(mine)->values)
+    for (const float v : core.store().valuesOf(mine))
       EXPECT_FLOAT_EQ(v, 0.5f);
   });
   // And it keeps serving: a good push from node 1 is applied.
   deliverMessages(1, {KeyPush{mine, 1, 3, 0, std::vector<float>(space_.length(mine), 1.0f)}});
-  shell_->inspect([&](const Relocation& core) { EXPECT_EQ(core.store().find(mine)->updates, 1u); });
+  shell_->inspect(
+      [&](const Relocation& core) { EXPECT_EQ(core.store().copyRow(mine)->updates, 1u); });
 }
 
 }  // namespace

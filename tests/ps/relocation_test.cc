@@ -41,7 +41,7 @@ TEST(Relocation, ALocalizeIsThreeMessagesAndMovesTheRowWithItsOptimizerState) {
   ASSERT_TRUE(c.node(old_owner).holds(key));
   const std::vector<float> grad{1.0f, -2.0f, 0.5f, 3.0f};
   c.node(old_owner).push(key, grad, 0);
-  const KeyEntry before = *c.node(old_owner).store().find(key);
+  const KeyEntry before = *c.node(old_owner).store().copyRow(key);
   ASSERT_NE(before.state, std::vector<float>(4, 0.0f));
 
   // Node 2 takes it from node 1: requester -> home -> old owner -> requester. The home's notice
@@ -62,7 +62,7 @@ TEST(Relocation, ALocalizeIsThreeMessagesAndMovesTheRowWithItsOptimizerState) {
   EXPECT_EQ(c.messagesInFlight(), 0u);
 
   ASSERT_TRUE(c.node(requester).holds(key));
-  const KeyEntry& after = *c.node(requester).store().find(key);
+  const KeyEntry after = *c.node(requester).store().copyRow(key);
   EXPECT_EQ(after.values, before.values);
   EXPECT_EQ(after.state, before.state);  // AdaGrad's sums of squares came along
   EXPECT_EQ(after.updates, 1u);
@@ -78,7 +78,7 @@ TEST(Relocation, ALocalizeIsThreeMessagesAndMovesTheRowWithItsOptimizerState) {
   const Key keys[1] = {key};
   reference.apply(keys, grad, 1);
   c.node(requester).push(key, grad, 1);
-  EXPECT_EQ(c.node(requester).store().find(key)->values, reference.find(key)->values);
+  EXPECT_EQ(c.node(requester).store().copyRow(key)->values, reference.copyRow(key)->values);
 }
 
 TEST(Relocation, OperationsOnAKeyInTransferWaitAndAreAppliedInOrder) {
@@ -107,7 +107,7 @@ TEST(Relocation, OperationsOnAKeyInTransferWaitAndAreAppliedInOrder) {
   EXPECT_EQ(pulled->values, (std::vector<float>{1, 0, 0}));  // after p1, before p2
   ASSERT_TRUE(c.take(requester, p2));
   c.deliverAll();  // the forwarded push reached the new owner after the row
-  EXPECT_EQ(c.node(requester).store().find(key)->values, (std::vector<float>{3, 0, 100}));
+  EXPECT_EQ(c.node(requester).store().copyRow(key)->values, (std::vector<float>{3, 0, 100}));
   const auto applied = c.take(other, remote);
   ASSERT_TRUE(applied);
   EXPECT_EQ(applied->error, std::nullopt);
@@ -138,7 +138,7 @@ TEST(Relocation, ALocalizeThatArrivesDuringATransferIsPassedOnWhenTheRowComes) {
   EXPECT_EQ(c.inFlight(), (std::vector<std::string>{"0->2:localize-accepted", "1->2:transfer"}));
   c.deliverAll();
   EXPECT_EQ(c.holder(key), second);
-  EXPECT_EQ(c.node(second).store().find(key)->values, (std::vector<float>{0, 5, 0}));
+  EXPECT_EQ(c.node(second).store().copyRow(key)->values, (std::vector<float>{0, 5, 0}));
   EXPECT_TRUE(c.errors().empty());
 }
 
@@ -205,7 +205,7 @@ TEST(Relocation, TheLocationCacheShortensRemoteAccessAndAStaleEntryIsForwarded) 
   const auto done = c.take(reader, op);
   ASSERT_TRUE(done);
   EXPECT_EQ(done->error, std::nullopt);
-  EXPECT_EQ(c.node(home).store().find(key)->values, (std::vector<float>{3, 3}));
+  EXPECT_EQ(c.node(home).store().copyRow(key)->values, (std::vector<float>{3, 3}));
   EXPECT_EQ(c.node(reader).cachedOwner(key), home);
   EXPECT_EQ(c.node(reader).stats().cache_hits, 2u);
   EXPECT_TRUE(c.errors().empty());
@@ -416,7 +416,7 @@ TEST(Relocation, AnOwnerThatGoesDownLosesItsKeysAndNobodyWaitsForThem) {
   c.deliverAll();
   EXPECT_TRUE(c.errors().empty()) << c.errors().front();
   EXPECT_TRUE(c.completions(survivor).empty());
-  EXPECT_EQ(c.node(home).store().find(stays)->values, (std::vector<float>{1, 1}));
+  EXPECT_EQ(c.node(home).store().copyRow(stays)->values, (std::vector<float>{1, 1}));
 
   // Later operations and localizes of the lost keys fail at once, naming the dead node.
   std::vector<std::pair<NodeId, uint64_t>> ops;
@@ -447,7 +447,7 @@ TEST(Relocation, AnOwnerThatGoesDownLosesItsKeysAndNobodyWaitsForThem) {
   const auto applied = c.take(survivor, ok);
   ASSERT_TRUE(applied);
   EXPECT_EQ(applied->error, std::nullopt);
-  EXPECT_EQ(c.node(home).store().find(stays)->values, (std::vector<float>{3, 3}));
+  EXPECT_EQ(c.node(home).store().copyRow(stays)->values, (std::vector<float>{3, 3}));
   EXPECT_TRUE(c.errors().empty());
   EXPECT_TRUE(c.node(home).idle());
   EXPECT_TRUE(c.node(survivor).idle());

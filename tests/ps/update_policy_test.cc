@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -165,6 +166,58 @@ TEST(UpdatePolicy, SgdOverAPushIsBitForBitSgdUpdatePerRow) {
           << "momentum " << v.momentum << ", row " << r;
       ASSERT_EQ(state[r], expected_state[r]) << "momentum " << v.momentum << ", row " << r;
     }
+  }
+}
+
+// The rules that say they are elementwise give the same bits for one update over a run of
+// rows (KeyStore::applyRuns) as for one update per row; each keeps 0 or n floats of state.
+TEST(UpdatePolicy, ElementwiseRulesGiveTheSameBitsOverARunAsPerRow) {
+  std::vector<std::shared_ptr<const UpdatePolicy>> policies;
+  for (const bool nesterov : {false, true}) {
+    for (const double momentum : {0.0, 0.9}) {
+      OwnerOptimizer optimizer;
+      optimizer.sgd.momentum = momentum;
+      optimizer.sgd.nesterov = nesterov && momentum > 0;
+      optimizer.sgd.weightDecay = 0.01;
+      optimizer.schedule.baseLr = 0.05;
+      optimizer.push_scale = 0.5;
+      policies.push_back(std::make_shared<SgdPolicy>(optimizer));
+    }
+  }
+  AdagradConfig adagrad;
+  adagrad.schedule.baseLr = 0.3;
+  adagrad.initial_accumulator = 0.1;
+  policies.push_back(std::make_shared<AdagradPolicy>(adagrad));
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  constexpr size_t kRows = 37, kLen = 3;  // odd sizes: vector loops and their tails
+  for (const auto& policy : policies) {
+    ASSERT_TRUE(policy->elementwise()) << policy->name();
+    const size_t state_floats = policy->stateFloats(kLen);
+    ASSERT_TRUE(state_floats == 0 || state_floats == kLen) << policy->name();
+    std::vector<float> run_values(kRows * kLen), run_state(kRows * state_floats);
+    for (float& v : run_values)
+      v = uniform(rng);
+    policy->initState(run_state);
+    std::vector<float> row_values = run_values, row_state = run_state;
+    for (int64_t clock = 0; clock < 5; ++clock) {
+      std::vector<float> grads(kRows * kLen);
+      for (float& g : grads)
+        g = uniform(rng);
+      const RowUpdate run{run_values, run_state, grads};
+      policy->applyPush(clock, std::span<const RowUpdate>(&run, 1));
+      std::vector<RowUpdate> rows;
+      for (size_t r = 0; r < kRows; ++r) {
+        rows.push_back(
+            RowUpdate{std::span<float>(row_values).subspan(r * kLen, kLen),
+                      std::span<float>(row_state).subspan(r * state_floats, state_floats),
+                      std::span<const float>(grads).subspan(r * kLen, kLen)});
+      }
+      policy->applyPush(clock, rows);
+    }
+    EXPECT_EQ(std::memcmp(run_values.data(), row_values.data(), run_values.size() * 4), 0)
+        << policy->name();
+    EXPECT_EQ(run_state, row_state) << policy->name();
   }
 }
 
