@@ -261,7 +261,7 @@ KvWorker::Handle KvWorker::pushImpl(std::span<const Key> keys, std::span<const f
         if (auto it = cache_.find(key); it != cache_.end()) {
           if (optimizer_.stateless()) {
             ml::sgdUpdate(optimizer_.sgd, optimizer_.pushLr(clock), it->second.values, grad, {});
-          } else {
+          } else if (!options_.keep_rows_on_push) {
             cache_.erase(it);
           }
         }
@@ -653,6 +653,27 @@ void KvWorker::onPeerEvent(const node::PeerEvent& event) {
                fmt::format("owner node {} went down before answering", event.peer)},
               0, {}, {});
   }
+}
+
+std::optional<std::string> KvWorker::offerRows(NodeId owner, Clock min_clock,
+                                               std::span<const Key> keys,
+                                               std::span<const float> values) {
+  if (auto error = space().check(keys, values.size())) return error;
+  for (Key key : keys) {
+    if (directory_.owner(key) != owner) return fmt::format("key {} is not node {}'s", key, owner);
+  }
+  if (!node::allFinite(values)) return nonFiniteReply(owner, values).message();
+  std::lock_guard lock(mu_);
+  if (!options_.cache) return std::nullopt;
+  const float* p = values.data();
+  for (Key key : keys) {
+    const size_t len = space().length(key);
+    CachedRow& row = cache_[key];
+    row.stamp = min_clock;
+    row.values.assign(p, p + len);
+    p += len;
+  }
+  return std::nullopt;
 }
 
 void KvWorker::cancelAll(const node::Status& status) {

@@ -44,6 +44,11 @@ struct WorkerOptions {
   // Use the row cache (reads fresh enough under SSP are served locally). Fully asynchronous
   // workers never use it: with no bound, a cached row would never have to be read again.
   bool cache = true;
+  // Managed communication (docs/managed-comm.md): owners push fresh rows into the cache
+  // (offerRows), so a push keeps the cached rows instead of dropping those it cannot update
+  // itself (with momentum): a read then holds every update of clocks <= c - s - 1, and this
+  // worker's own latest pushes once an owner's next rows carry them.
+  bool keep_rows_on_push = false;
   // How often a wait() that is still pending logs the owners it waits for.
   std::chrono::milliseconds report_every{5000};
   // Tests: called on the waiting thread with the clock and the owners still to answer.
@@ -120,6 +125,14 @@ class KvWorker {
   // last reads; -1 when some key was never read).
   std::optional<std::string> lastRead(std::span<const Key> keys, std::vector<float>& out,
                                       Clock& read_clock) const;
+
+  // Managed communication, loop thread: `owner`'s fresh values of `keys` (sorted, unique, each
+  // owned by `owner`; their floats one key after the other), every update from clocks below
+  // `min_clock` in them, replace the cached rows (the newest arrival from an owner is its
+  // freshest: connections are FIFO). The error (nothing cached) or nullopt; ignored without
+  // the cache.
+  std::optional<std::string> offerRows(NodeId owner, Clock min_clock, std::span<const Key> keys,
+                                       std::span<const float> values);
 
   // Any thread: fails every pending operation with `status` (the run stops or the node shuts
   // down, and no reply will come), and every later one at once. An operation whose buffer a
