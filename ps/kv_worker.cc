@@ -261,7 +261,7 @@ KvWorker::Handle KvWorker::pushImpl(std::span<const Key> keys, std::span<const f
         if (auto it = cache_.find(key); it != cache_.end()) {
           if (optimizer_.stateless()) {
             ml::sgdUpdate(optimizer_.sgd, optimizer_.pushLr(clock), it->second.values, grad, {});
-          } else if (!options_.keep_rows_on_push) {
+          } else {
             cache_.erase(it);
           }
         }

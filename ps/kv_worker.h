@@ -44,11 +44,6 @@ struct WorkerOptions {
   // Use the row cache (reads fresh enough under SSP are served locally). Fully asynchronous
   // workers never use it: with no bound, a cached row would never have to be read again.
   bool cache = true;
-  // Managed communication (docs/managed-comm.md): owners push fresh rows into the cache
-  // (offerRows), so a push keeps the cached rows instead of dropping those it cannot update
-  // itself (with momentum): a read then holds every update of clocks <= c - s - 1, and this
-  // worker's own latest pushes once an owner's next rows carry them.
-  bool keep_rows_on_push = false;
   // How often a wait() that is still pending logs the owners it waits for.
   std::chrono::milliseconds report_every{5000};
   // Tests: called on the waiting thread with the clock and the owners still to answer.

@@ -157,8 +157,15 @@ PsPeer::PsPeer(node::Node& node, run::NodeJob job, std::vector<NodeId> members, 
         "cache of a bounded run, and asynchronous workers read every key from its owner",
         options_.bandwidth_mbps);
   }
+  if (managed && !optimizer_.stateless()) {
+    node_.logger().warn(
+        "--bandwidth {} with owners' momentum: a worker drops the cached rows of the keys it "
+        "pushes (it cannot apply the owners' momentum step to them), and a dense model pushes "
+        "every key each clock, so reads still go to the owners; managed communication pays off "
+        "with --momentum 0 (docs/managed-comm.md)",
+        options_.bandwidth_mbps);
+  }
   WorkerOptions worker_options;
-  worker_options.keep_rows_on_push = managed;
   worker_options.staleness = staleness_;
   worker_options.cache = options_.cache;
   worker_options.report_every = options_.report_every;

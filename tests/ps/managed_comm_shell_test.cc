@@ -58,9 +58,9 @@ Trained trainFourNodes(double bandwidth_mbps, double momentum, const std::string
   return trained;
 }
 
-// With a budget the owners push their changed rows, the workers read most keys from them, and
-// training reaches what it reaches without (95% on the synthetic data), with momentum (the
-// cached rows survive the worker's own pushes) and without.
+// With a budget the owners push their changed rows, the workers read keys from them (with plain
+// SGD), and training reaches what it reaches without (95% on the synthetic data), with the
+// owners' momentum and without.
 class ManagedTraining : public ::testing::TestWithParam<double> {};
 
 TEST_P(ManagedTraining, FourNodesServeReadsFromPushedRowsAndTrainToNinetyFivePercent) {
@@ -78,10 +78,13 @@ TEST_P(ManagedTraining, FourNodesServeReadsFromPushedRowsAndTrainToNinetyFivePer
     EXPECT_GT(m.frames_sent, 0u) << "node " << i;
     EXPECT_GT(m.rows_received, 0u) << "node " << i;
     EXPECT_GT(m.managed_bytes, 0u);
-    // Reads came from pushed rows: the cache serves a good share of them.
+    // With plain SGD reads come from pushed rows: the cache serves a good share of them. With
+    // the owners' momentum a worker drops the rows it pushes to, so its reads go to the owners.
     const uint64_t reads = r.worker.cache_hits + r.worker.cache_misses;
-    EXPECT_GT(r.worker.cache_hits, reads / 10) << "node " << i << ": " << r.worker.cache_hits
-                                               << " of " << reads << " reads from the cache";
+    if (GetParam() == 0) {
+      EXPECT_GT(r.worker.cache_hits, reads / 10) << "node " << i << ": " << r.worker.cache_hits
+                                                 << " of " << reads << " reads from the cache";
+    }
   }
 }
 
@@ -127,7 +130,6 @@ TEST(ManagedComm, PushedRowsAreCheckedBeforeTheyAreCached) {
   KvServer server(node, KeyStore(space, map, 0, initial, optimizer), members, ServerOptions{});
   WorkerOptions worker_options;
   worker_options.staleness = Staleness{2};
-  worker_options.keep_rows_on_push = true;
   KvWorker worker(node, server, map, space, optimizer, worker_options);
   ManagedCommOptions managed_options;
   managed_options.bandwidth_mbps = 100;

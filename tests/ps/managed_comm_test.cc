@@ -219,7 +219,8 @@ SimResult simulate(uint64_t seed, int workers, int keys, Clock clocks, Staleness
       log[key].push_back(u);
       const float delta = std::uniform_real_distribution<float>(-1, 1)(rng);
       w.out.push_back({ToOwner::kPush, key, u, delta, w.clock, {}});
-      // The worker's cached row is kept as it was (KvWorker's keep_rows_on_push).
+      // The worker keeps its cached row (KvWorker applies its own push to it with plain SGD;
+      // with momentum it drops it, which only sends the next read to the owner).
     }
     ++w.clock;
     w.out.push_back({ToOwner::kClock, 0, {}, 0, w.clock, {}});
