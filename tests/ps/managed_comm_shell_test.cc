@@ -41,7 +41,7 @@ Trained trainFourNodes(double bandwidth_mbps, double momentum, const std::string
     run::RunOptions options = testsupport::syntheticTraining();
     options.lr = momentum > 0 ? 0.02 : 0.1;
     options.momentum = momentum;
-    options.rounds = 600;
+    options.rounds = 800;  // as tests/ps/ps_peer_test.cc: 95% with room to spare
     options.out_dir = out.string();
     PsOptions po;
     po.staleness = Staleness::parse(staleness);
@@ -68,7 +68,7 @@ TEST_P(ManagedTraining, FourNodesServeReadsFromPushedRowsAndTrainToNinetyFivePer
   ASSERT_EQ(run.reports.size(), 4u);
   for (size_t i = 0; i < run.reports.size(); ++i) {
     const PsReport& r = run.reports[i];
-    EXPECT_EQ(r.clocks_done, 600);
+    EXPECT_EQ(r.clocks_done, 800);
     EXPECT_GE(r.final_accuracy, 0.95) << "node " << i;
     EXPECT_EQ(r.failed_pulls + r.failed_pushes, 0u);
     EXPECT_EQ(r.server.errors, 0u);
