@@ -33,7 +33,7 @@ namespace fb = chorus::spec;
 // the option structs it holds changes their size and stops the build here: carry it in
 // run_spec.fbs, encodeRunSpec() and decodeRunSpec() (and the round-trip test), then update the
 // size. (The test hooks of the mode options, std::function members, are not settings.)
-static_assert(sizeof(void*) != 8 || sizeof(NodeArgs) == 1984,
+static_assert(sizeof(void*) != 8 || sizeof(NodeArgs) == 1992,
               "NodeArgs changed: carry the new setting in the run spec (cli/run_spec.fbs)");
 
 std::string text(const flatbuffers::String* s) {
@@ -183,7 +183,7 @@ std::vector<uint8_t> encodeRunSpec(const NodeArgs& a, uint32_t version) {
                                 a.consensus.chunk_floats, a.consensus.skip_gap);
   const auto ps = fb::CreatePsDirect(b, a.ps.key_floats, a.ps.down_timeout_s, a.ps.cache,
                                      a.ps.owner_momentum.c_str(), a.ps.async_rounds.c_str(),
-                                     a.ps.async_rounds_given);
+                                     a.ps.async_rounds_given, a.ps.bandwidth_mbps);
   const auto sparse = encodeSparse(b, a.sparse);
   b.Finish(fb::CreateRunSpec(b, version, node, data, model, training, &staleness,
                              a.consensus.rejoin, consensus, ps, sparse),
@@ -284,6 +284,7 @@ NodeArgs decodeRunSpec(std::span<const uint8_t> bytes, const std::string& source
   a.ps.owner_momentum = text(p.owner_momentum());
   a.ps.async_rounds = text(p.async_rounds());
   a.ps.async_rounds_given = p.async_rounds_given();
+  a.ps.bandwidth_mbps = p.bandwidth_mbps();
   a.sparse = decodeSparse(*spec->sparse());
   return a;
 }

@@ -80,11 +80,10 @@ void checkPs(const ModeSettings& settings) {
 
 Fingerprint psFingerprint(const ModeSettings& settings) {
   const ps::PsOptions& o = settings.ps;
-  return {{"staleness", o.staleness.toString()},
-          {"key-floats", fmt::format("{}", o.key_floats)},
-          {"cache", o.cache ? "yes" : "no"},
-          {"owner-momentum", o.owner_momentum},
-          {"async-rounds", o.async_rounds}};
+  return {
+      {"staleness", o.staleness.toString()}, {"key-floats", fmt::format("{}", o.key_floats)},
+      {"cache", o.cache ? "yes" : "no"},     {"owner-momentum", o.owner_momentum},
+      {"async-rounds", o.async_rounds},      {"bandwidth", fmt::format("{}", o.bandwidth_mbps)}};
 }
 
 // Every member's id, in the topology's order.

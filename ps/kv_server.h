@@ -113,6 +113,9 @@ class KvServer {
   void workerFinished(WorkerId worker);
   // Loop thread, called periodically: applies down time-outs, reports parked pulls.
   void tick(std::chrono::steady_clock::time_point now);
+  // Loop thread: the minimum clock over the live workers (every update from clocks below it is
+  // in the store; managed communication stamps the rows it pushes with it).
+  Clock minClock() const { return gate_.minClock(); }
   // Loop thread: every worker's clock as this owner knows it.
   std::vector<WorkerView> workerViews() const;
   // Loop thread (reads only): another owner's view of the workers' clocks is one this run can

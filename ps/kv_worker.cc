@@ -672,6 +672,27 @@ void KvWorker::onPeerEvent(const node::PeerEvent& event) {
   }
 }
 
+std::optional<std::string> KvWorker::offerRows(NodeId owner, Clock min_clock,
+                                               std::span<const Key> keys,
+                                               std::span<const float> values) {
+  if (auto error = space().check(keys, values.size())) return error;
+  for (Key key : keys) {
+    if (directory_.owner(key) != owner) return fmt::format("key {} is not node {}'s", key, owner);
+  }
+  if (!node::allFinite(values)) return nonFiniteReply(owner, values).message();
+  std::lock_guard lock(mu_);
+  if (!options_.cache) return std::nullopt;
+  const float* p = values.data();
+  for (Key key : keys) {
+    const size_t len = space().length(key);
+    CachedRow& row = cache_[key];
+    row.stamp = min_clock;
+    row.values.assign(p, p + len);
+    p += len;
+  }
+  return std::nullopt;
+}
+
 void KvWorker::cancelAll(const node::Status& status) {
   std::vector<uint64_t> pending;
   {

@@ -122,6 +122,14 @@ class KvWorker {
   std::optional<std::string> lastRead(std::span<const Key> keys, std::vector<float>& out,
                                       Clock& read_clock) const;
 
+  // Managed communication, loop thread: `owner`'s fresh values of `keys` (sorted, unique, each
+  // owned by `owner`; their floats one key after the other), every update from clocks below
+  // `min_clock` in them, replace the cached rows (the newest arrival from an owner is its
+  // freshest: connections are FIFO). The error (nothing cached) or nullopt; ignored without
+  // the cache.
+  std::optional<std::string> offerRows(NodeId owner, Clock min_clock, std::span<const Key> keys,
+                                       std::span<const float> values);
+
   // Any thread: fails every pending operation with `status` (the run stops or the node shuts
   // down, and no reply will come), and every later one at once. An operation whose buffer a
   // socket is reading into or writing from completes when that ends.

@@ -54,6 +54,16 @@ void addPsOptions(CLI::App& cmd, PsOptions& o) {
       ->check(CLI::IsMember({"cluster", "worker"}))
       ->capture_default_str()
       ->each([&o](const std::string&) { o.async_rounds_given = true; });
+  cmd.add_option("--bandwidth", o.bandwidth_mbps,
+                 "PS mode with a finite --staleness: managed communication (Bösen; "
+                 "docs/managed-comm.md). Each node may send MBPS Mbit/s in all, measured on its "
+                 "frames; what pulls, pushes and clocks leave of it, owners spend pushing fresh "
+                 "values of their most-changed keys to the workers' row caches, so that reads "
+                 "need no round trip. Reads the pushes did not refresh in time are pulled as "
+                 "before (the SSP bound holds whatever the budget). 0 = off")
+      ->type_name("MBPS")
+      ->check(run::nonNegative())
+      ->capture_default_str();
 }
 
 AsyncRounds parseAsyncRounds(std::string_view text) {
@@ -72,6 +82,12 @@ void validatePsOptions(const PsOptions& o) {
   OwnerOptimizer::parseMomentum(o.owner_momentum);
   parseAsyncRounds(o.async_rounds);
   if (!(o.down_timeout_s >= 0)) throw std::invalid_argument("--down-timeout must be >= 0");
+  validateBandwidth(o.bandwidth_mbps);
+  if (o.bandwidth_mbps > 0 && !o.cache) {
+    throw std::invalid_argument(
+        "--bandwidth with --no-cache: managed communication pushes rows into the workers' row "
+        "cache; drop one of the two");
+  }
 }
 
 namespace {
@@ -133,6 +149,22 @@ PsPeer::PsPeer(node::Node& node, run::NodeJob job, std::vector<NodeId> members, 
   server_ = std::make_unique<KvServer>(
       node_, KeyStore(layout_, map_, node_.id(), job_.model->params(), optimizer_), members_,
       server_options);
+  // Managed communication needs a bound: fully asynchronous workers keep no cache to push to.
+  const bool managed = options_.bandwidth_mbps > 0 && !staleness_.infinite();
+  if (options_.bandwidth_mbps > 0 && !managed) {
+    node_.logger().warn(
+        "--bandwidth {} is ignored with --staleness inf: managed communication feeds the row "
+        "cache of a bounded run, and asynchronous workers read every key from its owner",
+        options_.bandwidth_mbps);
+  }
+  if (managed && !optimizer_.stateless()) {
+    node_.logger().warn(
+        "--bandwidth {} with owners' momentum: a worker drops the cached rows of the keys it "
+        "pushes (it cannot apply the owners' momentum step to them), and a dense model pushes "
+        "every key each clock, so reads still go to the owners; managed communication pays off "
+        "with --momentum 0 (docs/managed-comm.md)",
+        options_.bandwidth_mbps);
+  }
   WorkerOptions worker_options;
   worker_options.staleness = staleness_;
   worker_options.cache = options_.cache;
@@ -142,6 +174,11 @@ PsPeer::PsPeer(node::Node& node, run::NodeJob job, std::vector<NodeId> members, 
   // Every clock's pull lands in the model's parameters: a rejoining owner gets its keys from
   // there.
   worker_->setModelView(job_.model->params());
+  if (managed) {
+    ManagedCommOptions managed_options;
+    managed_options.bandwidth_mbps = options_.bandwidth_mbps;
+    managed_ = std::make_unique<ManagedComm>(node_, *server_, *worker_, members_, managed_options);
+  }
 
   node_.setHandler(messageType(wire::Body::PsCatchupRequest),
                    [this](NodeId from, const node::InboundFrame&) { answerCatchup(from); });
@@ -160,6 +197,7 @@ void PsPeer::tickNow() {
 PsPeer::~PsPeer() = default;
 
 void PsPeer::stop() {
+  if (managed_) managed_->stop();
   membership_.stop();
   tickNow();
   worker_->cancelAll({node::ErrorCode::kShutdown, "stopped"});
@@ -171,6 +209,7 @@ PsReport PsPeer::run() {
   clocks_.keys.resize(layout_.numKeys());
   std::iota(clocks_.keys.begin(), clocks_.keys.end(), Key{0});
   clocks_.stats_before = worker_->stats();
+  if (managed_) managed_->start();
   // An owner lost for good fails one push per clock for the rest of the run: one line, then
   // counts.
   clocks_.lost_pushes =
@@ -194,6 +233,7 @@ void PsPeer::describe(ml::MetricsEvent& start) {
       .add("key_floats", static_cast<uint64_t>(layout_.chunk()))
       .add("owner_momentum", options_.owner_momentum)
       .add("async_rounds", staleness_.infinite() ? options_.async_rounds : "")
+      .add("bandwidth_mbps", managed_ ? options_.bandwidth_mbps : 0.0)
       .add("keys", static_cast<uint64_t>(layout_.numKeys()))
       .add("owned_keys", static_cast<uint64_t>(owned))
       .addBool("cache", options_.cache && !staleness_.infinite())
@@ -330,6 +370,15 @@ void PsPeer::describeEnd(ml::MetricsEvent& last) {
   }
   last.addRaw("lost_updates", fmt::format("[{}]", fmt::join(lost, ",")));
   if (report_.owner_accuracy) last.add("owner_accuracy", *report_.owner_accuracy);
+  if (managed_) {
+    report_.managed = managed_->stats();
+    const ManagedCommStats& m = *report_.managed;
+    last.add("managed_frames", m.frames_sent)
+        .add("managed_rows_sent", m.rows_sent)
+        .add("managed_bytes", m.managed_bytes)
+        .add("managed_rows_received", m.rows_received)
+        .add("managed_refused", m.refused);
+  }
 }
 
 std::vector<NodeId> freshestFirst(std::vector<std::pair<NodeId, Clock>> reads) {

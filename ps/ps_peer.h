@@ -21,6 +21,7 @@
 #include "node/repeated_log.h"
 #include "ps/kv_server.h"
 #include "ps/kv_worker.h"
+#include "ps/managed_comm_shell.h"
 #include "ps/ps_run_barrier.h"
 #include "ps/ps_service.h"
 #include "run/membership.h"
@@ -44,8 +45,10 @@ struct PsOptions {
   // --staleness (registered with run::addStalenessOption, one flag for both modes): 0 = BSP,
   // infinite = fully asynchronous.
   Staleness staleness = run::kDefaultStaleness;
-  size_t key_floats = 4096;              // floats per key (the model's flat buffer cut into keys)
-  double down_timeout_s = 10;            // a down worker stops blocking pulls after this (0: never)
+  size_t key_floats = 4096;    // floats per key (the model's flat buffer cut into keys)
+  double down_timeout_s = 10;  // a down worker stops blocking pulls after this (0: never)
+  // --bandwidth: managed communication's budget in Mbit/s (docs/managed-comm.md); 0 = off.
+  double bandwidth_mbps = 0;
   bool cache = true;                     // the worker's SSP row cache
   std::string owner_momentum = "clock";  // clock | push (OwnerOptimizer::Momentum)
   std::string async_rounds = "cluster";  // cluster | worker (AsyncRounds)
@@ -98,10 +101,11 @@ struct PsReport : run::LoopReport {
   std::vector<float> owner_model;
   WorkerStats worker;
   ServerSummary server;
-  uint64_t failed_pulls = 0;            // pulls that an owner could not answer (it was down)
-  uint64_t failed_pushes = 0;           // pushes lost to an owner that was down
-  Clock first_clock = 0;                // the clock this run started at (> 0 after a rejoin)
-  std::optional<NodeId> rejoined_from;  // the node whose last read restored this node's keys
+  uint64_t failed_pulls = 0;                // pulls that an owner could not answer (it was down)
+  uint64_t failed_pushes = 0;               // pushes lost to an owner that was down
+  std::optional<ManagedCommStats> managed;  // --bandwidth: what managed communication did
+  Clock first_clock = 0;                    // the clock this run started at (> 0 after a rejoin)
+  std::optional<NodeId> rejoined_from;      // the node whose last read restored this node's keys
   // How fresh those keys were: every update from clocks below this was in them (-1: unknown).
   Clock rejoin_read_clock = -1;
   // Every usable catch-up answer as (node, read clock), in the order the nodes were asked.
@@ -222,6 +226,9 @@ class PsPeer : private run::TrainingStrategy {
   // Trainer thread, during run().
   ClockState clocks_;
   PsReport report_;
+  // --bandwidth with a finite bound: the owner's server push. Declared last, destroyed first
+  // (its timer reads the server and feeds the worker).
+  std::unique_ptr<ManagedComm> managed_;
 };
 
 }  // namespace chorus::ps

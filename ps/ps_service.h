@@ -26,6 +26,7 @@ inline bool psVectorsAligned(const uint8_t* bytes) {
   if (const auto* m = message->body_as_PsPull()) return aligned(m->keys());
   if (const auto* m = message->body_as_PsPush()) return aligned(m->keys());
   if (const auto* m = message->body_as_PsReply()) return aligned(m->keys());
+  if (const auto* m = message->body_as_PsRowPush()) return aligned(m->keys());
   if (const auto* m = message->body_as_PsCatchupReply()) {
     return aligned(m->keys()) && aligned(m->clocks());
   }

@@ -78,6 +78,7 @@ NodeArgs everySettingChanged() {
   a.ps.owner_momentum = "push";
   a.ps.async_rounds = "worker";
   a.ps.async_rounds_given = true;
+  a.ps.bandwidth_mbps = 250.5;
   SparseFlags& f = a.sparse.flags;
   f.reg = "l2";
   f.regWeight = 0.05;
@@ -201,6 +202,7 @@ void expectSameSettings(const NodeArgs& a, const NodeArgs& b) {
   EXPECT_EQ(a.ps.owner_momentum, b.ps.owner_momentum);
   EXPECT_EQ(a.ps.async_rounds, b.ps.async_rounds);
   EXPECT_EQ(a.ps.async_rounds_given, b.ps.async_rounds_given);
+  EXPECT_EQ(a.ps.bandwidth_mbps, b.ps.bandwidth_mbps);
   const SparseFlags &f = a.sparse.flags, &g = b.sparse.flags;
   EXPECT_EQ(f.reg, g.reg);
   EXPECT_EQ(f.regWeight, g.regWeight);

@@ -64,7 +64,8 @@ TEST(ModeRegistry, TrainingModesCheckAndFingerprintTheirOwnOptions) {
                                                    {"key-floats", "64"},
                                                    {"cache", "no"},
                                                    {"owner-momentum", "clock"},
-                                                   {"async-rounds", "cluster"}}));
+                                                   {"async-rounds", "cluster"},
+                                                   {"bandwidth", "0"}}));
   EXPECT_NO_THROW(consensus.check(settings));
   EXPECT_NO_THROW(ps.check(settings));
   settings.consensus.mixing = "median";

@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# Managed communication's experiment (issue 28, docs/managed-comm.md): N nodes train the MNIST
+# mlp in PS mode over links with a delay, once per variant and seed: BSP, SSP with and without
+# a bandwidth budget (managed communication: owners push their most-changed rows into the
+# workers' caches), and fully asynchronous. Records node 0's time to the target accuracy, the
+# updates (clocks of all workers) and the bytes sent by all nodes until then, the share of
+# node 0's reads served from its cache, clocks per second and the waiting share; writes a
+# Markdown table (medians over seeds) and a gnuplot plot of accuracy against wall time.
+#
+# Usage: bench/managed_comm.sh [--nodes N] [--seeds N] [--first-seed S] [--out DIR]
+#          [--rounds R] [--variants "0 1 1m 3 3m inf"] [--bandwidth MBPS]
+#          [--link-delay MS[,JITTER]] [--stragglers PROFILE] [--lr LR] [--momentum M]
+#          [--chorus PATH] [--summarize-only]
+# A variant is a staleness bound (0 = BSP, inf = async); a trailing "m" adds --bandwidth.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+nodes=4
+seeds=3
+first_seed=1
+out="runs/managed-comm"
+rounds=400
+variants="0 1 1m 3 3m inf"
+bandwidth=100
+link_delay=10
+stragglers="shifted-exp:20,40+transient:0.05,10,60"
+chorus="${CHORUS:-$here/build/cli/chorus}"
+data_dir="${CHORUS_MNIST:-$here/../shared/datasets/mnist}"
+base_port=27500
+target=0.97
+summarize_only=0
+lr=0.05
+momentum=0.9
+
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --nodes) nodes="$2"; shift 2 ;;
+    --seeds) seeds="$2"; shift 2 ;;
+    --first-seed) first_seed="$2"; shift 2 ;;
+    --out) out="$2"; shift 2 ;;
+    --rounds) rounds="$2"; shift 2 ;;
+    --variants) variants="$2"; shift 2 ;;
+    --bandwidth) bandwidth="$2"; shift 2 ;;
+    --link-delay) link_delay="$2"; shift 2 ;;
+    --stragglers) stragglers="$2"; shift 2 ;;
+    --lr) lr="$2"; shift 2 ;;
+    --momentum) momentum="$2"; shift 2 ;;
+    --target) target="$2"; shift 2 ;;
+    --chorus) chorus="$2"; shift 2 ;;
+    --summarize-only) summarize_only=1; shift ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    *) echo "managed_comm.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+if [[ ! -x "$chorus" ]]; then
+  echo "managed_comm.sh: no chorus executable at $chorus; run 'make build' or pass --chorus" >&2
+  exit 2
+fi
+for tool in python3 gnuplot; do
+  command -v "$tool" >/dev/null || { echo "managed_comm.sh: $tool not found" >&2; exit 2; }
+done
+
+mkdir -p "$out"
+if [[ $summarize_only -eq 0 ]]; then
+  topo="$out/complete$nodes.toml"
+  "$chorus" topo gen complete --nodes "$nodes" --base-port "$base_port" -o "$topo" --force
+  {
+    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "host: $(uname -srm), $(nproc) cores; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "nodes: $nodes; stragglers: $stragglers; link delay: $link_delay; bandwidth: $bandwidth Mbit/s; rounds: $rounds; seeds: $first_seed-$seeds; lr: $lr; momentum: $momentum"
+  } >> "$out/machine.txt"
+  # Seed-major order: load drift on a shared machine hits every variant alike.
+  for seed in $(seq "$first_seed" "$seeds"); do
+    for v in $variants; do
+      s="${v%m}"
+      extra=()
+      [[ "$v" == *m ]] && extra=(--bandwidth "$bandwidth")
+      run="$out/v-$v/seed-$seed"
+      rm -rf "$run"
+      mkdir -p "$run"
+      cmd=("$chorus" launch "$topo" --mode ps --staleness "$s" "${extra[@]}" --timeout 1200
+           --data mnist --data-dir "$data_dir" --model mlp --batch 64 --lr "$lr"
+           --momentum "$momentum" --rounds "$rounds" --stragglers "$stragglers"
+           --link-delay "$link_delay" --seed "$seed" --target-acc "$target"
+           --eval-every 25 --out "$run")
+      echo "$(date -u +%H:%M:%S) variant $v seed $seed (load $(cut -d' ' -f1 /proc/loadavg))"
+      printf '%q ' "${cmd[@]}" > "$run/command.txt"
+      if ! "${cmd[@]}" > "$run/launch.log" 2>&1; then
+        echo "  FAILED (see $run/launch.log)" >&2
+        tail -3 "$run/launch.log" >&2
+      fi
+    done
+  done
+  echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/machine.txt"
+fi
+
+PYTHONPATH="$here/bench${PYTHONPATH:+:$PYTHONPATH}" python3 - "$out" "$variants" "$target" "$nodes" <<'PY'
+import glob, os, statistics, sys
+from metrics_lines import load  # bench/metrics_lines.py
+out, variants, target, nodes = sys.argv[1], sys.argv[2].split(), float(sys.argv[3]), int(sys.argv[4])
+def name(v):
+    managed = v.endswith("m")
+    s = v.rstrip("m")
+    base = {"0": "BSP", "inf": "async"}.get(s, f"SSP s={s}")
+    return base + (" + managed" if managed else "")
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+def med_time(xs):
+    # A run that missed the target counts as slower than any that reached it.
+    if not xs:
+        return None
+    m = statistics.median([float("inf") if x is None else x for x in xs])
+    return None if m == float("inf") else m
+def show(x, spec):
+    return "n/a" if x is None else format(x, spec)
+def steps(events):
+    return [e for e in events if e["event"] in ("step", "clock")]
+rows, curves = [], []
+for v in variants:
+    t0, per_seed, updates, mbytes, hits, cps, wait, managed, runs, reached = [], [], [], [], [], [], [], [], 0, 0
+    for run in sorted(glob.glob(os.path.join(out, f"v-{v}", "seed-*"))):
+        files = sorted(glob.glob(os.path.join(run, "node-*.jsonl")))
+        if len(files) != nodes:
+            continue
+        node0 = load(os.path.join(run, "node-0.jsonl"))
+        final = [e for e in node0 if e["event"] == "final"]
+        if not final:
+            continue
+        runs += 1
+        f = final[0]
+        t = f["time_to_target"]
+        if t >= 0:
+            reached += 1
+            # Updates (one push per clock of each worker) and bytes (every node's frames) spent
+            # until node 0 reached the target.
+            updates.append(sum(1 for p in files for e in steps(load(p)) if e["time"] <= t))
+            mbytes.append(sum(e.get("bytes_sent", 0) for p in files for e in steps(load(p))
+                              if e["time"] <= t) / 1e6)
+        t0.append(t if t >= 0 else None)
+        per_seed.append("—" if t < 0 else f"{t:.1f}")
+        hits.append(f.get("cache_hit_rate"))
+        clocks = f.get("steps", f.get("clocks"))
+        cps.append(clocks / f["seconds"])
+        wait.append(f["wait_s"] / f["seconds"])
+        managed.append(sum(load(p)[-1].get("managed_bytes", 0) for p in files
+                           if load(p) and load(p)[-1]["event"] == "final") / 1e6)
+        pts = [(e["time"], e["test_accuracy"]) for e in steps(node0) if "test_accuracy" in e]
+        curves.append((v, os.path.basename(run), pts))
+    rows.append((v, runs, reached, med_time(t0), " / ".join(per_seed), med(updates), med(mbytes),
+                 med(hits), med(cps), med(wait), med(managed)))
+pct = f"{100 * target:g}%"
+lines = [f"| variant | reached {pct} | time to {pct} at node 0, per seed | median | updates to {pct} | MB sent to {pct} (all nodes) | reads from cache (node 0) | clocks/s (node 0) | waiting share | managed MB (all nodes, whole run) |",
+         "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+for v, runs, reached, t, seeds, u, mb, h, c, w, m in rows:
+    lines.append(f"| {name(v)} | {reached}/{runs} | {seeds} s | {show(t, '.1f')} s | {show(u, '.0f')} | "
+                 f"{show(mb, '.0f')} | {show(h and 100 * h, '.0f')}% | {show(c, '.2f')} | "
+                 f"{show(w and 100 * w, '.0f')}% | {show(m, '.0f')} |")
+table = "\n".join(lines)
+with open(os.path.join(out, "table.md"), "w") as f:
+    f.write(table + "\n")
+print(table)
+with open(os.path.join(out, "accuracy.dat"), "w") as f:
+    for v, seed, pts in curves:
+        if seed != "seed-1":
+            continue
+        f.write(f"# {name(v)}\n")
+        for t, a in pts:
+            f.write(f"{t:.3f} {100 * a:.3f}\n")
+        f.write("\n\n")
+PY
+
+blocks=$(grep -c '^#' "$out/accuracy.dat" || true)
+if [[ "$blocks" -gt 0 ]]; then
+  plot="plot"
+  i=0
+  while IFS= read -r title; do
+    plot+=" '$out/accuracy.dat' index $i with linespoints title '${title#\# }',"
+    i=$((i + 1))
+  done < <(grep '^#' "$out/accuracy.dat")
+  gnuplot <<GP
+set terminal pngcairo size 900,560
+set output '$out/managed-accuracy.png'
+set title "PS mode, $nodes nodes, MNIST mlp, link delay $link_delay ms, budget $bandwidth Mbit/s (node 0, seed 1)"
+set xlabel 'wall time (s)'
+set ylabel 'test accuracy (%)'
+set yrange [90:99]
+set key bottom right
+set grid
+${plot%,}
+GP
+  echo "plot: $out/managed-accuracy.png"
+fi
