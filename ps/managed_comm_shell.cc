@@ -79,12 +79,7 @@ ManagedCommStats ManagedComm::stats() const {
 
 void ManagedComm::pump() {
   const KeyStore& store = server_.store();
-  const auto rowOf = [&store](Key key) {
-    std::vector<std::span<const float>> rows;
-    const uint64_t k = key;
-    store.rowsOf(std::span<const uint64_t>(&k, 1), rows);
-    return rows.front();
-  };
+  const auto rowOf = [&store](Key key) { return store.valuesOf(key); };
   const SteadyClock::time_point now = SteadyClock::now();
   if (!bucket_) {
     // Built on the first tick: the store holds the initial model, which every worker starts
@@ -112,14 +107,9 @@ void ManagedComm::pump() {
     std::vector<Key> keys = tracker_->pick(rowOf, options_.message_bytes);
     if (keys.empty()) break;
     std::sort(keys.begin(), keys.end());
-    store.rowsOf(keys, rows_);
-    size_t floats = 0;
-    for (std::span<const float> row : rows_)
-      floats += row.size();
+    // The store hands out runs of adjacent rows, not rows: copy them in key order.
     std::vector<float> values;
-    values.reserve(floats);
-    for (std::span<const float> row : rows_)
-      values.insert(values.end(), row.begin(), row.end());
+    store.read(keys, values);
     if (!others_.empty()) {
       const node::SharedFrame frame = encode(node_, rowPush(min_clock, keys, values));
       node_.broadcast(others_, frame);
@@ -133,8 +123,8 @@ void ManagedComm::pump() {
     if (auto error = worker_.offerRows(self_, min_clock, keys, values)) {
       node_.logger().error("managed communication: own rows refused: {}", *error);
     }
-    for (size_t i = 0; i < keys.size(); ++i)
-      tracker_->sent(keys[i], rows_[i]);
+    for (Key key : keys)
+      tracker_->sent(key, store.valuesOf(key));
     sent_any = true;
   }
   if (!sent_any && bucket_->canSend()) {

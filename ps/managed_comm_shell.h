@@ -98,7 +98,6 @@ class ManagedComm {
   std::optional<ChangeTracker> tracker_;
   uint64_t pushes_seen_ = 0;  // the server's pushes at the last pump that found nothing to send
   Clock min_clock_seen_ = -1;
-  std::vector<std::span<const float>> rows_;
   node::RefusalLog refusals_;
   mutable std::mutex mu_;  // guards stats_ and timer_
   ManagedCommStats stats_;

@@ -64,7 +64,11 @@ Trained trainFourNodes(double bandwidth_mbps, double momentum, const std::string
 class ManagedTraining : public ::testing::TestWithParam<double> {};
 
 TEST_P(ManagedTraining, FourNodesServeReadsFromPushedRowsAndTrainToNinetyFivePercent) {
-  const Trained run = trainFourNodes(200, GetParam(), "2");
+  // The largest budget: the bucket is charged with every byte a node sends, and on a fast
+  // machine the pulls and pushes alone exceed any realistic rate (200 Mbit/s left nothing for
+  // the server push once the PS data path got faster). The small budget's bound is
+  // ATinyBudgetSendsLittleAndTheRunStillTrains's.
+  const Trained run = trainFourNodes(1e6, GetParam(), "2");
   ASSERT_EQ(run.reports.size(), 4u);
   for (size_t i = 0; i < run.reports.size(); ++i) {
     const PsReport& r = run.reports[i];
