@@ -48,9 +48,9 @@ struct CompareArgs {
   std::set<std::string> ps_flags, consensus_flags;
   std::string topology;
   std::string variants;
-  std::string secret_file;  // empty: the topology's [cluster] secret_file, if any
-  std::string link_delay;   // forwarded to every node; checked here first
-  std::string link_loss;    // the same
+  std::string secret_file;       // empty: the topology's [cluster] secret_file, if any
+  faults::LinkDelay link_delay;  // forwarded to every node (as given); read here first
+  faults::LinkLoss link_loss;    // the same
   int seeds = 1;
   bool force = false;
   double run_timeout_s = 0;
@@ -162,13 +162,12 @@ std::vector<experiment::ForwardedOption> forwardedOptions(CLI::App& cmd, const C
 // The options the single variant gets: `forwarded` with --stragglers narrowed to the terms that
 // act on node 0, the one node it runs (left out when none do). Says what it left out, once.
 std::vector<experiment::ForwardedOption> singleVariantOptions(
-    const std::vector<experiment::ForwardedOption>& forwarded, const std::string& stragglers,
-    const std::vector<experiment::Variant>& variants) {
+    const std::vector<experiment::ForwardedOption>& forwarded,
+    const faults::StragglerProfile& whole, const std::vector<experiment::Variant>& variants) {
   const bool has_single = std::any_of(variants.begin(), variants.end(), [](const auto& v) {
     return v.kind == experiment::Variant::Kind::kSingle;
   });
-  if (!has_single || stragglers.empty()) return forwarded;
-  const auto whole = faults::StragglerProfile::parse(stragglers);  // checked before
+  if (!has_single || whole.text.empty()) return forwarded;
   const auto own = whole.restrictedTo(0);
   std::vector<experiment::ForwardedOption> out;
   for (const auto& option : forwarded) {
@@ -317,8 +316,10 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
     throw CommandFailure(2, oneLine(e.what()));
   }
   if (args.run.out_dir.empty()) throw CommandFailure(2, "--out DIR is required");
+  if (const node::Status run = run::checkRunOptions(args.run); !run.ok()) {
+    throw CommandFailure(2, run.message());
+  }
   try {
-    run::validateRunOptions(args.run);
     ps::validatePsOptions(args.ps);
     consensus::ConsensusOptions consensus = args.consensus;
     consensus.staleness = args.staleness;
@@ -411,8 +412,9 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
       std::string topology_path;
       if (variant.kind == experiment::Variant::Kind::kSingle) {
         const fs::path single = run_dir / "single.toml";
-        std::ofstream(single) << experiment::singleTopology(
-            topo.name + "-single", topo.nodes.front().address(), topo.nodes.front().stragglers);
+        std::ofstream(single) << experiment::singleTopology(topo.name + "-single",
+                                                            topo.nodes.front().address(),
+                                                            topo.nodes.front().stragglers.text);
         topology_path = single.string();
         launch.ids = {0};
       } else {
@@ -435,10 +437,10 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
       shown.insert(shown.end(), node_args.begin(), node_args.end());
       std::ofstream(run_dir / "command.txt") << experiment::shellQuote(shown) << '\n';
       launch.spec_path = (run_dir / "run.spec").string();
-      try {
-        writeRunSpec(parseNodeArguments(topology_path, launch.ids, node_args), launch.spec_path);
-      } catch (const RunSpecError& e) {
-        throw CommandFailure(1, e.what());
+      if (const node::Status written = writeRunSpec(
+              parseNodeArguments(topology_path, launch.ids, node_args), launch.spec_path);
+          !written.ok()) {
+        throw CommandFailure(1, written.message());
       }
 
       const std::string label = fmt::format("[{}/{}] {} seed {}", index, total, variant.name, seed);
@@ -546,14 +548,24 @@ void addCompareCommand(CLI::App& app) {
                   "The cluster's shared secret, passed to every node (default: the topology's "
                   "[cluster] secret_file); see `chorus node --help`")
       ->check(CLI::ExistingFile);
-  cmd->add_option("--link-delay", args->link_delay,
-                  "Fault injection passed to every node: each frame waits MS (plus a uniform "
-                  "draw from [0, JITTER_MS)) before it is sent; MS or MS,JITTER_MS; see "
-                  "`chorus node --help`");
-  cmd->add_option("--link-loss", args->link_loss,
-                  "Fault injection passed to every node: each frame is lost with probability P "
-                  "and sent again after RTO_MS (default 200), as TCP would; P or P,RTO_MS; see "
-                  "`chorus node --help`");
+  cmd->add_option_function<std::string>(
+         "--link-delay",
+         [args](const std::string& text) {
+           args->link_delay = faults::LinkDelay::read(text).value();  // checked below
+         },
+         "Fault injection passed to every node: each frame waits MS (plus a uniform "
+         "draw from [0, JITTER_MS)) before it is sent; MS or MS,JITTER_MS; see "
+         "`chorus node --help`")
+      ->check(run::readableAs(&faults::LinkDelay::read, "MS[,JITTER_MS]", "LINK_DELAY"));
+  cmd->add_option_function<std::string>(
+         "--link-loss",
+         [args](const std::string& text) {
+           args->link_loss = faults::LinkLoss::read(text).value();  // checked below
+         },
+         "Fault injection passed to every node: each frame is lost with probability P "
+         "and sent again after RTO_MS (default 200), as TCP would; P or P,RTO_MS; see "
+         "`chorus node --help`")
+      ->check(run::readableAs(&faults::LinkLoss::read, "P[,RTO_MS]", "LINK_LOSS"));
   cmd->add_option("--run-timeout", args->run_timeout_s,
                   "Stop a run (and count it as failed) after this many seconds (0: no limit)")
       ->check(run::nonNegative())
