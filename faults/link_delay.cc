@@ -110,7 +110,7 @@ Result<LinkDelay> LinkDelay::read(std::string_view text) {
 
 Result<LinkDelay> LinkDelay::fromValues(std::chrono::microseconds delay,
                                         std::chrono::microseconds jitter, std::string text) {
-  for (const auto [name, value] : {std::pair{"delay", delay}, std::pair{"jitter", jitter}}) {
+  for (const auto& [name, value] : {std::pair{"delay", delay}, std::pair{"jitter", jitter}}) {
     if (value.count() < 0 || value > node::kMaxLinkDelay) {
       return badDelay(
           text, fmt::format("{} {} us is outside 0..{} ms", name, value.count(), kMaxLinkDelayMs));
