@@ -48,9 +48,9 @@ struct CompareArgs {
   std::set<std::string> ps_flags, consensus_flags;
   std::string topology;
   std::string variants;
-  std::string secret_file;       // empty: the topology's [cluster] secret_file, if any
-  faults::LinkDelay link_delay;  // forwarded to every node (as given); read here first
-  faults::LinkLoss link_loss;    // the same
+  std::string secret_file;  // empty: the topology's [cluster] secret_file, if any
+  std::string link_delay;   // forwarded to every node; checked here first
+  std::string link_loss;    // the same
   int seeds = 1;
   bool force = false;
   double run_timeout_s = 0;
@@ -340,9 +340,14 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
   {
     // The nodes run with the default heartbeat and peer time-out (compare does not change them).
     const node::NodeOptions defaults;
+    // Read here, as each node's parse will (compare's refusals are one "chorus: error:" line).
+    const node::Result<faults::LinkDelay> delay = faults::LinkDelay::read(args.link_delay);
+    if (!delay.ok()) throw CommandFailure(2, "--link-delay: " + delay.message());
+    const node::Result<faults::LinkLoss> loss = faults::LinkLoss::read(args.link_loss);
+    if (!loss.ok()) throw CommandFailure(2, "--link-loss: " + loss.message());
     for (const topology::NodeSpec& node : topo.nodes) {
-      nodeLinkFaults(args.link_delay, args.link_loss, node, args.topology,
-                     defaults.heartbeat_interval, defaults.peer_timeout,
+      nodeLinkFaults(*delay, *loss, node, args.topology, defaults.heartbeat_interval,
+                     defaults.peer_timeout,
                      fmt::format("the nodes' {} ms peer time-out", defaults.peer_timeout.count()),
                      "compare runs the nodes with the default time-outs");
     }
@@ -548,24 +553,14 @@ void addCompareCommand(CLI::App& app) {
                   "The cluster's shared secret, passed to every node (default: the topology's "
                   "[cluster] secret_file); see `chorus node --help`")
       ->check(CLI::ExistingFile);
-  cmd->add_option_function<std::string>(
-         "--link-delay",
-         [args](const std::string& text) {
-           args->link_delay = faults::LinkDelay::read(text).value();  // checked below
-         },
-         "Fault injection passed to every node: each frame waits MS (plus a uniform "
-         "draw from [0, JITTER_MS)) before it is sent; MS or MS,JITTER_MS; see "
-         "`chorus node --help`")
-      ->check(run::readableAs(&faults::LinkDelay::read, "MS[,JITTER_MS]", "LINK_DELAY"));
-  cmd->add_option_function<std::string>(
-         "--link-loss",
-         [args](const std::string& text) {
-           args->link_loss = faults::LinkLoss::read(text).value();  // checked below
-         },
-         "Fault injection passed to every node: each frame is lost with probability P "
-         "and sent again after RTO_MS (default 200), as TCP would; P or P,RTO_MS; see "
-         "`chorus node --help`")
-      ->check(run::readableAs(&faults::LinkLoss::read, "P[,RTO_MS]", "LINK_LOSS"));
+  cmd->add_option("--link-delay", args->link_delay,
+                  "Fault injection passed to every node: each frame waits MS (plus a uniform "
+                  "draw from [0, JITTER_MS)) before it is sent; MS or MS,JITTER_MS; see "
+                  "`chorus node --help`");
+  cmd->add_option("--link-loss", args->link_loss,
+                  "Fault injection passed to every node: each frame is lost with probability P "
+                  "and sent again after RTO_MS (default 200), as TCP would; P or P,RTO_MS; see "
+                  "`chorus node --help`");
   cmd->add_option("--run-timeout", args->run_timeout_s,
                   "Stop a run (and count it as failed) after this many seconds (0: no limit)")
       ->check(run::nonNegative())
