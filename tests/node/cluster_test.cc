@@ -783,13 +783,21 @@ TEST(Cluster, AttachmentsArriveWholeAndTransientSendsKeepTheBytesOfTheirCall) {
                                        },
                                        0, {std::span<const uint8_t>(source)});
       pair.low->sendTransient(1, frame, [&](NodeId, const Status& status) {
-        if (status.ok()) ++sent_ok;
+        {
+          std::lock_guard sent_lock(mu);
+          if (status.ok()) ++sent_ok;
+        }
+        changed.notify_all();
       });
       std::fill(source.begin(), source.end(), uint8_t{0xEE});
     }
   }));
   std::unique_lock lock(mu);
-  ASSERT_TRUE(changed.wait_for(lock, kSoon, [&] { return received.size() == kFrames; }));
+  // The last frame can be read before the sender's loop has run its write's callback: wait for
+  // both (a check of sent_ok right after the frames arrived once saw 1 of 4).
+  ASSERT_TRUE(changed.wait_for(lock, kSoon, [&] {
+    return received.size() == kFrames && sent_ok.load() == static_cast<int>(kFrames);
+  }));
   for (uint64_t tag = 0; tag < kFrames; ++tag) {
     EXPECT_EQ(received[tag].first, tag);
     EXPECT_TRUE(received[tag].second) << "frame " << tag << " does not hold its bytes";
