@@ -56,16 +56,15 @@ struct LinkFaults {
 // (the peer would be called down). Throws CommandFailure(2, ...) naming where the faults came
 // from, `time_out_name` (what sets the time-out) and `remedy` (what to change). Used by
 // `chorus node` and `chorus compare`.
-LinkFaults nodeLinkFaults(const std::string& delay_flag, const std::string& loss_flag,
+LinkFaults nodeLinkFaults(const faults::LinkDelay& delay_flag, const faults::LinkLoss& loss_flag,
                           const topology::NodeSpec& node, const std::string& topology_path,
                           std::chrono::milliseconds heartbeat,
                           std::chrono::milliseconds peer_timeout, const std::string& time_out_name,
                           const std::string& remedy);
 // Refuses (CommandFailure 2) a --stragglers profile whose slow or crash terms name a node that
-// `topo` does not have: such a term would silently never act. A profile that does not parse
-// is left to the flag's own check.
-void checkStragglersNameMembers(const std::string& stragglers, const topology::Topology& topo,
-                                const std::string& topology_path);
+// `topo` does not have: such a term would silently never act.
+void checkStragglersNameMembers(const faults::StragglerProfile& stragglers,
+                                const topology::Topology& topo, const std::string& topology_path);
 // `chorus train` (single node)
 void addTrainCommand(CLI::App& app);
 // `chorus compare`: runs training variants on the same work and reports them side by side

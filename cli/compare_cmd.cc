@@ -179,12 +179,11 @@ std::vector<experiment::ForwardedOption> forwardedOptions(CLI::App& cmd, const C
 // The options the single variant gets: `forwarded` with --stragglers narrowed to the terms that
 // act on node 0, the one node it runs (left out when none do). Says what it left out, once.
 std::vector<experiment::ForwardedOption> singleVariantOptions(
-    const std::vector<experiment::ForwardedOption>& forwarded, const std::string& stragglers,
-    const std::vector<experiment::Variant>& variants) {
+    const std::vector<experiment::ForwardedOption>& forwarded,
+    const faults::StragglerProfile& whole, const std::vector<experiment::Variant>& variants) {
   const bool has_single =
       std::any_of(variants.begin(), variants.end(), [](const auto& v) { return v.alone(); });
-  if (!has_single || stragglers.empty()) return forwarded;
-  const auto whole = faults::StragglerProfile::parse(stragglers);  // checked before
+  if (!has_single || whole.text.empty()) return forwarded;
   const auto own = whole.restrictedTo(0);
   std::vector<experiment::ForwardedOption> out;
   for (const auto& option : forwarded) {
@@ -370,8 +369,10 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
     throw CommandFailure(2, oneLine(e.what()));
   }
   if (args.run.out_dir.empty()) throw CommandFailure(2, "--out DIR is required");
+  if (const node::Status run = run::checkRunOptions(args.run); !run.ok()) {
+    throw CommandFailure(2, run.message());
+  }
   try {
-    run::validateRunOptions(args.run);
     ps::validatePsOptions(args.ps);
     consensus::ConsensusOptions consensus = args.consensus;
     consensus.staleness = args.staleness;
@@ -392,9 +393,14 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
   {
     // The nodes run with the default heartbeat and peer time-out (compare does not change them).
     const node::NodeOptions defaults;
+    // Read here, as each node's parse will (compare's refusals are one "chorus: error:" line).
+    const node::Result<faults::LinkDelay> delay = faults::LinkDelay::read(args.link_delay);
+    if (!delay.ok()) throw CommandFailure(2, "--link-delay: " + delay.message());
+    const node::Result<faults::LinkLoss> loss = faults::LinkLoss::read(args.link_loss);
+    if (!loss.ok()) throw CommandFailure(2, "--link-loss: " + loss.message());
     for (const topology::NodeSpec& node : topo.nodes) {
-      nodeLinkFaults(args.link_delay, args.link_loss, node, args.topology,
-                     defaults.heartbeat_interval, defaults.peer_timeout,
+      nodeLinkFaults(*delay, *loss, node, args.topology, defaults.heartbeat_interval,
+                     defaults.peer_timeout,
                      fmt::format("the nodes' {} ms peer time-out", defaults.peer_timeout.count()),
                      "compare runs the nodes with the default time-outs");
     }
@@ -458,7 +464,7 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
     if (variant.alone()) {
       const fs::path single = run_dir / "single.toml";
       std::ofstream(single) << experiment::singleTopology(
-          topo.name + "-single", topo.nodes.front().address(), topo.nodes.front().stragglers);
+          topo.name + "-single", topo.nodes.front().address(), topo.nodes.front().stragglers.text);
       plan.topology = single.string();
       plan.ids = {0};
     } else {
@@ -527,10 +533,10 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
       shown.insert(shown.end(), node_args.begin(), node_args.end());
       std::ofstream(run_dir / "command.txt") << experiment::shellQuote(shown) << '\n';
       launch.spec_path = (run_dir / "run.spec").string();
-      try {
-        writeRunSpec(parseNodeArguments(topology_path, launch.ids, node_args), launch.spec_path);
-      } catch (const RunSpecError& e) {
-        throw CommandFailure(1, e.what());
+      if (const node::Status written = writeRunSpec(
+              parseNodeArguments(topology_path, launch.ids, node_args), launch.spec_path);
+          !written.ok()) {
+        throw CommandFailure(1, written.message());
       }
 
       const std::string label = fmt::format("[{}/{}] {} seed {}", index, total, variant.name, seed);

@@ -35,10 +35,8 @@ class TemporarySpec {
       : path_((std::filesystem::temp_directory_path() /
                fmt::format("chorus-launch-{}.spec", ::getpid()))
                   .string()) {
-    try {
-      writeRunSpec(args, path_);
-    } catch (const RunSpecError& e) {
-      throw CommandFailure(1, e.what());
+    if (const node::Status written = writeRunSpec(args, path_); !written.ok()) {
+      throw CommandFailure(1, written.message());
     }
   }
   ~TemporarySpec() {

@@ -305,19 +305,19 @@ void checkModeArgs(const NodeArgs& args, const NodeSetup& setup, const std::stri
   checkImageData(args.run);
   checkImageModelFlags(args.run, args.sparse);
   checkStragglersNameMembers(args.run.stragglers, setup.topo, args.topology);
+  if (const node::Status run = run::checkRunOptions(args.run); !run.ok()) {
+    throw CommandFailure(2, run.message());
+  }
   try {
-    run::validateRunOptions(args.run);
     if (entry.check != nullptr) entry.check(settings);
   } catch (const std::invalid_argument& e) {
     throw CommandFailure(2, e.what());
   }
   // The flag's terms with the node's own attribute (two crash steps for one node, say): found
   // here, before the data is loaded, and by launch before any node starts.
-  try {
-    (void)faults::StragglerProfile::parse(args.run.stragglers)
-        .combinedWith(faults::StragglerProfile::parse(setup.me->stragglers));
-  } catch (const std::invalid_argument& e) {
-    throw CommandFailure(2, fmt::format("node {}: {}", setup.self, e.what()));
+  if (const auto combined = args.run.stragglers.combinedWith(setup.me->stragglers);
+      !combined.ok()) {
+    throw CommandFailure(2, fmt::format("node {}: {}", setup.self, combined.message()));
   }
 }
 

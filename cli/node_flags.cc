@@ -36,14 +36,10 @@ NodeArgs fromSpec(const CLI::App& cmd, const std::string& path, std::optional<ui
                                         "--id with it",
                                         name, path));
   }
-  NodeArgs args;
-  try {
-    args = readRunSpec(path);
-  } catch (const RunSpecError& e) {
-    throw CommandFailure(2, e.what());
-  }
-  args.id = id;
-  return args;
+  node::Result<NodeArgs> args = readRunSpec(path);
+  if (!args.ok()) throw CommandFailure(2, args.message());
+  args->id = id;
+  return std::move(args).value();
 }
 
 }  // namespace
@@ -150,19 +146,29 @@ void registerNodeCommand(CLI::App& app, std::function<void(const NodeArgs&)> act
                   "switch to turn that off; without a secret frames travel in clear "
                   "(docs/security.md)")
       ->check(CLI::ExistingFile);
-  cmd->add_option(
-      "--link-delay", args->link_delay,
-      "Fault injection: every frame this node sends waits MS milliseconds (plus a "
-      "uniform draw from [0, JITTER_MS), seeded by --seed) before it reaches the "
-      "socket, in order: MS or MS,JITTER_MS, e.g. 20 or 20,5 (default: none; the node's "
-      "link_delay attribute in the topology file adds to it). A round "
-      "trip then takes at least 2 x MS; see docs/stragglers.md");
-  cmd->add_option("--link-loss", args->link_loss,
-                  "Fault injection: each frame this node sends is lost with probability P, as "
-                  "TCP loses a segment: it is sent again after a retransmission time-out of "
-                  "RTO_MS (default 200, Linux's smallest), doubled for each further loss (at "
-                  "most 3), and nothing behind it on that link arrives before it: P or P,RTO_MS, "
-                  "e.g. 0.01 or 0.01,200 (default: none); P at most 0.5; see docs/stragglers.md");
+  // --link-delay and --link-loss are read here, once; a bad value is refused naming the flag.
+  cmd->add_option_function<std::string>(
+         "--link-delay",
+         [args](const std::string& text) {
+           args->link_delay = faults::LinkDelay::read(text).value();  // checked below
+         },
+         "Fault injection: every frame this node sends waits MS milliseconds (plus a "
+         "uniform draw from [0, JITTER_MS), seeded by --seed) before it reaches the "
+         "socket, in order: MS or MS,JITTER_MS, e.g. 20 or 20,5 (default: none; the node's "
+         "link_delay attribute in the topology file adds to it). A round "
+         "trip then takes at least 2 x MS; see docs/stragglers.md")
+      ->check(run::readableAs(&faults::LinkDelay::read, "MS[,JITTER_MS]", "LINK_DELAY"));
+  cmd->add_option_function<std::string>(
+         "--link-loss",
+         [args](const std::string& text) {
+           args->link_loss = faults::LinkLoss::read(text).value();  // checked below
+         },
+         "Fault injection: each frame this node sends is lost with probability P, as "
+         "TCP loses a segment: it is sent again after a retransmission time-out of "
+         "RTO_MS (default 200, Linux's smallest), doubled for each further loss (at "
+         "most 3), and nothing behind it on that link arrives before it: P or P,RTO_MS, "
+         "e.g. 0.01 or 0.01,200 (default: none); P at most 0.5; see docs/stragglers.md")
+      ->check(run::readableAs(&faults::LinkLoss::read, "P[,RTO_MS]", "LINK_LOSS"));
   cmd->add_option("--max-frame-mib", args->max_frame_mib, "Largest accepted frame, in MiB")
       ->check(CLI::Range(1u, 2047u))
       ->capture_default_str();
@@ -185,37 +191,23 @@ void registerNodeCommand(CLI::App& app, std::function<void(const NodeArgs&)> act
   });
 }
 
-LinkFaults nodeLinkFaults(const std::string& delay_flag, const std::string& loss_flag,
+LinkFaults nodeLinkFaults(const faults::LinkDelay& delay_flag, const faults::LinkLoss& loss_flag,
                           const topology::NodeSpec& node, const std::string& topology_path,
                           milliseconds heartbeat, milliseconds peer_timeout,
                           const std::string& time_out_name, const std::string& remedy) {
   LinkFaults link;
   std::string source;
-  if (!delay_flag.empty()) {
-    try {
-      link.delay = faults::LinkDelay::parse(delay_flag);
-    } catch (const std::invalid_argument& e) {
-      throw CommandFailure(2, fmt::format("--link-delay: {}", e.what()));
-    }
-    source = "--link-delay " + delay_flag;
-  }
+  link.delay = delay_flag;
+  if (!delay_flag.empty()) source = "--link-delay " + delay_flag.text;
   if (!node.link_delay.empty()) {
-    // The loader has checked the attribute already.
-    const faults::LinkDelay own = faults::LinkDelay::parse(node.link_delay);
-    link.delay.delay += own.delay;
-    link.delay.jitter += own.jitter;
+    link.delay.delay += node.link_delay.delay;
+    link.delay.jitter += node.link_delay.jitter;
     source += fmt::format("{}node {}'s link_delay \"{}\" in {}", source.empty() ? "" : " plus ",
-                          node.id, node.link_delay, topology_path);
+                          node.id, node.link_delay.text, topology_path);
   }
-  if (!loss_flag.empty()) {
-    try {
-      link.loss = faults::LinkLoss::parse(loss_flag);
-    } catch (const std::invalid_argument& e) {
-      throw CommandFailure(2, fmt::format("--link-loss: {}", e.what()));
-    }
-    if (!link.loss.empty()) {
-      source += fmt::format("{}--link-loss {}", source.empty() ? "" : " plus ", loss_flag);
-    }
+  link.loss = loss_flag;
+  if (!link.loss.empty()) {
+    source += fmt::format("{}--link-loss {}", source.empty() ? "" : " plus ", loss_flag.text);
   }
   // A heartbeat is due every `heartbeat`; held back as long as the link faults can hold a
   // frame, it could come later than the time-out after the one before it, and a healthy peer
@@ -242,19 +234,14 @@ void LinkFaults::applyTo(node::NodeOptions& options) const {
   options.link_rto = loss.rto;
 }
 
-void checkStragglersNameMembers(const std::string& stragglers, const topology::Topology& topo,
-                                const std::string& topology_path) {
-  faults::StragglerProfile profile;
-  try {
-    profile = faults::StragglerProfile::parse(stragglers);
-  } catch (const std::invalid_argument&) {
-    return;  // the flag's own check says what is wrong with it
-  }
-  for (const uint32_t named : profile.namedNodes()) {
+void checkStragglersNameMembers(const faults::StragglerProfile& stragglers,
+                                const topology::Topology& topo, const std::string& topology_path) {
+  for (const uint32_t named : stragglers.namedNodes()) {
     if (topo.find(named) == nullptr) {
-      throw CommandFailure(2, fmt::format("--stragglers {}: names node {}, which is not in {} (its "
-                                          "ids are 0 to {}); a term for no node would never act",
-                                          stragglers, named, topology_path, topo.nodes.size() - 1));
+      throw CommandFailure(
+          2, fmt::format("--stragglers {}: names node {}, which is not in {} (its "
+                         "ids are 0 to {}); a term for no node would never act",
+                         stragglers.text, named, topology_path, topo.nodes.size() - 1));
     }
   }
 }

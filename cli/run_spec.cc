@@ -33,7 +33,7 @@ namespace fb = chorus::spec;
 // the option structs it holds changes their size and stops the build here: carry it in
 // run_spec.fbs, encodeRunSpec() and decodeRunSpec() (and the round-trip test), then update the
 // size. (The test hooks of the mode options, std::function members, are not settings.)
-static_assert(sizeof(void*) != 8 || sizeof(NodeArgs) == 1992,
+static_assert(sizeof(void*) != 8 || sizeof(NodeArgs) == 2032,
               "NodeArgs changed: carry the new setting in the run spec (cli/run_spec.fbs)");
 
 std::string text(const flatbuffers::String* s) {
@@ -41,11 +41,11 @@ std::string text(const flatbuffers::String* s) {
 }
 
 // The spec's shard, checked as --shard checks it (a spec is a file: it may be damaged).
-run::ShardSpec shardOf(const fb::Shard* s, const std::string& source) {
+node::Result<run::ShardSpec> shardOf(const fb::Shard* s, const std::string& source) {
   run::ShardSpec shard;
   if (s == nullptr || s->kind() == 0) return shard;
   if (s->kind() != 1 || !(s->alpha() > 0 && s->alpha() <= run::ShardSpec::kMaxDirichletAlpha)) {
-    throw RunSpecError(
+    return node::invalidInput(
         fmt::format("{}: a shard of kind {} with alpha {} is not one --shard "
                     "gives; write the spec again with chorus launch",
                     source, s->kind(), s->alpha()));
@@ -53,6 +53,83 @@ run::ShardSpec shardOf(const fb::Shard* s, const std::string& source) {
   shard.kind = run::ShardSpec::Kind::kDirichlet;
   shard.alpha = s->alpha();
   return shard;
+}
+
+flatbuffers::Offset<fb::Stragglers> encodeStragglers(flatbuffers::FlatBufferBuilder& b,
+                                                     const faults::StragglerProfile& profile) {
+  std::vector<flatbuffers::Offset<fb::StragglerTerm>> terms;
+  for (const faults::StragglerTerm& t : profile.terms) {
+    std::vector<uint32_t> nodes;
+    std::vector<double> factors;
+    std::vector<int64_t> steps;
+    for (const auto& [id, factor] : t.factors) {
+      nodes.push_back(id);
+      factors.push_back(factor);
+    }
+    for (const auto& [id, step] : t.crash_steps) {
+      nodes.push_back(id);
+      steps.push_back(step);
+    }
+    terms.push_back(fb::CreateStragglerTermDirect(b, static_cast<uint8_t>(t.kind), t.a, t.b, t.c,
+                                                  &nodes, &factors, &steps));
+  }
+  return fb::CreateStragglersDirect(b, profile.text.c_str(), &terms);
+}
+
+// The spec's straggler profile, every term checked as --stragglers checks it.
+node::Result<faults::StragglerProfile> stragglersOf(const fb::Stragglers* s) {
+  if (s == nullptr) return faults::StragglerProfile{};
+  std::vector<faults::StragglerTerm> terms;
+  if (s->terms() != nullptr) {
+    for (const fb::StragglerTerm* t : *s->terms()) {
+      faults::StragglerTerm term;
+      if (t->kind() > static_cast<uint8_t>(faults::StragglerTerm::Kind::kCrash)) {
+        return node::invalidInput(fmt::format("a straggler term of kind {}", t->kind()));
+      }
+      term.kind = static_cast<faults::StragglerTerm::Kind>(t->kind());
+      term.a = t->a();
+      term.b = t->b();
+      term.c = t->c();
+      const size_t nodes = t->nodes() == nullptr ? 0 : t->nodes()->size();
+      const size_t factors = t->factors() == nullptr ? 0 : t->factors()->size();
+      const size_t steps = t->steps() == nullptr ? 0 : t->steps()->size();
+      if (factors + steps != nodes || (factors > 0 && steps > 0)) {
+        return node::invalidInput(
+            fmt::format("a straggler term with {} node(s) for {} factor(s) and {} step(s)", nodes,
+                        factors, steps));
+      }
+      for (size_t i = 0; i < nodes; ++i) {
+        const uint32_t id = t->nodes()->Get(static_cast<flatbuffers::uoffset_t>(i));
+        const bool fresh =
+            factors > 0
+                ? term.factors
+                      .emplace(id, t->factors()->Get(static_cast<flatbuffers::uoffset_t>(i)))
+                      .second
+                : term.crash_steps
+                      .emplace(id, t->steps()->Get(static_cast<flatbuffers::uoffset_t>(i)))
+                      .second;
+        if (!fresh)
+          return node::invalidInput(fmt::format("a straggler term names node {} twice", id));
+      }
+      terms.push_back(std::move(term));
+    }
+  }
+  return faults::StragglerProfile::fromTerms(std::move(terms), text(s->text()));
+}
+
+// The spec's link faults, checked against the runtime's limits as the flags are.
+node::Status linkFaultsOf(const fb::LinkFaults* l, NodeArgs& a) {
+  if (l == nullptr) return node::Status();
+  node::Result<faults::LinkDelay> delay = faults::LinkDelay::fromValues(
+      std::chrono::microseconds(l->delay_us()), std::chrono::microseconds(l->jitter_us()),
+      text(l->delay_text()));
+  if (!delay.ok()) return delay.status();
+  a.link_delay = std::move(delay).value();
+  node::Result<faults::LinkLoss> loss = faults::LinkLoss::fromValues(
+      l->loss_probability(), std::chrono::microseconds(l->rto_us()), text(l->loss_text()));
+  if (!loss.ok()) return loss.status();
+  a.link_loss = std::move(loss).value();
+  return node::Status();
 }
 
 flatbuffers::Offset<fb::Sparse> encodeSparse(flatbuffers::FlatBufferBuilder& b,
@@ -160,11 +237,13 @@ SparseNodeArgs decodeSparse(const fb::Sparse& s) {
 std::vector<uint8_t> encodeRunSpec(const NodeArgs& a, uint32_t version) {
   flatbuffers::FlatBufferBuilder b(1024);
   const run::RunOptions& r = a.run;
+  const auto link = fb::CreateLinkFaultsDirect(
+      b, a.link_delay.text.c_str(), a.link_delay.delay.count(), a.link_delay.jitter.count(),
+      a.link_loss.text.c_str(), a.link_loss.probability, a.link_loss.rto.count());
   const auto node = fb::CreateNodeDirect(
       b, a.topology.c_str(), a.mode.c_str(), a.log_level.c_str(), a.ready_timeout_s, a.pings,
       a.payload_bytes, a.ping_timeout_s, a.linger_s, a.heartbeat_ms, a.write_slice_packets,
-      a.peer_timeout_ms, a.max_frame_mib, a.secret_file.c_str(), a.link_delay.c_str(),
-      a.link_loss.c_str());
+      a.peer_timeout_ms, a.max_frame_mib, a.secret_file.c_str(), link);
   const auto data =
       fb::CreateDataDirect(b, r.data.name.c_str(), r.data.dataDir.c_str(), r.data.syntheticTrain,
                            r.data.syntheticTest, r.data.normalize, r.train_limit);
@@ -172,15 +251,17 @@ std::vector<uint8_t> encodeRunSpec(const NodeArgs& a, uint32_t version) {
       fb::CreateModelDirect(b, r.model.name.c_str(), &r.model.hidden, r.model.dropout);
   const auto shard =
       fb::CreateShard(b, r.shard.kind == run::ShardSpec::Kind::kDirichlet ? 1 : 0, r.shard.alpha);
+  const auto stragglers = encodeStragglers(b, r.stragglers);
   const auto training = fb::CreateTrainingDirect(
       b, shard, r.rounds, r.epochs, r.batch, r.lr, r.momentum, r.nesterov, r.weight_decay,
       r.schedule.c_str(), r.warmup_epochs, r.step_epochs, r.gamma, r.augment, r.crop_padding,
-      r.flip, r.seed, r.stragglers.c_str(), r.eval_every, r.target_acc, r.out_dir.c_str(),
-      r.save_path.c_str(), r.resume_path.c_str(), r.confusion);
+      r.flip, r.seed, r.eval_every, r.target_acc, r.out_dir.c_str(), r.save_path.c_str(),
+      r.resume_path.c_str(), r.confusion, stragglers);
   const fb::Staleness staleness(a.staleness.bound);
-  const auto consensus =
-      fb::CreateConsensusDirect(b, a.consensus.backup.c_str(), a.consensus.mixing.c_str(),
-                                a.consensus.chunk_floats, a.consensus.skip_gap);
+  const auto backup = fb::CreateBackupRule(b, static_cast<uint8_t>(a.consensus.backup.kind),
+                                           a.consensus.backup.value);
+  const auto consensus = fb::CreateConsensusDirect(
+      b, a.consensus.mixing.c_str(), a.consensus.chunk_floats, a.consensus.skip_gap, backup);
   const auto ps = fb::CreatePsDirect(b, a.ps.key_floats, a.ps.down_timeout_s, a.ps.cache,
                                      a.ps.owner_momentum.c_str(), a.ps.async_rounds.c_str(),
                                      a.ps.async_rounds_given, a.ps.bandwidth_mbps);
@@ -191,28 +272,32 @@ std::vector<uint8_t> encodeRunSpec(const NodeArgs& a, uint32_t version) {
   return {b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize()};
 }
 
-NodeArgs decodeRunSpec(std::span<const uint8_t> bytes, const std::string& source) {
+node::Result<NodeArgs> decodeRunSpec(std::span<const uint8_t> bytes, const std::string& source) {
   const auto fail = [&](const std::string& why) {
-    return RunSpecError(
+    return node::invalidInput(
         fmt::format("{}: {}; write it again with `chorus launch` or `chorus "
                     "compare` of this build, or start the node with flags",
                     source, why));
   };
   if (bytes.size() < 8 || !fb::RunSpecBufferHasIdentifier(bytes.data())) {
-    throw fail("not a chorus run spec (no CRSP identifier)");
+    return fail("not a chorus run spec (no CRSP identifier)");
   }
   flatbuffers::Verifier verifier(bytes.data(), bytes.size());
   if (!fb::VerifyRunSpecBuffer(verifier))
-    throw fail("a damaged run spec (the verifier refused it)");
+    return fail("a damaged run spec (the verifier refused it)");
   const fb::RunSpec* spec = fb::GetRunSpec(bytes.data());
   if (spec->version() != kRunSpecVersion) {
-    throw fail(fmt::format("a run spec of version {}, and this chorus reads version {}",
-                           spec->version(), kRunSpecVersion));
+    return fail(fmt::format("a run spec of version {}, and this chorus reads version {}",
+                            spec->version(), kRunSpecVersion));
   }
   if (spec->node() == nullptr || spec->data() == nullptr || spec->model() == nullptr ||
       spec->training() == nullptr || spec->staleness() == nullptr || spec->consensus() == nullptr ||
       spec->ps() == nullptr || spec->sparse() == nullptr) {
-    throw fail("a run spec without all of its sections");
+    return fail("a run spec without all of its sections");
+  }
+  if (spec->training()->stragglers() == nullptr || spec->consensus()->backup() == nullptr ||
+      spec->node()->link() == nullptr) {
+    return fail("a run spec without its typed fields");
   }
   NodeArgs a;
   const fb::Node& n = *spec->node();
@@ -229,8 +314,10 @@ NodeArgs decodeRunSpec(std::span<const uint8_t> bytes, const std::string& source
   a.peer_timeout_ms = n.peer_timeout_ms();
   a.max_frame_mib = n.max_frame_mib();
   a.secret_file = text(n.secret_file());
-  a.link_delay = text(n.link_delay());
-  a.link_loss = text(n.link_loss());
+  if (node::Status link = linkFaultsOf(n.link(), a); !link.ok()) {
+    return fail("its link faults are not ones --link-delay and --link-loss give: " +
+                link.message());
+  }
 
   run::RunOptions& r = a.run;
   const fb::Data& d = *spec->data();
@@ -246,7 +333,9 @@ NodeArgs decodeRunSpec(std::span<const uint8_t> bytes, const std::string& source
   if (m.hidden() != nullptr) r.model.hidden.assign(m.hidden()->begin(), m.hidden()->end());
   r.model.dropout = m.dropout();
   const fb::Training& t = *spec->training();
-  r.shard = shardOf(t.shard(), source);
+  node::Result<run::ShardSpec> shard = shardOf(t.shard(), source);
+  if (!shard.ok()) return shard.status();
+  r.shard = *shard;
   r.rounds = t.rounds();
   r.epochs = t.epochs();
   r.batch = t.batch();
@@ -262,7 +351,11 @@ NodeArgs decodeRunSpec(std::span<const uint8_t> bytes, const std::string& source
   r.crop_padding = t.crop_padding();
   r.flip = t.flip();
   r.seed = t.seed();
-  r.stragglers = text(t.stragglers());
+  node::Result<faults::StragglerProfile> stragglers = stragglersOf(t.stragglers());
+  if (!stragglers.ok()) {
+    return fail("its straggler profile is not one --stragglers gives: " + stragglers.message());
+  }
+  r.stragglers = std::move(stragglers).value();
   r.eval_every = t.eval_every();
   r.target_acc = t.target_acc();
   r.out_dir = text(t.out_dir());
@@ -273,7 +366,10 @@ NodeArgs decodeRunSpec(std::span<const uint8_t> bytes, const std::string& source
   a.staleness = run::StalenessBound{spec->staleness()->bound()};
   a.consensus.rejoin = spec->rejoin();
   const fb::Consensus& c = *spec->consensus();
-  a.consensus.backup = text(c.backup());
+  node::Result<consensus::BackupRuleSpec> backup = consensus::BackupRuleSpec::fromValues(
+      static_cast<consensus::BackupRuleSpec::Kind>(c.backup()->kind()), c.backup()->value());
+  if (!backup.ok()) return fail("its backup rule is not one --backup gives: " + backup.message());
+  a.consensus.backup = *backup;
   a.consensus.mixing = text(c.mixing());
   a.consensus.chunk_floats = c.chunk_floats();
   a.consensus.skip_gap = c.skip_gap();
@@ -289,7 +385,7 @@ NodeArgs decodeRunSpec(std::span<const uint8_t> bytes, const std::string& source
   return a;
 }
 
-void writeRunSpec(const NodeArgs& args, const std::string& path) {
+node::Status writeRunSpec(const NodeArgs& args, const std::string& path) {
   const std::vector<uint8_t> bytes = encodeRunSpec(args);
   // Written beside and renamed into place: a child never reads half a spec.
   const std::string partial = path + ".partial";
@@ -298,20 +394,26 @@ void writeRunSpec(const NodeArgs& args, const std::string& path) {
     out.write(reinterpret_cast<const char*>(bytes.data()),
               static_cast<std::streamsize>(bytes.size()));
     if (!out.flush()) {
-      throw RunSpecError(fmt::format("{}: cannot write the run spec: {}", path,
-                                     std::strerror(errno)));  // NOLINT(concurrency-mt-unsafe)
+      return node::Status(node::ErrorCode::kIo,
+                          fmt::format("{}: cannot write the run spec: {}", path,
+                                      std::strerror(errno)));  // NOLINT(concurrency-mt-unsafe)
     }
   }
   std::error_code ec;
   std::filesystem::rename(partial, path, ec);
-  if (ec) throw RunSpecError(fmt::format("{}: cannot write the run spec: {}", path, ec.message()));
+  if (ec) {
+    return node::Status(node::ErrorCode::kIo,
+                        fmt::format("{}: cannot write the run spec: {}", path, ec.message()));
+  }
+  return node::Status();
 }
 
-NodeArgs readRunSpec(const std::string& path) {
+node::Result<NodeArgs> readRunSpec(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    throw RunSpecError(fmt::format("--spec {}: cannot read it: {}", path,
-                                   std::strerror(errno)));  // NOLINT(concurrency-mt-unsafe)
+    return node::Status(node::ErrorCode::kIo,
+                        fmt::format("--spec {}: cannot read it: {}", path,
+                                    std::strerror(errno)));  // NOLINT(concurrency-mt-unsafe)
   }
   const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
                                    std::istreambuf_iterator<char>());

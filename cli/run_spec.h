@@ -8,12 +8,14 @@
 #include <cstdint>
 #include <optional>
 #include <span>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "cli/sparse_node.h"
 #include "consensus/consensus_peer.h"
+#include "faults/link_delay.h"
+#include "faults/straggler.h"
+#include "node/result.h"
 #include "ps/ps_peer.h"
 #include "run/staleness_bound.h"
 #include "run/training_run.h"
@@ -36,10 +38,10 @@ struct NodeArgs {
   uint32_t write_slice_packets = 2;
   uint32_t peer_timeout_ms = 5000;
   uint32_t max_frame_mib = 256;
-  std::string secret_file;  // empty: no shared secret
-  std::string link_delay;   // faults::LinkDelay grammar; empty: none
-  std::string link_loss;    // faults::LinkLoss grammar; empty: none
-  std::string mode;         // ping | consensus | ps; empty: the topology's mode
+  std::string secret_file;       // empty: no shared secret
+  faults::LinkDelay link_delay;  // --link-delay, read where the flag is; empty: none
+  faults::LinkLoss link_loss;    // --link-loss, the same
+  std::string mode;              // ping | consensus | ps; empty: the topology's mode
   run::RunOptions run;
   // --staleness: one bound for both modes (psOptions() and consensusOptions() put it in place).
   run::StalenessBound staleness = run::kDefaultStaleness;
@@ -53,25 +55,20 @@ struct NodeArgs {
   consensus::ConsensusOptions consensusOptions() const;
 };
 
-// A spec file that cannot be used: names the file and what to do.
-class RunSpecError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
 // The version written into every spec; a reader refuses another one (a spec written by another
 // chorus build: run the launch again with this build).
-inline constexpr uint32_t kRunSpecVersion = 3;
+// Version 4: the straggler profile, the backup rule and the link faults as typed tables.
+inline constexpr uint32_t kRunSpecVersion = 4;
 
 // `args` (its id left out) as a spec's bytes, of `version` (tests write others).
 std::vector<uint8_t> encodeRunSpec(const NodeArgs& args, uint32_t version = kRunSpecVersion);
-// The NodeArgs of spec `bytes` (id unset); `source` names them in errors. Throws RunSpecError
-// for bytes that are not a spec (the FlatBuffers Verifier refuses them), a spec of another
-// version, or a spec without its sections.
-NodeArgs decodeRunSpec(std::span<const uint8_t> bytes, const std::string& source);
-// Writes encodeRunSpec(args) to `path` (replacing it); throws RunSpecError naming the path.
-void writeRunSpec(const NodeArgs& args, const std::string& path);
-// decodeRunSpec() of the file at `path`; throws RunSpecError naming it.
-NodeArgs readRunSpec(const std::string& path);
+// The NodeArgs of spec `bytes` (id unset), or an error naming `source` and what to do: bytes
+// that are not a spec (the FlatBuffers Verifier refuses them), a spec of another version, a spec
+// without its sections, or a typed value out of its grammar's range (a damaged file).
+node::Result<NodeArgs> decodeRunSpec(std::span<const uint8_t> bytes, const std::string& source);
+// Writes encodeRunSpec(args) to `path` (replacing it); an error names the path.
+node::Status writeRunSpec(const NodeArgs& args, const std::string& path);
+// decodeRunSpec() of the file at `path`; an error names it.
+node::Result<NodeArgs> readRunSpec(const std::string& path);
 
 }  // namespace chorus::cli

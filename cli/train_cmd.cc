@@ -119,17 +119,15 @@ void runTrain(const CLI::App& app, TrainFlags& flags) {
   run::RunOptions options = flags.run;
   const bool eval_given = app.count("--eval-every") > 0;
   // One node: a straggler term for another node would never act.
-  try {
-    for (const uint32_t named : faults::StragglerProfile::parse(options.stragglers).namedNodes()) {
-      if (named != 0) {
-        throw CommandFailure(2, fmt::format("--stragglers {}: names node {}, but chorus train runs "
-                                            "node 0 alone",
-                                            options.stragglers, named));
-      }
+  for (const uint32_t named : options.stragglers.namedNodes()) {
+    if (named != 0) {
+      throw CommandFailure(2, fmt::format("--stragglers {}: names node {}, but chorus train runs "
+                                          "node 0 alone",
+                                          options.stragglers.text, named));
     }
-    run::validateRunOptions(options);
-  } catch (const std::invalid_argument& e) {
-    throw CommandFailure(2, e.what());
+  }
+  if (const node::Status checked = run::checkRunOptions(options); !checked.ok()) {
+    throw CommandFailure(2, checked.message());
   }
   ml::ProgressReporter progress(stderr, ml::ProgressReporter::isTerminal(stderr));
   // The per-epoch lines say what the loop's info lines would; warnings still show.
@@ -143,7 +141,7 @@ void runTrain(const CLI::App& app, TrainFlags& flags) {
     progress.line(fmt::format("data: {} from {} ({} training, {} test samples, {})",
                               options.data.name, split.source, split.train.size(),
                               split.test.size(), split.train.shape.toString()));
-    run::NodeJob job = run::prepareNodeProcessJob(options, std::move(split), 0, 1, "");
+    run::NodeJob job = run::prepareNodeProcessJob(options, std::move(split), 0, 1);
     run::SingleOptions single;
     single.eval_every_epoch = !eval_given;
     single.save_path = options.save_path;

@@ -190,55 +190,111 @@ class DynamicRule final : public BackupRule {
   double tolerance_;
 };
 
-[[noreturn]] void badRule(std::string_view spec, std::string_view why) {
-  throw std::invalid_argument(fmt::format(
+node::Status badRule(std::string_view spec, std::string_view why) {
+  return node::invalidInput(fmt::format(
       "bad backup rule '{}': {} (accepted: wait-all, static:B, deadline:Q with 0 < Q <= 1, "
       "dynamic or dynamic:TOLERANCE)",
       spec, why));
 }
 
-double parseNumber(std::string_view spec, std::string_view text) {
-  double v = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(v)) {
-    badRule(spec, fmt::format("'{}' is not a number", text));
-  }
-  return v;
-}
+// Bounded so that the conversion is defined; a plan never uses more than the neighbors.
+constexpr double kMaxBackups = 1e6;
 
 }  // namespace
 
-std::unique_ptr<BackupRule> BackupRule::parse(std::string_view spec) {
-  size_t colon = spec.find(':');
-  std::string_view name = spec.substr(0, colon);
-  std::string_view arg = colon == std::string_view::npos ? "" : spec.substr(colon + 1);
-  bool has_arg = colon != std::string_view::npos;
+std::string BackupRuleSpec::name() const {
+  switch (kind) {
+    case Kind::kWaitAll:
+      return "wait-all";
+    case Kind::kStatic:
+      return fmt::format("static:{}", value);
+    case Kind::kDeadline:
+      return fmt::format("deadline:{}", value);
+    case Kind::kDynamic:
+      return value == kDefaultTolerance ? "dynamic" : fmt::format("dynamic:{}", value);
+  }
+  return "?";
+}
+
+node::Result<BackupRuleSpec> BackupRuleSpec::fromValues(Kind kind, double value) {
+  const BackupRuleSpec spec{kind, value};
+  const std::string text = fmt::format("kind {} with {}", static_cast<int>(kind), value);
+  switch (kind) {
+    case Kind::kWaitAll:
+      if (value != 0) return badRule(text, "wait-all takes no argument");
+      return spec;
+    case Kind::kStatic:
+      if (!(value >= 0 && value <= kMaxBackups) || std::floor(value) != value) {
+        return badRule(text, "B must be a whole number in [0, 1000000]");
+      }
+      return spec;
+    case Kind::kDeadline:
+      if (!(value > 0 && value <= 1)) return badRule(text, "Q must be within (0, 1]");
+      return spec;
+    case Kind::kDynamic:
+      if (!(value >= 0) || !std::isfinite(value)) return badRule(text, "TOLERANCE must be >= 0");
+      return spec;
+  }
+  return badRule(text, "unknown rule");
+}
+
+node::Result<BackupRuleSpec> BackupRuleSpec::read(std::string_view spec) {
+  const size_t colon = spec.find(':');
+  const std::string_view name = spec.substr(0, colon);
+  const std::string_view arg = colon == std::string_view::npos ? "" : spec.substr(colon + 1);
+  const bool has_arg = colon != std::string_view::npos;
   if (name == "wait-all") {
-    if (has_arg) badRule(spec, "wait-all takes no argument");
-    return std::make_unique<WaitAll>();
+    if (has_arg) return badRule(spec, "wait-all takes no argument");
+    return BackupRuleSpec{Kind::kWaitAll, 0};
+  }
+  if (name != "static" && name != "deadline" && name != "dynamic") {
+    return badRule(spec, fmt::format("unknown rule '{}'", name));
+  }
+  double value = 0;
+  if (has_arg) {
+    auto [end, ec] = std::from_chars(arg.data(), arg.data() + arg.size(), value);
+    if (ec != std::errc() || end != arg.data() + arg.size() || !std::isfinite(value)) {
+      return badRule(spec, fmt::format("'{}' is not a number", arg));
+    }
   }
   if (name == "static") {
-    if (!has_arg) badRule(spec, "static needs the number of backup workers, e.g. static:1");
-    double b = parseNumber(spec, arg);
-    // Bounded so that the conversion is defined; a plan never uses more than the neighbors.
-    constexpr double kMaxBackups = 1e6;
-    if (b < 0 || b > kMaxBackups || std::floor(b) != b) {
-      badRule(spec, "B must be a whole number in [0, 1000000]");
+    if (!has_arg) return badRule(spec, "static needs the number of backup workers, e.g. static:1");
+    if (value < 0 || value > kMaxBackups || std::floor(value) != value) {
+      return badRule(spec, "B must be a whole number in [0, 1000000]");
     }
-    return std::make_unique<StaticBackups>(static_cast<size_t>(b));
+    return BackupRuleSpec{Kind::kStatic, value};
   }
   if (name == "deadline") {
-    if (!has_arg) badRule(spec, "deadline needs a quantile, e.g. deadline:0.9");
-    double q = parseNumber(spec, arg);
-    if (q <= 0 || q > 1) badRule(spec, "Q must be within (0, 1]");
-    return std::make_unique<DeadlineRule>(q);
+    if (!has_arg) return badRule(spec, "deadline needs a quantile, e.g. deadline:0.9");
+    if (value <= 0 || value > 1) return badRule(spec, "Q must be within (0, 1]");
+    return BackupRuleSpec{Kind::kDeadline, value};
   }
   if (name == "dynamic") {
-    double tol = has_arg ? parseNumber(spec, arg) : DynamicRule::kDefaultTolerance;
-    if (tol < 0) badRule(spec, "TOLERANCE must be >= 0");
-    return std::make_unique<DynamicRule>(tol);
+    if (!has_arg) value = kDefaultTolerance;
+    if (value < 0) return badRule(spec, "TOLERANCE must be >= 0");
+    return BackupRuleSpec{Kind::kDynamic, value};
   }
-  badRule(spec, fmt::format("unknown rule '{}'", name));
+  return badRule(spec, fmt::format("unknown rule '{}'", name));
+}
+
+std::unique_ptr<BackupRule> makeBackupRule(const BackupRuleSpec& spec) {
+  switch (spec.kind) {
+    case BackupRuleSpec::Kind::kWaitAll:
+      return std::make_unique<WaitAll>();
+    case BackupRuleSpec::Kind::kStatic:
+      return std::make_unique<StaticBackups>(static_cast<size_t>(spec.value));
+    case BackupRuleSpec::Kind::kDeadline:
+      return std::make_unique<DeadlineRule>(spec.value);
+    case BackupRuleSpec::Kind::kDynamic:
+      return std::make_unique<DynamicRule>(spec.value);
+  }
+  return std::make_unique<WaitAll>();
+}
+
+std::unique_ptr<BackupRule> BackupRule::parse(std::string_view spec) {
+  node::Result<BackupRuleSpec> read = BackupRuleSpec::read(spec);
+  if (!read.ok()) throw std::invalid_argument(read.message());
+  return makeBackupRule(*read);
 }
 
 }  // namespace chorus::consensus

@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "node/result.h"
+
 namespace chorus::consensus {
 
 // A sliding window of one neighbor's arrival lags, in seconds: how long after this node began
@@ -71,6 +73,29 @@ struct WaitPlan {
   size_t backups = 0;
 };
 
+// Which backup rule a run uses, as a value: read once from --backup (or a variant's name) and
+// carried typed (the run spec has its kind and number); the rule itself, which keeps state
+// across rounds, is made from it by makeBackupRule().
+struct BackupRuleSpec {
+  enum class Kind : uint8_t { kWaitAll = 0, kStatic = 1, kDeadline = 2, kDynamic = 3 };
+  static constexpr double kDefaultTolerance = 0.10;  // dynamic's tolerance when not given
+
+  Kind kind = Kind::kDynamic;
+  // static: B, the backup workers (a whole number in [0, 1e6]); deadline: the quantile Q in
+  // (0, 1]; dynamic: the tolerance (>= 0); wait-all: 0.
+  double value = kDefaultTolerance;
+
+  // The rule as written on the command line, e.g. "static:1" or "dynamic" (read() reads it back).
+  std::string name() const;
+  // `wait-all`, `static:B`, `deadline:Q` or `dynamic[:TOLERANCE]`, or an error naming the text
+  // and the accepted forms.
+  static node::Result<BackupRuleSpec> read(std::string_view text);
+  // A spec made elsewhere (a run spec's fields), with read()'s range checks.
+  static node::Result<BackupRuleSpec> fromValues(Kind kind, double value);
+
+  friend bool operator==(const BackupRuleSpec&, const BackupRuleSpec&) = default;
+};
+
 class BackupRule {
  public:
   virtual ~BackupRule() = default;
@@ -80,9 +105,13 @@ class BackupRule {
   virtual std::string name() const = 0;
 
   // Parses `wait-all`, `static:B`, `deadline:Q` or `dynamic[:TOLERANCE]`; throws
-  // std::invalid_argument naming the accepted forms.
+  // std::invalid_argument naming the accepted forms. For callers that still take the rule as
+  // text (compare's variant names); everything else reads a BackupRuleSpec once.
   static std::unique_ptr<BackupRule> parse(std::string_view spec);
 };
+
+// The rule `spec` names, fresh (no history).
+std::unique_ptr<BackupRule> makeBackupRule(const BackupRuleSpec& spec);
 
 // The dynamic rule's estimates, exposed for tests and logs.
 struct DynamicEstimate {

@@ -17,16 +17,23 @@
 #include "ml/train.h"
 #include "node/finite.h"
 #include "node/node.h"
+#include "run/cli_checks.h"
 
 namespace chorus::consensus {
 
 using Clock = std::chrono::steady_clock;
 
 void addConsensusOptions(CLI::App& cmd, ConsensusOptions& o) {
-  cmd.add_option("--backup", o.backup,
-                 "Backup-worker rule: wait-all, static:B, deadline:Q or dynamic[:TOLERANCE] "
-                 "(docs/backup-rules.md)")
-      ->capture_default_str();
+  // Read here, once: a bad rule is refused by CLI11 naming the flag and the accepted forms.
+  cmd.add_option_function<std::string>(
+         "--backup",
+         [&o](const std::string& text) {
+           o.backup = BackupRuleSpec::read(text).value();  // checked below
+         },
+         "Backup-worker rule: wait-all, static:B, deadline:Q or dynamic[:TOLERANCE] "
+         "(docs/backup-rules.md)")
+      ->check(run::readableAs(&BackupRuleSpec::read, "RULE", "BACKUP_RULE"))
+      ->default_str(o.backup.name());
   cmd.add_option("--mixing", o.mixing,
                  "Mixing weights: uniform (normalized over the models that arrived) or "
                  "metropolis (Metropolis-Hastings)")
@@ -62,7 +69,6 @@ void validateChunkFitsFrames(const ConsensusOptions& o, uint32_t max_frame_bytes
 }
 
 void validateConsensusOptions(const ConsensusOptions& o) {
-  BackupRule::parse(o.backup);
   parseMixingKind(o.mixing);
   if (o.staleness.infinite() || o.staleness.bound < 0 || o.staleness.bound > kMaxStaleness) {
     throw std::invalid_argument(fmt::format(
@@ -106,7 +112,7 @@ ConsensusPeer::ConsensusPeer(node::Node& node, run::NodeJob job, PeerLayout layo
       mixing_((validateConsensusOptions(options_),
                validateChunkFitsFrames(options_, node.options().max_frame_bytes),
                parseMixingKind(options_.mixing))),
-      rule_(BackupRule::parse(options_.backup)),
+      rule_(makeBackupRule(options_.backup)),
       board_(boardOptions(layout_, options_)),
       gossip_(job_.model->size()),
       finals_(job_.model->size()),

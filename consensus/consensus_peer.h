@@ -43,7 +43,7 @@ namespace chorus::consensus {
 
 // The protocol's knobs; tests shrink the timings.
 struct ConsensusOptions {
-  std::string backup = "dynamic";  // BackupRule::parse grammar
+  BackupRuleSpec backup;           // --backup, read where the flag is (default: dynamic)
   std::string mixing = "uniform";  // uniform | metropolis
   // tau (Hop's iteration gap), --staleness (registered with run::addStalenessOption, one flag
   // for both modes); finite, at most kMaxStaleness.

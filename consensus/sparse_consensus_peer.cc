@@ -106,7 +106,7 @@ SparseConsensusPeer::SparseConsensusPeer(node::Node& node, ml::SparseWorkload& w
       layout_(std::move(layout)),
       options_(std::move(options)),
       mixing_((validateSparseConsensusOptions(options_), parseMixingKind(options_.mixing))),
-      rule_(BackupRule::parse(options_.backup)),
+      rule_(makeBackupRule(options_.backup)),
       board_(boardOptions(layout_, options_)),
       membership_(layout_.self, layout_.members) {
   std::sort(layout_.neighbors.begin(), layout_.neighbors.end());
@@ -514,7 +514,7 @@ SparseConsensusReport SparseConsensusPeer::run() {
       .add("node", static_cast<uint64_t>(self))
       .add("workers", static_cast<uint64_t>(layout_.members.size()))
       .add("neighbors", fmt::format("{}", fmt::join(layout_.neighbors, ",")))
-      .add("backup", options_.backup)
+      .add("backup", options_.backup.name())
       .add("mixing", options_.mixing)
       .add("staleness", options_.staleness.toString())
       .add("cold_every", options_.gossip.cold_every)

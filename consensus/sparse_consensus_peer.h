@@ -61,7 +61,7 @@ void validateSparseGossipFlags(const SparseGossipFlags& flags);
 
 struct SparseConsensusOptions {
   // --backup, --mixing, --staleness as dense consensus takes them (consensus_peer.h).
-  std::string backup = "dynamic";
+  BackupRuleSpec backup;
   std::string mixing = "uniform";
   run::StalenessBound staleness = run::kDefaultStaleness;
   // Row values per RowShare frame: a share travels in parts of at most this many floats (and

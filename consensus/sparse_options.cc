@@ -49,7 +49,6 @@ void validateSparseGossipFlags(const SparseGossipFlags& f) {
 }
 
 void validateSparseConsensusOptions(const SparseConsensusOptions& o) {
-  BackupRule::parse(o.backup);
   parseMixingKind(o.mixing);
   if (o.staleness.infinite() || o.staleness.bound < 0 || o.staleness.bound > 1'000'000) {
     throw std::invalid_argument(fmt::format(

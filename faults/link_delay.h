@@ -5,11 +5,11 @@
 #pragma once
 
 #include <chrono>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 
 #include "node/link_limits.h"
+#include "node/result.h"
 
 namespace chorus::faults {
 
@@ -22,10 +22,15 @@ struct LinkDelay {
   std::chrono::microseconds jitter{0};  // plus a uniform draw from [0, jitter)
   std::string text;                     // as written
 
+  friend bool operator==(const LinkDelay&, const LinkDelay&) = default;
   bool empty() const { return delay.count() == 0 && jitter.count() == 0; }
-  // "none", "0", "MS" or "MS,JITTER_MS" (decimals allowed). Throws std::invalid_argument
-  // naming the text and the accepted forms.
-  static LinkDelay parse(std::string_view text);
+  // "none", "0", "MS" or "MS,JITTER_MS" (decimals allowed), or an error naming the text and
+  // the accepted forms.
+  static node::Result<LinkDelay> read(std::string_view text);
+  // A delay made elsewhere (a run spec's fields), checked against the same limits; `text` is
+  // how it was written.
+  static node::Result<LinkDelay> fromValues(std::chrono::microseconds delay,
+                                            std::chrono::microseconds jitter, std::string text);
 };
 
 // Packet loss as TCP lives it: nothing is lost for good, but a lost segment is sent again after
@@ -39,10 +44,14 @@ struct LinkLoss {
   std::chrono::microseconds rto{node::kDefaultLinkRto};
   std::string text;  // as written
 
+  friend bool operator==(const LinkLoss&, const LinkLoss&) = default;
   bool empty() const { return probability == 0; }
   // "none", "P" or "P,RTO_MS", with P from 0 to kMaxLinkLoss and RTO_MS above 0 and at most
-  // kMaxLinkRtoMs. Throws std::invalid_argument naming the text and the accepted forms.
-  static LinkLoss parse(std::string_view text);
+  // kMaxLinkRtoMs, or an error naming the text and the accepted forms.
+  static node::Result<LinkLoss> read(std::string_view text);
+  // A loss made elsewhere (a run spec's fields), checked against the same limits.
+  static node::Result<LinkLoss> fromValues(double probability, std::chrono::microseconds rto,
+                                           std::string text);
 };
 
 }  // namespace chorus::faults

@@ -11,6 +11,11 @@
 #include "faults/crash.h"
 
 namespace chorus::faults {
+
+using node::invalidInput;
+using node::Result;
+using node::Status;
+
 namespace {
 
 // The largest values a term takes. Past these the delays overflowed the int64 nanoseconds they
@@ -28,8 +33,8 @@ constexpr std::string_view kForms =
     "slow:NODE=FACTOR[,NODE=FACTOR...] | transient:PROB,STEPS,FACTOR | "
     "crash:NODE@STEP[,NODE@STEP...]";
 
-[[noreturn]] void fail(std::string_view term, std::string_view what) {
-  throw std::invalid_argument(fmt::format("bad straggler term '{}': {} ({})", term, what, kForms));
+Status bad(std::string_view term, std::string_view what) {
+  return invalidInput(fmt::format("bad straggler term '{}': {} ({})", term, what, kForms));
 }
 
 std::string_view trim(std::string_view s) {
@@ -52,138 +57,198 @@ std::vector<std::string_view> split(std::string_view s, char sep) {
   return parts;
 }
 
-double number(std::string_view term, std::string_view text, std::string_view name) {
+Result<double> number(std::string_view term, std::string_view text, std::string_view name) {
   double v = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
   if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(v)) {
-    fail(term, fmt::format("{} '{}' is not a number", name, text));
+    return bad(term, fmt::format("{} '{}' is not a number", name, text));
   }
   return v;
 }
 
-uint32_t nodeId(std::string_view term, std::string_view text) {
+Result<uint32_t> nodeId(std::string_view term, std::string_view text) {
   uint32_t id = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), id);
   if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
-    fail(term, fmt::format("node id '{}' is not a non-negative integer", text));
+    return bad(term, fmt::format("node id '{}' is not a non-negative integer", text));
   }
   return id;
 }
 
-std::vector<double> numbers(std::string_view term, std::string_view args,
-                            std::initializer_list<std::string_view> names) {
+Result<std::vector<double>> numbers(std::string_view term, std::string_view args,
+                                    std::initializer_list<std::string_view> names) {
   auto parts = split(args, ',');
   if (parts.size() != names.size()) {
-    fail(term, fmt::format("expected {} number(s) separated by ','", names.size()));
+    return bad(term, fmt::format("expected {} number(s) separated by ','", names.size()));
   }
   std::vector<double> out;
   size_t i = 0;
-  for (auto name : names)
-    out.push_back(number(term, parts[i++], name));
+  for (auto name : names) {
+    Result<double> v = number(term, parts[i++], name);
+    if (!v.ok()) return v.status();
+    out.push_back(*v);
+  }
   return out;
 }
 
-StragglerTerm parseTerm(std::string_view term) {
+// The ranges of a term's numbers, checked on every term however it was made (parsed from the
+// grammar, or read from a run spec's fields): `term` names it in the message.
+Status checkRanges(const StragglerTerm& t, std::string_view term) {
+  switch (t.kind) {
+    case StragglerTerm::Kind::kFixed:
+      if (!(t.a >= 0 && t.a <= kMaxMs)) return bad(term, "MS must be >= 0 and at most 1000000000");
+      break;
+    case StragglerTerm::Kind::kShiftedExp:
+      if (!(t.a >= 0 && t.a <= kMaxMs && t.b >= 0 && t.b <= kMaxMs)) {
+        return bad(term, "BASE_MS and MEAN_MS must be >= 0 and at most 1000000000");
+      }
+      break;
+    case StragglerTerm::Kind::kSlow:
+      if (t.factors.empty()) return bad(term, "slow names no node");
+      for (const auto& [id, factor] : t.factors) {
+        if (!(factor >= 1 && factor <= kMaxFactor)) {
+          return bad(
+              term,
+              fmt::format("FACTOR {} must be >= 1 (1 = normal speed) and at most 1000000", factor));
+        }
+      }
+      break;
+    case StragglerTerm::Kind::kTransient:
+      if (!(t.a >= 0 && t.a <= 1)) return bad(term, "PROB must be within [0, 1]");
+      if (!(t.b >= 1 && t.b <= kMaxSteps) || std::floor(t.b) != t.b) {
+        return bad(term, "STEPS must be a whole number >= 1 and at most 1000000000000");
+      }
+      if (!(t.c >= 1 && t.c <= kMaxFactor)) {
+        return bad(term, "FACTOR must be >= 1 and at most 1000000");
+      }
+      break;
+    case StragglerTerm::Kind::kCrash:
+      if (t.crash_steps.empty()) return bad(term, "crash names no node");
+      for (const auto& [id, step] : t.crash_steps) {
+        if (step < 1 || step > kMaxCrashStep) {
+          return bad(term, fmt::format("STEP '{}' must be a whole number from 1 (the node's first "
+                                       "step) to 1000000000000",
+                                       step));
+        }
+      }
+      break;
+    default:
+      return bad(term, fmt::format("unknown kind {}", static_cast<int>(t.kind)));
+  }
+  return Status();
+}
+
+Result<StragglerTerm> parseTerm(std::string_view term) {
   size_t colon = term.find(':');
-  if (colon == std::string_view::npos) fail(term, "missing ':' after the term's name");
+  if (colon == std::string_view::npos) return bad(term, "missing ':' after the term's name");
   std::string_view name = term.substr(0, colon);
   std::string_view args = term.substr(colon + 1);
   StragglerTerm t;
-  if (name == "fixed") {
-    t.kind = StragglerTerm::Kind::kFixed;
-    t.a = numbers(term, args, {"MS"})[0];
-    if (!(t.a >= 0 && t.a <= kMaxMs)) fail(term, "MS must be >= 0 and at most 1000000000");
-  } else if (name == "shifted-exp") {
-    t.kind = StragglerTerm::Kind::kShiftedExp;
-    auto v = numbers(term, args, {"BASE_MS", "MEAN_MS"});
-    t.a = v[0];
-    t.b = v[1];
-    if (!(t.a >= 0 && t.a <= kMaxMs && t.b >= 0 && t.b <= kMaxMs)) {
-      fail(term, "BASE_MS and MEAN_MS must be >= 0 and at most 1000000000");
-    }
+  if (name == "fixed" || name == "shifted-exp" || name == "transient") {
+    t.kind = name == "fixed"         ? StragglerTerm::Kind::kFixed
+             : name == "shifted-exp" ? StragglerTerm::Kind::kShiftedExp
+                                     : StragglerTerm::Kind::kTransient;
+    const auto v = name == "fixed"         ? numbers(term, args, {"MS"})
+                   : name == "shifted-exp" ? numbers(term, args, {"BASE_MS", "MEAN_MS"})
+                                           : numbers(term, args, {"PROB", "STEPS", "FACTOR"});
+    if (!v.ok()) return v.status();
+    t.a = (*v)[0];
+    if (v->size() > 1) t.b = (*v)[1];
+    if (v->size() > 2) t.c = (*v)[2];
   } else if (name == "slow") {
     t.kind = StragglerTerm::Kind::kSlow;
     for (std::string_view pair : split(args, ',')) {
       size_t eq = pair.find('=');
-      if (eq == std::string_view::npos) fail(term, fmt::format("'{}' is not NODE=FACTOR", pair));
-      const uint32_t id = nodeId(term, trim(pair.substr(0, eq)));
-      double factor = number(term, trim(pair.substr(eq + 1)), "FACTOR");
-      if (!(factor >= 1 && factor <= kMaxFactor)) {
-        fail(term,
-             fmt::format("FACTOR {} must be >= 1 (1 = normal speed) and at most 1000000", factor));
+      if (eq == std::string_view::npos)
+        return bad(term, fmt::format("'{}' is not NODE=FACTOR", pair));
+      const Result<uint32_t> id = nodeId(term, trim(pair.substr(0, eq)));
+      if (!id.ok()) return id.status();
+      const Result<double> factor = number(term, trim(pair.substr(eq + 1)), "FACTOR");
+      if (!factor.ok()) return factor.status();
+      if (!(*factor >= 1 && *factor <= kMaxFactor)) {
+        return bad(
+            term,
+            fmt::format("FACTOR {} must be >= 1 (1 = normal speed) and at most 1000000", *factor));
       }
-      if (!t.factors.emplace(id, factor).second) {
-        fail(term, fmt::format("node {} is listed twice", id));
+      if (!t.factors.emplace(*id, *factor).second) {
+        return bad(term, fmt::format("node {} is listed twice", *id));
       }
     }
-  } else if (name == "transient") {
-    t.kind = StragglerTerm::Kind::kTransient;
-    auto v = numbers(term, args, {"PROB", "STEPS", "FACTOR"});
-    t.a = v[0];
-    t.b = v[1];
-    t.c = v[2];
-    if (t.a < 0 || t.a > 1) fail(term, "PROB must be within [0, 1]");
-    if (!(t.b >= 1 && t.b <= kMaxSteps) || std::floor(t.b) != t.b) {
-      fail(term, "STEPS must be a whole number >= 1 and at most 1000000000000");
-    }
-    if (!(t.c >= 1 && t.c <= kMaxFactor)) fail(term, "FACTOR must be >= 1 and at most 1000000");
   } else if (name == "crash") {
     t.kind = StragglerTerm::Kind::kCrash;
     for (std::string_view pair : split(args, ',')) {
       size_t at = pair.find('@');
-      if (at == std::string_view::npos) fail(term, fmt::format("'{}' is not NODE@STEP", pair));
-      const uint32_t id = nodeId(term, trim(pair.substr(0, at)));
+      if (at == std::string_view::npos)
+        return bad(term, fmt::format("'{}' is not NODE@STEP", pair));
+      const Result<uint32_t> id = nodeId(term, trim(pair.substr(0, at)));
+      if (!id.ok()) return id.status();
       const std::string_view step_text = trim(pair.substr(at + 1));
       int64_t step = 0;
       auto [end, ec] = std::from_chars(step_text.data(), step_text.data() + step_text.size(), step);
       if (step_text.empty() || ec != std::errc() || end != step_text.data() + step_text.size() ||
           step < 1 || step > kMaxCrashStep) {
-        fail(term, fmt::format("STEP '{}' must be a whole number from 1 (the node's first step) "
-                               "to 1000000000000",
-                               step_text));
+        return bad(term, fmt::format("STEP '{}' must be a whole number from 1 (the node's first "
+                                     "step) to 1000000000000",
+                                     step_text));
       }
-      if (!t.crash_steps.emplace(id, step).second) {
-        fail(term, fmt::format("node {} is listed twice", id));
+      if (!t.crash_steps.emplace(*id, step).second) {
+        return bad(term, fmt::format("node {} is listed twice", *id));
       }
     }
   } else {
-    fail(term, fmt::format("unknown kind '{}'", name));
+    return bad(term, fmt::format("unknown kind '{}'", name));
   }
+  if (Status ranges = checkRanges(t, term); !ranges.ok()) return ranges;
   return t;
 }
 
 // A process crashes once: two crash steps for one node are a mistake, whichever terms (or
 // sources: command line and topology file) they come from.
-void checkOneCrashPerNode(const StragglerProfile& profile) {
+Status checkOneCrashPerNode(const StragglerProfile& profile) {
   std::map<uint32_t, int64_t> seen;
   for (const auto& t : profile.terms) {
     for (const auto& [id, step] : t.crash_steps) {
       auto [it, inserted] = seen.emplace(id, step);
       if (!inserted) {
-        fail(profile.text, fmt::format("node {} is given two crash steps ({} and {}); a node "
-                                       "crashes once",
-                                       id, it->second, step));
+        return bad(profile.text, fmt::format("node {} is given two crash steps ({} and {}); a "
+                                             "node crashes once",
+                                             id, it->second, step));
       }
     }
   }
+  return Status();
 }
 
 }  // namespace
 
-StragglerProfile StragglerProfile::parse(std::string_view text) {
+Result<StragglerProfile> StragglerProfile::read(std::string_view text) {
   StragglerProfile profile;
   profile.text = std::string(trim(text));
   if (profile.text.empty() || profile.text == "none") return profile;
   for (std::string_view term : split(profile.text, '+')) {
-    if (term.empty()) fail(profile.text, "empty term (two '+' in a row, or a trailing '+')");
+    if (term.empty()) return bad(profile.text, "empty term (two '+' in a row, or a trailing '+')");
     if (term == "none") continue;
-    profile.terms.push_back(parseTerm(term));
+    Result<StragglerTerm> parsed = parseTerm(term);
+    if (!parsed.ok()) return parsed.status();
+    profile.terms.push_back(std::move(parsed).value());
   }
-  checkOneCrashPerNode(profile);
+  if (Status once = checkOneCrashPerNode(profile); !once.ok()) return once;
   return profile;
 }
 
-StragglerProfile StragglerProfile::combinedWith(const StragglerProfile& other) const {
+Result<StragglerProfile> StragglerProfile::fromTerms(std::vector<StragglerTerm> terms,
+                                                     std::string text) {
+  StragglerProfile profile;
+  profile.terms = std::move(terms);
+  profile.text = std::move(text);
+  for (const StragglerTerm& t : profile.terms) {
+    if (Status ranges = checkRanges(t, profile.text); !ranges.ok()) return ranges;
+  }
+  if (Status once = checkOneCrashPerNode(profile); !once.ok()) return once;
+  return profile;
+}
+
+Result<StragglerProfile> StragglerProfile::combinedWith(const StragglerProfile& other) const {
   StragglerProfile out = *this;
   out.terms.insert(out.terms.end(), other.terms.begin(), other.terms.end());
   if (out.text.empty() || out.text == "none") {
@@ -191,7 +256,7 @@ StragglerProfile StragglerProfile::combinedWith(const StragglerProfile& other) c
   } else if (!other.text.empty() && other.text != "none") {
     out.text += "+" + other.text;
   }
-  checkOneCrashPerNode(out);
+  if (Status once = checkOneCrashPerNode(out); !once.ok()) return once;
   return out;
 }
 

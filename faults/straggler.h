@@ -8,10 +8,11 @@
 #include <cstdint>
 #include <map>
 #include <random>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "node/result.h"
 
 namespace chorus::faults {
 
@@ -29,6 +30,8 @@ struct StragglerTerm {
   double a = 0, b = 0, c = 0;               // the numbers of the term, in the order written
   std::map<uint32_t, double> factors;       // kSlow: node id -> factor
   std::map<uint32_t, int64_t> crash_steps;  // kCrash: node id -> its last step (1-based)
+
+  friend bool operator==(const StragglerTerm&, const StragglerTerm&) = default;
 };
 
 // A parsed straggler profile; the empty profile ("none" or "") injects nothing.
@@ -36,13 +39,19 @@ struct StragglerProfile {
   std::vector<StragglerTerm> terms;
   std::string text;  // as written
 
+  friend bool operator==(const StragglerProfile&, const StragglerProfile&) = default;
   bool empty() const { return terms.empty(); }
-  // Throws std::invalid_argument naming the bad term and the accepted forms, also when two
-  // crash terms name the same node.
-  static StragglerProfile parse(std::string_view text);
-  // Adds the terms of `other` (e.g. a node's own attribute from the topology file). Throws
-  // std::invalid_argument when both give a crash step for the same node.
-  StragglerProfile combinedWith(const StragglerProfile& other) const;
+  // The profile written in `text` (docs/stragglers.md), or an error naming the bad term and the
+  // accepted forms, also when two crash terms name the same node. Where a flag or a file's
+  // attribute enters; from there the profile travels typed.
+  static node::Result<StragglerProfile> read(std::string_view text);
+  // A profile of terms made elsewhere (a run spec's fields): the same range checks as read(),
+  // the error naming `text`, the profile as written.
+  static node::Result<StragglerProfile> fromTerms(std::vector<StragglerTerm> terms,
+                                                  std::string text);
+  // Adds the terms of `other` (e.g. a node's own attribute from the topology file); an error
+  // when both give a crash step for the same node.
+  node::Result<StragglerProfile> combinedWith(const StragglerProfile& other) const;
   // The node ids its slow and crash terms name, sorted, each once.
   std::vector<uint32_t> namedNodes() const;
   // The terms that act on node `id`: slow and crash terms keep only that node's entry (and are

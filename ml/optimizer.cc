@@ -49,12 +49,12 @@ const char* LrSchedule::kindName(Kind kind) {
   return "constant";
 }
 
-LrSchedule::Kind LrSchedule::parseKind(const std::string& name) {
+node::Result<LrSchedule::Kind> LrSchedule::readKind(const std::string& name) {
   if (name == "constant") return Kind::kConstant;
   if (name == "step") return Kind::kStep;
   if (name == "cosine") return Kind::kCosine;
-  throw std::invalid_argument("unknown learning-rate schedule '" + name +
-                              "' (known: constant, step, cosine)");
+  return node::invalidInput("unknown learning-rate schedule '" + name +
+                            "' (known: constant, step, cosine)");
 }
 
 void sgdUpdate(const SgdConfig& config, double lr, std::span<float> params,

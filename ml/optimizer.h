@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "node/result.h"
+
 namespace chorus::ml {
 
 // Learning rate as a function of the global step (0-based).
@@ -24,9 +26,9 @@ struct LrSchedule {
 
   // The learning rate for `step`.
   double at(int64_t step) const;
-  // Parses "constant" | "step" | "cosine"; throws std::invalid_argument otherwise.
-  static Kind parseKind(const std::string& name);
-  // The name parseKind() accepts for `kind`.
+  // Reads "constant" | "step" | "cosine", or an error naming the known ones.
+  static node::Result<Kind> readKind(const std::string& name);
+  // The name readKind() accepts for `kind`.
   static const char* kindName(Kind kind);
 };
 

@@ -54,12 +54,10 @@ std::string stalenessText(const JsonValue* value) {
 // S of node `id`'s crash:NODE@S term in a start line's profile. A profile this build cannot
 // read (a newer grammar) names no crash: the report then says the node stopped, not why.
 std::optional<int64_t> crashStepOf(const std::string& stragglers, uint32_t id) {
-  try {
-    const faults::StragglerProfile profile = faults::StragglerProfile::parse(stragglers);
-    for (const auto& term : profile.terms) {
-      if (auto it = term.crash_steps.find(id); it != term.crash_steps.end()) return it->second;
-    }
-  } catch (const std::invalid_argument&) {
+  const auto profile = faults::StragglerProfile::read(stragglers);
+  if (!profile.ok()) return std::nullopt;
+  for (const auto& term : profile->terms) {
+    if (auto it = term.crash_steps.find(id); it != term.crash_steps.end()) return it->second;
   }
   return std::nullopt;
 }

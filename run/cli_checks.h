@@ -1,10 +1,14 @@
-// Number checks for command-line flags. CLI11's NonNegativeNumber and PositiveNumber report a
+// Checks for command-line flags: typed values read by their grammar's reader, and numbers.
+// Number checks: CLI11's NonNegativeNumber and PositiveNumber report a
 // bad value as out of "range 0.000000 to 1797693134862315708145...", the whole range of a
 // double printed in full; these say what the flag wants in a few words instead.
 #pragma once
 
 #include <CLI/CLI.hpp>
 #include <string>
+#include <string_view>
+
+#include "node/result.h"
 
 namespace chorus::run {
 
@@ -30,6 +34,20 @@ inline CLI::Validator numberCheck(bool (*ok)(double), const char* want, const ch
 }
 
 }  // namespace detail
+
+// A flag whose text `read` turns into a typed value (a grammar's reader returning
+// node::Result): the check refuses text it cannot read with the reader's message, so that the
+// option's function, which reads it again into its target, runs on good text only.
+template <class T>
+CLI::Validator readableAs(node::Result<T> (*read)(std::string_view), const char* type_name,
+                          const char* name) {
+  return CLI::Validator(
+      [read](std::string& input) -> std::string {
+        const node::Result<T> value = read(input);
+        return value.ok() ? std::string() : value.message();
+      },
+      type_name, name);
+}
 
 // A number >= 0 and <= 1e9 (NaN and inf are refused).
 inline CLI::Validator nonNegative() {

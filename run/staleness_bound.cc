@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "run/cli_checks.h"
+
 namespace chorus::run {
 namespace {
 
@@ -20,19 +22,25 @@ int64_t wholeNumber(std::string_view text) {
 
 }  // namespace
 
-StalenessBound StalenessBound::parse(std::string_view text) {
+node::Result<StalenessBound> StalenessBound::read(std::string_view text) {
   if (text == "inf" || text == "async") return StalenessBound{kInfinite};
   if (text == "bsp") return StalenessBound{0};
   constexpr std::string_view kSsp = "ssp:";
   const std::string_view number = text.starts_with(kSsp) ? text.substr(kSsp.size()) : text;
   const int64_t n = wholeNumber(number);
   if (n < 0) {
-    throw std::invalid_argument(
+    return node::invalidInput(
         fmt::format("bad staleness '{}': use a whole number >= 0 (0 = BSP), 'bsp', 'ssp:N', or "
                     "'inf' / 'async'",
                     text));
   }
   return StalenessBound{n};
+}
+
+StalenessBound StalenessBound::parse(std::string_view text) {
+  node::Result<StalenessBound> bound = read(text);
+  if (!bound.ok()) throw std::invalid_argument(bound.message());
+  return *bound;
 }
 
 std::string StalenessBound::toString() const {
@@ -52,19 +60,12 @@ int64_t StalenessBound::requiredMinStep(int64_t reader_step) const {
 
 void addStalenessOption(CLI::App& cmd, StalenessBound& target) {
   // The value is parsed here, once; a bad one is refused with parse()'s message.
-  const CLI::Validator grammar(
-      [](std::string& input) -> std::string {
-        try {
-          (void)StalenessBound::parse(input);
-        } catch (const std::invalid_argument& e) {
-          return e.what();
-        }
-        return {};
-      },
-      "BOUND", "STALENESS");
+  const CLI::Validator grammar = readableAs(&StalenessBound::read, "BOUND", "STALENESS");
   cmd.add_option_function<std::string>(
          "--staleness",
-         [&target](const std::string& text) { target = StalenessBound::parse(text); },
+         [&target](const std::string& text) {
+           target = StalenessBound::read(text).value();  // checked below
+         },
          "Staleness bound, in steps (PS mode: clocks; consensus mode: rounds). PS: SSP's bound s "
          "(a worker at clock c sees every update from clocks <= c-s-1); 0 or bsp = BSP, N or ssp:N "
          "= SSP, inf or async = fully asynchronous. Consensus: tau, a neighbor's model may be used "
@@ -80,7 +81,7 @@ void addStalenessOption(CLI::App& cmd, StalenessBound& target) {
                         "chorus: warning: --staleness-bound is deprecated and goes in the next "
                         "release: write --staleness %s (one flag for both modes)\n",
                         text.c_str());
-           target = StalenessBound::parse(text);
+           target = StalenessBound::read(text).value();  // checked below
          },
          "Deprecated: --staleness")
       ->check(grammar)

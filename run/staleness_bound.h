@@ -10,6 +10,8 @@
 #include <string>
 #include <string_view>
 
+#include "node/result.h"
+
 namespace CLI {
 class App;
 }
@@ -22,8 +24,11 @@ struct StalenessBound {
   int64_t bound = 0;
 
   bool infinite() const { return bound == kInfinite; }
-  // "N" (a whole number >= 0), "bsp" (= 0), "ssp:N" (= N), "async" or "inf" (= infinite).
-  // Throws std::invalid_argument "bad staleness '<text>': ..." naming the accepted forms.
+  // "N" (a whole number >= 0), "bsp" (= 0), "ssp:N" (= N), "async" or "inf" (= infinite), or
+  // the error "bad staleness '<text>': ..." naming the accepted forms.
+  static node::Result<StalenessBound> read(std::string_view text);
+  // read(), throwing std::invalid_argument with its message: for compare's variant names and
+  // the report's metrics (experiment/, report/), which are not converted to error values yet.
   static StalenessBound parse(std::string_view text);
   // "N" or "inf": what the metrics files and the run fingerprint hold (parse() reads it back).
   std::string toString() const;

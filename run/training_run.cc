@@ -13,10 +13,11 @@
 #include "ml/checkpoint.h"
 #include "ml/rng.h"
 #include "ml/sharding.h"
+#include "run/cli_checks.h"
 
 namespace chorus::run {
 
-ShardSpec ShardSpec::parse(std::string_view text) {
+node::Result<ShardSpec> ShardSpec::read(std::string_view text) {
   ShardSpec spec;
   if (text == "iid") return spec;
   constexpr std::string_view kPrefix = "dirichlet:";
@@ -26,7 +27,7 @@ ShardSpec ShardSpec::parse(std::string_view text) {
     const double alpha = std::strtod(number.c_str(), &end);
     const bool parsed = !number.empty() && end == number.c_str() + number.size();
     if (parsed && alpha > kMaxDirichletAlpha) {
-      throw std::invalid_argument(fmt::format(
+      return node::invalidInput(fmt::format(
           "--shard '{}': ALPHA must be at most {} (Dirichlet shards are iid in effect long "
           "before that; use --shard iid)",
           text, kMaxDirichletAlpha));
@@ -37,7 +38,7 @@ ShardSpec ShardSpec::parse(std::string_view text) {
       return spec;
     }
   }
-  throw std::invalid_argument(fmt::format(
+  return node::invalidInput(fmt::format(
       "--shard '{}': expected 'iid' or 'dirichlet:ALPHA' with ALPHA > 0 (e.g. dirichlet:0.5)",
       text));
 }
@@ -78,17 +79,13 @@ void addRunOptions(CLI::App& cmd, RunOptions& o) {
       "Keep pixels in [0, 1] instead of per-channel mean/std standardization");
   // Parsed here, once: the value travels typed (a run spec carries its kind and alpha).
   cmd.add_option_function<std::string>(
-         "--shard", [&o](const std::string& text) { o.shard = ShardSpec::parse(text); },
+         "--shard",
+         [&o](const std::string& text) {
+           o.shard = ShardSpec::read(text).value();  // checked below
+         },
          "How the training set is split over the nodes: iid or dirichlet:ALPHA "
          "(label-skewed, 0 < ALPHA <= 1e6)")
-      ->check([](const std::string& text) {
-        try {
-          ShardSpec::parse(text);
-          return std::string();
-        } catch (const std::invalid_argument& e) {
-          return std::string(e.what());
-        }
-      })
+      ->check(readableAs(&ShardSpec::read, "SHARD", "SHARD"))
       ->default_str(o.shard.toString());
   cmd.add_option("--rounds", o.rounds,
                  "Training steps per node: consensus rounds, PS clocks (0: derived from --epochs)")
@@ -142,10 +139,16 @@ void addRunOptions(CLI::App& cmd, RunOptions& o) {
                  "Seed of the initial model (same on every node), shards, shuffling, straggler "
                  "delays and synthetic data")
       ->capture_default_str();
-  cmd.add_option("--stragglers", o.stragglers,
-                 "Straggler profile (docs/stragglers.md), added to each node's own attribute "
-                 "from the topology file, e.g. shifted-exp:5,20+slow:3=4; crash:N@S ends node "
-                 "N's process right after its S-th step (a real crash)");
+  // Read here, once: a bad profile is refused by CLI11 naming the flag and the bad term.
+  cmd.add_option_function<std::string>(
+         "--stragglers",
+         [&o](const std::string& text) {
+           o.stragglers = faults::StragglerProfile::read(text).value();  // checked below
+         },
+         "Straggler profile (docs/stragglers.md), added to each node's own attribute "
+         "from the topology file, e.g. shifted-exp:5,20+slow:3=4; crash:N@S ends node "
+         "N's process right after its S-th step (a real crash)")
+      ->check(readableAs(&faults::StragglerProfile::read, "PROFILE", "STRAGGLERS"));
   cmd.add_option("--eval-every", o.eval_every,
                  "Test accuracy every N steps (rounds, clocks; 0: only at the end)")
       ->check(CLI::Range(int64_t{0}, int64_t{1'000'000'000}))
@@ -170,46 +173,49 @@ void addRunOptions(CLI::App& cmd, RunOptions& o) {
                "event (each node's own model)");
 }
 
-void validateRunOptions(const RunOptions& o) {
-  if (o.batch == 0) throw std::invalid_argument("--batch must be > 0");
-  if (!std::isfinite(o.lr) || o.lr < 0) throw std::invalid_argument("--lr must be >= 0");
+node::Status checkRunOptions(const RunOptions& o) {
+  const auto bad = [](std::string message) { return node::invalidInput(std::move(message)); };
+  if (o.batch == 0) return bad("--batch must be > 0");
+  if (!std::isfinite(o.lr) || o.lr < 0) return bad("--lr must be >= 0");
   // Written as !(in range) so that NaN fails too: NaN compares false with everything, and a NaN
   // momentum reached the optimizer (a node segfaulted) and a NaN target the compare manifest.
   if (!(o.momentum >= 0 && o.momentum < 1)) {
-    throw std::invalid_argument("--momentum must be in [0, 1)");
+    return bad("--momentum must be in [0, 1)");
   }
   if (o.nesterov && !(o.momentum > 0)) {
-    throw std::invalid_argument("--nesterov needs --momentum > 0");
+    return bad("--nesterov needs --momentum > 0");
   }
   if (!(o.model.dropout >= 0 && o.model.dropout <= 0.95f)) {
-    throw std::invalid_argument("--dropout must be in [0, 0.95]");
+    return bad("--dropout must be in [0, 0.95]");
   }
   if (!(o.weight_decay >= 0 && o.weight_decay <= 1)) {
-    throw std::invalid_argument("--weight-decay must be in [0, 1]");
+    return bad("--weight-decay must be in [0, 1]");
   }
-  if (o.rounds < 0) throw std::invalid_argument("--rounds must be >= 0");
+  if (o.rounds < 0) return bad("--rounds must be >= 0");
   if (o.rounds == 0 && !(o.epochs > 0)) {
-    throw std::invalid_argument("give --rounds N or --epochs E (> 0)");
+    return bad("give --rounds N or --epochs E (> 0)");
   }
-  ml::LrSchedule::parseKind(o.schedule);
-  if (!(o.warmup_epochs >= 0)) throw std::invalid_argument("--warmup-epochs must be >= 0");
+  if (const auto kind = ml::LrSchedule::readKind(o.schedule); !kind.ok()) {
+    return bad("--schedule: " + kind.message());
+  }
+  if (!(o.warmup_epochs >= 0)) return bad("--warmup-epochs must be >= 0");
   if (o.schedule == "step" && !(o.step_epochs > 0)) {
-    throw std::invalid_argument("--schedule step needs --step-epochs > 0");
+    return bad("--schedule step needs --step-epochs > 0");
   }
-  if (!(o.step_epochs >= 0)) throw std::invalid_argument("--step-epochs must be >= 0");
+  if (!(o.step_epochs >= 0)) return bad("--step-epochs must be >= 0");
   if (o.schedule != "step" && o.step_epochs > 0) {
-    throw std::invalid_argument("--step-epochs applies only to --schedule step");
+    return bad("--step-epochs applies only to --schedule step");
   }
-  if (!(o.gamma >= 0 && o.gamma <= 1)) throw std::invalid_argument("--gamma must be in [0, 1]");
-  if (o.crop_padding < 0) throw std::invalid_argument("--crop-padding must be >= 0");
-  if (o.eval_every < 0) throw std::invalid_argument("--eval-every must be >= 0");
+  if (!(o.gamma >= 0 && o.gamma <= 1)) return bad("--gamma must be in [0, 1]");
+  if (o.crop_padding < 0) return bad("--crop-padding must be >= 0");
+  if (o.eval_every < 0) return bad("--eval-every must be >= 0");
   if (!(o.target_acc >= 0 && o.target_acc <= 1)) {
-    throw std::invalid_argument("--target-acc must be a fraction in [0, 1]");
+    return bad("--target-acc must be a fraction in [0, 1]");
   }
   if (o.model.name != "mlp" && !o.model.hidden.empty()) {
-    throw std::invalid_argument("--hidden applies only to --model mlp");
+    return bad("--hidden applies only to --model mlp");
   }
-  faults::StragglerProfile::parse(o.stragglers);
+  return node::Status();
 }
 
 ml::DataSplit loadRunSplit(const RunOptions& options) {
@@ -257,13 +263,15 @@ void checkNodeId(NodeId node_id, int nodes) {
 // the samples all nodes share), the schedule, the stragglers and the metrics file.
 NodeJob jobOnShard(const RunOptions& options, std::shared_ptr<const ml::DataSplit> data,
                    std::vector<size_t> shard, size_t train_size, NodeId node_id, int nodes,
-                   std::string_view node_stragglers);
+                   const faults::StragglerProfile& node_stragglers);
 
 }  // namespace
 
 NodeJob prepareNodeJob(const RunOptions& options, std::shared_ptr<const ml::DataSplit> data,
-                       NodeId node_id, int nodes, std::string_view node_stragglers) {
-  validateRunOptions(options);
+                       NodeId node_id, int nodes, const faults::StragglerProfile& node_stragglers) {
+  if (const node::Status ok = checkRunOptions(options); !ok.ok()) {
+    throw std::invalid_argument(ok.message());
+  }
   checkNodeId(node_id, nodes);
   // --limit: the first N samples only (loadRunSplit drops the others already; a caller that
   // passes the whole set gets the same shards).
@@ -278,8 +286,10 @@ NodeJob prepareNodeJob(const RunOptions& options, std::shared_ptr<const ml::Data
 }
 
 NodeJob loadNodeProcessJob(const RunOptions& options, NodeId node_id, int nodes,
-                           std::string_view node_stragglers) {
-  validateRunOptions(options);
+                           const faults::StragglerProfile& node_stragglers) {
+  if (const node::Status ok = checkRunOptions(options); !ok.ok()) {
+    throw std::invalid_argument(ok.message());
+  }
   checkNodeId(node_id, nodes);
   ml::DataOptions data_options = options.data;
   data_options.syntheticSeed = options.seed;
@@ -307,7 +317,7 @@ namespace {
 
 NodeJob jobOnShard(const RunOptions& options, std::shared_ptr<const ml::DataSplit> data,
                    std::vector<size_t> shard, size_t train_size, NodeId node_id, int nodes,
-                   std::string_view node_stragglers) {
+                   const faults::StragglerProfile& node_stragglers) {
   NodeJob job;
   job.node_id = node_id;
   job.shard = std::move(shard);
@@ -338,7 +348,7 @@ NodeJob jobOnShard(const RunOptions& options, std::shared_ptr<const ml::DataSpli
       options.rounds > 0
           ? options.rounds
           : std::max<int64_t>(1, std::llround(options.epochs * static_cast<double>(per_epoch)));
-  job.schedule.kind = ml::LrSchedule::parseKind(options.schedule);
+  job.schedule.kind = ml::LrSchedule::readKind(options.schedule).value();  // checked above
   job.schedule.baseLr = options.lr;
   job.schedule.warmupSteps =
       ml::scheduleSteps(options.warmup_epochs, static_cast<int64_t>(per_epoch));
@@ -351,8 +361,10 @@ NodeJob jobOnShard(const RunOptions& options, std::shared_ptr<const ml::DataSpli
     job.augmentation.flip = options.flip;
   }
   job.seed = options.seed;
-  job.stragglers = faults::StragglerProfile::parse(options.stragglers)
-                       .combinedWith(faults::StragglerProfile::parse(node_stragglers));
+  node::Result<faults::StragglerProfile> stragglers =
+      options.stragglers.combinedWith(node_stragglers);
+  if (!stragglers.ok()) throw std::invalid_argument(stragglers.message());
+  job.stragglers = std::move(stragglers).value();
   job.eval_every = options.eval_every;
   job.target_acc = options.target_acc;
   job.metrics_path = nodeMetricsPath(options.out_dir, node_id);
@@ -374,7 +386,7 @@ std::string nodeMetricsPath(const std::string& dir, NodeId node_id) {
 }
 
 NodeJob prepareNodeProcessJob(const RunOptions& options, ml::DataSplit data, NodeId node_id,
-                              int nodes, std::string_view node_stragglers) {
+                              int nodes, const faults::StragglerProfile& node_stragglers) {
   // Not const, so that the test set can be moved out once the job no longer shares it.
   auto full = std::make_shared<ml::DataSplit>(std::move(data));
   NodeJob job = prepareNodeJob(options, full, node_id, nodes, node_stragglers);

@@ -16,6 +16,7 @@
 #include "ml/metrics.h"
 #include "ml/model.h"
 #include "ml/optimizer.h"
+#include "node/result.h"
 #include "run/node_id.h"
 
 namespace CLI {
@@ -34,9 +35,9 @@ struct ShardSpec {
   // shardDirichlet overflow.
   static constexpr double kMaxDirichletAlpha = 1e6;
 
-  // Parses "iid" or "dirichlet:ALPHA" (0 < ALPHA <= kMaxDirichletAlpha); throws
-  // std::invalid_argument naming the flag and the accepted forms.
-  static ShardSpec parse(std::string_view text);
+  // Reads "iid" or "dirichlet:ALPHA" (0 < ALPHA <= kMaxDirichletAlpha), or an error naming
+  // the flag and the accepted forms.
+  static node::Result<ShardSpec> read(std::string_view text);
   // As written on the command line.
   std::string toString() const;
   bool operator==(const ShardSpec&) const = default;
@@ -62,7 +63,8 @@ struct RunOptions {
   int crop_padding = 4;               // --augment: crop from the image padded by this much
   bool flip = true;                   // --augment: mirror left-right (--no-flip turns it off)
   uint64_t seed = 1;                  // initial model, shards, shuffling, straggler delays
-  std::string stragglers;   // --stragglers profile, combined with the node's own attribute
+  // --stragglers, read where the flag is; combined with the node's own attribute.
+  faults::StragglerProfile stragglers;
   int64_t eval_every = 10;  // test accuracy every this many rounds (0: only at the end)
   double target_acc = 0;    // record when the test accuracy first reaches this (0: off)
   std::string out_dir;      // DIR/node-<id>.jsonl (empty: no metrics file)
@@ -76,9 +78,9 @@ struct RunOptions {
 // in `options` are shown in --help.
 void addRunOptions(CLI::App& cmd, RunOptions& options);
 
-// Throws std::invalid_argument naming the flag when an option is out of range; checks the
-// --stragglers grammar (--shard is typed). No I/O.
-void validateRunOptions(const RunOptions& options);
+// An error naming the flag when an option is out of range or two do not go together
+// (--stragglers and --shard are typed where the flags are read). No I/O.
+node::Status checkRunOptions(const RunOptions& options);
 
 // Everything one node trains with: its data (shared, read-only), its shard, the initial model
 // (identical on every node: the seed's, or the --resume checkpoint's), the optimizer settings,
@@ -119,7 +121,8 @@ std::shared_ptr<const ml::DataSplit> loadRunData(const RunOptions& options);
 // (training set / nodes), so that every node runs the same number of rounds.
 // Throws std::invalid_argument for unusable options or an empty shard.
 NodeJob prepareNodeJob(const RunOptions& options, std::shared_ptr<const ml::DataSplit> data,
-                       NodeId node_id, int nodes, std::string_view node_stragglers);
+                       NodeId node_id, int nodes,
+                       const faults::StragglerProfile& node_stragglers = {});
 
 // For a process that runs one node: prepareNodeJob() on `data`, keeping only the job's shard of
 // the training set (copied, in shard order) and the test set (moved). job.shard is renumbered
@@ -127,7 +130,7 @@ NodeJob prepareNodeJob(const RunOptions& options, std::shared_ptr<const ml::Data
 // other nodes' samples are freed before this returns (CIFAR-10 over 8 nodes: about 200 MB of
 // samples per process instead of 740, and the test set is never held twice).
 NodeJob prepareNodeProcessJob(const RunOptions& options, ml::DataSplit data, NodeId node_id,
-                              int nodes, std::string_view node_stragglers);
+                              int nodes, const faults::StragglerProfile& node_stragglers = {});
 
 // For a process that runs one node, from the files themselves: reads the training labels alone,
 // computes the shards as prepareNodeJob() does, then streams the training files keeping only
@@ -135,7 +138,7 @@ NodeJob prepareNodeProcessJob(const RunOptions& options, ml::DataSplit data, Nod
 // statistics. The job equals prepareNodeProcessJob(options, loadRunSplit(options), ...)'s, and
 // the memory it needs is the shard and the test set, never the whole training set.
 NodeJob loadNodeProcessJob(const RunOptions& options, NodeId node_id, int nodes,
-                           std::string_view node_stragglers);
+                           const faults::StragglerProfile& node_stragglers = {});
 
 // DIR/node-<id>.jsonl (creating DIR); "" when dir is empty. Throws std::runtime_error naming DIR
 // when it cannot be created.

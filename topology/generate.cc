@@ -464,11 +464,11 @@ std::string toToml(const Topology& topology) {
   for (const NodeSpec& node : topology.nodes) {
     out += fmt::format("\n[[node]]\nid = {}\naddress = {}\nneighbors = [{}]\n", node.id,
                        tomlString(node.address()), fmt::join(node.neighbors, ", "));
-    if (!node.stragglers.empty()) {
-      out += fmt::format("stragglers = {}\n", tomlString(node.stragglers));
+    if (!node.stragglers.text.empty()) {
+      out += fmt::format("stragglers = {}\n", tomlString(node.stragglers.text));
     }
-    if (!node.link_delay.empty()) {
-      out += fmt::format("link_delay = {}\n", tomlString(node.link_delay));
+    if (!node.link_delay.text.empty()) {
+      out += fmt::format("link_delay = {}\n", tomlString(node.link_delay.text));
     }
     if (node.weight != 1.0) {
       // Shortest text that reads back to the same double; TOML needs a '.' or exponent.
@@ -491,7 +491,8 @@ bool equivalent(const Topology& a, const Topology& b) {
     const NodeSpec& x = a.nodes[i];
     const NodeSpec& y = b.nodes[i];
     if (x.id != y.id || x.host != y.host || x.port != y.port || x.neighbors != y.neighbors ||
-        x.stragglers != y.stragglers || x.link_delay != y.link_delay || x.weight != y.weight) {
+        x.stragglers.text != y.stragglers.text || x.link_delay.text != y.link_delay.text ||
+        x.weight != y.weight) {
       return false;
     }
   }

@@ -148,8 +148,8 @@ struct RawNode {
   Position address_position;
   bool has_neighbors = false;
   std::vector<std::pair<int64_t, Position>> neighbors;  // integer entries only
-  std::string stragglers;
-  std::string link_delay;
+  faults::StragglerProfile stragglers;
+  faults::LinkDelay link_delay;
   double weight = 1.0;
 };
 
@@ -216,43 +216,38 @@ class Validator {
            std::move(fix));
   }
 
-  // A string attribute of a node that the fault-injection layer reads: `parse` (which throws
-  // std::invalid_argument) checks it here, so that `topo check` and every command that loads
-  // the file refuse a value that would only fail once a node starts. Returns it as written
-  // ("" when absent or not a string).
-  std::string faultAttribute(const toml::table& table, std::string_view key,
-                             const std::function<void(std::string_view)>& parse,
-                             std::string wrong_type_fix, std::string bad_value_fix) {
+  // A string attribute of a node that the fault-injection layer reads, read once here by its
+  // grammar's reader, so that `topo check` and every command that loads the file refuse a value
+  // that would only fail once a node starts. The value read; its default when absent, not a
+  // string or bad (the last two reported).
+  template <class T>
+  T faultAttribute(const toml::table& table, std::string_view key,
+                   chorus::node::Result<T> (*read)(std::string_view), std::string wrong_type_fix,
+                   std::string bad_value_fix) {
     const toml::node* node = table.get(key);
-    if (node == nullptr) return "";
+    if (node == nullptr) return T{};
     const auto* text = node->as_string();
     if (text == nullptr) {
       wrongType(*node, key, "a string", std::move(wrong_type_fix));
-      return "";
+      return T{};
     }
-    try {
-      parse(text->get());
-    } catch (const std::invalid_argument& e) {
-      report(positionOf(node->source()), e.what(), std::move(bad_value_fix));
+    chorus::node::Result<T> value = read(text->get());
+    if (!value.ok()) {
+      report(positionOf(node->source()), value.message(), std::move(bad_value_fix));
+      return T{};
     }
-    return text->get();
+    return std::move(value).value();
   }
 
   // A node reads only its own stragglers attribute: a slow or crash term there that names
   // another node would never act.
   void checkOwnStragglers(const toml::table& table, const RawNode& raw) {
-    faults::StragglerProfile profile;
-    try {
-      profile = faults::StragglerProfile::parse(raw.stragglers);
-    } catch (const std::invalid_argument&) {
-      return;  // reported by faultAttribute
-    }
-    for (const uint32_t named : profile.namedNodes()) {
+    for (const uint32_t named : raw.stragglers.namedNodes()) {
       if (named == *raw.id) continue;
       report(positionOf(table.get("stragglers")->source()),
              fmt::format("stragglers \"{}\" of node {} names node {}, and a node's own "
                          "attribute acts on that node only",
-                         raw.stragglers, *raw.id, named),
+                         raw.stragglers.text, *raw.id, named),
              fmt::format("name node {} in it, or put the term in node {}'s stragglers or in "
                          "--stragglers",
                          *raw.id, named));
@@ -403,13 +398,11 @@ class Validator {
       }
     }
     raw.stragglers = faultAttribute(
-        table, "stragglers", [](std::string_view v) { (void)faults::StragglerProfile::parse(v); },
-        "write stragglers = \"fixed:20\"",
+        table, "stragglers", &faults::StragglerProfile::read, "write stragglers = \"fixed:20\"",
         "write a profile as in docs/stragglers.md, e.g. stragglers = \"fixed:20\"");
     if (raw.id && !raw.stragglers.empty()) checkOwnStragglers(table, raw);
     raw.link_delay = faultAttribute(
-        table, "link_delay", [](std::string_view v) { (void)faults::LinkDelay::parse(v); },
-        "write link_delay = \"20\" or \"20,5\"",
+        table, "link_delay", &faults::LinkDelay::read, "write link_delay = \"20\" or \"20,5\"",
         "write milliseconds as in docs/stragglers.md, e.g. link_delay = \"20,5\"");
     if (const toml::node* weight = table.get("weight"); weight != nullptr) {
       std::optional<double> value = weight->is_integer()

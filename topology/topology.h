@@ -9,6 +9,9 @@
 #include <string_view>
 #include <vector>
 
+#include "faults/link_delay.h"
+#include "faults/straggler.h"
+
 namespace chorus::topology {
 
 // The training modes a topology file's [cluster] names (the default of `chorus node --mode`).
@@ -43,11 +46,12 @@ struct NodeSpec {
   // Sorted, unique, symmetric after validation. In ps mode, a file without any neighbors
   // lists loads as the complete graph (every other node), within kMaxNeighborEntries.
   std::vector<uint32_t> neighbors;
-  // Optional per-node attributes for experiments (empty / unset when absent).
-  std::string stragglers;  // a straggler profile string for this node only
-  std::string link_delay;  // "MS[,JITTER_MS]": extra delay of every frame this node sends
-  double weight = 1.0;     // > 0; reserved (e.g. a data share): nothing uses it yet
-  int line = 0;            // line of the [[node]] table in the file, 0 when generated
+  // Optional per-node attributes for experiments (empty when absent), read once where the file
+  // is loaded (their text as written in .text).
+  faults::StragglerProfile stragglers;  // a straggler profile for this node only
+  faults::LinkDelay link_delay;         // "MS[,JITTER_MS]": extra delay of every frame it sends
+  double weight = 1.0;                  // > 0; reserved (e.g. a data share): nothing uses it yet
+  int line = 0;                         // line of the [[node]] table in the file, 0 when generated
 
   // "host:port", with an IPv6 host in brackets ("[::1]:7100").
   std::string address() const;

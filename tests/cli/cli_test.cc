@@ -456,7 +456,7 @@ TEST(ChorusNode, ARunSpecHoldsEverySettingAndABadOneIsNamed) {
   args.topology = topo;
   args.mode = "ping";
   args.linger_s = 0;
-  cli::writeRunSpec(args, spec);
+  ASSERT_TRUE(cli::writeRunSpec(args, spec).ok());
   CommandResult r = runCommand({chorusBinary(), "node", "--spec", spec, "--id", "0"});
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_TRUE(contains(r.out, "node 0 of cluster \"spec-node\" (1 nodes)")) << r.out;

@@ -31,8 +31,8 @@ NodeArgs everySettingChanged() {
   a.peer_timeout_ms = 9000;
   a.max_frame_mib = 64;
   a.secret_file = "secret.key";
-  a.link_delay = "20,5";
-  a.link_loss = "0.01,300";
+  a.link_delay = faults::LinkDelay::read("20,5").value();
+  a.link_loss = faults::LinkLoss::read("0.01,300").value();
   run::RunOptions& r = a.run;
   r.data.name = "synthetic";
   r.data.dataDir = "/data";
@@ -43,7 +43,7 @@ NodeArgs everySettingChanged() {
   r.model.name = "mlp";
   r.model.hidden = {64, 32, 16};
   r.model.dropout = 0.25f;
-  r.shard = run::ShardSpec::parse("dirichlet:0.5");
+  r.shard = run::ShardSpec::read("dirichlet:0.5").value();
   r.rounds = 77;
   r.epochs = 3.5;
   r.batch = 17;
@@ -59,7 +59,7 @@ NodeArgs everySettingChanged() {
   r.crop_padding = 2;
   r.flip = false;
   r.seed = 42;
-  r.stragglers = "fixed:3+slow:1=2";
+  r.stragglers = chorus::faults::StragglerProfile::read("fixed:3+slow:1=2").value();
   r.eval_every = 5;
   r.target_acc = 0.9;
   r.out_dir = "runs/x";
@@ -68,7 +68,7 @@ NodeArgs everySettingChanged() {
   r.confusion = true;
   a.staleness = run::StalenessBound{run::StalenessBound::kInfinite};
   a.consensus.rejoin = true;
-  a.consensus.backup = "static:1";
+  a.consensus.backup = chorus::consensus::BackupRuleSpec::read("static:1").value();
   a.consensus.mixing = "metropolis";
   a.consensus.chunk_floats = 4096;
   a.consensus.skip_gap = 3;
@@ -267,7 +267,7 @@ void expectSameSettings(const NodeArgs& a, const NodeArgs& b) {
 TEST(RunSpec, EverySettingSurvivesTheTrip) {
   for (const NodeArgs& args : {NodeArgs{}, everySettingChanged()}) {
     const std::vector<uint8_t> bytes = encodeRunSpec(args);
-    const NodeArgs back = decodeRunSpec(bytes, "test");
+    const NodeArgs back = decodeRunSpec(bytes, "test").value();
     expectSameSettings(args, back);
     EXPECT_FALSE(back.id.has_value());
   }
@@ -291,21 +291,17 @@ class RunSpecFile : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
   std::string refusal(const fs::path& path) {
-    try {
-      (void)readRunSpec(path.string());
-    } catch (const RunSpecError& e) {
-      return e.what();
-    }
-    ADD_FAILURE() << path << " was accepted";
-    return "";
+    const node::Result<NodeArgs> read = readRunSpec(path.string());
+    if (read.ok()) ADD_FAILURE() << path << " was accepted";
+    return read.message();
   }
   fs::path dir_;
 };
 
 TEST_F(RunSpecFile, WrittenAndReadBack) {
   const fs::path path = dir_ / "run.spec";
-  writeRunSpec(everySettingChanged(), path.string());
-  expectSameSettings(everySettingChanged(), readRunSpec(path.string()));
+  ASSERT_TRUE(writeRunSpec(everySettingChanged(), path.string()).ok());
+  expectSameSettings(everySettingChanged(), readRunSpec(path.string()).value());
   EXPECT_FALSE(fs::exists(dir_ / "run.spec.partial"));
 }
 
@@ -338,24 +334,89 @@ TEST_F(RunSpecFile, AnUnusableFileIsRefusedNamingIt) {
             std::string::npos)
       << stale_refusal;
   EXPECT_NE(stale_refusal.find("write it again with `chorus launch`"), std::string::npos);
+
+  // A spec of version 3, which carried the straggler profile, the backup rule and the link
+  // faults as text for the child to parse again: refused by its version, before any field is
+  // read.
+  bytes = encodeRunSpec(everySettingChanged(), 3);
+  const fs::path old = dir_ / "old.spec";
+  std::ofstream(old, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
+  const std::string old_refusal = refusal(old);
+  EXPECT_NE(old_refusal.find(old.string() +
+                             ": a run spec of version 3, and this chorus reads "
+                             "version " +
+                             std::to_string(kRunSpecVersion)),
+            std::string::npos)
+      << old_refusal;
 }
 
 // The shard travels typed (its kind and alpha, parsed once where --shard was read); a spec whose
 // shard --shard could not have given is refused naming the spec, not used.
 TEST(RunSpec, AShardNoFlagGivesIsRefused) {
   NodeArgs args = everySettingChanged();
-  const NodeArgs back = decodeRunSpec(encodeRunSpec(args), "test");
+  const NodeArgs back = decodeRunSpec(encodeRunSpec(args), "test").value();
   EXPECT_EQ(back.run.shard.kind, run::ShardSpec::Kind::kDirichlet);
   EXPECT_DOUBLE_EQ(back.run.shard.alpha, 0.5);
   args.run.shard.alpha = -1;
-  try {
-    (void)decodeRunSpec(encodeRunSpec(args), "bad.spec");
-    ADD_FAILURE() << "a shard with alpha -1 was accepted";
-  } catch (const RunSpecError& e) {
-    EXPECT_NE(std::string(e.what()).find("bad.spec: a shard of kind 1 with alpha -1"),
-              std::string::npos)
-        << e.what();
-  }
+  const node::Result<NodeArgs> bad = decodeRunSpec(encodeRunSpec(args), "bad.spec");
+  ASSERT_FALSE(bad.ok()) << "a shard with alpha -1 was accepted";
+  EXPECT_NE(bad.message().find("bad.spec: a shard of kind 1 with alpha -1"), std::string::npos)
+      << bad.message();
+}
+
+// The straggler profile, the backup rule and the link faults travel typed (issue 23, item 3):
+// the child reads their values, parses no grammar, and checks them against the same limits the
+// flags have, so a spec holding values no flag gives (a damaged file) is refused naming it.
+TEST(RunSpec, TypedFaultsAndRulesNoFlagGivesAreRefused) {
+  const NodeArgs good = everySettingChanged();
+  const NodeArgs back = decodeRunSpec(encodeRunSpec(good), "test").value();
+  ASSERT_EQ(back.run.stragglers.terms.size(), 2u);
+  EXPECT_EQ(back.run.stragglers.terms[1].factors.at(1), 2.0);
+  EXPECT_EQ(back.run.stragglers.text, "fixed:3+slow:1=2");
+  EXPECT_EQ(back.consensus.backup.kind, consensus::BackupRuleSpec::Kind::kStatic);
+  EXPECT_EQ(back.consensus.backup.value, 1.0);
+  EXPECT_EQ(back.link_delay.delay, std::chrono::milliseconds(20));
+  EXPECT_EQ(back.link_delay.jitter, std::chrono::milliseconds(5));
+  EXPECT_EQ(back.link_loss.rto, std::chrono::milliseconds(300));
+
+  const auto refusal = [](const NodeArgs& args) {
+    const node::Result<NodeArgs> read = decodeRunSpec(encodeRunSpec(args), "bad.spec");
+    if (read.ok()) ADD_FAILURE() << "accepted";
+    return read.message();
+  };
+  NodeArgs args = good;
+  args.run.stragglers.terms[1].factors[1] = 0.5;  // slow:1=0.5: faster, which no term gives
+  std::string why = refusal(args);
+  EXPECT_NE(why.find("bad.spec: its straggler profile is not one --stragglers gives"),
+            std::string::npos)
+      << why;
+  EXPECT_NE(why.find("FACTOR 0.5 must be >= 1"), std::string::npos) << why;
+
+  args = good;
+  args.run.stragglers.terms.push_back(faults::StragglerProfile::read("crash:2@3").value().terms[0]);
+  args.run.stragglers.terms.push_back(args.run.stragglers.terms.back());
+  why = refusal(args);
+  EXPECT_NE(why.find("node 2 is given two crash steps"), std::string::npos) << why;
+
+  args = good;
+  args.consensus.backup.value = 1.5;  // static:1.5
+  why = refusal(args);
+  EXPECT_NE(why.find("bad.spec: its backup rule is not one --backup gives"), std::string::npos)
+      << why;
+
+  args = good;
+  args.link_delay.delay = std::chrono::hours(1);
+  why = refusal(args);
+  EXPECT_NE(why.find("bad.spec: its link faults are not ones --link-delay and --link-loss give"),
+            std::string::npos)
+      << why;
+
+  args = good;
+  args.link_loss.probability = 0.9;
+  why = refusal(args);
+  EXPECT_NE(why.find("P 0.9 is outside 0..0.5"), std::string::npos) << why;
 }
 
 }  // namespace

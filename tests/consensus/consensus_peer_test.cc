@@ -62,7 +62,7 @@ class Cluster : public LocalCluster {
 // A job on `data` for `nodes` nodes through the shared run layer.
 run::NodeJob makeJob(const run::RunOptions& options, std::shared_ptr<const ml::DataSplit> data,
                      NodeId id, size_t nodes) {
-  return run::prepareNodeJob(options, std::move(data), id, static_cast<int>(nodes), "");
+  return run::prepareNodeJob(options, std::move(data), id, static_cast<int>(nodes));
 }
 
 // The report of a peer run outside a cluster (a restarted node's lives).
@@ -94,7 +94,7 @@ void expectExactAverage(const Graph& g, int64_t rounds) {
     for (size_t p = 0; p < average.size(); ++p)
       average[p] += job.model->params()[p] / static_cast<double>(n);
     ConsensusOptions co;
-    co.backup = "wait-all";
+    co.backup = chorus::consensus::BackupRuleSpec::read("wait-all").value();
     co.staleness = {0};
     co.chunk_floats = 1000;  // several chunks per model
     cluster.attach(i, std::move(job), layoutOf(g, static_cast<NodeId>(i)), co);
@@ -229,7 +229,7 @@ TEST(ConsensusPeer, WaitAllOnACompleteGraphComputesWhatPsBspComputes) {
     Cluster cluster(kNodes);
     for (NodeId i = 0; i < kNodes; ++i) {
       ConsensusOptions co;
-      co.backup = "wait-all";
+      co.backup = chorus::consensus::BackupRuleSpec::read("wait-all").value();
       co.staleness = {0};
       run::NodeJob job = makeJob(options, data, i, kNodes);
       if (i == 0) initial.assign(job.model->params().begin(), job.model->params().end());
@@ -281,10 +281,10 @@ TEST(ConsensusPeer, TheStalenessBoundHoldsUnderRandomDelays) {
   Cluster cluster(4);
   for (NodeId i = 0; i < 4; ++i) {
     run::RunOptions options = softmaxOptions(60);
-    options.stragglers = "shifted-exp:0,2+slow:1=3";
+    options.stragglers = chorus::faults::StragglerProfile::read("shifted-exp:0,2+slow:1=3").value();
     options.seed = 11;
     ConsensusOptions co;
-    co.backup = "static:1";
+    co.backup = chorus::consensus::BackupRuleSpec::read("static:1").value();
     co.staleness = {1};
     cluster.attach(i, makeJob(options, data, i, 4), layoutOf(g, i), co);
   }
@@ -313,10 +313,10 @@ TEST(ConsensusPeer, APersistentlySlowNodeSkipsRoundsUnlessEveryoneWaitsForIt) {
       options.model.hidden.clear();
       options.rounds = 60;
       options.eval_every = 25;
-      options.stragglers = "fixed:1+slow:1=20";
+      options.stragglers = chorus::faults::StragglerProfile::read("fixed:1+slow:1=20").value();
       options.seed = 5;
       ConsensusOptions co;
-      co.backup = rule;
+      co.backup = BackupRuleSpec::read(rule).value();
       co.staleness = {2};
       cluster.attach(i, makeJob(options, data, i, 4), layoutOf(g, i), co);
     }
@@ -346,7 +346,7 @@ TEST(ConsensusPeer, OneBackupWorkerLetsRoundsGoOnWithoutASilentNeighbor) {
   for (NodeId i = 0; i < 2; ++i) {
     run::RunOptions options = softmaxOptions(30);
     ConsensusOptions co;
-    co.backup = "static:1";
+    co.backup = chorus::consensus::BackupRuleSpec::read("static:1").value();
     co.stall_timeout = 300ms;   // the silent node stops holding the staleness gate quickly
     co.finish_timeout = 500ms;  // node 2 never says TrainingDone
     cluster.attach(i, makeJob(options, data, i, 3), layoutOf(g, i), co);
@@ -376,7 +376,7 @@ TEST(ConsensusPeer, WaitAllBlocksOnASilentNeighborAndSaysWhomItWaitsFor) {
     options.model.hidden.clear();
     options.rounds = 30;
     ConsensusOptions co;
-    co.backup = "wait-all";
+    co.backup = chorus::consensus::BackupRuleSpec::read("wait-all").value();
     co.report_every = 100ms;
     co.on_waiting = [&, i](Round, const std::vector<NodeId>& missing) {
       std::lock_guard lock(mu);
@@ -541,7 +541,8 @@ TEST(ConsensusPeer, ARestartedNodeRejoinsFromANeighborsModel) {
     run::RunOptions options = trainingOptions();
     options.rounds = 400;
     options.eval_every = 0;
-    options.stragglers = "fixed:3";  // keep them busy while node 2 restarts
+    options.stragglers = chorus::faults::StragglerProfile::read("fixed:3")
+                             .value();  // keep them busy while node 2 restarts
     cluster.attach(i, makeJob(options, data, i, 3), layoutOf(g, i), ConsensusOptions{});
   }
   cluster.connect({{2, port2}});
@@ -603,7 +604,7 @@ struct FakeNeighborRun {
     for (NodeId i = 0; i < 2; ++i) {
       run::RunOptions options = softmaxOptions(kRounds);
       ConsensusOptions co;
-      co.backup = "static:1";
+      co.backup = chorus::consensus::BackupRuleSpec::read("static:1").value();
       co.stall_timeout = 300ms;   // the fake stops holding the staleness gate quickly
       co.finish_timeout = 500ms;  // it never says TrainingDone
       run::NodeJob job = makeJob(options, data, i, 3);
@@ -724,7 +725,7 @@ TEST(ConsensusPeer, BadModelChunksAreLoggedAndDropped) {
   const std::vector<float> initial(job.model->params().begin(), job.model->params().end());
   const size_t size = initial.size();
   ConsensusOptions co;
-  co.backup = "wait-all";
+  co.backup = chorus::consensus::BackupRuleSpec::read("wait-all").value();
   co.finish_timeout = 300ms;  // node 1 never says TrainingDone
   cluster.attach(0, std::move(job), layoutOf(g, 0), co);
   cluster.connect();
@@ -754,10 +755,13 @@ TEST(ConsensusPeer, BadModelChunksAreLoggedAndDropped) {
 }
 
 TEST(ConsensusOptions, BadValuesAreRejectedWithTheParsersMessages) {
+  // The backup rule is read where --backup enters: a bad one never reaches the options.
+  const node::Result<BackupRuleSpec> sometimes = BackupRuleSpec::read("sometimes");
+  ASSERT_FALSE(sometimes.ok());
+  EXPECT_NE(sometimes.message().find("unknown rule 'sometimes'"), std::string::npos)
+      << sometimes.message();
   ConsensusOptions o;
-  o.backup = "sometimes";
-  EXPECT_THROW(validateConsensusOptions(o), std::invalid_argument);
-  o.backup = "static:1";
+  o.backup = chorus::consensus::BackupRuleSpec::read("static:1").value();
   o.mixing = "random";
   EXPECT_THROW(validateConsensusOptions(o), std::invalid_argument);
   o.mixing = "metropolis";

@@ -113,7 +113,7 @@ TEST(SparseConsensus, ARingOfFourReachesTheSingleNodeMrrWithFarFewerBytesThanDen
   const ml::SparseTrainOptions train = trainOptions(12, 32, 0.1);
   const Final alone = trainAlone(make, train);
   SparseConsensusOptions options;
-  options.backup = "wait-all";
+  options.backup = chorus::consensus::BackupRuleSpec::read("wait-all").value();
   options.staleness = run::StalenessBound{0};
   options.train = train;
   options.gossip.cold_every = 4;
@@ -172,7 +172,7 @@ TEST(SparseConsensus, TwoNodesFactorizeAsWellAsOneWithBackupWorkers) {
   const ml::SparseTrainOptions train = trainOptions(8, 200, 0.1);
   const Final alone = trainAlone(make, train);
   SparseConsensusOptions options;
-  options.backup = "dynamic";
+  options.backup = chorus::consensus::BackupRuleSpec::read("dynamic").value();
   options.staleness = run::StalenessBound{2};
   options.train = train;
   options.gossip.round_bytes = 4096;
@@ -199,7 +199,7 @@ TEST(SparseConsensus, AKilledNodeLeavesTheOthersFinishing) {
   for (NodeId i = 0; i < 4; ++i) {
     workloads.push_back(std::make_unique<ml::KgeWorkload>(graph, smallComplEx(), 11));
     SparseConsensusOptions options;
-    options.backup = "wait-all";
+    options.backup = chorus::consensus::BackupRuleSpec::read("wait-all").value();
     options.train = train;
     if (i == victim) {
       options.on_round_end = [&cluster, victim, killed = std::make_shared<bool>(false)](Round r) {
@@ -315,7 +315,7 @@ TEST(SparseConsensus, ABadRowShareIsRefusedNamingThePeer) {
   LocalCluster cluster(2, 0, {.cluster = "sparse-bad-frame"});
   SparseConsensusOptions options;
   options.train = trainOptions(1000, 32, 0.1);
-  options.backup = "wait-all";
+  options.backup = chorus::consensus::BackupRuleSpec::read("wait-all").value();
   // Node 1 is a bare node: it sends what the test writes.
   cluster.attach<SparseConsensusPeer>(0, workload, ml::shardIid(graph.train.size(), 2, 1)[0],
                                       sparseLayout(testsupport::complete(2), 0), options);

@@ -230,7 +230,7 @@ TEST(Variant, SingleTopologyIsAValidOneNodeCluster) {
   EXPECT_EQ(topo.name, "demo-single");
   EXPECT_EQ(topo.mode, topology::Mode::kConsensus);
   EXPECT_EQ(topo.nodes[0].address(), "127.0.0.1:7300");
-  EXPECT_EQ(topo.nodes[0].stragglers, "fixed:5");
+  EXPECT_EQ(topo.nodes[0].stragglers.text, "fixed:5");
   EXPECT_TRUE(topo.nodes[0].neighbors.empty());
   EXPECT_EQ(topology::parseTopology(singleTopology("x\"y", "[::1]:7000", ""), "s.toml").name,
             "x\"y");

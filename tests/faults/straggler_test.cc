@@ -13,16 +13,23 @@
 namespace chorus::faults {
 namespace {
 
-// StragglerProfile::parse(text) throws, and its message holds `expect` and `also`.
+// StragglerProfile::read(text) refuses it, and its message holds `expect` and `also`.
 void expectRefused(const std::string& text, const std::string& expect, const std::string& also) {
-  try {
-    StragglerProfile::parse(text);
+  const node::Result<StragglerProfile> read = StragglerProfile::read(text);
+  if (read.ok()) {
     ADD_FAILURE() << "accepted: " << text;
-  } catch (const std::invalid_argument& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find(expect), std::string::npos) << text << " -> " << what;
-    EXPECT_NE(what.find(also), std::string::npos) << what;
+    return;
   }
+  const std::string& what = read.message();
+  EXPECT_NE(what.find(expect), std::string::npos) << text << " -> " << what;
+  EXPECT_NE(what.find(also), std::string::npos) << what;
+}
+
+// The profile of good `text` (a test's own).
+StragglerProfile parsed(std::string_view text) {
+  node::Result<StragglerProfile> read = StragglerProfile::read(text);
+  EXPECT_TRUE(read.ok()) << text << ": " << read.message();
+  return read.ok() ? std::move(read).value() : StragglerProfile{};
 }
 
 using std::chrono::milliseconds;
@@ -34,7 +41,7 @@ double ms(nanoseconds d) {
 
 TEST(StragglerProfile, EmptyAndNoneInjectNothing) {
   for (const char* text : {"", "none", "  none "}) {
-    auto p = StragglerProfile::parse(text);
+    auto p = parsed(text);
     EXPECT_TRUE(p.empty()) << text;
     StragglerInjector inj(p, 0, 1);
     EXPECT_TRUE(inj.inert());
@@ -43,8 +50,7 @@ TEST(StragglerProfile, EmptyAndNoneInjectNothing) {
 }
 
 TEST(StragglerProfile, ParsesEveryKind) {
-  auto p =
-      StragglerProfile::parse("shifted-exp:5,10 + slow:3=4,5=2.5 + fixed:1 + transient:0.1,20,3");
+  auto p = parsed("shifted-exp:5,10 + slow:3=4,5=2.5 + fixed:1 + transient:0.1,20,3");
   ASSERT_EQ(p.terms.size(), 4u);
   EXPECT_EQ(p.terms[0].kind, StragglerTerm::Kind::kShiftedExp);
   EXPECT_DOUBLE_EQ(p.terms[0].a, 5);
@@ -98,27 +104,26 @@ TEST(StragglerProfile, HugeValuesAreRefusedNamingTheLimit) {
        }) {
     expectRefused(c.text, c.expect, "");
   }
-  EXPECT_NO_THROW(StragglerProfile::parse("fixed:1e9+shifted-exp:1e9,1e9+slow:0=1e6"));
-  EXPECT_NO_THROW(StragglerProfile::parse("transient:1,1e12,1e6"));
+  EXPECT_TRUE(StragglerProfile::read("fixed:1e9+shifted-exp:1e9,1e9+slow:0=1e6").ok());
+  EXPECT_TRUE(StragglerProfile::read("transient:1,1e12,1e6").ok());
 }
 
 // Terms at their limits still multiply past int64 nanoseconds: the delay is capped, never
 // negative, and the total saturates.
 TEST(StragglerInjector, TheLargestDelaysStayPositive) {
-  StragglerInjector inj(
-      StragglerProfile::parse("fixed:1e9+shifted-exp:1e9,1e9+slow:0=1e6+slow:0=1e6"), 0, 1);
+  StragglerInjector inj(parsed("fixed:1e9+shifted-exp:1e9,1e9+slow:0=1e6+slow:0=1e6"), 0, 1);
   for (int i = 0; i < 20; ++i) {
     const nanoseconds delay = inj.nextDelay(milliseconds(10));
     EXPECT_GT(delay.count(), 0) << "step " << i;
     EXPECT_GE(inj.totalDelay(), delay) << "step " << i;
   }
   EXPECT_EQ(inj.totalDelay(), nanoseconds::max());
-  StragglerInjector transient(StragglerProfile::parse("transient:1,1e12,1e6"), 0, 1);
+  StragglerInjector transient(parsed("transient:1,1e12,1e6"), 0, 1);
   EXPECT_NEAR(ms(transient.nextDelay(milliseconds(10))), (1e6 - 1) * 10, 1e-3);
 }
 
 TEST(StragglerInjector, SameSeedSameDelaysAndNodesDiffer) {
-  auto p = StragglerProfile::parse("shifted-exp:2,10+transient:0.2,3,2");
+  auto p = parsed("shifted-exp:2,10+transient:0.2,3,2");
   StragglerInjector a(p, 1, 42), b(p, 1, 42), other_node(p, 2, 42), other_seed(p, 1, 43);
   int differs_node = 0, differs_seed = 0;
   for (int step = 0; step < 200; ++step) {
@@ -132,7 +137,7 @@ TEST(StragglerInjector, SameSeedSameDelaysAndNodesDiffer) {
 }
 
 TEST(StragglerInjector, ShiftedExponentialHasItsMean) {
-  StragglerInjector inj(StragglerProfile::parse("shifted-exp:5,10"), 0, 7);
+  StragglerInjector inj(parsed("shifted-exp:5,10"), 0, 7);
   const int n = 20000;
   double sum = 0, min = 1e9;
   for (int i = 0; i < n; ++i) {
@@ -146,7 +151,7 @@ TEST(StragglerInjector, ShiftedExponentialHasItsMean) {
 }
 
 TEST(StragglerInjector, SlowFactorAppliesOnlyToItsNode) {
-  auto p = StragglerProfile::parse("slow:3=4");
+  auto p = parsed("slow:3=4");
   StragglerInjector slow(p, 3, 1), normal(p, 2, 1);
   EXPECT_FALSE(slow.inert());
   EXPECT_TRUE(normal.inert());
@@ -156,38 +161,38 @@ TEST(StragglerInjector, SlowFactorAppliesOnlyToItsNode) {
 
 TEST(StragglerInjector, SlowNodeIsSlowAtTheWholeStep) {
   // Every node waits 10 ms on top of 10 ms of compute; node 3 is 4x slower at all of it.
-  auto p = StragglerProfile::parse("fixed:10+slow:3=4");
+  auto p = parsed("fixed:10+slow:3=4");
   StragglerInjector slow(p, 3, 1), normal(p, 2, 1);
   double normal_step = 10 + ms(normal.nextDelay(milliseconds(10)));
   double slow_step = 10 + ms(slow.nextDelay(milliseconds(10)));
   EXPECT_NEAR(normal_step, 20.0, 1e-6);
   EXPECT_NEAR(slow_step, 4 * normal_step, 1e-6);
   // The order of the terms does not matter.
-  StragglerInjector reordered(StragglerProfile::parse("slow:3=4+fixed:10"), 3, 1);
+  StragglerInjector reordered(parsed("slow:3=4+fixed:10"), 3, 1);
   EXPECT_NEAR(10 + ms(reordered.nextDelay(milliseconds(10))), 80.0, 1e-6);
 }
 
 TEST(StragglerInjector, TransientSlowdownsLastTheirSteps) {
   // Probability 1: a slowdown of 3 steps starts whenever none is running.
-  StragglerInjector inj(StragglerProfile::parse("transient:1,3,2"), 0, 1);
+  StragglerInjector inj(parsed("transient:1,3,2"), 0, 1);
   for (int i = 0; i < 9; ++i)
     EXPECT_NEAR(ms(inj.nextDelay(milliseconds(5))), 5.0, 1e-6);
   // Probability 0: never.
-  StragglerInjector never(StragglerProfile::parse("transient:0,3,2"), 0, 1);
+  StragglerInjector never(parsed("transient:0,3,2"), 0, 1);
   EXPECT_TRUE(never.inert());
   for (int i = 0; i < 100; ++i)
     EXPECT_EQ(never.nextDelay(milliseconds(5)).count(), 0);
 }
 
 TEST(StragglerInjector, CombinedProfilesAddUp) {
-  auto p = StragglerProfile::parse("fixed:2").combinedWith(StragglerProfile::parse("fixed:3"));
+  auto p = parsed("fixed:2").combinedWith(parsed("fixed:3")).value();
   EXPECT_EQ(p.text, "fixed:2+fixed:3");
   StragglerInjector inj(p, 0, 1);
   EXPECT_NEAR(ms(inj.nextDelay(milliseconds(1))), 5.0, 1e-6);
 }
 
 TEST(StragglerInjector, WaitAfterStepReallyWaits) {
-  StragglerInjector inj(StragglerProfile::parse("fixed:20"), 0, 1);
+  StragglerInjector inj(parsed("fixed:20"), 0, 1);
   auto start = std::chrono::steady_clock::now();
   auto waited = inj.waitAfterStep(milliseconds(1));
   // A lower bound only: sleeping never returns early, but the machine may be slow.
@@ -196,7 +201,7 @@ TEST(StragglerInjector, WaitAfterStepReallyWaits) {
 }
 
 TEST(StragglerProfile, ParsesCrashTerms) {
-  auto p = StragglerProfile::parse("fixed:1 + crash: 3@30 , 0@1 + crash:7@1000000000000");
+  auto p = parsed("fixed:1 + crash: 3@30 , 0@1 + crash:7@1000000000000");
   ASSERT_EQ(p.terms.size(), 3u);
   EXPECT_EQ(p.terms[1].kind, StragglerTerm::Kind::kCrash);
   EXPECT_EQ(p.terms[1].crash_steps, (std::map<uint32_t, int64_t>{{3, 30}, {0, 1}}));
@@ -233,21 +238,20 @@ TEST(StragglerProfile, BadCrashTermsAreNamedWithTheAcceptedForm) {
 
 // What the launcher and the topology loader check against the cluster's ids.
 TEST(StragglerProfile, NamedNodesAreTheSlowAndCrashTermsIds) {
-  EXPECT_EQ(StragglerProfile::parse("slow:3=2,1=4+crash:3@5+fixed:1").namedNodes(),
-            (std::vector<uint32_t>{1, 3}));
-  EXPECT_TRUE(StragglerProfile::parse("shifted-exp:1,2+transient:0.1,3,2").namedNodes().empty());
+  EXPECT_EQ(parsed("slow:3=2,1=4+crash:3@5+fixed:1").namedNodes(), (std::vector<uint32_t>{1, 3}));
+  EXPECT_TRUE(parsed("shifted-exp:1,2+transient:0.1,3,2").namedNodes().empty());
 }
 
 // compare's single variant runs node 0 alone and takes only the terms that act on it.
 TEST(StragglerProfile, RestrictedToANodeKeepsWhatActsOnIt) {
-  const auto whole = StragglerProfile::parse("shifted-exp:5,15+slow:3=3,0=1.5+crash:2@9");
+  const auto whole = parsed("shifted-exp:5,15+slow:3=3,0=1.5+crash:2@9");
   const auto own = whole.restrictedTo(0);
   EXPECT_EQ(own.text, "shifted-exp:5,15+slow:0=1.5");
   EXPECT_EQ(own.namedNodes(), (std::vector<uint32_t>{0}));
-  EXPECT_EQ(StragglerProfile::parse(own.text).text, own.text);  // the text parses back
+  EXPECT_EQ(parsed(own.text).text, own.text);  // the text parses back
   EXPECT_EQ(whole.restrictedTo(3).text, "shifted-exp:5,15+slow:3=3");
-  EXPECT_EQ(StragglerProfile::parse("slow:3=3").restrictedTo(0).text, "none");
-  EXPECT_TRUE(StragglerProfile::parse("slow:3=3").restrictedTo(0).empty());
+  EXPECT_EQ(parsed("slow:3=3").restrictedTo(0).text, "none");
+  EXPECT_TRUE(parsed("slow:3=3").restrictedTo(0).empty());
   // Node 0's delays are drawn exactly as under the whole profile.
   StragglerInjector a(whole, 0, 11), b(own, 0, 11);
   for (int i = 0; i < 50; ++i)
@@ -256,28 +260,22 @@ TEST(StragglerProfile, RestrictedToANodeKeepsWhatActsOnIt) {
 
 // The command line's terms and a node's own attribute from the topology file meet here.
 TEST(StragglerProfile, CrashTermsCombineAndAConflictIsRefused) {
-  auto p = StragglerProfile::parse("crash:1@5")
-               .combinedWith(StragglerProfile::parse("fixed:2+crash:3@30"));
+  auto p = parsed("crash:1@5").combinedWith(parsed("fixed:2+crash:3@30")).value();
   EXPECT_EQ(p.text, "crash:1@5+fixed:2+crash:3@30");
   EXPECT_EQ(StragglerInjector(p, 1, 1).crashStep(), 5);
   EXPECT_EQ(StragglerInjector(p, 3, 1).crashStep(), 30);
   EXPECT_EQ(StragglerInjector(p, 0, 1).crashStep(), 0);
-  auto from_none =
-      StragglerProfile::parse("none").combinedWith(StragglerProfile::parse("crash:2@4"));
+  auto from_none = parsed("none").combinedWith(parsed("crash:2@4")).value();
   EXPECT_EQ(from_none.text, "crash:2@4");
   EXPECT_EQ(StragglerInjector(from_none, 2, 1).crashStep(), 4);
-  try {
-    (void)StragglerProfile::parse("crash:2@10").combinedWith(StragglerProfile::parse("crash:2@20"));
-    ADD_FAILURE() << "two crash steps for node 2 were combined";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("node 2 is given two crash steps (10 and 20)"),
-              std::string::npos)
-        << e.what();
-  }
+  const auto twice = parsed("crash:2@10").combinedWith(parsed("crash:2@20"));
+  ASSERT_FALSE(twice.ok()) << "two crash steps for node 2 were combined";
+  EXPECT_NE(twice.message().find("node 2 is given two crash steps (10 and 20)"), std::string::npos)
+      << twice.message();
 }
 
 TEST(StragglerInjector, TheCrashIsDueAtItsStepOnlyAndOnlyOnItsNode) {
-  auto p = StragglerProfile::parse("crash:3@4,5@1");
+  auto p = parsed("crash:3@4,5@1");
   StragglerInjector crashing(p, 3, 1), first(p, 5, 1), spared(p, 2, 1);
   EXPECT_FALSE(crashing.inert());
   EXPECT_FALSE(first.inert());
@@ -296,16 +294,16 @@ TEST(StragglerInjector, TheCrashIsDueAtItsStepOnlyAndOnlyOnItsNode) {
 
 // A crash draws nothing: with it, every delay of the run is the same as without it.
 TEST(StragglerInjector, ACrashTermLeavesTheDelaysAsTheyWere) {
-  StragglerInjector plain(StragglerProfile::parse("shifted-exp:2,10+transient:0.2,3,2"), 1, 42);
-  StragglerInjector with_crash(
-      StragglerProfile::parse("crash:1@500+shifted-exp:2,10+crash:0@3+transient:0.2,3,2"), 1, 42);
+  StragglerInjector plain(parsed("shifted-exp:2,10+transient:0.2,3,2"), 1, 42);
+  StragglerInjector with_crash(parsed("crash:1@500+shifted-exp:2,10+crash:0@3+transient:0.2,3,2"),
+                               1, 42);
   for (int step = 0; step < 200; ++step) {
     EXPECT_EQ(plain.nextDelay(milliseconds(4)), with_crash.nextDelay(milliseconds(4))) << step;
   }
 }
 
 TEST(StragglerInjector, WaitAfterStepReturnsWhenNoCrashIsDue) {
-  StragglerInjector inj(StragglerProfile::parse("crash:3@1"), 2, 1);
+  StragglerInjector inj(parsed("crash:3@1"), 2, 1);
   for (int i = 0; i < 3; ++i)
     EXPECT_EQ(inj.waitAfterStep(milliseconds(1)).count(), 0);
   EXPECT_EQ(inj.steps(), 3);
@@ -317,7 +315,7 @@ TEST(StragglerInjectorDeathTest, WaitAfterStepEndsTheProcessAfterTheCrashStep) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(
       {
-        StragglerInjector inj(StragglerProfile::parse("fixed:1+crash:3@4"), 3, 1);
+        StragglerInjector inj(parsed("fixed:1+crash:3@4"), 3, 1);
         for (int i = 0; i < 3; ++i)
           inj.waitAfterStep(milliseconds(1));
         std::fputs("three steps done\n", stderr);

@@ -34,7 +34,7 @@ TrainReport trainOnData(const TrainOptions& options, const DataSplit& data,
                         ProgressReporter& progress) {
   // The data outlives the run: a shared pointer that does not own it.
   std::shared_ptr<const DataSplit> shared(&data, [](const DataSplit*) {});
-  run::NodeJob job = run::prepareNodeJob(options, shared, 0, 1, "");
+  run::NodeJob job = run::prepareNodeJob(options, shared, 0, 1);
   run::SingleOptions single;
   single.eval_every_epoch = true;
   single.save_path = options.save_path;

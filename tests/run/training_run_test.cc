@@ -34,55 +34,45 @@ RunOptions options() {
 }
 
 TEST(ShardSpec, ParsesIidAndDirichlet) {
-  EXPECT_EQ(ShardSpec::parse("iid").kind, ShardSpec::Kind::kIid);
-  ShardSpec d = ShardSpec::parse("dirichlet:0.5");
+  EXPECT_EQ(ShardSpec::read("iid")->kind, ShardSpec::Kind::kIid);
+  const ShardSpec d = ShardSpec::read("dirichlet:0.5").value();
   EXPECT_EQ(d.kind, ShardSpec::Kind::kDirichlet);
   EXPECT_DOUBLE_EQ(d.alpha, 0.5);
   EXPECT_EQ(d.toString(), "dirichlet:0.5");
   for (const char* bad :
        {"", "dirichlet", "dirichlet:", "dirichlet:0", "dirichlet:-1", "dirichlet:1x", "skewed"}) {
-    try {
-      ShardSpec::parse(bad);
-      ADD_FAILURE() << "accepted '" << bad << "'";
-    } catch (const std::invalid_argument& e) {
-      EXPECT_NE(std::string(e.what()).find("--shard"), std::string::npos) << e.what();
-    }
+    const auto read = ShardSpec::read(bad);
+    EXPECT_FALSE(read.ok()) << "accepted '" << bad << "'";
+    EXPECT_NE(read.message().find("--shard"), std::string::npos) << read.message();
   }
 }
 
 // An absurd alpha (1.7e308 parses as a finite number) is refused with the flag and the limit;
 // 1e6 is already iid in effect.
 TEST(ShardSpec, RefusesAnAlphaAboveAMillion) {
-  EXPECT_DOUBLE_EQ(ShardSpec::parse("dirichlet:1e6").alpha, 1e6);
+  EXPECT_DOUBLE_EQ(ShardSpec::read("dirichlet:1e6")->alpha, 1e6);
   for (const char* bad : {"dirichlet:1000001", "dirichlet:1.7e308", "dirichlet:inf"}) {
-    try {
-      ShardSpec::parse(bad);
-      ADD_FAILURE() << "accepted '" << bad << "'";
-    } catch (const std::invalid_argument& e) {
-      const std::string message = e.what();
-      EXPECT_NE(message.find("--shard"), std::string::npos) << message;
-      EXPECT_NE(message.find(bad), std::string::npos) << message;
-      EXPECT_NE(message.find("1000000"), std::string::npos) << message;
-    }
+    const auto read = ShardSpec::read(bad);
+    EXPECT_FALSE(read.ok()) << "accepted '" << bad << "'";
+    const std::string& message = read.message();
+    EXPECT_NE(message.find("--shard"), std::string::npos) << message;
+    EXPECT_NE(message.find(bad), std::string::npos) << message;
+    EXPECT_NE(message.find("1000000"), std::string::npos) << message;
   }
 }
 
 TEST(RunOptions, BadValuesNameTheFlag) {
   RunOptions o = options();
-  o.stragglers = "sometimes:3";
-  EXPECT_THROW(validateRunOptions(o), std::invalid_argument);
-  o = options();
+  // --stragglers is read where the flag enters: a bad profile never reaches the options.
+  EXPECT_FALSE(faults::StragglerProfile::read("sometimes:3").ok());
   o.rounds = 0;
   o.epochs = 0;
-  EXPECT_THROW(validateRunOptions(o), std::invalid_argument);
+  EXPECT_FALSE(checkRunOptions(o).ok());
   o = options();
   o.model.hidden = {10};
-  try {
-    validateRunOptions(o);
-    ADD_FAILURE();
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("--hidden"), std::string::npos);
-  }
+  const node::Status hidden = checkRunOptions(o);
+  EXPECT_EQ(hidden.code(), node::ErrorCode::kInvalidArgument);
+  EXPECT_NE(hidden.message().find("--hidden"), std::string::npos) << hidden.message();
 }
 
 // NaN compares false with every bound, so a check written as `x < 0 || x >= 1` lets it
@@ -98,32 +88,53 @@ TEST(RunOptions, NotANumberIsRefusedNamingTheFlag) {
   for (const auto& [flag, set] : fields) {
     RunOptions o = options();
     set(o, nan);
-    try {
-      validateRunOptions(o);
-      ADD_FAILURE() << flag << " nan was accepted";
-    } catch (const std::invalid_argument& e) {
-      EXPECT_NE(std::string(e.what()).find(flag), std::string::npos) << e.what();
-    }
+    const node::Status status = checkRunOptions(o);
+    EXPECT_FALSE(status.ok()) << flag << " nan was accepted";
+    EXPECT_NE(status.message().find(flag), std::string::npos) << status.message();
     // The same through the command line (CLI11's Range lets NaN pass).
     CLI::App app;
     RunOptions parsed = options();
     addRunOptions(app, parsed);
     try {
       app.parse(flag + " nan", false);
-      validateRunOptions(parsed);
-      ADD_FAILURE() << flag << " nan was accepted on the command line";
+      const node::Status parsed_status = checkRunOptions(parsed);
+      EXPECT_FALSE(parsed_status.ok()) << flag << " nan was accepted on the command line";
+      EXPECT_NE(parsed_status.message().find(flag), std::string::npos) << parsed_status.message();
     } catch (const CLI::ParseError&) {
-    } catch (const std::invalid_argument& e) {
-      EXPECT_NE(std::string(e.what()).find(flag), std::string::npos) << e.what();
     }
   }
   RunOptions o = options();
   o.momentum = 0.9;
   o.weight_decay = 1e-3;
   o.target_acc = 1;
-  EXPECT_NO_THROW(validateRunOptions(o));
+  EXPECT_TRUE(checkRunOptions(o).ok());
   o.momentum = 1;
-  EXPECT_THROW(validateRunOptions(o), std::invalid_argument);
+  EXPECT_FALSE(checkRunOptions(o).ok());
+}
+
+// The typed flags are read where they enter; a bad value is CLI11's refusal naming the flag and
+// what the grammar's reader said.
+TEST(RunOptions, TypedFlagsAreReadOnceAndABadValueIsRefused) {
+  CLI::App app;
+  RunOptions p;
+  addRunOptions(app, p);
+  app.parse("--stragglers fixed:2+slow:1=3 --shard dirichlet:0.3", false);
+  ASSERT_EQ(p.stragglers.terms.size(), 2u);
+  EXPECT_EQ(p.stragglers.terms[1].factors.at(1), 3.0);
+  EXPECT_EQ(p.stragglers.text, "fixed:2+slow:1=3");
+  for (const std::string bad : {"--stragglers sometimes:3", "--shard skewed"}) {
+    CLI::App again;
+    RunOptions q;
+    addRunOptions(again, q);
+    try {
+      again.parse(bad, false);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const CLI::ParseError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(bad.substr(0, bad.find(' '))), std::string::npos) << what;
+      EXPECT_NE(what.find(bad.substr(bad.find(' ') + 1)), std::string::npos) << what;
+    }
+  }
 }
 
 TEST(RunOptions, FlagsReachTheOptions) {
@@ -154,16 +165,9 @@ TEST(RunOptions, ScheduleAndAugmentationFlags) {
   EXPECT_TRUE(p.augment);
   EXPECT_EQ(p.crop_padding, 2);
   EXPECT_FALSE(p.flip);
-  EXPECT_NO_THROW(validateRunOptions(options()));
+  EXPECT_TRUE(checkRunOptions(options()).ok());
 
-  auto message = [](const RunOptions& o) {
-    try {
-      validateRunOptions(o);
-    } catch (const std::invalid_argument& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
+  auto message = [](const RunOptions& o) { return checkRunOptions(o).message(); };
   RunOptions o = options();
   o.schedule = "step";  // without --step-epochs it would never decay
   EXPECT_NE(message(o).find("--step-epochs"), std::string::npos) << message(o);
@@ -172,7 +176,8 @@ TEST(RunOptions, ScheduleAndAugmentationFlags) {
   EXPECT_NE(message(o).find("--step-epochs"), std::string::npos) << message(o);
   o = options();
   o.schedule = "linear";
-  EXPECT_THROW(validateRunOptions(o), std::invalid_argument);
+  EXPECT_NE(message(o).find("unknown learning-rate schedule 'linear'"), std::string::npos)
+      << message(o);
 }
 
 // The schedule runs over rounds, with epochs counted like --epochs (an average shard).
@@ -186,7 +191,7 @@ TEST(NodeJob, TheScheduleIsInRoundsOfAnAverageShard) {
   o.step_epochs = 1.5;
   o.gamma = 0.5;
   o.warmup_epochs = 0.5;
-  NodeJob job = prepareNodeJob(o, data(), 0, 5, "");
+  NodeJob job = prepareNodeJob(o, data(), 0, 5);
   EXPECT_EQ(job.rounds, 40);
   EXPECT_EQ(job.schedule.warmupSteps, 5);
   EXPECT_EQ(job.schedule.stepEvery, 15);
@@ -196,13 +201,13 @@ TEST(NodeJob, TheScheduleIsInRoundsOfAnAverageShard) {
   // Lengths under one round are one round, as in chorus train.
   o.step_epochs = 0.04;
   o.warmup_epochs = 0.04;
-  job = prepareNodeJob(o, data(), 0, 5, "");
+  job = prepareNodeJob(o, data(), 0, 5);
   EXPECT_EQ(job.schedule.warmupSteps, 1);
   EXPECT_EQ(job.schedule.stepEvery, 1);
   o.schedule = "cosine";
   o.step_epochs = 0;
   o.warmup_epochs = 0;
-  job = prepareNodeJob(o, data(), 0, 5, "");
+  job = prepareNodeJob(o, data(), 0, 5);
   EXPECT_EQ(job.schedule.totalSteps, 40);
   EXPECT_DOUBLE_EQ(job.schedule.at(0), 0.2);
   EXPECT_NEAR(job.schedule.at(20), 0.1, 1e-12);
@@ -232,7 +237,7 @@ TEST(NodeJob, AugmentationReachesTheBatcher) {
   o.model.name = "mlp";
   o.crop_padding = 1;
   const auto split = images();
-  NodeJob job = prepareNodeJob(o, split, 0, 2, "");
+  NodeJob job = prepareNodeJob(o, split, 0, 2);
   ASSERT_TRUE(job.augmentation.enabled);
   EXPECT_EQ(job.augmentation.padding, 1);
   ShardBatcher plain(split->train, job.shard, 20, 7);
@@ -254,7 +259,7 @@ TEST(NodeJob, EveryNodeStartsFromTheSameModelOnItsOwnDisjointShard) {
   size_t total = 0;
   std::vector<float> first;
   for (int i = 0; i < nodes; ++i) {
-    NodeJob job = prepareNodeJob(options(), data(), static_cast<uint32_t>(i), nodes, "");
+    NodeJob job = prepareNodeJob(options(), data(), static_cast<uint32_t>(i), nodes);
     if (first.empty()) {
       first.assign(job.model->params().begin(), job.model->params().end());
     } else {
@@ -271,8 +276,8 @@ TEST(NodeJob, EveryNodeStartsFromTheSameModelOnItsOwnDisjointShard) {
 // A node process keeps only its shard in memory, and draws exactly the batches it drew from
 // the whole training set.
 TEST(NodeJob, ANodeProcessKeepsItsShardAndDrawsEveryBatch) {
-  NodeJob full = prepareNodeJob(options(), data(), 1, 3, "");
-  NodeJob compact = prepareNodeProcessJob(options(), *data(), 1, 3, "");
+  NodeJob full = prepareNodeJob(options(), data(), 1, 3);
+  NodeJob compact = prepareNodeProcessJob(options(), *data(), 1, 3);
   ASSERT_EQ(compact.shard.size(), full.shard.size());
   EXPECT_EQ(compact.data->train.size(), full.shard.size());
   EXPECT_EQ(compact.data->train.dim(), data()->train.dim());
@@ -339,12 +344,12 @@ TEST(NodeJob, ANodeProcessReadingOnlyItsShardGetsTheSameJob) {
     o.data.name = c.data;
     o.data.dataDir = c.data == "synthetic" ? "" : dir.path();
     o.data.syntheticTrain = 300;
-    o.shard = ShardSpec::parse(c.shard);
+    o.shard = ShardSpec::read(c.shard).value();
     o.train_limit = c.limit;
     o.rounds = 0;
     o.epochs = 2;
-    NodeJob loaded = prepareNodeProcessJob(o, loadRunSplit(o), c.node, c.nodes, "");
-    NodeJob streamed = loadNodeProcessJob(o, c.node, c.nodes, "");
+    NodeJob loaded = prepareNodeProcessJob(o, loadRunSplit(o), c.node, c.nodes);
+    NodeJob streamed = loadNodeProcessJob(o, c.node, c.nodes);
     EXPECT_EQ(streamed.shard, loaded.shard);
     EXPECT_EQ(streamed.data->train.shape, loaded.data->train.shape);
     EXPECT_EQ(streamed.data->train.labels, loaded.data->train.labels);
@@ -358,7 +363,7 @@ TEST(NodeJob, ANodeProcessReadingOnlyItsShardGetsTheSameJob) {
 }
 
 TEST(NodeJob, ASingleNodeProcessKeepsTheWholeTrainingSet) {
-  NodeJob job = prepareNodeProcessJob(options(), *data(), 0, 1, "");
+  NodeJob job = prepareNodeProcessJob(options(), *data(), 0, 1);
   EXPECT_EQ(job.data->train.size(), data()->train.size());
   EXPECT_EQ(job.data->test.labels, data()->test.labels);
   EXPECT_EQ(job.shard.size(), data()->train.size());
@@ -369,23 +374,26 @@ TEST(NodeJob, RoundsFromEpochsOfAnAverageShardAndCombinedStragglers) {
   o.rounds = 0;
   o.epochs = 2;
   o.batch = 10;
-  o.stragglers = "fixed:5";
-  NodeJob job = prepareNodeJob(o, data(), 1, 5, "slow:1=3");
+  o.stragglers = chorus::faults::StragglerProfile::read("fixed:5").value();
+  NodeJob job = prepareNodeJob(o, data(), 1, 5, faults::StragglerProfile::read("slow:1=3").value());
   EXPECT_EQ(job.shard.size(), 100u);
   EXPECT_EQ(job.rounds, 20);
   EXPECT_EQ(job.stragglers.terms.size(), 2u);
   // Label-skewed shards differ in size, the rounds do not: every node runs the same number.
-  o.shard = ShardSpec::parse("dirichlet:0.3");
+  o.shard = ShardSpec::read("dirichlet:0.3").value();
   std::set<size_t> sizes;
   for (uint32_t i = 0; i < 5; ++i) {
-    NodeJob skewed = prepareNodeJob(o, data(), i, 5, "");
+    NodeJob skewed = prepareNodeJob(o, data(), i, 5);
     sizes.insert(skewed.shard.size());
     EXPECT_EQ(skewed.rounds, 20);
   }
   EXPECT_GT(sizes.size(), 1u);
-  o.shard = ShardSpec::parse("iid");
-  EXPECT_THROW(prepareNodeJob(o, data(), 5, 5, ""), std::invalid_argument);
-  EXPECT_THROW(prepareNodeJob(o, data(), 1, 5, "bogus"), std::invalid_argument);
+  o.shard = ShardSpec::read("iid").value();
+  EXPECT_THROW(prepareNodeJob(o, data(), 5, 5), std::invalid_argument);
+  // The flag's profile and the node's attribute, each good alone, give node 1 two crash steps.
+  o.stragglers = faults::StragglerProfile::read("crash:1@5").value();
+  EXPECT_THROW(prepareNodeJob(o, data(), 1, 5, faults::StragglerProfile::read("crash:1@9").value()),
+               std::invalid_argument);
 }
 
 TEST(ShardBatcher, CyclesThroughTheShardEpochAfterEpoch) {

@@ -261,8 +261,8 @@ TEST(TopologyGenerate, HostNameModeAndPortsAreApplied) {
 
 TEST(TopologyGenerate, OptionalAttributesRoundTrip) {
   Topology topology = generate(optionsFor(GraphKind::kComplete, 3));
-  topology.nodes[0].stragglers = "fixed:20";
-  topology.nodes[1].link_delay = "20,5";
+  topology.nodes[0].stragglers = faults::StragglerProfile::read("fixed:20").value();
+  topology.nodes[1].link_delay = faults::LinkDelay::read("20,5").value();
   topology.nodes[1].weight = 3.0;
   topology.nodes[2].weight = 0.1;
   std::string text = toToml(topology);

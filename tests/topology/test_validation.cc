@@ -261,8 +261,10 @@ TEST(TopologyValidation, LinkDelayAttribute) {
       parseTopology(head + "[[node]]\nid = 0\naddress = \"h:1\"\nlink_delay = \"20,5\"\n" +
                         "[[node]]\nid = 1\naddress = \"h:2\"\n",
                     "delay");
-  EXPECT_EQ(topology.nodes[0].link_delay, "20,5");
-  EXPECT_EQ(topology.nodes[1].link_delay, "");
+  EXPECT_EQ(topology.nodes[0].link_delay.text, "20,5");
+  EXPECT_EQ(topology.nodes[0].link_delay.delay, std::chrono::milliseconds(20));
+  EXPECT_EQ(topology.nodes[1].link_delay.text, "");
+  EXPECT_TRUE(topology.nodes[1].link_delay.empty());
 }
 
 // A node reads only its own stragglers attribute: a slow or crash term in it for another node
@@ -425,7 +427,8 @@ TEST(TopologyValidation, PsModeWithoutNeighborsIsComplete) {
   EXPECT_EQ(topology.nodes[2].host, "::1");
   EXPECT_EQ(topology.nodes[2].port, 7102);
   EXPECT_EQ(topology.nodes[2].address(), "[::1]:7102");
-  EXPECT_EQ(topology.nodes[2].stragglers, "fixed:20");
+  EXPECT_EQ(topology.nodes[2].stragglers.text, "fixed:20");
+  ASSERT_EQ(topology.nodes[2].stragglers.terms.size(), 1u);  // read once, where the file is
   EXPECT_EQ(topology.nodes[0].neighbors, (std::vector<uint32_t>{1, 2}));
   EXPECT_EQ(topology.nodes[2].neighbors, (std::vector<uint32_t>{0, 1}));
   EXPECT_EQ(edgeCount(topology), 3u);
