@@ -119,9 +119,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   node::FrameSealer forger(keyOf(2));  // a sender without this connection's key
   std::vector<Plain> plain;            // every frame the sender sealed, in record order
   std::vector<uint8_t> stream;
-  // The frames on the wire: the index into `plain` of an intact frame, or nullopt (touched).
+  // The frames on the wire: the index into `plain` of the frame whose intact sealed bytes they
+  // are, or nullopt (altered, or sealed under another key). Position j opens iff it holds j.
   std::vector<std::optional<size_t>> sent;
   std::vector<uint8_t> last_sealed;
+  size_t last_index = 0;  // the plain frame last_sealed holds
   while (size >= 3) {
     const uint8_t control = data[0];
     size_t length = data[1] | (size_t{data[2]} << 8);
@@ -150,12 +152,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     plain.push_back(std::move(p));
     if (op == 6) {  // dropped on the way (its record numbers are spent)
       last_sealed = std::move(sealed);
+      last_index = plain.size() - 1;
       continue;
     }
     if (op == 5 && !last_sealed.empty()) {  // the previous frame again, instead of this one
+      // Intact bytes of an earlier frame: they open only where that frame is due (after a drop
+      // of it, the "replay" is its first arrival).
       stream.insert(stream.end(), last_sealed.begin(), last_sealed.end());
-      sent.push_back(std::nullopt);
+      sent.push_back(last_index);
       last_sealed = std::move(sealed);
+      last_index = plain.size() - 1;
       continue;
     }
     std::optional<size_t> index = plain.size() - 1;
@@ -164,11 +170,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       data += 2;
       size -= 2;
       sealed[at / 8] ^= static_cast<uint8_t>(1u << (at % 8));
-      index = std::nullopt;
+      // A frame whose Envelope announces no attachment is delivered without the bytes sealed
+      // after it (the stream breaks there): a bit flipped in those leaves the frame intact.
+      const Plain& q = plain.back();
+      const size_t received = q.announced == 0 && q.rest() > 0
+                                  ? node::kFramePrefixBytes + q.envelope + node::kSealTagBytes
+                                  : sealed.size();
+      if (at / 8 < received) index = std::nullopt;
     }
     stream.insert(stream.end(), sealed.begin(), sealed.end());
     sent.push_back(index);
     last_sealed = std::move(sealed);
+    last_index = plain.size() - 1;
   }
   // Frames that can be delivered: the intact ones at their own place, up to the first that is
   // not, or that cannot open as sealed, or that breaks the stream after it.
