@@ -4,6 +4,8 @@ find_package(PkgConfig REQUIRED)
 pkg_check_modules(LIBUV REQUIRED IMPORTED_TARGET libuv)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 pkg_check_modules(SODIUM REQUIRED IMPORTED_TARGET libsodium)
+# libssl-dev: libcrypto's EVP ChaCha20-Poly1305 seals frames (node/frame_cipher.h).
+find_package(OpenSSL 3.0 REQUIRED COMPONENTS Crypto)
 find_package(FlatBuffers CONFIG REQUIRED)
 find_program(FLATC flatc REQUIRED)
 find_package(Eigen3 3.4 REQUIRED NO_MODULE)

@@ -1,119 +1,135 @@
 #include "node/frame_cipher.h"
 
 #include <fmt/format.h>
+#include <openssl/evp.h>
 #include <sodium.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 
 namespace chorus::node {
 namespace {
 
-constexpr size_t kBlockBytes = 64;
 static_assert(crypto_aead_chacha20poly1305_ietf_ABYTES == kSealTagBytes);
 static_assert(crypto_aead_chacha20poly1305_ietf_KEYBYTES == kSessionKeyBytes);
-static_assert(crypto_aead_chacha20poly1305_ietf_NPUBBYTES == 12);
+constexpr size_t kNonceBytes = 12;
+static_assert(crypto_aead_chacha20poly1305_ietf_NPUBBYTES == kNonceBytes);
+// EVP takes int lengths: longer chunks are fed in steps of this (a multiple of the 64-byte
+// ChaCha20 block, not that it matters: EVP carries partial blocks over).
+constexpr size_t kMaxUpdateBytes = size_t{1} << 30;
 
 void storeLittleEndian64(uint8_t* out, uint64_t value) {
   for (int i = 0; i < 8; ++i)
     out[i] = static_cast<uint8_t>(value >> (8 * i));
 }
 
+// Fetched once: an implicit fetch per record (EVP_chacha20_poly1305()) takes a lock each time.
+const EVP_CIPHER* chacha20Poly1305() {
+  static const EVP_CIPHER* cipher = [] {
+    EVP_CIPHER* fetched = EVP_CIPHER_fetch(nullptr, "ChaCha20-Poly1305", nullptr);
+    if (fetched == nullptr) {
+      throw std::runtime_error(
+          "OpenSSL's default provider has no ChaCha20-Poly1305 (libssl3 is broken or too old)");
+    }
+    return fetched;
+  }();
+  return cipher;
+}
+
+// OpenSSL reports failure of these calls only for programming errors (a wrong length, a call out
+// of order) or allocation failure: neither is anything a peer can cause.
+void check(int ok, const char* call) {
+  if (ok != 1) throw std::runtime_error(fmt::format("OpenSSL {} failed", call));
+}
+
 }  // namespace
 
-struct AeadStream::State {
-  SessionKey key;
-  uint8_t nonce[12] = {};
-  crypto_onetimeauth_poly1305_state mac;
-  uint64_t associated_bytes = 0;
-  uint64_t position = 0;            // message bytes sealed or opened so far
-  uint8_t block[kBlockBytes] = {};  // keystream of the block holding `position`, if partial
+struct AeadCipher::Context {
+  EVP_CIPHER_CTX* ctx = nullptr;
 };
 
-AeadStream::AeadStream(const SessionKey& key, uint64_t nonce, std::span<const uint8_t> associated)
-    : state_(std::make_unique<State>()) {
-  State& s = *state_;
-  s.key = key;
-  storeLittleEndian64(s.nonce + 4, nonce);
-  // RFC 8439 2.8: the Poly1305 key is the first half of keystream block 0; the message is
-  // encrypted from block 1 on. The MAC covers AD, padding, ciphertext, padding, both lengths.
-  uint8_t poly_key[kBlockBytes] = {};
-  crypto_stream_chacha20_ietf(poly_key, sizeof(poly_key), s.nonce, s.key.data());
-  crypto_onetimeauth_poly1305_init(&s.mac, poly_key);
-  sodium_memzero(poly_key, sizeof(poly_key));
-  static const uint8_t kZeros[16] = {};
-  crypto_onetimeauth_poly1305_update(&s.mac, associated.data(), associated.size());
-  crypto_onetimeauth_poly1305_update(&s.mac, kZeros, (0x10 - associated.size()) & 0xf);
-  s.associated_bytes = associated.size();
+AeadCipher::AeadCipher(const SessionKey& key, Direction direction)
+    : context_(std::make_unique<Context>()), direction_(direction) {
+  context_->ctx = EVP_CIPHER_CTX_new();
+  if (context_->ctx == nullptr) throw std::bad_alloc();
+  // The key once; each record sets only its nonce (AeadStream).
+  check(EVP_CipherInit_ex2(context_->ctx, chacha20Poly1305(), key.data(), nullptr,
+                           direction == Direction::kSeal ? 1 : 0, nullptr),
+        "EVP_CipherInit_ex2");
 }
 
-AeadStream::~AeadStream() {
-  sodium_memzero(state_.get(), sizeof(State));
+AeadCipher::~AeadCipher() {
+  EVP_CIPHER_CTX_free(context_->ctx);  // cleanses the key schedule
 }
 
-void AeadStream::xorKeystream(const uint8_t* in, uint8_t* out, size_t n) {
-  State& s = *state_;
+AeadStream::AeadStream(AeadCipher& cipher, uint64_t nonce, std::span<const uint8_t> associated)
+    : cipher_(cipher) {
+  uint8_t iv[kNonceBytes] = {};
+  storeLittleEndian64(iv + 4, nonce);
+  // A new nonce restarts the record: fresh Poly1305 key (keystream block 0), counter 1, lengths
+  // zero (RFC 8439 2.8).
+  check(EVP_CipherInit_ex2(cipher_.context_->ctx, nullptr, nullptr, iv, -1, nullptr),
+        "EVP_CipherInit_ex2 (nonce)");
+  if (!associated.empty()) update(associated.data(), nullptr, associated.size());
+}
+
+void AeadStream::update(const uint8_t* in, uint8_t* out, size_t n) {
   while (n > 0) {
-    const size_t offset = s.position % kBlockBytes;
-    // Block 0 was the MAC key's; the IETF counter is 32 bits (256 GiB per record).
-    const uint64_t block = 1 + s.position / kBlockBytes;
-    if (offset == 0 && n >= kBlockBytes) {
-      const size_t whole = n - n % kBlockBytes;
-      crypto_stream_chacha20_ietf_xor_ic(out, in, whole, s.nonce, static_cast<uint32_t>(block),
-                                         s.key.data());
-      in += whole;
-      out += whole;
-      n -= whole;
-      s.position += whole;
-      continue;
-    }
-    if (offset == 0) {
-      std::memset(s.block, 0, sizeof(s.block));
-      crypto_stream_chacha20_ietf_xor_ic(s.block, s.block, sizeof(s.block), s.nonce,
-                                         static_cast<uint32_t>(block), s.key.data());
-    }
-    const size_t take = std::min(n, kBlockBytes - offset);
-    for (size_t i = 0; i < take; ++i)
-      out[i] = in[i] ^ s.block[offset + i];
-    in += take;
-    out += take;
-    n -= take;
-    s.position += take;
+    const size_t step = std::min(n, kMaxUpdateBytes);
+    int written = 0;
+    check(EVP_CipherUpdate(cipher_.context_->ctx, out, &written, in, static_cast<int>(step)),
+          "EVP_CipherUpdate");
+    in += step;
+    if (out != nullptr) out += step;
+    n -= step;
   }
 }
 
 void AeadStream::seal(std::span<const uint8_t> in, uint8_t* out) {
-  xorKeystream(in.data(), out, in.size());
-  crypto_onetimeauth_poly1305_update(&state_->mac, out, in.size());
+  if (cipher_.direction_ != AeadCipher::Direction::kSeal) {
+    throw std::logic_error("AeadStream::seal on an opening cipher");
+  }
+  update(in.data(), out, in.size());
 }
 
 void AeadStream::open(std::span<uint8_t> bytes) {
-  crypto_onetimeauth_poly1305_update(&state_->mac, bytes.data(), bytes.size());
-  xorKeystream(bytes.data(), bytes.data(), bytes.size());
+  if (cipher_.direction_ != AeadCipher::Direction::kOpen) {
+    throw std::logic_error("AeadStream::open on a sealing cipher");
+  }
+  update(bytes.data(), bytes.data(), bytes.size());
 }
 
 SealTag AeadStream::tag() {
-  State& s = *state_;
-  static const uint8_t kZeros[16] = {};
-  crypto_onetimeauth_poly1305_update(&s.mac, kZeros, (0x10 - s.position % 16) & 0xf);
-  uint8_t lengths[16];
-  storeLittleEndian64(lengths, s.associated_bytes);
-  storeLittleEndian64(lengths + 8, s.position);
-  crypto_onetimeauth_poly1305_update(&s.mac, lengths, sizeof(lengths));
+  if (cipher_.direction_ != AeadCipher::Direction::kSeal) {
+    throw std::logic_error("AeadStream::tag on an opening cipher");
+  }
+  EVP_CIPHER_CTX* ctx = cipher_.context_->ctx;
+  int written = 0;
+  uint8_t none[1];
+  check(EVP_CipherFinal_ex(ctx, none, &written), "EVP_CipherFinal_ex");
   SealTag tag{};
-  crypto_onetimeauth_poly1305_final(&s.mac, tag.data());
+  check(EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_GET_TAG, static_cast<int>(tag.size()), tag.data()),
+        "EVP_CTRL_AEAD_GET_TAG");
   return tag;
 }
 
 bool AeadStream::matches(std::span<const uint8_t> received) {
-  const SealTag expected = tag();
-  return received.size() == kSealTagBytes &&
-         crypto_verify_16(expected.data(), received.data()) == 0;
-}
-
-FrameSealer::~FrameSealer() {
-  sodium_memzero(key_.data(), key_.size());
+  if (cipher_.direction_ != AeadCipher::Direction::kOpen) {
+    throw std::logic_error("AeadStream::matches on a sealing cipher");
+  }
+  if (received.size() != kSealTagBytes) return false;
+  EVP_CIPHER_CTX* ctx = cipher_.context_->ctx;
+  SealTag copy{};
+  std::memcpy(copy.data(), received.data(), copy.size());
+  check(EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_SET_TAG, static_cast<int>(copy.size()), copy.data()),
+        "EVP_CTRL_AEAD_SET_TAG");
+  int written = 0;
+  uint8_t none[1];
+  // 1 when the tag matches (compared in constant time by OpenSSL), 0 when it does not.
+  return EVP_CipherFinal_ex(ctx, none, &written) == 1;
 }
 
 SharedFrame FrameSealer::seal(const OutboundFrame& frame) {
@@ -143,8 +159,8 @@ SharedFrame FrameSealer::seal(const OutboundFrame& frame) {
   // attachment's, each followed by its tag.
   uint8_t* at = out + kFramePrefixBytes;
   size_t skip = kFramePrefixBytes;
-  auto record = std::make_unique<AeadStream>(key_, records_++,
-                                             std::span<const uint8_t>(prefix, kFramePrefixBytes));
+  std::optional<AeadStream> record;
+  record.emplace(cipher_, records_++, std::span<const uint8_t>(prefix, kFramePrefixBytes));
   size_t record_left = envelope;
   bool in_attachment = false;
   const auto closeRecord = [&] {
@@ -163,7 +179,7 @@ SharedFrame FrameSealer::seal(const OutboundFrame& frame) {
     while (!rest.empty()) {
       if (record_left == 0 && !in_attachment) {
         closeRecord();
-        record = std::make_unique<AeadStream>(key_, records_++, std::span<const uint8_t>());
+        record.emplace(cipher_, records_++, std::span<const uint8_t>());
         record_left = attachment;
         in_attachment = true;
       }
@@ -181,9 +197,7 @@ SharedFrame FrameSealer::seal(const OutboundFrame& frame) {
       frame.kind());
 }
 
-FrameOpener::~FrameOpener() {
-  sodium_memzero(key_.data(), key_.size());
-}
+FrameOpener::~FrameOpener() = default;
 
 Status FrameOpener::failure(const char* what, uint64_t frame) const {
   return {ErrorCode::kBadFrame,
@@ -194,7 +208,7 @@ Status FrameOpener::failure(const char* what, uint64_t frame) const {
 
 Status FrameOpener::openEnvelope(std::span<const uint8_t> prefix, std::span<uint8_t> envelope,
                                  std::span<const uint8_t> tag) {
-  AeadStream record(key_, records_++, prefix);
+  AeadStream record(cipher_, records_++, prefix);
   record.open(envelope);
   if (!record.matches(tag)) return failure("the Envelope", frames_ + 1);
   ++frames_;
@@ -202,7 +216,7 @@ Status FrameOpener::openEnvelope(std::span<const uint8_t> prefix, std::span<uint
 }
 
 void FrameOpener::beginAttachment() {
-  attachment_ = std::make_unique<AeadStream>(key_, records_++, std::span<const uint8_t>());
+  attachment_.emplace(cipher_, records_++, std::span<const uint8_t>());
 }
 
 void FrameOpener::openAttachment(std::span<uint8_t> chunk) {

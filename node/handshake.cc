@@ -95,8 +95,8 @@ HandshakeMessage Handshake::start() {
   state_ = HandshakeState::kAwaitingAnswer;
   HandshakeMessage hello = message(wire::Body::Hello, {}, {}, settings_.run_fingerprint);
   if (settings_.key) {
-    const HandshakeNonce nonce = settings_.new_nonce();
-    dialer_nonce_.assign(nonce.begin(), nonce.end());
+    ephemeral_.emplace(settings_.new_ephemeral());
+    dialer_nonce_.assign(ephemeral_->public_key.begin(), ephemeral_->public_key.end());
     hello.nonce = dialer_nonce_;
   }
   return hello;
@@ -195,15 +195,30 @@ HandshakeStep Handshake::onHello(const wire::Envelope& envelope, const std::stri
   }
   peer_run_ = hello->run() ? hello->run()->str() : "";
   if (!secret) return admit();
-  // Prove the secret over the dialer's nonce and ask it to prove it over ours.
+  // Prove the secret over the dialer's nonce and ask it to prove it over ours. Our nonce is the
+  // public half of a key pair drawn for this handshake; its secret half is dropped as soon as
+  // the session keys are derived.
   dialer_nonce_.assign(hello->nonce()->begin(), hello->nonce()->end());
-  const HandshakeNonce nonce = settings_.new_nonce();
-  acceptor_nonce_.assign(nonce.begin(), nonce.end());
+  std::optional<KeyAgreement> agreement;
+  {
+    const EphemeralKey ephemeral = settings_.new_ephemeral();
+    acceptor_nonce_.assign(ephemeral.public_key.begin(), ephemeral.public_key.end());
+    agreement = agreeOnKey(ephemeral, dialer_nonce_);
+  }
+  if (!agreement) {
+    std::string refusal = fmt::format(
+        "the Hello's nonce is not a usable X25519 public key (a point of small order); a chorus "
+        "node sends a fresh one");
+    std::string log =
+        fmt::format("refusing Hello from {} claiming node {}: {}", description, id, refusal);
+    return refuse(std::move(refusal), /*permanent=*/true, std::move(log));
+  }
   const HandshakeMac mac = handshakeMac(*settings_.key, HandshakeRole::kAcceptor, settings_.cluster,
                                         settings_.self, id, dialer_nonce_, acceptor_nonce_);
   state_ = HandshakeState::kAwaitingProof;
   keys_ = node::sessionKeys(*settings_.key, HandshakeRole::kAcceptor, settings_.cluster, id,
-                            settings_.self, dialer_nonce_, acceptor_nonce_);
+                            settings_.self, dialer_nonce_, acceptor_nonce_, *agreement);
+  agreement->fill(0);
   HandshakeStep step;
   step.reply =
       message(wire::Body::Challenge, acceptor_nonce_, std::vector<uint8_t>(mac.begin(), mac.end()));
@@ -266,6 +281,7 @@ HandshakeStep Handshake::onChallenge(const wire::Envelope& envelope,
   const NodeId peer = peer_;
   std::string refusal;
   std::string give_up;
+  std::optional<KeyAgreement> agreement;
   if (!settings_.key) {
     refusal = fmt::format(
         "node {} asks for the cluster's shared secret, but node {} has none: start every node "
@@ -289,10 +305,16 @@ HandshakeStep Handshake::onChallenge(const wire::Envelope& envelope,
       // The node we dialed, at the topology's address, holds another secret: retrying cannot
       // help, so stop and say so.
       give_up = refusal;
+    } else if (agreement = agreeOnKey(*ephemeral_, their_nonce); !agreement) {
+      refusal = fmt::format(
+          "node {} proved the shared secret but its Challenge's nonce is not a usable X25519 "
+          "public key (a point of small order)",
+          peer);
     } else {
       acceptor_nonce_.assign(their_nonce.begin(), their_nonce.end());
     }
   }
+  ephemeral_.reset();  // wiped: from now on nobody can compute this handshake's keys again
   if (!refusal.empty()) {
     std::string log = fmt::format("refusing the Challenge of {}: {}", description, refusal);
     HandshakeStep step = refuse(std::move(refusal), /*permanent=*/false, std::move(log));
@@ -303,7 +325,8 @@ HandshakeStep Handshake::onChallenge(const wire::Envelope& envelope,
                                           settings_.self, peer, acceptor_nonce_, dialer_nonce_);
   state_ = HandshakeState::kAwaitingWelcome;
   keys_ = node::sessionKeys(*settings_.key, HandshakeRole::kDialer, settings_.cluster,
-                            settings_.self, peer, dialer_nonce_, acceptor_nonce_);
+                            settings_.self, peer, dialer_nonce_, acceptor_nonce_, *agreement);
+  agreement->fill(0);
   HandshakeStep step;
   step.reply = message(wire::Body::Proof, {}, std::vector<uint8_t>(proof.begin(), proof.end()));
   step.open_inbound = true;  // the acceptor seals everything after its Challenge

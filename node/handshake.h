@@ -50,8 +50,9 @@ struct HandshakeSettings {
   // id, a higher id, already connected, shutting down. Asked only once the dialer proved the
   // secret (when there is one).
   std::function<std::string(NodeId id)> member_refusal;
-  // Fresh nonces; tests inject fixed ones.
-  std::function<HandshakeNonce()> new_nonce = newHandshakeNonce;
+  // A fresh ephemeral X25519 key pair per handshake (its public half is this end's nonce); tests
+  // inject fixed ones.
+  std::function<EphemeralKey()> new_ephemeral = newEphemeralKey;
 };
 
 // One handshake frame to write; the node encodes it with its header (handshakeBody()).
@@ -131,10 +132,12 @@ class Handshake {
   HandshakeState state_;
   NodeId peer_ = 0;
   // With a secret: the dialer's nonce (sent in Hello, or received in it), and the acceptor's
-  // (sent in Challenge, or received in it).
+  // (sent in Challenge, or received in it); each is its end's ephemeral public key.
   std::vector<uint8_t> dialer_nonce_;
   std::vector<uint8_t> acceptor_nonce_;
   std::string peer_run_;
+  // Dialer, from start() until the Challenge: the key pair whose public half is our nonce.
+  std::optional<EphemeralKey> ephemeral_;
   std::optional<SessionKeys> keys_;
 };
 

@@ -15,7 +15,9 @@ using NodeId = uint32_t;
 // 3: mode messages travel as a service's message (Envelope.service, Envelope.message), each mode
 //    with its own schema; the runtime's union Body holds its own messages only.
 // 4: with a cluster secret, every frame after the handshake is sealed (node/frame_cipher.h).
-inline constexpr uint32_t kProtocolVersion = 4;
+// 5: with a cluster secret, the handshake's nonces are ephemeral X25519 public keys and the
+//    session keys mix in their agreement (forward secrecy; node/secret.h).
+inline constexpr uint32_t kProtocolVersion = 5;
 
 // The longest cluster name (bytes): it travels in every header, and the handshake frames must
 // fit kHandshakeFrameBytes with it.

@@ -85,11 +85,42 @@ Status loadClusterKey(const std::string& path, ClusterKey* key, std::string* war
   return {};
 }
 
-HandshakeNonce newHandshakeNonce() {
+static_assert(crypto_scalarmult_BYTES == kHandshakeNonceBytes);
+static_assert(crypto_scalarmult_SCALARBYTES == sizeof(EphemeralKey::secret_key));
+static_assert(crypto_scalarmult_BYTES == kKeyAgreementBytes);
+
+EphemeralKey::~EphemeralKey() {
+  sodium_memzero(secret_key.data(), secret_key.size());
+}
+
+EphemeralKey newEphemeralKey() {
   initSodium();
-  HandshakeNonce nonce{};
-  randombytes_buf(nonce.data(), nonce.size());
-  return nonce;
+  std::array<uint8_t, 32> secret{};
+  randombytes_buf(secret.data(), secret.size());
+  EphemeralKey key = ephemeralKeyFrom(secret);
+  sodium_memzero(secret.data(), secret.size());
+  return key;
+}
+
+EphemeralKey ephemeralKeyFrom(const std::array<uint8_t, 32>& secret_key) {
+  initSodium();
+  EphemeralKey key;
+  key.secret_key = secret_key;
+  // Clamping is part of X25519 (libsodium clamps inside crypto_scalarmult*).
+  crypto_scalarmult_base(key.public_key.data(), key.secret_key.data());
+  return key;
+}
+
+std::optional<KeyAgreement> agreeOnKey(const EphemeralKey& own,
+                                       std::span<const uint8_t> their_public) {
+  initSodium();
+  if (their_public.size() != kHandshakeNonceBytes) return std::nullopt;
+  KeyAgreement agreement{};
+  // -1 when the result is all zeros: `their_public` is a point of small order.
+  if (crypto_scalarmult(agreement.data(), own.secret_key.data(), their_public.data()) != 0) {
+    return std::nullopt;
+  }
+  return agreement;
 }
 
 HandshakeMac handshakeMac(const ClusterKey& key, HandshakeRole prover, const std::string& cluster,
@@ -118,9 +149,10 @@ namespace {
 
 SessionKey directionKey(const ClusterKey& key, const char* direction, const std::string& cluster,
                         uint32_t dialer, uint32_t acceptor, std::span<const uint8_t> dialer_nonce,
-                        std::span<const uint8_t> acceptor_nonce) {
+                        std::span<const uint8_t> acceptor_nonce, const KeyAgreement& agreement) {
   std::vector<uint8_t> message;
-  const char* label = "chorus frames v1";
+  // v2 (protocol version 5): the X25519 agreement is part of the derivation.
+  const char* label = "chorus frames v2";
   message.insert(message.end(), label, label + std::strlen(label) + 1);
   message.insert(message.end(), direction, direction + std::strlen(direction) + 1);
   appendU32(message, static_cast<uint32_t>(cluster.size()));
@@ -131,9 +163,13 @@ SessionKey directionKey(const ClusterKey& key, const char* direction, const std:
   message.insert(message.end(), dialer_nonce.begin(), dialer_nonce.end());
   appendU32(message, static_cast<uint32_t>(acceptor_nonce.size()));
   message.insert(message.end(), acceptor_nonce.begin(), acceptor_nonce.end());
+  // Keyed with K: a holder of the agreement alone (an attacker who broke X25519, or an end that
+  // skipped the MACs) still needs the secret; a holder of K alone needs the agreement.
+  message.insert(message.end(), agreement.begin(), agreement.end());
   SessionKey out{};
   crypto_generichash(out.data(), out.size(), message.data(), message.size(), key.data(),
                      key.size());
+  sodium_memzero(message.data(), message.size());
   return out;
 }
 
@@ -141,12 +177,12 @@ SessionKey directionKey(const ClusterKey& key, const char* direction, const std:
 
 SessionKeys sessionKeys(const ClusterKey& key, HandshakeRole self, const std::string& cluster,
                         uint32_t dialer, uint32_t acceptor, std::span<const uint8_t> dialer_nonce,
-                        std::span<const uint8_t> acceptor_nonce) {
+                        std::span<const uint8_t> acceptor_nonce, const KeyAgreement& agreement) {
   initSodium();
   const SessionKey outbound = directionKey(key, "dialer to acceptor", cluster, dialer, acceptor,
-                                           dialer_nonce, acceptor_nonce);
+                                           dialer_nonce, acceptor_nonce, agreement);
   const SessionKey inbound = directionKey(key, "acceptor to dialer", cluster, dialer, acceptor,
-                                          dialer_nonce, acceptor_nonce);
+                                          dialer_nonce, acceptor_nonce, agreement);
   SessionKeys keys;
   keys.send = self == HandshakeRole::kDialer ? outbound : inbound;
   keys.receive = self == HandshakeRole::kDialer ? inbound : outbound;

@@ -13,6 +13,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libtomlplusplus-dev libspdlog-dev libfmt-dev
   zlib1g-dev libsodium-dev
+  # node/frame_cipher: OpenSSL's EVP ChaCha20-Poly1305 seals frames (docs/security.md)
+  libssl-dev
   gnuplot-nox
   dataset-fashion-mnist
   # make fuzz: clang with libFuzzer (tests/fuzz); .ci/run checks formatting with clang-format

@@ -64,11 +64,17 @@ node::ClusterKey testKey() {
   return key;
 }
 
-node::HandshakeNonce fixedNonce(uint8_t seed) {
-  node::HandshakeNonce nonce{};
-  for (size_t i = 0; i < nonce.size(); ++i)
-    nonce[i] = static_cast<uint8_t>(seed + i);
-  return nonce;
+// This end's ephemeral key pair in every handshake (its public half is this end's nonce).
+node::EphemeralKey fixedEphemeral() {
+  std::array<uint8_t, 32> secret{};
+  for (size_t i = 0; i < secret.size(); ++i)
+    secret[i] = static_cast<uint8_t>(40 + i);
+  return node::ephemeralKeyFrom(secret);
+}
+
+std::vector<uint8_t> fixedNonce() {
+  const node::EphemeralKey key = fixedEphemeral();
+  return {key.public_key.begin(), key.public_key.end()};
 }
 
 }  // namespace
@@ -90,7 +96,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (id > 4) return "not a member";
     return "";
   };
-  settings.new_nonce = [] { return fixedNonce(40); };
+  settings.new_ephemeral = fixedEphemeral;
   Handshake handshake(acceptor ? Handshake::Role::kAcceptor : Handshake::Role::kDialer, settings,
                       dialed);
   std::vector<uint8_t> own_nonce;  // the nonce this end sent (Hello or Challenge)
@@ -139,7 +145,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 2: {  // Proof, valid or not
         message.type = wire::Body::Proof;
         if ((script.byte() & 1) != 0 && secret && !peer_nonce.empty()) {
-          auto own = fixedNonce(40);
+          const auto own = fixedNonce();
           auto mac = node::handshakeMac(*settings.key, node::HandshakeRole::kDialer, kCluster,
                                         claimed, kSelf, own, peer_nonce);
           message.mac.assign(mac.begin(), mac.end());
@@ -194,12 +200,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if ((step.open_inbound || step.seal_after_reply) && keys == nullptr) __builtin_trap();
     if (secret && handshake.state() == HandshakeState::kEstablished) {
       if (keys == nullptr) __builtin_trap();
-      const auto own = fixedNonce(40);
+      const auto own = fixedNonce();
+      // Forward secrecy: the keys mix in the X25519 agreement of this end's ephemeral key and
+      // the other end's nonce; a nonce without one (a point of small order) is refused.
+      const auto agreement =
+          node::agreeOnKey(fixedEphemeral(), acceptor ? peer_nonce : challenge_nonce);
+      if (!agreement) __builtin_trap();
       const node::SessionKeys expected =
           acceptor ? node::sessionKeys(*settings.key, node::HandshakeRole::kAcceptor, kCluster,
-                                       claimed, kSelf, peer_nonce, own)
+                                       claimed, kSelf, peer_nonce, own, *agreement)
                    : node::sessionKeys(*settings.key, node::HandshakeRole::kDialer, kCluster, kSelf,
-                                       dialed, own_nonce, challenge_nonce);
+                                       dialed, own_nonce, challenge_nonce, *agreement);
       if (keys->send != expected.send || keys->receive != expected.receive) __builtin_trap();
       // The acceptor reads sealed frames from the Proof on (the dialer from its Challenge).
       if (acceptor && !step.open_inbound) __builtin_trap();

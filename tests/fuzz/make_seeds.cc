@@ -19,6 +19,8 @@
 #include "ps/codec.h"
 #include "ps/key_store.h"
 #include "ps/ps_service.h"
+#include "ps/replica_codec.h"
+#include "ps/replica_layout.h"
 #include "topology/topology.h"
 
 namespace fs = std::filesystem;
@@ -203,6 +205,33 @@ void frameSeeds(const fs::path& root) {
                         0, attachment));
   seeds.add(std::string("\x06\x3f\x03\x01", 4) + with_attachment + stream.substr(0, 200));
   seeds.add(std::string("\x05\x10\x00\x01", 4) + stream);
+
+  // fuzz_sealed_frame: the same frames as records (control byte: what the wire does; 0 passes
+  // it on), sealed by the harness; then one with an attachment into a landing, and attacks.
+  Seeds sealed(root, "fuzz_sealed_frame");
+  auto record = [](char control, const std::string& frame) {
+    std::string out(1, control);
+    out += static_cast<char>(frame.size() & 0xff);
+    out += static_cast<char>((frame.size() >> 8) & 0xff);
+    return out + frame;
+  };
+  std::string all;
+  for (const node::SharedFrame& encoded : frames)
+    all += record(0, bytesOf(encoded));
+  sealed.add(std::string("\x00\xff\x00", 3) + all);
+  sealed.add(std::string("\x01\x0f\x00", 3) + all);
+  const std::string ping = bytesOf(frames[7]);
+  sealed.add(std::string("\x03\x3f\x03", 3) + record(0, with_attachment) + record(0, ping) +
+             record(0, with_attachment));
+  sealed.add(std::string("\x06\xff\x02", 3) + record(0, with_attachment) + record(0, ping));
+  // A flipped bit (at bit 0x0123), a replay, a drop, a forgery, each after a good frame.
+  for (char attack : {'\x04', '\x05', '\x06', '\x07'}) {
+    std::string script = std::string("\x02\x40\x02", 3) + record(0, ping);
+    script += record(attack, attack == '\x04' ? with_attachment : ping);
+    if (attack == '\x04') script += std::string("\x23\x01", 2);
+    script += record(0, ping);
+    sealed.add(script);
+  }
 }
 
 void fileSeeds(const fs::path& root) {
@@ -472,6 +501,136 @@ void consensusMessageSeeds(const fs::path& root) {
   seeds.add(other);
 }
 
+// fuzz_sparse_consensus_messages: RowShares of the harness's model (matrix factorization, two
+// tables of 6 and 5 rows of 2 floats) as neighbors send node 0 or 1, written with consensus's
+// own message writer: shares of a few rounds in parts, an empty share, a catch-up share nobody
+// asked for, a NaN row, rows out of order, and ModelRequest and TrainingDone.
+void sparseConsensusSeeds(const fs::path& root) {
+  using flatbuffers::FlatBufferBuilder;
+  namespace cw = consensus::wire;
+  Seeds seeds(root, "fuzz_sparse_consensus_messages");
+  auto record = [](node::NodeId from, cw::Body kind, const node::BodyWriter& writer) {
+    const node::EnvelopeHeader header{.sender = from, .cluster = "fuzz", .sequence = 1};
+    const std::string frame = bytesOf(node::encodeFrame(header, consensus::messageType(kind),
+                                                        consensus::messageWriter(kind, writer)));
+    std::string out(1, static_cast<char>(from));
+    out += static_cast<char>(frame.size() & 0xff);
+    out += static_cast<char>((frame.size() >> 8) & 0xff);
+    return out + frame;
+  };
+  struct Block {
+    uint32_t table;
+    std::vector<uint64_t> keys;
+    float value;
+  };
+  auto part = [&](node::NodeId from, int64_t round, uint32_t index, uint32_t parts,
+                  std::vector<Block> blocks, bool catchup = false) {
+    return record(from, cw::Body::RowShare, [=](FlatBufferBuilder& b) {
+      std::vector<flatbuffers::Offset<cw::RowBlock>> written;
+      for (const Block& block : blocks) {
+        const std::vector<float> values(block.keys.size() * 2, block.value);
+        const std::vector<uint8_t> hops(block.keys.size(), 1);
+        auto k = b.CreateVector(block.keys);
+        auto v = b.CreateVector(values);
+        auto h = b.CreateVector(hops);
+        written.push_back(cw::CreateRowBlock(b, block.table, k, v, h));
+      }
+      auto list = b.CreateVector(written);
+      return cw::CreateRowShare(b, round, index, parts, 1, list, catchup).Union();
+    });
+  };
+  std::string gossip(1, '\0');
+  for (int64_t round = 0; round < 3; ++round) {
+    for (node::NodeId from : {1u, 2u}) {
+      gossip += part(from, round, 0, 2, {{0, {0, 2, 5}, 0.5f}});
+      gossip += part(from, round, 1, 2, {{0, {1}, 0.25f}, {1, {0, 4}, -0.5f}});
+    }
+  }
+  gossip += part(1, 3, 0, 1, {});  // an empty share: "round 3 arrived"
+  seeds.add(gossip);
+  std::string attacks(1, '\x02');
+  attacks += part(1, 0, 0, 1, {{0, {0, 1}, std::nanf("")}});
+  attacks += part(2, 0, 0, 1, {{1, {3, 1}, 1.0f}});               // keys out of order
+  attacks += part(2, 1, 0, 1, {{0, {9}, 1.0f}});                  // beyond the table's rows
+  attacks += part(1, 1, 0, 1, {{1, {0}, 1.0f}, {0, {0}, 1.0f}});  // tables out of order
+  attacks += part(3, 0, 0, 1, {{0, {0}, 1.0f}});                  // not a neighbor of node 0
+  attacks += part(1, 2, 0, 1, {{0, {0}, 1.0f}}, true);            // a catch-up nobody asked for
+  attacks += part(2, 2, 1, 3, {{0, {0}, 1.0f}});                  // part 1 before part 0
+  attacks += part(1, INT64_MAX, 0, 1, {});
+  attacks += record(1, cw::Body::TrainingDone,
+                    [](FlatBufferBuilder& b) { return cw::CreateTrainingDone(b, 20).Union(); });
+  attacks += record(2, cw::Body::ModelRequest, [](FlatBufferBuilder& b) {
+    return cw::CreateModelRequest(b, b.CreateString("rejoin")).Union();
+  });
+  seeds.add(attacks);
+  // Node 1, whose neighbors are 0, 2 and 3.
+  std::string other(1, '\x01');
+  other += part(3, 0, 0, 1, {{0, {0, 1, 2, 3, 4, 5}, 0.5f}, {1, {0, 1, 2, 3, 4}, 0.5f}});
+  other += part(0, 0, 0, 1, {{1, {2}, 0.75f}});
+  seeds.add(other);
+}
+
+// fuzz_replica_messages: the replica sync of the harness's layout (members 0, 1, 2; hot keys 0..5
+// of 2 floats and 6..7 of 3) as members 1 and 2 would run round 1 with node 0, written with the
+// replica codec: each member's contribution to node 0's part, their sums of their own parts, the
+// drain announcements; and a round far ahead, a stranger's message, a member down.
+void replicaSeeds(const fs::path& root) {
+  Seeds seeds(root, "fuzz_replica_messages");
+  const std::vector<node::NodeId> members{0, 1, 2};
+  ps::KeySpace space;
+  space.addTable("pairs", 0, 6, 2);
+  space.addTable("triples", 6, 2, 3);
+  const ps::ReplicaLayout layout(space, space.allKeys(), ps::ShardMap(members));
+  auto rowsOf = [&](size_t part, float value) {
+    auto rows = std::make_shared<ps::SparseRows>();
+    for (size_t i = 0; i < layout.size(); ++i) {
+      if (layout.part(i) != part) continue;
+      rows->keys.push_back(layout.keys()[i]);
+      rows->values.insert(rows->values.end(), layout.width(i), value);
+    }
+    return rows;
+  };
+  auto record = [](node::NodeId from, ps::ReplicaFrameParts parts) {
+    const node::EnvelopeHeader header{.sender = from, .cluster = "fuzz", .sequence = 1};
+    const std::string frame = bytesOf(ps::encodeReplicaFrame(header, std::move(parts)));
+    std::string out(1, static_cast<char>(from));
+    out += static_cast<char>(frame.size() & 0xff);
+    out += static_cast<char>((frame.size() >> 8) & 0xff);
+    return out + frame;
+  };
+  auto sync = [&](node::NodeId from, ps::ReplicaSyncKind kind, uint64_t round, node::NodeId part,
+                  std::vector<node::NodeId> contributors, float value) {
+    ps::ReplicaSyncMessage message;
+    message.kind = kind;
+    message.round = round;
+    message.part = part;
+    message.contributors = std::move(contributors);
+    message.rows = rowsOf(part, value);
+    return record(from, ps::replicaSyncFrame(message));
+  };
+  using Kind = ps::ReplicaSyncKind;
+  for (char options : {'\0', '\1'}) {
+    std::string round(1, options);
+    round += sync(1, Kind::kContribution, 1, 0, {}, 0.5f);
+    round += sync(2, Kind::kContribution, 1, 0, {}, -0.25f);
+    round += sync(1, Kind::kSum, 1, 1, {0, 1, 2}, 0.125f);
+    round += sync(2, Kind::kSum, 1, 2, {0, 1, 2}, 0.75f);
+    round += record(1, ps::replicaDrainFrame(2));
+    round += sync(1, Kind::kContribution, 2, 0, {}, 1.0f);
+    round += record(2, ps::replicaDrainFrame(2));
+    seeds.add(round);
+  }
+  std::string attacks(1, '\0');
+  attacks += sync(1, Kind::kContribution, UINT64_MAX, 0, {}, 1.0f);
+  attacks += sync(3, Kind::kContribution, 1, 0, {}, 1.0f);  // a stranger
+  attacks += sync(2, Kind::kSum, 1, 0, {2}, 1.0f);          // a sum of a part not its own
+  attacks += record(1, ps::replicaDrainFrame(0));
+  attacks += std::string(1, static_cast<char>(0x80 | 2));  // member 2 down
+  attacks += sync(1, Kind::kContribution, 1, 0, {}, std::nanf(""));
+  attacks += sync(2, Kind::kContribution, 1, 0, {}, 1.0f);  // from a member that is down
+  seeds.add(attacks);
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr, "usage: %s OUT_DIR\n", argv[0]);
@@ -484,5 +643,7 @@ int main(int argc, char** argv) {
   handshakeSeeds(root);
   psMessageSeeds(root);
   consensusMessageSeeds(root);
+  sparseConsensusSeeds(root);
+  replicaSeeds(root);
   return 0;
 }

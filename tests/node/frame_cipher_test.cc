@@ -43,12 +43,16 @@ std::vector<size_t> cuts(size_t n, uint64_t seed) {
   return out;
 }
 
+// OpenSSL's streaming EVP against libsodium's one-shot call: the same ciphertext and tag, for
+// any cutting, and record after record on one cipher (a FrameSealer's and FrameOpener's use).
 TEST(AeadStream, EqualsLibsodiumsOneShotAeadForAnyChunking) {
   ASSERT_GE(sodium_init(), 0);
-  for (const size_t n : {0, 1, 15, 16, 63, 64, 65, 1000, 4096, 70'001}) {
+  const SessionKey key = keyOf(7);
+  AeadCipher sealing(key, AeadCipher::Direction::kSeal);
+  AeadCipher opening(key, AeadCipher::Direction::kOpen);
+  for (const size_t n : {0, 1, 15, 16, 63, 64, 65, 1000, 4096, 70'001, 1'048'579}) {
     const std::vector<uint8_t> message = randomBytes(n, n + 1);
     const std::vector<uint8_t> associated = randomBytes(n % 21, n + 2);
-    const SessionKey key = keyOf(7);
     const uint64_t counter = 0x0102030405060708ULL + n;
     uint8_t nonce[12] = {};
     for (int i = 0; i < 8; ++i)
@@ -62,7 +66,7 @@ TEST(AeadStream, EqualsLibsodiumsOneShotAeadForAnyChunking) {
     for (uint64_t seed = 1; seed <= 4; ++seed) {
       const std::vector<size_t> at = cuts(n, seed);
       std::vector<uint8_t> sealed(n);
-      AeadStream sealer(key, counter, associated);
+      AeadStream sealer(sealing, counter, associated);
       for (size_t i = 0; i + 1 < at.size(); ++i) {
         sealer.seal({message.data() + at[i], at[i + 1] - at[i]}, sealed.data() + at[i]);
       }
@@ -70,7 +74,7 @@ TEST(AeadStream, EqualsLibsodiumsOneShotAeadForAnyChunking) {
       EXPECT_EQ(sealer.tag(), expected_tag) << n << " bytes, cut by seed " << seed;
       // Opened in place, cut elsewhere.
       const std::vector<size_t> other = cuts(n, seed + 100);
-      AeadStream opener(key, counter, associated);
+      AeadStream opener(opening, counter, associated);
       for (size_t i = 0; i + 1 < other.size(); ++i)
         opener.open({sealed.data() + other[i], other[i + 1] - other[i]});
       EXPECT_TRUE(opener.matches(expected_tag));
@@ -83,12 +87,14 @@ TEST(AeadStream, ATagDoesNotMatchAnotherKeyNonceAssociatedDataOrCiphertext) {
   const std::vector<uint8_t> message = randomBytes(100, 3);
   const std::vector<uint8_t> associated = {1, 2, 3, 4};
   std::vector<uint8_t> sealed(message.size());
-  AeadStream sealer(keyOf(1), 5, associated);
+  AeadCipher sealing(keyOf(1), AeadCipher::Direction::kSeal);
+  AeadStream sealer(sealing, 5, associated);
   sealer.seal(message, sealed.data());
   const SealTag tag = sealer.tag();
   const auto opens = [&](const SessionKey& key, uint64_t nonce, std::vector<uint8_t> ad,
                          std::vector<uint8_t> bytes) {
-    AeadStream opener(key, nonce, ad);
+    AeadCipher opening(key, AeadCipher::Direction::kOpen);
+    AeadStream opener(opening, nonce, ad);
     opener.open(bytes);
     return opener.matches(tag);
   };
@@ -300,21 +306,53 @@ TEST(SessionKeys, EachEndSendsWithWhatTheOtherReceivesWithAndEveryInputMatters) 
   const ClusterKey cluster = clusterKeyFromSecret(std::vector<uint8_t>{'s'});
   const std::vector<uint8_t> a(32, 1);
   const std::vector<uint8_t> b(32, 2);
-  const SessionKeys dialer = sessionKeys(cluster, HandshakeRole::kDialer, "c", 0, 1, a, b);
-  const SessionKeys acceptor = sessionKeys(cluster, HandshakeRole::kAcceptor, "c", 0, 1, a, b);
+  KeyAgreement agreed{};
+  agreed.fill(9);
+  const SessionKeys dialer = sessionKeys(cluster, HandshakeRole::kDialer, "c", 0, 1, a, b, agreed);
+  const SessionKeys acceptor =
+      sessionKeys(cluster, HandshakeRole::kAcceptor, "c", 0, 1, a, b, agreed);
   EXPECT_EQ(dialer.send, acceptor.receive);
   EXPECT_EQ(dialer.receive, acceptor.send);
   EXPECT_NE(dialer.send, dialer.receive);
   const ClusterKey other = clusterKeyFromSecret(std::vector<uint8_t>{'t'});
+  KeyAgreement other_agreement = agreed;
+  other_agreement[31] ^= 1;
   for (const SessionKeys& variant :
-       {sessionKeys(other, HandshakeRole::kDialer, "c", 0, 1, a, b),
-        sessionKeys(cluster, HandshakeRole::kDialer, "d", 0, 1, a, b),
-        sessionKeys(cluster, HandshakeRole::kDialer, "c", 0, 2, a, b),
-        sessionKeys(cluster, HandshakeRole::kDialer, "c", 0, 1, b, a),
-        sessionKeys(cluster, HandshakeRole::kDialer, "c", 0, 1, a, a)}) {
+       {sessionKeys(other, HandshakeRole::kDialer, "c", 0, 1, a, b, agreed),
+        sessionKeys(cluster, HandshakeRole::kDialer, "d", 0, 1, a, b, agreed),
+        sessionKeys(cluster, HandshakeRole::kDialer, "c", 0, 2, a, b, agreed),
+        sessionKeys(cluster, HandshakeRole::kDialer, "c", 0, 1, b, a, agreed),
+        sessionKeys(cluster, HandshakeRole::kDialer, "c", 0, 1, a, a, agreed),
+        sessionKeys(cluster, HandshakeRole::kDialer, "c", 0, 1, a, b, other_agreement)}) {
     EXPECT_NE(variant.send, dialer.send);
     EXPECT_NE(variant.receive, dialer.receive);
   }
+}
+
+// X25519 as the handshake uses it: both ends agree from their own secret half and the other's
+// public half (the nonces on the wire); nobody else does, and points of small order are refused.
+TEST(KeyAgreement, BothEndsAgreeAThirdPartyDoesNotAndSmallOrderPointsAreRefused) {
+  const EphemeralKey dialer = newEphemeralKey();
+  const EphemeralKey acceptor = newEphemeralKey();
+  const EphemeralKey eavesdropper = newEphemeralKey();
+  EXPECT_NE(dialer.public_key, acceptor.public_key);
+  const auto at_dialer = agreeOnKey(dialer, acceptor.public_key);
+  const auto at_acceptor = agreeOnKey(acceptor, dialer.public_key);
+  ASSERT_TRUE(at_dialer && at_acceptor);
+  EXPECT_EQ(*at_dialer, *at_acceptor);
+  // Whoever recorded both public halves holds neither secret half: its own key pair against
+  // either nonce gives something else.
+  EXPECT_NE(*agreeOnKey(eavesdropper, dialer.public_key), *at_dialer);
+  EXPECT_NE(*agreeOnKey(eavesdropper, acceptor.public_key), *at_dialer);
+  // The same secret half gives the same public half (tests inject fixed ones).
+  EXPECT_EQ(ephemeralKeyFrom(dialer.secret_key).public_key, dialer.public_key);
+  // Points of small order (zero, one) and a wrong length are refused.
+  HandshakeNonce zero{};
+  HandshakeNonce one{};
+  one[0] = 1;
+  EXPECT_FALSE(agreeOnKey(dialer, zero));
+  EXPECT_FALSE(agreeOnKey(dialer, one));
+  EXPECT_FALSE(agreeOnKey(dialer, std::span<const uint8_t>(acceptor.public_key.data(), 31)));
 }
 
 }  // namespace

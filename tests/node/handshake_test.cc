@@ -35,10 +35,10 @@ struct End {
       if (connected.contains(id)) return "already connected";
       return "";
     };
-    settings.new_nonce = [nonce_byte] {
-      HandshakeNonce nonce{};
-      nonce.fill(nonce_byte);
-      return nonce;
+    settings.new_ephemeral = [nonce_byte] {
+      std::array<uint8_t, 32> secret{};
+      secret.fill(nonce_byte);
+      return ephemeralKeyFrom(secret);
     };
   }
 };
@@ -126,6 +126,117 @@ TEST(Handshake, WithASecretHelloChallengeProofWelcomeAndNothingRevealedBeforeThe
   EXPECT_EQ(high.asked, std::vector<NodeId>{1});
   EXPECT_EQ(dialer.onFrame(wire.carry(*welcome.reply, high.settings), "d").outcome,
             Outcome::kEstablished);
+}
+
+// Runs a whole handshake with a secret between `low` (dialing) and `high`, recording every frame
+// as an eavesdropper would; returns both ends' keys and the nonces on the wire.
+struct Recorded {
+  SessionKeys dialer, acceptor;
+  std::vector<uint8_t> hello_nonce, challenge_nonce;
+};
+Recorded recordHandshake(End& low, End& high, NodeId acceptor_id) {
+  Handshake dialer(Handshake::Role::kDialer, low.settings, acceptor_id);
+  Handshake acceptor(Handshake::Role::kAcceptor, high.settings);
+  Wire wire;
+  Recorded r;
+  const HandshakeMessage hello = dialer.start();
+  r.hello_nonce = hello.nonce;
+  const HandshakeStep challenge = acceptor.onFrame(wire.carry(hello, low.settings), "a");
+  EXPECT_TRUE(challenge.reply);
+  if (!challenge.reply) return r;
+  r.challenge_nonce = challenge.reply->nonce;
+  const HandshakeStep proof = dialer.onFrame(wire.carry(*challenge.reply, high.settings), "d");
+  EXPECT_TRUE(proof.reply);
+  if (!proof.reply) return r;
+  const HandshakeStep welcome = acceptor.onFrame(wire.carry(*proof.reply, low.settings), "a");
+  EXPECT_EQ(welcome.outcome, Outcome::kEstablished);
+  EXPECT_EQ(dialer.onFrame(wire.carry(*welcome.reply, high.settings), "d").outcome,
+            Outcome::kEstablished);
+  EXPECT_TRUE(dialer.sessionKeys() != nullptr && acceptor.sessionKeys() != nullptr);
+  if (dialer.sessionKeys() == nullptr || acceptor.sessionKeys() == nullptr) return r;
+  r.dialer = *dialer.sessionKeys();
+  r.acceptor = *acceptor.sessionKeys();
+  return r;
+}
+
+// Forward secrecy (docs/security.md): each connection's keys come from fresh ephemeral X25519
+// key pairs, so two handshakes of the same two nodes get different keys, and a member who
+// recorded a handshake (it holds the secret and sees both nonces) cannot compute them.
+TEST(Handshake, KeysDifferPerConnectionAndARecordedHandshakeDoesNotGiveThemAway) {
+  const ClusterKey key = keyOf("s3cret");
+  End low(1, key), high(3, key);
+  low.settings.new_ephemeral = newEphemeralKey;  // as a node draws them
+  high.settings.new_ephemeral = newEphemeralKey;
+  const Recorded first = recordHandshake(low, high, 3);
+  const Recorded second = recordHandshake(low, high, 3);
+  EXPECT_EQ(first.dialer.send, first.acceptor.receive);
+  EXPECT_EQ(first.dialer.receive, first.acceptor.send);
+  EXPECT_EQ(second.dialer.send, second.acceptor.receive);
+  EXPECT_NE(first.dialer.send, second.dialer.send);
+  EXPECT_NE(first.dialer.receive, second.dialer.receive);
+  EXPECT_NE(first.hello_nonce, second.hello_nonce);
+  EXPECT_NE(first.challenge_nonce, second.challenge_nonce);
+
+  // The recorder knows K and both nonces; its best guesses at the agreement (its own key pair
+  // against either nonce, or nothing) give other keys.
+  const EphemeralKey recorder = newEphemeralKey();
+  std::vector<KeyAgreement> guesses = {KeyAgreement{}};
+  for (const auto* nonce : {&first.hello_nonce, &first.challenge_nonce}) {
+    const auto guess = agreeOnKey(recorder, *nonce);
+    ASSERT_TRUE(guess);
+    guesses.push_back(*guess);
+  }
+  for (const KeyAgreement& guess : guesses) {
+    const SessionKeys keys = sessionKeys(key, HandshakeRole::kDialer, kCluster, 1, 3,
+                                         first.hello_nonce, first.challenge_nonce, guess);
+    EXPECT_NE(keys.send, first.dialer.send);
+    EXPECT_NE(keys.receive, first.dialer.receive);
+  }
+}
+
+// What the keys are made of: with injected key pairs, both ends' keys are sessionKeys() of K,
+// the two public halves (the nonces on the wire) and their X25519 agreement.
+TEST(Handshake, TheKeysMixTheSecretWithTheEphemeralAgreement) {
+  const ClusterKey key = keyOf("s3cret");
+  End low(1, key, "", 5), high(3, key, "", 6);
+  const Recorded r = recordHandshake(low, high, 3);
+  const EphemeralKey dialer_key = low.settings.new_ephemeral();
+  const EphemeralKey acceptor_key = high.settings.new_ephemeral();
+  ASSERT_EQ(r.hello_nonce,
+            std::vector<uint8_t>(dialer_key.public_key.begin(), dialer_key.public_key.end()));
+  ASSERT_EQ(r.challenge_nonce,
+            std::vector<uint8_t>(acceptor_key.public_key.begin(), acceptor_key.public_key.end()));
+  const auto agreement = agreeOnKey(dialer_key, acceptor_key.public_key);
+  ASSERT_TRUE(agreement);
+  const SessionKeys expected = sessionKeys(key, HandshakeRole::kDialer, kCluster, 1, 3,
+                                           r.hello_nonce, r.challenge_nonce, *agreement);
+  EXPECT_EQ(r.dialer.send, expected.send);
+  EXPECT_EQ(r.dialer.receive, expected.receive);
+  // Another secret with the same agreement: other keys (a non-member who broke X25519 still
+  // needs K).
+  const SessionKeys other = sessionKeys(keyOf("other"), HandshakeRole::kDialer, kCluster, 1, 3,
+                                        r.hello_nonce, r.challenge_nonce, *agreement);
+  EXPECT_NE(other.send, expected.send);
+}
+
+// A Hello whose nonce is a point of small order (the agreement would be all zeros, whatever the
+// acceptor's half) is refused before anything about the cluster is said.
+TEST(Handshake, AHelloNonceOfSmallOrderIsRefused) {
+  const ClusterKey key = keyOf("s3cret");
+  End low(1, key), high(3, key);
+  low.settings.new_ephemeral = [] {
+    EphemeralKey zero;  // public half all zeros: the identity
+    return zero;
+  };
+  Handshake dialer(Handshake::Role::kDialer, low.settings, 3);
+  Handshake acceptor(Handshake::Role::kAcceptor, high.settings);
+  Wire wire;
+  const HandshakeStep step = acceptor.onFrame(wire.carry(dialer.start(), low.settings), "a");
+  EXPECT_EQ(step.outcome, Outcome::kRefuse);
+  EXPECT_TRUE(step.permanent);
+  EXPECT_NE(step.reason.find("not a usable X25519 public key"), std::string::npos) << step.reason;
+  EXPECT_EQ(step.reason.find(kCluster), std::string::npos);
+  EXPECT_TRUE(high.asked.empty());
 }
 
 TEST(Handshake, AHelloOfAnotherClusterGetsAChallengeWhenThereIsASecret) {

@@ -88,8 +88,8 @@ TEST(HandshakeLimit, TheLargestHandshakeFramesFitWithAMargin) {
   Node node(o);
   ASSERT_TRUE(node.listen().ok());
 
-  const HandshakeNonce nonce = newHandshakeNonce();
-  const std::vector<uint8_t> nonce_bytes(nonce.begin(), nonce.end());
+  const EphemeralKey ephemeral = newEphemeralKey();
+  const std::vector<uint8_t> nonce_bytes(ephemeral.public_key.begin(), ephemeral.public_key.end());
   const SharedFrame hello = makeHello(ours, 0, kProtocolVersion, &nonce_bytes);
   // A Hello of another cluster: the Refuse names both clusters (only a node without a secret
   // says so before a proof; with one, the dialer is challenged first).

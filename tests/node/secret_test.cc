@@ -106,8 +106,8 @@ TEST(ClusterKey, WarnsWhenOtherUsersMayReadTheFile) {
 // handshake.
 TEST(HandshakeMac, BindsTheRoleTheClusterBothIdsAndBothNonces) {
   const ClusterKey key = keyOf("s3cret");
-  const HandshakeNonce a = newHandshakeNonce();
-  const HandshakeNonce b = newHandshakeNonce();
+  const HandshakeNonce a = newEphemeralKey().public_key;
+  const HandshakeNonce b = newEphemeralKey().public_key;
   EXPECT_NE(a, b);
   const HandshakeMac mac = handshakeMac(key, HandshakeRole::kAcceptor, "c", 1, 0, a, b);
   EXPECT_TRUE(handshakeMacMatches(mac, mac));
@@ -242,7 +242,7 @@ TEST(SharedSecret, NothingAboutTheClusterIsSaidBeforeTheProof) {
   o.log_level = spdlog::level::off;
   Node node(o);
   ASSERT_TRUE(node.listen().ok());
-  const HandshakeNonce fresh = newHandshakeNonce();
+  const HandshakeNonce fresh = newEphemeralKey().public_key;
   const std::vector<uint8_t> nonce(fresh.begin(), fresh.end());
   const std::vector<uint8_t> short_nonce(7, 1);
   auto firstAnswer = [&](const SharedFrame& hello) -> std::string {
@@ -286,8 +286,9 @@ TEST(SharedSecret, AForgedOrReplayedProofIsRefusedAndTheNodeKeepsServing) {
   events.attach(node);
   ASSERT_TRUE(node.listen().ok());
 
-  const HandshakeNonce dialer_nonce = newHandshakeNonce();
-  const std::vector<uint8_t> nonce(dialer_nonce.begin(), dialer_nonce.end());
+  // The raw dialer's ephemeral key pair: its public half is the Hello's nonce.
+  const EphemeralKey dialer_key = newEphemeralKey();
+  const std::vector<uint8_t> nonce(dialer_key.public_key.begin(), dialer_key.public_key.end());
   const SharedFrame hello = makeHello(kCluster, 0, kProtocolVersion, &nonce);
   // Sends Hello and reads the Challenge; returns the acceptor's nonce (empty on failure).
   auto challenge = [&](RawPeer& raw) -> std::vector<uint8_t> {
@@ -311,8 +312,11 @@ TEST(SharedSecret, AForgedOrReplayedProofIsRefusedAndTheNodeKeepsServing) {
   };
   // The node's answer to the Proof is sealed (with keys the test derives: it holds the secret).
   auto answer = [&](RawPeer& raw, const std::vector<uint8_t>& acceptor_nonce) -> std::string {
+    const auto agreement = agreeOnKey(dialer_key, acceptor_nonce);
+    if (!agreement) return "<no key agreement>";
     FrameOpener opener(
-        sessionKeys(key, HandshakeRole::kDialer, kCluster, 0, 1, nonce, acceptor_nonce).receive);
+        sessionKeys(key, HandshakeRole::kDialer, kCluster, 0, 1, nonce, acceptor_nonce, *agreement)
+            .receive);
     auto reply = raw.readSealedFrame(opener);
     if (!reply || !verifyFrame(reply->data(), reply->size(), FrameLimits{}).ok()) return "<none>";
     const wire::Envelope& envelope = envelopeOf(reply->data());
@@ -386,7 +390,7 @@ TEST(SharedSecret, ADialerThatNeverProvesIsClosedAfterTheHandshakeTimeout) {
   o.log_sinks = {log};
   Node node(o);
   ASSERT_TRUE(node.listen().ok());
-  const HandshakeNonce nonce = newHandshakeNonce();
+  const HandshakeNonce nonce = newEphemeralKey().public_key;
   const std::vector<uint8_t> bytes(nonce.begin(), nonce.end());
   RawPeer raw(node.port());
   raw.sendFrame(makeHello(kCluster, 0, kProtocolVersion, &bytes));
@@ -426,8 +430,8 @@ TEST(SealedTraffic, AFrameAlteredReplayedOrReorderedOnTheWayClosesTheConnectionN
   // Hello, Challenge, Proof, sealed Welcome: the session keys of one connection.
   std::unique_ptr<FrameOpener> opener;  // reads what node 1 writes on the latest connection
   const auto establish = [&](RawPeer& raw) -> std::optional<SessionKeys> {
-    const HandshakeNonce fresh = newHandshakeNonce();
-    const std::vector<uint8_t> nonce(fresh.begin(), fresh.end());
+    const EphemeralKey fresh = newEphemeralKey();
+    const std::vector<uint8_t> nonce(fresh.public_key.begin(), fresh.public_key.end());
     raw.sendFrame(makeHello(kCluster, 0, kProtocolVersion, &nonce));
     auto reply = raw.readFrame();
     if (!reply || !verifyFrame(reply->data(), reply->size(), FrameLimits{}).ok()) return {};
@@ -439,8 +443,10 @@ TEST(SealedTraffic, AFrameAlteredReplayedOrReorderedOnTheWayClosesTheConnectionN
     raw.sendFrame(makeFrame(0, kCluster, wire::Body::Proof, [&](flatbuffers::FlatBufferBuilder& b) {
       return wire::CreateProof(b, b.CreateVector(mac.data(), mac.size())).Union();
     }));
+    const auto agreement = agreeOnKey(fresh, theirs);
+    if (!agreement) return {};
     const SessionKeys keys =
-        sessionKeys(key, HandshakeRole::kDialer, kCluster, 0, 1, nonce, theirs);
+        sessionKeys(key, HandshakeRole::kDialer, kCluster, 0, 1, nonce, theirs, *agreement);
     opener = std::make_unique<FrameOpener>(keys.receive);
     auto welcome = raw.readSealedFrame(*opener);
     if (!welcome || !verifyFrame(welcome->data(), welcome->size(), FrameLimits{}).ok() ||
