@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -514,8 +513,7 @@ void prepareCuts(NodeJob& job, const RunOptions& options, const std::string& clu
   if (!resumesCluster(options)) return;
   const std::string& dir = options.resume_path;
   const CutChoice choice = chooseResumeCut(dir, nodes);
-  for (const std::string& line : choice.skipped)
-    spdlog::warn("node {}: {}", job.node_id, line);
+  plan.skipped = choice.skipped;
   NodeCheckpointHeader want = h;
   want.cut = choice.cut;
   // The other nodes' files of the cut: the same run's (their owners check their contents).
@@ -558,7 +556,6 @@ void prepareCuts(NodeJob& job, const RunOptions& options, const std::string& clu
     }
     std::copy(params->second.begin(), params->second.end(), job.model->params().begin());
   }
-  spdlog::info("node {}: resuming from cut {} ({})", job.node_id, choice.cut, path);
   plan.resumed = std::move(own);
   plan.resumed_path = path;
 }

@@ -113,6 +113,7 @@ struct CutPlan {
   NodeCheckpointHeader header;  // this node's (cut 0): what its files say and resumes check
   std::optional<NodeCheckpoint> resumed;  // --resume DIR: this node's part of the chosen cut
   std::string resumed_path;               // its file
+  std::vector<std::string> skipped;       // the newer, incomplete cuts passed over (a line each)
   // A cut is taken after step cut-1 when cut is a positive multiple of `every` below `rounds`.
   bool cutAt(int64_t cut, int64_t rounds) const {
     return every > 0 && !dir.empty() && cut > 0 && cut % every == 0 && cut < rounds;
@@ -134,9 +135,10 @@ bool resumesCluster(const RunOptions& options);
 
 // Fills job.cuts for a node of `cluster` (of job.node_id among `nodes`) in `mode`: the folder
 // and period of its checkpoints, and with --resume DIR the cut to resume from (the newest
-// complete one, logging every newer one skipped) with this node's file of it loaded and checked
-// (its header and the other nodes' headers: same cluster, cut and model), the model's
-// parameters set from it when it holds them ("params"). Throws NodeCheckpointError (exit 2).
+// complete one; every newer one skipped is named in job.cuts.skipped) with this node's file of it
+// loaded and checked (its header and the other nodes' headers: same cluster, cut and model), the
+// model's parameters set from it when it holds them ("params"). Throws NodeCheckpointError (exit
+// 2).
 void prepareCuts(NodeJob& job, const RunOptions& options, const std::string& cluster,
                  std::string_view mode, uint32_t nodes);
 

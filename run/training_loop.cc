@@ -110,6 +110,12 @@ LoopReport runTrainingLoop(NodeJob& job, TrainingStrategy& strategy, spdlog::log
     return eval;
   };
 
+  for (const std::string& line : job.cuts.skipped)
+    log.warn("{}", line);
+  if (resumed != nullptr) {
+    log.info("resuming from cut {} ({}): every node continues at {} {}", resumed->header.cut,
+             job.cuts.resumed_path, step_name, resumed->header.cut);
+  }
   const int64_t first_step = strategy.firstStep(metrics);
   report.first_step = first_step;
   report.steps_done = first_step;
