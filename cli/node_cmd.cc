@@ -309,6 +309,7 @@ void checkModeArgs(const NodeArgs& args, const NodeSetup& setup, const std::stri
     throw CommandFailure(2, run.message());
   }
   try {
+    run::validateCheckpointOptions(args.run, args.consensus.rejoin);
     if (entry.check != nullptr) entry.check(settings);
   } catch (const std::invalid_argument& e) {
     throw CommandFailure(2, e.what());
@@ -413,6 +414,8 @@ void runSession(const NodeArgs& args, const NodeSetup& setup, const std::string&
   std::unique_ptr<NodeSession> session;
   try {
     session = make_session(node);
+  } catch (const run::NodeCheckpointError& e) {
+    throw CommandFailure(2, fmt::format("node {}: {}", self, e.what()));  // a bad --resume DIR
   } catch (const std::invalid_argument& e) {
     throw CommandFailure(2, fmt::format("node {}: {}", self, e.what()));
   }
@@ -483,6 +486,8 @@ void runTraining(const NodeArgs& args, const NodeSetup& setup, const modes::Mode
   modes::TrainingPlan plan;
   try {
     plan = mode.plan({setup.topo, *setup.me, settings});
+  } catch (const run::NodeCheckpointError& e) {
+    throw CommandFailure(2, fmt::format("node {}: {}", self, e.what()));  // a bad --resume DIR
   } catch (const std::invalid_argument& e) {
     throw CommandFailure(2, fmt::format("node {}: {}", self, e.what()));
   } catch (const std::exception& e) {
@@ -592,6 +597,10 @@ std::string runFingerprint(const NodeArgs& args, const std::string& mode,
                                                   r.flip ? "yes" : "no")
                                     : "no"},
               {"seed", fmt::format("{}", r.seed)}});
+    // Cuts are complete only when every node takes them at the same steps.
+    if (r.checkpoint_every > 0) {
+      s.emplace_back("checkpoint-every", fmt::format("{}", r.checkpoint_every));
+    }
     if (r.data.name == "synthetic") {
       s.emplace_back("synthetic",
                      fmt::format("{},{}", r.data.syntheticTrain, r.data.syntheticTest));

@@ -173,6 +173,7 @@ void registerNodeCommand(CLI::App& app, std::function<void(const NodeArgs&)> act
       ->check(CLI::Range(1u, 2047u))
       ->capture_default_str();
   run::addRunOptions(*cmd, args->run);
+  run::addCheckpointOptions(*cmd, args->run);
   run::addStalenessOption(*cmd, args->staleness);
   consensus::addConsensusOptions(*cmd, args->consensus);
   ps::addPsOptions(*cmd, args->ps);

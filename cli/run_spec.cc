@@ -33,7 +33,7 @@ namespace fb = chorus::spec;
 // the option structs it holds changes their size and stops the build here: carry it in
 // run_spec.fbs, encodeRunSpec() and decodeRunSpec() (and the round-trip test), then update the
 // size. (The test hooks of the mode options, std::function members, are not settings.)
-static_assert(sizeof(void*) != 8 || sizeof(NodeArgs) == 2032,
+static_assert(sizeof(void*) != 8 || sizeof(NodeArgs) == 2072,
               "NodeArgs changed: carry the new setting in the run spec (cli/run_spec.fbs)");
 
 std::string text(const flatbuffers::String* s) {
@@ -256,7 +256,7 @@ std::vector<uint8_t> encodeRunSpec(const NodeArgs& a, uint32_t version) {
       b, shard, r.rounds, r.epochs, r.batch, r.lr, r.momentum, r.nesterov, r.weight_decay,
       r.schedule.c_str(), r.warmup_epochs, r.step_epochs, r.gamma, r.augment, r.crop_padding,
       r.flip, r.seed, r.eval_every, r.target_acc, r.out_dir.c_str(), r.save_path.c_str(),
-      r.resume_path.c_str(), r.confusion, stragglers);
+      r.resume_path.c_str(), r.confusion, stragglers, r.checkpoint_every, r.checkpoint_dir.c_str());
   const fb::Staleness staleness(a.staleness.bound);
   const auto backup = fb::CreateBackupRule(b, static_cast<uint8_t>(a.consensus.backup.kind),
                                            a.consensus.backup.value);
@@ -362,6 +362,8 @@ node::Result<NodeArgs> decodeRunSpec(std::span<const uint8_t> bytes, const std::
   r.save_path = text(t.save_path());
   r.resume_path = text(t.resume_path());
   r.confusion = t.confusion();
+  r.checkpoint_every = t.checkpoint_every();
+  r.checkpoint_dir = text(t.checkpoint_dir());
 
   a.staleness = run::StalenessBound{spec->staleness()->bound()};
   a.consensus.rejoin = spec->rejoin();

@@ -34,6 +34,8 @@ const std::vector<std::pair<std::string, std::string>> kNotForSparse = {
     {"--target-acc", "an image model's accuracy target"},
     {"--save", "checkpoints of sparse PS runs are not implemented yet"},
     {"--resume", "checkpoints of sparse PS runs are not implemented yet"},
+    {"--checkpoint-every", "whole-cluster checkpoints of sparse runs are not implemented yet"},
+    {"--checkpoint-dir", "whole-cluster checkpoints of sparse runs are not implemented yet"},
     {"--stragglers", "straggler injection is not wired into sparse PS runs yet"},
     {"--rejoin", "a sparse PS node cannot rejoin yet (a consensus node can)"},
     {"--key-floats", "a sparse model's key is one embedding row"},

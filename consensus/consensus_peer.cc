@@ -583,7 +583,11 @@ void ConsensusPeer::describe(ml::MetricsEvent& start) {
 }
 
 int64_t ConsensusPeer::firstStep(ml::MetricsWriter& /*metrics*/) {
-  rounds_.first_round = options_.rejoin ? catchUp() : 0;
+  // A resumed cut: every node restarts after the cut's last round with the model it had then
+  // (prepareCuts() put it in place), so that the rounds continue as if never stopped.
+  rounds_.first_round = job_.cuts.resumed ? job_.cuts.resumed->header.cut
+                        : options_.rejoin ? catchUp()
+                                          : 0;
   return rounds_.first_round;
 }
 
@@ -778,6 +782,15 @@ void ConsensusPeer::describeStep(ml::MetricsEvent& event) {
 void ConsensusPeer::afterStep(int64_t step, double /*loss*/, const ml::Evaluation* /*evaluated*/) {
   answerRequests(step);
   if (options_.on_round_end) options_.on_round_end(step);
+}
+
+void ConsensusPeer::cutReached(run::NodeCheckpoint& part) {
+  // After round cut-1's mixing: what the node continues from is its model and momentum alone
+  // (the backup rule's estimates start again on resume; docs/checkpoints.md).
+  part.floats["params"].assign(job_.model->params().begin(), job_.model->params().end());
+  const std::string path = run::writeNodeCheckpoint(job_.cuts.dir, part, job_.cuts.every);
+  node_.logger().info("round {}: wrote this node's part of cut {} to {}", part.header.cut - 1,
+                      part.header.cut, path);
 }
 
 run::Traffic ConsensusPeer::traffic() const {

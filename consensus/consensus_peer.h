@@ -208,6 +208,8 @@ class ConsensusPeer : private run::TrainingStrategy {
   run::StepExchange exchange(int64_t& step, double compute_s) override;
   void describeStep(ml::MetricsEvent& event) override;
   void afterStep(int64_t step, double loss, const ml::Evaluation* evaluated) override;
+  // Whole-cluster checkpoints: this node's model ("params") joins the loop's part, written now.
+  void cutReached(run::NodeCheckpoint& part) override;
   run::Traffic traffic() const override;
   void ended(const run::LoopReport& report) override;
   // TrainingDone to the neighbors, the convergecast of the final models up the spanning tree

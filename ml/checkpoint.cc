@@ -79,28 +79,7 @@ void writeAll(int fd, const std::string& data, const std::string& path) {
 
 }  // namespace
 
-void saveCheckpoint(const std::string& path, const Checkpoint& checkpoint) {
-  if (checkpoint.modelSpec.size() > kMaxSpecLength) {
-    throw CheckpointError("checkpoint model spec is too long");
-  }
-  std::string data;
-  data.reserve(kFixedHeader + checkpoint.modelSpec.size() + kCounts +
-               4 * (checkpoint.params.size() + checkpoint.optimizerState.size()) + 8);
-  data.append(kMagic, sizeof kMagic);
-  put<uint32_t>(data, kCheckpointVersion);
-  put<uint32_t>(data, static_cast<uint32_t>(checkpoint.modelSpec.size()));
-  data += checkpoint.modelSpec;
-  put<uint64_t>(data, checkpoint.params.size());
-  put<uint64_t>(data, checkpoint.optimizerState.size());
-  put<int64_t>(data, checkpoint.step);
-  put<int64_t>(data, checkpoint.epoch);
-  put<uint64_t>(data, checkpoint.seed);
-  data.append(reinterpret_cast<const char*>(checkpoint.params.data()),
-              4 * checkpoint.params.size());
-  data.append(reinterpret_cast<const char*>(checkpoint.optimizerState.data()),
-              4 * checkpoint.optimizerState.size());
-  put<uint64_t>(data, XXH3_64bits(data.data(), data.size()));
-
+void writeFileAtomically(const std::string& path, const std::string& data) {
   const std::filesystem::path target(path);
   const std::string temp = fmt::format("{}.tmp.{}", path, ::getpid());
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -131,6 +110,31 @@ void saveCheckpoint(const std::string& path, const Checkpoint& checkpoint) {
     ::fsync(dirFd);
     ::close(dirFd);
   }
+}
+
+void saveCheckpoint(const std::string& path, const Checkpoint& checkpoint) {
+  if (checkpoint.modelSpec.size() > kMaxSpecLength) {
+    throw CheckpointError("checkpoint model spec is too long");
+  }
+  std::string data;
+  data.reserve(kFixedHeader + checkpoint.modelSpec.size() + kCounts +
+               4 * (checkpoint.params.size() + checkpoint.optimizerState.size()) + 8);
+  data.append(kMagic, sizeof kMagic);
+  put<uint32_t>(data, kCheckpointVersion);
+  put<uint32_t>(data, static_cast<uint32_t>(checkpoint.modelSpec.size()));
+  data += checkpoint.modelSpec;
+  put<uint64_t>(data, checkpoint.params.size());
+  put<uint64_t>(data, checkpoint.optimizerState.size());
+  put<int64_t>(data, checkpoint.step);
+  put<int64_t>(data, checkpoint.epoch);
+  put<uint64_t>(data, checkpoint.seed);
+  data.append(reinterpret_cast<const char*>(checkpoint.params.data()),
+              4 * checkpoint.params.size());
+  data.append(reinterpret_cast<const char*>(checkpoint.optimizerState.data()),
+              4 * checkpoint.optimizerState.size());
+  put<uint64_t>(data, XXH3_64bits(data.data(), data.size()));
+
+  writeFileAtomically(path, data);
 }
 
 Checkpoint loadCheckpoint(const std::string& path) {

@@ -32,6 +32,11 @@ inline constexpr uint32_t kCheckpointVersion = 1;
 // schedules' arithmetic) no longer counts every step.
 inline constexpr int64_t kMaxCheckpointStep = int64_t{1} << 53;
 
+// Writes `data` to `path` atomically: a temporary file in the same folder, fsync, rename, fsync
+// of the folder. Readers see the old file or the new one, never a mix. Throws CheckpointError
+// naming the path on failure. (Every checkpoint writer uses it: run/cluster_checkpoint.h too.)
+void writeFileAtomically(const std::string& path, const std::string& data);
+
 // Writes `checkpoint` to `path` atomically: a temporary file in the same folder, fsync, rename,
 // fsync of the folder. Readers see the old file or the new one, never a mix. Throws
 // CheckpointError naming the path on failure.

@@ -76,6 +76,14 @@ Fingerprint consensusFingerprint(const ModeSettings& settings) {
 
 void checkPs(const ModeSettings& settings) {
   ps::validatePsOptions(settings.ps);
+  // A cut is a clock every worker reaches; under a cluster budget workers end at different ones.
+  if ((settings.run.checkpoint_every > 0 || run::resumesCluster(settings.run)) &&
+      settings.ps.staleness.infinite() &&
+      ps::parseAsyncRounds(settings.ps.async_rounds) == ps::AsyncRounds::kCluster) {
+    throw std::invalid_argument(
+        "--checkpoint-every and --resume DIR need every PS worker to run the same clocks: with "
+        "--staleness inf add --async-rounds worker");
+  }
 }
 
 Fingerprint psFingerprint(const ModeSettings& settings) {
@@ -95,9 +103,12 @@ std::vector<node::NodeId> membersOf(const topology::Topology& topology) {
 }
 
 // Step 1 of a dense plan: this node's job, shared by `start` (a std::function is copied, the job
-// is not) and moved into the run once.
-std::shared_ptr<run::NodeJob> denseJob(const TrainingContext& context, TrainingPlan& plan) {
+// is not) and moved into the run once, with its whole-cluster checkpoints in `mode`.
+std::shared_ptr<run::NodeJob> denseJob(const TrainingContext& context, TrainingPlan& plan,
+                                       std::string_view mode) {
   auto job = std::make_shared<run::NodeJob>(loadDenseJob(context));
+  run::prepareCuts(*job, context.settings.run, context.topology.name, mode,
+                   static_cast<uint32_t>(context.topology.nodes.size()));
   plan.model_spec = job->model->spec().toString();
   return job;
 }
@@ -107,7 +118,7 @@ std::shared_ptr<run::NodeJob> denseJob(const TrainingContext& context, TrainingP
 // connects to its neighbors only.
 TrainingPlan consensusPlan(const TrainingContext& context) {
   TrainingPlan plan;
-  auto job = denseJob(context, plan);
+  auto job = denseJob(context, plan, "consensus");
   consensus::PeerLayout layout;
   layout.self = context.self.id;
   layout.neighbors = context.self.neighbors;
@@ -128,7 +139,7 @@ TrainingPlan consensusPlan(const TrainingContext& context) {
 // key's owner over the full mesh.
 TrainingPlan psPlan(const TrainingContext& context) {
   TrainingPlan plan;
-  auto job = denseJob(context, plan);
+  auto job = denseJob(context, plan, "ps");
   const std::vector<node::NodeId> members = membersOf(context.topology);
   for (node::NodeId id : members) {
     if (id != context.self.id) plan.peers.push_back(id);
@@ -144,7 +155,12 @@ TrainingPlan psPlan(const TrainingContext& context) {
 // One node alone (a topology of one node): the run of chorus train, no peers.
 TrainingPlan singlePlan(const TrainingContext& context) {
   TrainingPlan plan;
-  auto job = denseJob(context, plan);
+  if (context.settings.run.checkpoint_every > 0 || run::resumesCluster(context.settings.run)) {
+    throw std::invalid_argument(
+        "--checkpoint-every and --resume DIR are for clusters of several nodes; a topology of "
+        "one node trains alone: use --save FILE and --resume FILE");
+  }
+  auto job = denseJob(context, plan, "single");
   plan.doing = "training alone";
   plan.start = [job, options = context.settings.run](node::Node& node) {
     return run::makeSingleRun(std::move(*job), options, node.logger());

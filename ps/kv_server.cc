@@ -46,6 +46,14 @@ KvServer::KvServer(node::Node& node, KeyStore store, std::optional<KeyDirectory>
       gate_(workers, gateOptions(options_)),
       num_workers_(std::max<Clock>(1, static_cast<Clock>(workers.size()))),
       holding_(options_.hold_until_restored) {
+  if (options_.start_clock > 0) {
+    std::vector<WorkerView> views;
+    for (WorkerId worker : workers)
+      views.push_back({worker, options_.start_clock, true});
+    gate_.restore(views);
+    for (WorkerId worker : workers)
+      heard_[worker] = options_.start_clock;
+  }
   node_.setHandler(
       messageType(wire::Body::PsPull),
       [this](node::NodeId from, const node::InboundFrame& frame) { onPullFrame(from, frame); });
@@ -154,6 +162,16 @@ std::optional<std::string> KvServer::push(WorkerId worker, Clock clock,
   std::lock_guard lock(mu_);
   ++summary_.pushes;
   return std::nullopt;
+}
+
+void KvServer::whenClocksApplied(Clock clock, std::function<void(const KeyStore&)> snapshot) {
+  gate_.whenReady(
+      clock,
+      [this, snapshot = std::move(snapshot)] {
+        applyDue();  // BSP: the held pushes of the clocks below
+        snapshot(store_);
+      },
+      SteadyClock::now());
 }
 
 void KvServer::applyDue() {

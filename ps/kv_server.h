@@ -65,6 +65,9 @@ struct ServerOptions {
   std::function<void(WorkerId, Clock)> on_running_job;
   // Tests: called on the loop thread with each waiting report (workers behind, clock needed).
   std::function<void(const std::vector<WorkerId>&, Clock)> on_waiting;
+  // A cluster resumed from a cut (docs/checkpoints.md): every worker starts at this clock, as
+  // every worker of the cut had finished the clocks below it.
+  Clock start_clock = 0;
 };
 
 // Answer to a pull: empty `error`, the owner's minimum worker clock and the store to copy the
@@ -129,6 +132,12 @@ class KvServer {
   // then answers the requests held since the start.
   std::optional<std::string> restore(std::span<const uint64_t> keys, std::span<const float> values,
                                      const std::vector<WorkerView>& views);
+
+  // Loop thread, whole-cluster checkpoints: runs `snapshot` with the store once every counted
+  // worker finished every clock below `clock` and the pushes of those clocks are applied, in
+  // the same loop turn, so before any request that arrives later (docs/checkpoints.md). Call it
+  // before this node's worker announces `clock`: the snapshot then cannot miss that moment.
+  void whenClocksApplied(Clock clock, std::function<void(const KeyStore&)> snapshot);
 
   // Any thread.
   ServerSummary summary() const;

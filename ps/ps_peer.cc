@@ -146,9 +146,17 @@ PsPeer::PsPeer(node::Node& node, run::NodeJob job, std::vector<NodeId> members, 
     stop();
   };
   server_options.on_waiting = options_.on_owner_waiting;
-  server_ = std::make_unique<KvServer>(
-      node_, KeyStore(layout_, map_, node_.id(), job_.model->params(), optimizer_), members_,
-      server_options);
+  KeyStore store(layout_, map_, node_.id(), job_.model->params(), optimizer_);
+  if (job_.cuts.resumed) {
+    // Every worker of the cut had finished the clocks below it (docs/checkpoints.md).
+    if (cluster_budget_) {
+      throw std::invalid_argument(
+          "--resume DIR needs bounded staleness or --async-rounds worker in PS mode");
+    }
+    restoreRows(store);
+    server_options.start_clock = job_.cuts.resumed->header.cut;
+  }
+  server_ = std::make_unique<KvServer>(node_, std::move(store), members_, server_options);
   // Managed communication needs a bound: fully asynchronous workers keep no cache to push to.
   const bool managed = options_.bandwidth_mbps > 0 && !staleness_.infinite();
   if (options_.bandwidth_mbps > 0 && !managed) {
@@ -251,6 +259,14 @@ void PsPeer::describe(ml::MetricsEvent& start) {
 }
 
 int64_t PsPeer::firstStep(ml::MetricsWriter& metrics) {
+  if (job_.cuts.resumed) {
+    // Every owner starts with every worker at the cut's clock (ServerOptions::start_clock) and
+    // the cut's rows; this worker continues at that clock.
+    const Clock cut = job_.cuts.resumed->header.cut;
+    worker_->resumeAt(cut);
+    report_.first_clock = cut;
+    return cut;
+  }
   const Clock first_clock = options_.rejoin ? catchUp(report_) : 0;
   report_.first_clock = first_clock;
   if (report_.rejoined_from) {
@@ -274,9 +290,21 @@ double PsPeer::remoteLr(int64_t clock) const {
 }
 
 run::StepExchange PsPeer::beforeGradient(int64_t c) {
-  // 1. Read the model (from the cache when fresh enough, else from the owners).
+  // 1. Read the model (from the cache when fresh enough, else from the owners); at a cut, once
+  // every worker reached it.
   const SteadyClock::time_point start = SteadyClock::now();
-  const node::Status pulled = worker_->wait(worker_->pull(clocks_.keys, job_.model->params()));
+  const bool barrier = c == barrier_clock_;
+  const node::Status pulled =
+      worker_->wait(barrier ? worker_->pullAt(c, clocks_.keys, job_.model->params())
+                            : worker_->pull(clocks_.keys, job_.model->params()));
+  if (barrier && cut_part_ && !membership_.stopped()) {
+    if (pulled.ok()) {
+      if (!passCut(c)) return {.stopped = true, .wait_s = seconds(SteadyClock::now() - start)};
+    } else {
+      node_.logger().warn("cut {}: not written, its barrier read failed ({})", c, pulled.message());
+    }
+    cut_part_.reset();
+  }
   run::StepExchange read{.wait_s = seconds(SteadyClock::now() - start)};
   if (membership_.stopped()) {
     read.stopped = true;
@@ -314,10 +342,11 @@ void PsPeer::settlePush() {
   }
 }
 
-run::StepExchange PsPeer::exchange(int64_t& /*clock*/, double /*compute_s*/) {
+run::StepExchange PsPeer::exchange(int64_t& clock, double /*compute_s*/) {
   // 3. Push the gradient (at most one push in flight), 4. end the clock.
   settlePush();
   clocks_.pending_push = worker_->push(clocks_.keys, job_.model->grads());
+  if (job_.cuts.cutAt(clock + 1, job_.rounds) && !finished(clock + 1)) requestSnapshot(clock + 1);
   worker_->clock();
   return {};
 }
@@ -337,6 +366,115 @@ void PsPeer::describeStep(ml::MetricsEvent& event) {
 
 void PsPeer::afterStep(int64_t clock, double /*loss*/, const ml::Evaluation* /*evaluated*/) {
   if (options_.on_clock_end) options_.on_clock_end(clock, job_.model->params());
+}
+
+void PsPeer::requestSnapshot(Clock cut) {
+  barrier_clock_ = cut;
+  // Posted before the clock's announcement (KvWorker::clock() posts it next): the own server
+  // cannot see every worker at `cut` before this is registered.
+  node_.post([this, cut] {
+    server_->whenClocksApplied(cut, [this, cut](const KeyStore& store) {
+      OwnerSnapshot taken;
+      taken.cut = cut;
+      taken.keys = store.ownedKeys();
+      for (Key key : taken.keys) {
+        const KeyEntry row = *store.copyRow(key);  // once per cut: a copy is fine
+        taken.values.insert(taken.values.end(), row.values.begin(), row.values.end());
+        taken.state.insert(taken.state.end(), row.state.begin(), row.state.end());
+        taken.updates.push_back(row.updates);
+      }
+      {
+        auto lock = membership_.lock();
+        snapshot_ = std::move(taken);
+      }
+      membership_.notify();
+    });
+  });
+}
+
+void PsPeer::cutReached(run::NodeCheckpoint& part) {
+  cut_part_ = std::move(part);
+}
+
+bool PsPeer::passCut(Clock cut) {
+  OwnerSnapshot taken;
+  {
+    auto lock = membership_.lock();
+    // Every worker reached the cut (the barrier read was answered): the own server's snapshot
+    // is due, or taken already.
+    while (snapshot_.cut != cut) {
+      if (membership_.stoppedLocked()) return false;
+      membership_.waitFor(lock, options_.report_every,
+                          [&] { return snapshot_.cut == cut || membership_.stoppedLocked(); });
+    }
+    taken = std::move(snapshot_);
+    snapshot_ = OwnerSnapshot{};
+  }
+  run::NodeCheckpoint& part = *cut_part_;
+  part.words["keys"] = std::move(taken.keys);
+  part.words["updates"] = std::move(taken.updates);
+  part.words["key_floats"] = {static_cast<uint64_t>(layout_.chunk())};
+  part.floats["values"] = std::move(taken.values);
+  part.floats["state"] = std::move(taken.state);
+  const std::string path = run::writeNodeCheckpoint(job_.cuts.dir, part, job_.cuts.every);
+  node_.logger().info("clock {}: wrote this node's part of cut {} to {}", cut, cut, path);
+  return true;
+}
+
+void PsPeer::restoreRows(KeyStore& store) const {
+  const run::NodeCheckpoint& cut = *job_.cuts.resumed;
+  const std::string& path = job_.cuts.resumed_path;
+  auto fail = [&](const std::string& what) {
+    return run::NodeCheckpointError(fmt::format(
+        "{}: {}; resume with the --key-floats, topology and --owner-momentum the checkpoints were "
+        "written with",
+        path, what));
+  };
+  auto words = [&](const char* name) -> const std::vector<uint64_t>& {
+    auto it = cut.words.find(name);
+    if (it == cut.words.end()) throw fail(fmt::format("no '{}' array (not a PS checkpoint)", name));
+    return it->second;
+  };
+  auto floats = [&](const char* name) -> const std::vector<float>& {
+    auto it = cut.floats.find(name);
+    if (it == cut.floats.end())
+      throw fail(fmt::format("no '{}' array (not a PS checkpoint)", name));
+    return it->second;
+  };
+  const std::vector<uint64_t>& key_floats = words("key_floats");
+  if (key_floats.size() != 1 || key_floats[0] != layout_.chunk()) {
+    throw fail(
+        fmt::format("written with {} floats per key, this run cuts the model into keys of {}",
+                    key_floats.empty() ? 0 : key_floats[0], layout_.chunk()));
+  }
+  const std::vector<uint64_t>& keys = words("keys");
+  const std::vector<uint64_t>& updates = words("updates");
+  const std::vector<float>& values = floats("values");
+  const std::vector<float>& state = floats("state");
+  if (keys != store.ownedKeys() || updates.size() != keys.size()) {
+    throw fail(
+        fmt::format("holds {} key(s), not the {} this node owns", keys.size(), store.size()));
+  }
+  size_t value_at = 0, state_at = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    std::optional<KeyEntry> row = store.extract(keys[i]);
+    const size_t n = row->values.size(), m = row->state.size();
+    if (value_at + n > values.size() || state_at + m > state.size()) {
+      throw fail("its values or optimizer state are shorter than its keys' rows");
+    }
+    std::copy_n(values.begin() + static_cast<ptrdiff_t>(value_at), n, row->values.begin());
+    std::copy_n(state.begin() + static_cast<ptrdiff_t>(state_at), m, row->state.begin());
+    row->updates = updates[i];
+    value_at += n;
+    state_at += m;
+    if (auto error = store.insert(keys[i], std::move(*row))) throw fail(*error);
+  }
+  if (value_at != values.size() || state_at != state.size()) {
+    throw fail("its values or optimizer state are longer than its keys' rows");
+  }
+  if (const std::optional<size_t> bad = node::firstNonFinite(values)) {
+    throw fail(fmt::format("value {} is not finite", *bad));
+  }
 }
 
 void PsPeer::afterLastStep() {

@@ -165,6 +165,9 @@ class PsPeer : private run::TrainingStrategy {
   void describeStep(ml::MetricsEvent& event) override;
   void afterStep(int64_t clock, double loss, const ml::Evaluation* evaluated) override;
   void afterLastStep() override;
+  // Whole-cluster checkpoints: keeps the loop's part of the cut; the owner's rows join it at the
+  // cut's barrier (beforeGradient), where it is written.
+  void cutReached(run::NodeCheckpoint& part) override;
   run::Traffic traffic() const override;
   // The final read (node 0), TrainingDone and the barrier.
   void finish(int64_t clocks_done, std::vector<uint32_t>& finished,
@@ -177,6 +180,16 @@ class PsPeer : private run::TrainingStrategy {
   void tickNow();
   // Waits for the pending push; counts and logs it when it failed.
   void settlePush();
+  // Whole-cluster checkpoints (docs/checkpoints.md). Trainer thread, before this worker announces
+  // clock `cut`: asks its own server for a snapshot of the owned rows at the cut.
+  void requestSnapshot(Clock cut);
+  // Trainer thread, at clock `cut`: the barrier (a read of every key once every worker reached
+  // the cut, so no worker pushes clock `cut` before every owner took its snapshot), then this
+  // node's part of the cut with the snapshot, written. False when stopped.
+  bool passCut(Clock cut);
+  // The owned rows of a resumed cut into `store` (values, optimizer state, update counts);
+  // throws run::NodeCheckpointError naming the file when they do not fit this node's keys.
+  void restoreRows(KeyStore& store) const;
   // --rejoin: asks every live node at once for this node's keys and the workers' clocks,
   // restores them from the freshest answer (freshestFirst) and returns the clock to start at;
   // throws std::runtime_error when no node answers usably.
@@ -223,6 +236,17 @@ class PsPeer : private run::TrainingStrategy {
   std::string running_job_error_;
   std::set<NodeId> catchup_asked_;
   std::map<NodeId, Catchup> catchup_answers_;
+  // Whole-cluster checkpoints: the owner's rows at a cut, taken on the loop thread (guarded by
+  // the membership lock), the loop's part of it waiting for them, and the clock whose read is
+  // the cut's barrier.
+  struct OwnerSnapshot {
+    Clock cut = -1;
+    std::vector<uint64_t> keys, updates;
+    std::vector<float> values, state;
+  };
+  OwnerSnapshot snapshot_;
+  std::optional<run::NodeCheckpoint> cut_part_;
+  Clock barrier_clock_ = -1;
   // Trainer thread, during run().
   ClockState clocks_;
   PsReport report_;

@@ -36,7 +36,9 @@ LoopReport runTrainingLoop(NodeJob& job, TrainingStrategy& strategy, spdlog::log
   ml::Model& model = *job.model;
   const ml::DataSplit& data = *job.data;
   const std::string step_name(strategy.stepName());
-  ml::MetricsWriter metrics(job.metrics_path, options.append_metrics);
+  // A resumed cut (job.cuts.resumed) continues the node's earlier life: its lines stay.
+  const NodeCheckpoint* resumed = job.cuts.resumed ? &*job.cuts.resumed : nullptr;
+  ml::MetricsWriter metrics(job.metrics_path, options.append_metrics || resumed != nullptr);
   ShardBatcher batcher(data.train, job.shard, job.batch, ml::mixSeed(job.seed, 0xC0 + job.node_id),
                        job.augmentation);
   // Learning rate 0 is pure averaging (no optimizer: it requires a positive rate). The optimizer
@@ -47,6 +49,13 @@ LoopReport runTrainingLoop(NodeJob& job, TrainingStrategy& strategy, spdlog::log
     const std::span<float> state = optimizer->state();
     if (!options.optimizer_state.empty() && options.optimizer_state.size() == state.size()) {
       std::copy(options.optimizer_state.begin(), options.optimizer_state.end(), state.begin());
+    }
+    if (resumed != nullptr) {
+      // Checked against the model's size by prepareCuts(); empty: the run had no momentum.
+      auto saved = resumed->floats.find(std::string(kOptimizerSection));
+      if (saved != resumed->floats.end() && saved->second.size() == state.size()) {
+        std::copy(saved->second.begin(), saved->second.end(), state.begin());
+      }
     }
   }
   faults::StragglerInjector stragglers(job.stragglers, job.node_id, job.seed);
@@ -101,10 +110,22 @@ LoopReport runTrainingLoop(NodeJob& job, TrainingStrategy& strategy, spdlog::log
     return eval;
   };
 
+  for (const std::string& line : job.cuts.skipped)
+    log.warn("{}", line);
+  if (resumed != nullptr) {
+    log.info("resuming from cut {} ({}): every node continues at {} {}", resumed->header.cut,
+             job.cuts.resumed_path, step_name, resumed->header.cut);
+  }
   const int64_t first_step = strategy.firstStep(metrics);
   report.first_step = first_step;
   report.steps_done = first_step;
   if (options.continue_batches) batcher.skip(static_cast<size_t>(first_step));
+  // The batches drawn so far: a resumed cut's count of them (a skipped round draws none).
+  uint64_t batches_drawn = 0;
+  if (resumed != nullptr) {
+    batches_drawn = resumed->words.at(std::string(kProgressSection))[1];
+    batcher.skip(static_cast<size_t>(batches_drawn));
+  }
   run_start = Clock::now();
   Traffic traffic_before = strategy.traffic();
   ml::Matrix batch;
@@ -121,6 +142,7 @@ LoopReport runTrainingLoop(NodeJob& job, TrainingStrategy& strategy, spdlog::log
     // runs here), then the straggler's extra time.
     const Clock::time_point compute_start = Clock::now();
     batcher.next(batch, labels);
+    ++batches_drawn;
     const double loss = model.forwardBackward(batch, labels);
     if (!std::isfinite(loss)) throw std::runtime_error(strategy.divergence(loss, k));
     strategy.afterGradient(k, model, labels);
@@ -169,6 +191,17 @@ LoopReport runTrainingLoop(NodeJob& job, TrainingStrategy& strategy, spdlog::log
     metrics.write(event);
     if (options.save_every > 0 && (k + 1) % options.save_every == 0 && !strategy.finished(k + 1)) {
       saveCheckpoint(k + 1);
+    }
+    if (job.cuts.cutAt(k + 1, job.rounds) && !strategy.finished(k + 1)) {
+      NodeCheckpoint part;
+      part.header = job.cuts.header;
+      part.header.cut = k + 1;
+      if (optimizer) {
+        part.floats[std::string(kOptimizerSection)].assign(optimizer->state().begin(),
+                                                           optimizer->state().end());
+      }
+      part.words[std::string(kProgressSection)] = {static_cast<uint64_t>(k + 1), batches_drawn};
+      strategy.cutReached(part);
     }
     strategy.afterStep(k, loss, evaluated ? &*evaluated : nullptr);
   }

@@ -77,6 +77,12 @@ class TrainingStrategy {
   virtual StepExchange exchange(int64_t& /*step*/, double /*compute_s*/) { return {}; }
   // The mode's fields of the step event (after the common ones).
   virtual void describeStep(ml::MetricsEvent& /*event*/) {}
+  // Whole-cluster checkpoints (docs/checkpoints.md): after the step event of step cut-1, when
+  // job.cuts.cutAt(cut, rounds): this node's part of cut `cut`, holding what the loop owns (the
+  // header, the local optimizer's state, the progress record); the mode adds its own state
+  // and writes it (run::writeNodeCheckpoint), now or, when its state is complete only later
+  // (PS: at the cut's barrier), before its next step.
+  virtual void cutReached(NodeCheckpoint& /*part*/) {}
   // After the step event of `step` was written (answer requests, progress, tests' hooks), with
   // the test evaluation of this step when there was one.
   virtual void afterStep(int64_t /*step*/, double /*loss*/, const ml::Evaluation* /*evaluated*/) {}

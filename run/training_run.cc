@@ -166,8 +166,10 @@ void addRunOptions(CLI::App& cmd, RunOptions& o) {
                  "Start from this checkpoint's model (a --save of the same --model and --data). "
                  "chorus train continues the saved run at its step, with its momentum, and "
                  "needs the same --seed; chorus node, launch and compare start every node's "
-                 "rounds at 0 from that model")
-      ->check(CLI::ExistingFile);
+                 "rounds at 0 from that model. chorus node and launch also take a "
+                 "--checkpoint-dir folder: the whole cluster then restarts from the newest cut "
+                 "every node finished (docs/checkpoints.md)")
+      ->check(CLI::ExistingPath);
   cmd.add_flag("--confusion", o.confusion,
                "Compute the test confusion matrix at the end: printed, and in the final metrics "
                "event (each node's own model)");
@@ -325,7 +327,8 @@ NodeJob jobOnShard(const RunOptions& options, std::shared_ptr<const ml::DataSpli
   spec.input = data->train.shape;
   spec.classes = data->train.classes;
   job.model = ml::Model::create(spec, options.seed);
-  if (!options.resume_path.empty()) {
+  // A folder is a whole-cluster resume: prepareCuts() reads it, knowing the cluster and mode.
+  if (!options.resume_path.empty() && !resumesCluster(options)) {
     ml::Checkpoint checkpoint = ml::loadCheckpoint(options.resume_path);
     ml::checkCompatible(checkpoint, options.resume_path, spec.toString(), job.model->size());
     std::copy(checkpoint.params.begin(), checkpoint.params.end(), job.model->params().begin());

@@ -17,6 +17,7 @@
 #include "ml/model.h"
 #include "ml/optimizer.h"
 #include "node/result.h"
+#include "run/cluster_checkpoint.h"
 #include "run/node_id.h"
 
 namespace CLI {
@@ -70,8 +71,12 @@ struct RunOptions {
   std::string out_dir;      // DIR/node-<id>.jsonl (empty: no metrics file)
   size_t train_limit = 0;   // --limit: the first N training samples only (0: all)
   std::string save_path;    // --save: the final model as a checkpoint (empty: none)
-  std::string resume_path;  // --resume: start from this checkpoint (empty: the seed's model)
+  std::string resume_path;  // --resume: this checkpoint's model, or a cut folder's cluster state
   bool confusion = false;   // --confusion: the final test confusion matrix
+  // Whole-cluster checkpoints (run/cluster_checkpoint.h): every N steps (0: none), into this
+  // folder (empty: DIR/checkpoints under --out). Registered by addCheckpointOptions().
+  int64_t checkpoint_every = 0;
+  std::string checkpoint_dir;
 };
 
 // Registers the options above on `cmd` (both modes' commands call this). The defaults written
@@ -108,6 +113,8 @@ struct NodeJob {
   int64_t resumed_step = 0;
   uint64_t resumed_seed = 0;
   std::vector<float> resumed_optimizer_state;
+  // Whole-cluster checkpoints: where they go, and the cut this node resumes from (prepareCuts).
+  CutPlan cuts;
 };
 
 // Loads the data set named in `options` (throws ml::DataError / std::invalid_argument).

@@ -66,6 +66,8 @@ NodeArgs everySettingChanged() {
   r.save_path = "model.ckpt";
   r.resume_path = "old.ckpt";
   r.confusion = true;
+  r.checkpoint_every = 25;
+  r.checkpoint_dir = "runs/cuts";
   a.staleness = run::StalenessBound{run::StalenessBound::kInfinite};
   a.consensus.rejoin = true;
   a.consensus.backup = chorus::consensus::BackupRuleSpec::read("static:1").value();
@@ -190,6 +192,8 @@ void expectSameSettings(const NodeArgs& a, const NodeArgs& b) {
   EXPECT_EQ(r.save_path, s.save_path);
   EXPECT_EQ(r.resume_path, s.resume_path);
   EXPECT_EQ(r.confusion, s.confusion);
+  EXPECT_EQ(r.checkpoint_every, s.checkpoint_every);
+  EXPECT_EQ(r.checkpoint_dir, s.checkpoint_dir);
   EXPECT_EQ(a.staleness, b.staleness);
   EXPECT_EQ(a.consensus.rejoin, b.consensus.rejoin);
   EXPECT_EQ(a.consensus.backup, b.consensus.backup);

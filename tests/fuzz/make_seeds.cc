@@ -21,6 +21,7 @@
 #include "ps/ps_service.h"
 #include "ps/replica_codec.h"
 #include "ps/replica_layout.h"
+#include "run/cluster_checkpoint.h"
 #include "topology/topology.h"
 
 namespace fs = std::filesystem;
@@ -278,6 +279,23 @@ void fileSeeds(const fs::path& root) {
       checkpoints.add(std::string(std::istreambuf_iterator<char>(in), {}));
     }
     fs::remove(path);
+    // A node's part of a whole-cluster cut, as each mode writes it.
+    for (const char* mode : {"consensus", "ps"}) {
+      run::NodeCheckpoint node;
+      node.header = {1, "lab", 1, 3, mode, "softmax input=1x2x2 classes=3", 42, 20, 5};
+      node.floats[std::string(run::kOptimizerSection)] = {0.5f, 0.25f, 0, 1};
+      node.words[std::string(run::kProgressSection)] = {20, 20};
+      if (std::string(mode) == "ps") {
+        node.words["keys"] = {1, 4};
+        node.words["updates"] = {60, 60};
+        node.words["key_floats"] = {2};
+        node.floats["values"] = {1, 2, 3, 4};
+        node.floats["state"] = {0, 0, 0, 0};
+      } else {
+        node.floats["params"] = {1, -1, 2, -2};
+      }
+      checkpoints.add(run::encodeNodeCheckpoint(node));
+    }
   }
   {
     Seeds metrics(root, "fuzz_metrics");

@@ -1301,5 +1301,93 @@ TEST(KvServer, ADownWorkerStopsBlockingAfterTheTimeOutAndItsLostUpdatesAreNamed)
   EXPECT_NE(status.message().find("node 2"), std::string::npos) << status.message();
 }
 
+// Whole-cluster checkpoints (docs/checkpoints.md): an owner's snapshot at clock c is taken the
+// moment every worker announced c, with every push of the clocks below applied (BSP: the held
+// ones too) and none that arrives after it; here three workers' pushes and clocks are fed to
+// owner 0 by hand, as they arrive over FIFO connections.
+TEST(KvServer, AClockSnapshotHoldsEveryPushBelowItsClockAndNoneAfter) {
+  for (const char* bound : {"0", "2"}) {
+    SCOPED_TRACE(std::string("staleness ") + bound);
+    KvCluster::Config config;
+    config.layout = ChunkLayout(12, 4);
+    config.optimizer.sgd.momentum = 0;
+    config.optimizer.schedule.baseLr = 1.0;
+    config.staleness = Staleness::parse(bound);
+    KvCluster cluster(config);
+    KvServer& server = cluster.server(0);
+    const std::vector<Key> mine = cluster.keysOwnedBy({0});
+    ASSERT_FALSE(mine.empty());
+    const Key key = mine[0];
+    std::optional<float> snapshot;
+    auto push = [&](WorkerId worker, Clock clock, float grad) {
+      const std::vector<float> grads(4, grad);
+      EXPECT_FALSE(server.push(worker, clock, std::span<const Key>(&key, 1), grads).has_value());
+    };
+    auto value = [&] {
+      std::vector<float> out(4);
+      server.store().copyTo(std::span<const Key>(&key, 1), out.data());
+      return out[0];
+    };
+    cluster.onLoop(0, [&] {
+      server.whenClocksApplied(2, [&](const KeyStore& store) {
+        std::vector<float> out(4);
+        store.copyTo(std::span<const Key>(&key, 1), out.data());
+        snapshot = out[0];
+      });
+      // Workers 0 and 1 finish clocks 0 and 1; worker 2 only clock 0 so far.
+      for (WorkerId w : {0u, 1u}) {
+        for (Clock c : {0, 1}) {
+          push(w, c, w == 0 ? 1.0f : 10.0f);
+          EXPECT_FALSE(server.clock(w, c + 1).has_value());
+        }
+      }
+      push(2, 0, 100.0f);
+      EXPECT_FALSE(server.clock(2, 1).has_value());
+      push(2, 1, 100.0f);
+      EXPECT_FALSE(snapshot.has_value()) << "taken before worker 2 announced clock 2";
+      EXPECT_FALSE(server.clock(2, 2).has_value());
+      ASSERT_TRUE(snapshot.has_value());
+      // Every push of clocks 0 and 1, applied with lr 1 (averaged over 3 workers: push_scale
+      // is the peer's, 1 here).
+      EXPECT_FLOAT_EQ(*snapshot, -2.0f * (1.0f + 10.0f + 100.0f));
+      EXPECT_FLOAT_EQ(value(), *snapshot);
+      // A push of clock 2 arrives later: the snapshot does not change.
+      const float taken = *snapshot;
+      push(0, 2, 1000.0f);
+      EXPECT_FLOAT_EQ(*snapshot, taken);
+    });
+  }
+}
+
+// A cluster resumed from a cut: every worker is at the cut's clock from the start, so a read at
+// that clock is answered at once and a worker's first announcement is no jump.
+TEST(KvServer, AResumedOwnerStartsWithEveryWorkerAtTheCut) {
+  KvCluster::Config config;
+  config.staleness = Staleness::parse("0");
+  config.server.start_clock = 7;
+  config.server.max_clock = 20;
+  KvCluster cluster(config);
+  KvServer& server = cluster.server(0);
+  cluster.onLoop(0, [&] {
+    for (const WorkerView& view : server.workerViews()) {
+      EXPECT_EQ(view.clock, 7) << "worker " << view.worker;
+      EXPECT_TRUE(view.counted);
+    }
+    bool answered = false;
+    server.pull(
+        1, 7, 7, cluster.keysOwnedBy({0}),
+        [&](const std::string& error, Clock min_clock, std::span<const uint64_t>, const KeyStore*) {
+          EXPECT_EQ(error, "");
+          EXPECT_EQ(min_clock, 7);
+          answered = true;
+        });
+    EXPECT_TRUE(answered);
+    EXPECT_FALSE(server.clock(1, 7).has_value());
+    EXPECT_FALSE(server.clock(1, 8).has_value());
+  });
+  EXPECT_TRUE(server.summary().skipped.empty());
+  EXPECT_EQ(server.othersClockTotal(0), 8 + 7);
+}
+
 }  // namespace
 }  // namespace chorus::ps
