@@ -36,6 +36,21 @@ size_t EpochSampler::batchesPerEpoch() const {
   return dropLast_ ? indices_.size() / batchSize_ : (indices_.size() + batchSize_ - 1) / batchSize_;
 }
 
+bool augments(const Augmentation& augmentation, const Dataset& data) {
+  return augmentation.enabled && data.shape.height > 1 && data.shape.width > 1;
+}
+
+AugmentDraw drawAugmentation(const Augmentation& augmentation, Rng& rng) {
+  AugmentDraw draw;
+  const int pad = augmentation.padding;
+  if (pad > 0) {
+    draw.dy = static_cast<int>(rng.below(static_cast<uint64_t>(2 * pad + 1))) - pad;
+    draw.dx = static_cast<int>(rng.below(static_cast<uint64_t>(2 * pad + 1))) - pad;
+  }
+  draw.flip = augmentation.flip && (rng.bits() & 1) != 0;
+  return draw;
+}
+
 void gatherBatch(const Dataset& data, std::span<const size_t> indices, Matrix& batch,
                  std::vector<int32_t>& labels, const Augmentation& augmentation, Rng& rng) {
   const size_t dim = data.dim();
@@ -45,7 +60,7 @@ void gatherBatch(const Dataset& data, std::span<const size_t> indices, Matrix& b
   const int channels = data.shape.channels;
   const int height = data.shape.height;
   const int width = data.shape.width;
-  const bool augment = augmentation.enabled && height > 1 && width > 1;
+  const bool augment = augments(augmentation, data);
   for (Eigen::Index s = 0; s < count; ++s) {
     const size_t index = indices[static_cast<size_t>(s)];
     assert(index < data.size());
@@ -56,10 +71,7 @@ void gatherBatch(const Dataset& data, std::span<const size_t> indices, Matrix& b
       std::copy(src, src + dim, dst);
       continue;
     }
-    const int pad = augmentation.padding;
-    const int dy = pad > 0 ? static_cast<int>(rng.below(2 * pad + 1)) - pad : 0;
-    const int dx = pad > 0 ? static_cast<int>(rng.below(2 * pad + 1)) - pad : 0;
-    const bool flip = augmentation.flip && (rng.bits() & 1) != 0;
+    const auto [dy, dx, flip] = drawAugmentation(augmentation, rng);
     for (int y = 0; y < height; ++y) {
       const int sy = y + dy;
       for (int x = 0; x < width; ++x) {

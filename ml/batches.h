@@ -44,6 +44,20 @@ class EpochSampler {
   size_t position_ = 0;
 };
 
+// The random part of one sample's augmentation.
+struct AugmentDraw {
+  int dy = 0;         // vertical shift of the crop window
+  int dx = 0;         // horizontal shift
+  bool flip = false;  // mirrored left-right
+};
+
+// Whether `augmentation` changes samples of `data` (it is enabled and they are images).
+bool augments(const Augmentation& augmentation, const Dataset& data);
+
+// Draws one sample's augmentation from `rng`, exactly as gatherBatch does per sample, so that a
+// resumed run can replay the draws of the batches it skips and continue with the same crops.
+AugmentDraw drawAugmentation(const Augmentation& augmentation, Rng& rng);
+
 // Copies samples `indices` of `data` into `batch` (dim x count, one sample per column) and their
 // labels into `labels`, augmenting with `rng` when augmentation.enabled (images only).
 void gatherBatch(const Dataset& data, std::span<const size_t> indices, Matrix& batch,

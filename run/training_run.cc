@@ -440,8 +440,14 @@ void ShardBatcher::next(ml::Matrix& batch, std::vector<int32_t>& labels) {
 }
 
 void ShardBatcher::skip(size_t batches) {
-  for (size_t i = 0; i < batches; ++i)
-    (void)nextIndices();
+  // The augmentation generator advances as if the batches were gathered, so the batches after
+  // the skipped ones get the crops and flips an uninterrupted run gives them.
+  const bool augment = ml::augments(augmentation_, train_);
+  for (size_t i = 0; i < batches; ++i) {
+    const size_t samples = nextIndices().size();
+    for (size_t s = 0; augment && s < samples; ++s)
+      (void)ml::drawAugmentation(augmentation_, rng_);
+  }
 }
 
 }  // namespace chorus::run

@@ -253,6 +253,32 @@ TEST(NodeJob, AugmentationReachesTheBatcher) {
   EXPECT_TRUE(b.isApprox(c));   // and reproducibly so from the seed
 }
 
+// A resumed run skips the batches it already trained on; the batches after them must be the
+// ones an uninterrupted run draws, crops and flips included.
+TEST(NodeJob, SkippingBatchesKeepsTheAugmentationOfTheBatchesAfterThem) {
+  RunOptions o = options();
+  o.augment = true;
+  o.model.name = "mlp";
+  o.crop_padding = 2;
+  const auto split = images();
+  NodeJob job = prepareNodeJob(o, split, 0, 2);
+  ASSERT_TRUE(job.augmentation.enabled);
+  ShardBatcher uninterrupted(split->train, job.shard, 7, 3, job.augmentation);
+  ShardBatcher resumed(split->train, job.shard, 7, 3, job.augmentation);
+  const size_t skipped = uninterrupted.batchesPerEpoch() + 2;  // into the second epoch
+  ml::Matrix a, b;
+  std::vector<int32_t> la, lb;
+  for (size_t i = 0; i < skipped; ++i)
+    uninterrupted.next(a, la);
+  resumed.skip(skipped);
+  for (int i = 0; i < 3; ++i) {
+    uninterrupted.next(a, la);
+    resumed.next(b, lb);
+    EXPECT_EQ(la, lb);
+    EXPECT_TRUE(a == b) << "batch " << i << " after the skip differs";
+  }
+}
+
 TEST(NodeJob, EveryNodeStartsFromTheSameModelOnItsOwnDisjointShard) {
   const int nodes = 4;
   std::set<size_t> seen;
