@@ -131,7 +131,10 @@ struct SparseNodeJob {
   std::optional<sampling::SampleSchemeOptions> sampling;
   ps::SparseTechnique technique = ps::SparseTechnique::kClassic;
   ps::ReplicationOptions
-      replication;  // nups: the flags (the accesses are filled in by the PS session)
+      replication;  // nups, auto: the flags (the accesses are filled in by the PS session)
+  // auto: every member's training points (member order; shard is this node's), for each node's
+  // expected accesses.
+  std::vector<std::vector<size_t>> member_shards;
   std::string out_dir;
   uint32_t self = 0;
   // KGE: entities a training triple draws as negatives, on average (for the expected accesses
@@ -160,12 +163,16 @@ void addSparseNodeOptions(CLI::App& node, SparseNodeArgs& args) {
                   "steps' negatives; 1: every draw once)");
   node.add_option(
           "--technique", args.technique,
-          "Sparse models in PS mode: how the embedding rows are managed: classic (every row "
-          "at its hash owner), lapse (Lapse relocation: a worker moves the rows of its "
-          "next clock's data points to itself one clock ahead; MF splits the ratings by "
-          "row block) or nups (NuPS: the hot keys have a replica on every node, read and "
-          "pushed locally and synced in the background; the others are relocated as under "
-          "lapse); see docs/sparse-ps.md and docs/ps-replication.md")
+          "Sparse models in PS mode: how the embedding rows are managed: auto (each key's "
+          "technique from every worker's expected accesses, no tuning: a key several nodes "
+          "use between two replica syncs gets a replica on every node, one that one node "
+          "uses most is relocated to it, the rest stay at their hash owners; chosen at "
+          "start), classic (every row at its hash owner), lapse (Lapse relocation: a worker "
+          "moves the rows of its next clock's data points to itself one clock ahead; MF "
+          "splits the ratings by row block, as auto does) or nups (NuPS: the hot keys have a "
+          "replica on every node, read and pushed locally and synced in the background; the "
+          "others are relocated as under lapse); see docs/sparse-ps.md and "
+          "docs/ps-replication.md")
       ->capture_default_str();
   node.add_option("--replicate", args.replicate,
                   "--technique nups: replicate the N keys with the most expected accesses (the "
@@ -175,12 +182,13 @@ void addSparseNodeOptions(CLI::App& node, SparseNodeArgs& args) {
   node.add_option("--replica-bytes", args.replicaBytes,
                   "--technique nups without --replicate: the hot keys' replicas get this many "
                   "bytes on each node (row, optimizer state, synced copy and delta: about 24 "
-                  "bytes per float with AdaGrad), most accessed keys first")
+                  "bytes per float with AdaGrad), most accessed keys first; --technique auto: "
+                  "its replicas' memory cap (default 64 MiB there), most shared keys first")
       ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 40))
       ->capture_default_str();
   node.add_option("--replica-syncs-per-s", args.replicaSyncsPerSecond,
-                  "--technique nups: replica sync rounds a node starts per second (NuPS's "
-                  "default; 0: the replicas sync only at the end of the run)")
+                  "--technique nups or auto: replica sync rounds a node starts per second "
+                  "(NuPS's default; 0: the replicas sync only at the end of the run)")
       ->check(CLI::Range(0.0, 1000.0))
       ->capture_default_str();
   consensus::addSparseGossipOptions(node, args.gossip);
@@ -230,17 +238,18 @@ void checkImageModelFlags(const run::RunOptions& run, const SparseNodeArgs& spar
 
 ps::SparseTechnique techniqueOf(const SparseNodeArgs& sparse) {
   if (std::optional<ps::SparseTechnique> t = ps::parseSparseTechnique(sparse.technique)) return *t;
-  if (sparse.technique == "auto") {
-    throw CommandFailure(2, "--technique auto is not implemented yet: use classic, lapse or nups");
-  }
-  throw CommandFailure(2, fmt::format("--technique {}: unknown technique (classic, lapse or nups)",
-                                      sparse.technique));
+  throw CommandFailure(
+      2, fmt::format("--technique {}: unknown technique (auto, classic, lapse or nups)",
+                     sparse.technique));
 }
 
 ps::ReplicationOptions replicationOf(const SparseNodeArgs& sparse) {
   ps::ReplicationOptions options;
   if (sparse.replicate >= 0) options.replicate = static_cast<size_t>(sparse.replicate);
   options.budget_bytes = sparse.replicaBytes;
+  if (sparse.technique == "auto" && !given(sparse, "--replica-bytes")) {
+    options.budget_bytes = kAutoReplicaBytes;
+  }
   options.syncs_per_second = sparse.replicaSyncsPerSecond;
   return options;
 }
@@ -293,12 +302,20 @@ void checkSparseNodeArgs(const run::RunOptions& run, const SparseNodeArgs& spars
   }
   refuse(sparse, kDenseOnlyFlags, model, "an image model's flag");
   const ps::SparseTechnique technique = techniqueOf(sparse);
-  if (technique != ps::SparseTechnique::kNups) {
+  if (technique == ps::SparseTechnique::kAuto) {
+    if (given(sparse, "--replicate")) {
+      throw CommandFailure(2,
+                           "--replicate N sets nups's hot-set size; --technique auto chooses "
+                           "each key's technique itself (give --technique nups --replicate N "
+                           "to set it by hand)");
+    }
+  } else if (technique != ps::SparseTechnique::kNups) {
     for (const std::string& flag : kReplicaFlags) {
       if (given(sparse, flag)) {
-        throw CommandFailure(2, fmt::format("{} applies to --technique nups only (this run's is "
+        throw CommandFailure(2, fmt::format("{} applies to --technique {} only (this run's is "
                                             "{}); see chorus node --help",
-                                            flag, sparse.technique));
+                                            flag, flag == "--replicate" ? "nups" : "nups or auto",
+                                            sparse.technique));
       }
     }
   } else if (given(sparse, "--replicate") && given(sparse, "--replica-bytes")) {
@@ -483,12 +500,18 @@ std::shared_ptr<SparseNodeJob> loadSparseNodeJob(const run::RunOptions& run,
     // matrix rows of block r, so that the row factors it localizes stay with it (only the
     // columns move between workers).
     job->shard = mfRowBlockShard(job->ratings, sorted.size(), rank);
+    if (job->technique == ps::SparseTechnique::kAuto) {
+      for (size_t r = 0; r < sorted.size(); ++r)
+        job->member_shards.push_back(r == rank ? job->shard
+                                               : mfRowBlockShard(job->ratings, sorted.size(), r));
+    }
     return job;
   }
   // The same split on every node (the seed's), each taking its own part.
   ml::Shards shards =
       ml::shardIid(job->workload->trainPoints(), static_cast<int>(sorted.size()), run.seed);
-  job->shard = std::move(shards[rank]);
+  job->shard = shards[rank];
+  if (job->technique == ps::SparseTechnique::kAuto) job->member_shards = std::move(shards);
   return job;
 }
 
@@ -497,13 +520,18 @@ namespace {
 // The data's expected accesses of every table's rows, the skew layer's pre-scan (KGE: each
 // triple's entities and relation plus the negatives' uniform share; MF: each rating's row and
 // column), one vector per table of the workload. The same on every node.
-std::vector<std::vector<double>> expectedAccesses(const SparseNodeJob& job) {
+// `points`: only those training points' (one worker's shard: --technique auto), else all.
+std::vector<std::vector<double>> expectedAccesses(
+    const SparseNodeJob& job, std::optional<std::span<const size_t>> points = std::nullopt) {
   std::vector<std::vector<double>> accesses;
   if (job.workload->higherIsBetter()) {
-    ml::KgAccessStats stats = ml::kgAccessStats(job.graph, job.negatives_per_triple);
+    ml::KgAccessStats stats =
+        points ? ml::kgShardAccessStats(job.graph, *points, job.negatives_per_triple)
+               : ml::kgAccessStats(job.graph, job.negatives_per_triple);
     accesses = {std::move(stats.entities), std::move(stats.relations)};
   } else {
-    ml::MfAccessStats stats = ml::mfAccessStats(job.ratings);
+    ml::MfAccessStats stats =
+        points ? ml::mfShardAccessStats(job.ratings, *points) : ml::mfAccessStats(job.ratings);
     accesses = {std::move(stats.rows), std::move(stats.cols)};
   }
   const std::vector<ml::SparseTable*> tables = job.workload->tables();
@@ -550,13 +578,13 @@ class SparsePsSession : public NodeSession {
         line += fmt::format(" {} {:.4f}", m.name, m.value);
       fmt::print("node {}: {} of the owners' model:{}\n", self, split, line);
     }
-    if (r.technique == ps::SparseTechnique::kNups) {
+    if (r.technique == ps::SparseTechnique::kNups || r.technique == ps::SparseTechnique::kAuto) {
       const ps::RowAccessStats& a = r.access;
       fmt::print(
-          "node {}: nups: {} hot keys replicated ({:.1f}% of the expected accesses), {:.1f}% of "
+          "node {}: {}: {} hot keys replicated ({:.1f}% of the expected accesses), {:.1f}% of "
           "the row accesses served by replicas; {} sync rounds, {} bytes sent by the sync, "
           "replicas {:.0f} ms old on average ({:.0f} ms at most){}\n",
-          self, a.replicated_keys, 100 * r.replica_share,
+          self, ps::sparseTechniqueName(r.technique), a.replicated_keys, 100 * r.replica_share,
           a.keys_local + a.keys_remote > 0 ? 100.0 * static_cast<double>(a.keys_replica) /
                                                  static_cast<double>(a.keys_local + a.keys_remote)
                                            : 0.0,
@@ -588,6 +616,11 @@ class SparsePsSession : public NodeSession {
     if (job.technique == ps::SparseTechnique::kNups) {
       options.replication = job.replication;
       options.replication.accesses = expectedAccesses(job);
+    } else if (job.technique == ps::SparseTechnique::kAuto) {
+      // Every member's shard, as every node computes them (the same seed and data).
+      options.replication = job.replication;
+      for (const std::vector<size_t>& shard : job.member_shards)
+        options.replication.node_accesses.push_back(expectedAccesses(job, shard));
     }
     return options;
   }

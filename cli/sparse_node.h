@@ -45,6 +45,10 @@ class NodeSession {
 
 // The sparse flags of a node, and which of every flag were given (sparse models take their own
 // defaults for --batch, --lr and --eval-every, and refuse the flags that do not apply).
+// --technique auto's replicas' memory cap per node without --replica-bytes: a bound on memory,
+// not a hot-set size (the rule chooses the keys; on WN18RR it takes well under 1 MiB).
+inline constexpr uint64_t kAutoReplicaBytes = uint64_t{64} << 20;
+
 struct SparseNodeArgs {
   SparseFlags flags;
   int64_t logEvery = 100;  // --log-every: a "step" metrics event every N clocks
@@ -52,12 +56,14 @@ struct SparseNodeArgs {
   // given (the workload draws its negatives, i.i.d. per step: what naive does).
   std::string sampleScheme;
   int64_t sampleReuse = 0;
-  // --technique (PS mode): how the rows are managed: "classic" (at their homes), "lapse"
-  // (relocated to where they are used; docs/sparse-ps.md) or "nups" (hot keys replicated, the
-  // others relocated; docs/ps-replication.md).
-  std::string technique = "classic";
+  // --technique (PS mode): how the rows are managed: "auto" (each key's technique from what the
+  // workers will access; ps/technique_choice.h), "classic" (at their homes), "lapse" (relocated
+  // to where they are used; docs/sparse-ps.md) or "nups" (hot keys replicated, the others
+  // relocated; docs/ps-replication.md).
+  std::string technique = "auto";
   // --technique nups: --replicate N (the N most accessed keys; -1: not given, the hot set is what
-  // fits --replica-bytes), --replica-bytes and --replica-syncs-per-s.
+  // fits --replica-bytes), --replica-bytes and --replica-syncs-per-s; auto: the last two (its
+  // replicas' memory cap, kAutoReplicaBytes when not given, and the sync rate).
   int64_t replicate = -1;
   uint64_t replicaBytes = uint64_t{1} << 20;
   double replicaSyncsPerSecond = 25;
@@ -81,7 +87,8 @@ std::optional<sampling::SampleSchemeOptions> sampleSchemeOf(const SparseNodeArgs
 // The technique of --technique. CommandFailure 2 for an unknown one, or one not built yet.
 ps::SparseTechnique techniqueOf(const SparseNodeArgs& sparse);
 // --technique nups's hot-set and sync settings (--replicate, --replica-bytes,
-// --replica-syncs-per-s), without the expected accesses (the data's, filled in by the session).
+// --replica-syncs-per-s), without the expected accesses (the data's, filled in by the session);
+// auto's memory cap (--replica-bytes, kAutoReplicaBytes when not given) and sync rate.
 ps::ReplicationOptions replicationOf(const SparseNodeArgs& sparse);
 // After parsing: records which of `node`'s flags were given.
 void recordGivenFlags(const CLI::App& node, SparseNodeArgs& args);

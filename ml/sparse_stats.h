@@ -23,6 +23,11 @@ struct KgAccessStats {
 // negativesPerTriple / #entities per entity per triple).
 KgAccessStats kgAccessStats(const KgData& data, double negativesPerTriple,
                             std::span<const double> negativePi = {});
+// The same over the training triples `points` only (indices into data.train: one worker's
+// shard): what that worker is expected to access in one epoch (--technique auto). Throws
+// std::out_of_range for an index past data.train.
+KgAccessStats kgShardAccessStats(const KgData& data, std::span<const size_t> points,
+                                 double negativesPerTriple);
 
 // Expected accesses per key of the MF tables in one epoch over data.train (no sampling: each
 // rating reads its row and its column).
@@ -33,6 +38,9 @@ struct MfAccessStats {
 
 // Counts of every row and column in data.train.
 MfAccessStats mfAccessStats(const RatingsData& data);
+// Counts of every row and column in the ratings `points` of data.train (one worker's shard).
+// Throws std::out_of_range for an index past data.train.
+MfAccessStats mfShardAccessStats(const RatingsData& data, std::span<const size_t> points);
 
 // The start-up log lines: one sampling::formatSkew line per table.
 std::vector<std::string> skewLines(const KgAccessStats& stats);

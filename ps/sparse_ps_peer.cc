@@ -143,7 +143,30 @@ SparsePsPeer::SparsePsPeer(node::Node& node, ml::SparseWorkload& workload,
   setup.staleness = staleness_;
   setup.max_clock = total_clocks + 1;
   setup.ps = &options_.ps;
-  if (options_.technique == SparseTechnique::kNups) setup.replicas = replicaSetup(policy);
+  if (options_.technique == SparseTechnique::kNups) {
+    ReplicaChoice choice = chooseHotKeys(space_, options_.replication, *policy);
+    replica_share_ = choice.share;
+    node_.logger().info("nups: {}{}", formatReplicaChoice(choice),
+                        options_.replication.replicate ? " (--replicate)" : "");
+    setup.replicas = replicaSetup(std::move(choice.keys), policy);
+  } else if (options_.technique == SparseTechnique::kAuto) {
+    // Every node's shard's expected accesses decide each key's technique (the same on every
+    // node).
+    if (options_.replication.node_accesses.size() != members_.size()) {
+      throw std::invalid_argument(fmt::format(
+          "--technique auto needs every node's expected accesses: {} given for {} nodes",
+          options_.replication.node_accesses.size(), members_.size()));
+    }
+    TechniqueChoice choice = chooseAutoTechniques(space_, options_.replication, *policy,
+                                                  clocks_per_epoch_, total_clocks);
+    replica_share_ = choice.replicated_share;
+    relocated_keys_ = choice.relocated.size();
+    home_keys_ = choice.home;
+    node_.logger().info("{}", formatTechniqueChoice(choice));
+    setup.replicas = replicaSetup(std::move(choice.replicated), policy);
+    setup.replicas.technique = SparseTechnique::kAuto;
+    setup.relocated = std::move(choice.relocated);
+  }
   access_ = makeSparseRowAccess(options_.technique, node_, std::move(store), setup);
   ahead_rows_.resize(tables_.size());
   ahead_keys_ = std::make_unique<StepKeys>(space_);
@@ -174,20 +197,17 @@ SparsePsPeer::SparsePsPeer(node::Node& node, ml::SparseWorkload& workload,
 
 SparsePsPeer::~SparsePsPeer() = default;
 
-ReplicaSetup SparsePsPeer::replicaSetup(std::shared_ptr<const UpdatePolicy> policy) {
-  ReplicaChoice choice = chooseHotKeys(space_, options_.replication, *policy);
-  replica_share_ = choice.share;
-  node_.logger().info("nups: {}{}", formatReplicaChoice(choice),
-                      options_.replication.replicate ? " (--replicate)" : "");
+ReplicaSetup SparsePsPeer::replicaSetup(std::vector<Key> keys,
+                                        std::shared_ptr<const UpdatePolicy> policy) {
   ReplicaSetup setup;
   // The seed's values, the same on every node.
-  for (Key key : choice.keys) {
+  for (Key key : keys) {
     const KeyTable* table = space_.tableOf(key);
     const auto t = static_cast<size_t>(table - space_.tables().data());
     const float* row = tables_[t]->row(key - table->first);
     setup.initial.insert(setup.initial.end(), row, row + table->row_floats);
   }
-  setup.keys = std::move(choice.keys);
+  setup.keys = std::move(keys);
   setup.policy = std::move(policy);
   setup.syncs_per_second = options_.replication.syncs_per_second;
   return setup;
@@ -319,10 +339,14 @@ SparsePsReport SparsePsPeer::run() {
       .add("clocks_per_epoch", clocks_per_epoch_)
       .add("keys", static_cast<uint64_t>(space_.numKeys()))
       .add("owned_keys", static_cast<uint64_t>(owned));
-  if (options_.technique == SparseTechnique::kNups) {
+  if (replicates()) {
     start.add("replicated_keys", access_->stats().replicated_keys)
         .add("replica_share", replica_share_)
         .add("replica_syncs_per_s", options_.replication.syncs_per_second);
+  }
+  if (options_.technique == SparseTechnique::kAuto) {
+    start.add("relocated_keys", static_cast<uint64_t>(relocated_keys_))
+        .add("home_keys", static_cast<uint64_t>(home_keys_));
   }
   for (const auto& [key, value] : train.startFields)
     start.add(key, value);
@@ -589,7 +613,7 @@ SparsePsReport SparsePsPeer::run() {
       .add("localize_failed", report_.access.localize_failed)
       .add("held_keys", report_.access.held_keys)
       .addBool("stopped", report_.stopped);
-  if (options_.technique == SparseTechnique::kNups) {
+  if (replicates()) {
     // The replicas: how many, how much they served, the sync's work, their age during the
     // clocks, and their digest once drained (equal on every node that drained).
     const RowAccessStats& a = report_.access;

@@ -55,9 +55,11 @@ struct SparsePsOptions {
   // they are read with the step's rows.
   std::optional<sampling::SampleSchemeOptions> sampling;
   // --technique: how the rows are managed (classic: at their homes; lapse: relocated; nups: hot
-  // keys replicated, the others relocated).
+  // keys replicated, the others relocated; auto: each key's from ps/technique_choice.h, which
+  // needs replication.node_accesses).
   SparseTechnique technique = SparseTechnique::kClassic;
-  // nups: the hot set and the sync rate (--replicate, --replica-bytes, --replica-syncs-per-s).
+  // nups: the hot set and the sync rate (--replicate, --replica-bytes, --replica-syncs-per-s);
+  // auto: every node's expected accesses, the replicas' memory cap and the sync rate.
   ReplicationOptions replication;
   // Lapse: the rows of the data points of the clock this many clocks ahead are localized at the
   // start of each clock (0: none). One clock is Lapse's "one data point ahead" for a step.
@@ -92,7 +94,7 @@ struct SparsePsReport {
   uint64_t clock_bytes_in = 0;
   uint64_t failed_pulls = 0;
   uint64_t failed_pushes = 0;
-  // nups: the hot keys' share of the expected accesses (formatReplicaChoice's).
+  // nups, auto: the replicated keys' share of the expected accesses (formatReplicaChoice's).
   double replica_share = 0;
   // The technique's counters (keys localized, rows held at the end, the replicas').
   SparseTechnique technique = SparseTechnique::kClassic;
@@ -146,8 +148,13 @@ class SparsePsPeer {
   // every worker reached it (the final read), else under SSP as a step's read. False (logged)
   // when the read failed.
   bool pullModel(std::optional<Clock> min_clock);
-  // nups: the hot keys (chooseHotKeys) with the seed's values, updated with `policy`.
-  ReplicaSetup replicaSetup(std::shared_ptr<const UpdatePolicy> policy);
+  // nups and auto: the replicas of `keys` (sorted) with the seed's values, updated with `policy`.
+  ReplicaSetup replicaSetup(std::vector<Key> keys, std::shared_ptr<const UpdatePolicy> policy);
+  // nups and auto keep replicas (their metrics say how they did).
+  bool replicates() const {
+    return options_.technique == SparseTechnique::kNups ||
+           options_.technique == SparseTechnique::kAuto;
+  }
   // Starts localizing the rows the data points `points` name (not waited for).
   void localizeAhead(std::span<const size_t> points);
   // Waits for the pending push; counts and logs it when it failed.
@@ -170,7 +177,9 @@ class SparsePsPeer {
   int64_t clocks_per_epoch_ = 0;
   std::unique_ptr<SparseRowAccess> access_;
   uint64_t owned_at_start_ = 0;
-  double replica_share_ = 0;  // nups: the hot keys' share of the expected accesses
+  double replica_share_ = 0;   // nups, auto: the hot keys' share of the expected accesses
+  size_t relocated_keys_ = 0;  // auto: keys it relocates, and keys it leaves at their homes
+  size_t home_keys_ = 0;
   std::vector<std::vector<ml::RowKey>> ahead_rows_;  // localizeAhead's buffers
   std::unique_ptr<StepKeys> ahead_keys_;
   // With a sample scheme: pi, the sampler (over access_) and the sample prepared for the next

@@ -10,6 +10,8 @@ const char* sparseTechniqueName(SparseTechnique technique) {
       return "lapse";
     case SparseTechnique::kNups:
       return "nups";
+    case SparseTechnique::kAuto:
+      return "auto";
   }
   return "?";
 }
@@ -18,6 +20,7 @@ std::optional<SparseTechnique> parseSparseTechnique(const std::string& name) {
   if (name == "classic") return SparseTechnique::kClassic;
   if (name == "lapse") return SparseTechnique::kLapse;
   if (name == "nups") return SparseTechnique::kNups;
+  if (name == "auto") return SparseTechnique::kAuto;
   return std::nullopt;
 }
 
@@ -28,6 +31,8 @@ std::unique_ptr<SparseRowAccess> makeSparseRowAccess(SparseTechnique technique, 
       return makeLapseRowAccess(node, std::move(store), setup);
     case SparseTechnique::kNups:
       return makeNupsRowAccess(node, std::move(store), setup);
+    case SparseTechnique::kAuto:
+      return makeAutoRowAccess(node, std::move(store), setup);
     case SparseTechnique::kClassic:
       break;
   }

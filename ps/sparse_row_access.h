@@ -7,6 +7,8 @@
 // - LapseRowAccess: rows move to the node that localizes them (ps/relocation_shell.h, Lapse).
 // - NupsRowAccess: the hot keys have a replica on every node, read and pushed locally and synced
 //   in the background (ps/replica_shell.h, NuPS); the other keys are relocated as under lapse.
+// - AutoRowAccess: nups's path with the keys of each technique chosen by chooseTechniques
+//   (ps/technique_choice.h): replicated, relocated, or left at their homes (never localized).
 // makeSparseRowAccess() chooses; the loop does not change. The sampling primitives
 // (ps/sample_worker.h) use the same seam: pull for the sampled rows' values, localize for the
 // keys a scheme wants here ahead of use, isLocal as the schemes' "is this key local now?".
@@ -26,6 +28,7 @@
 #include "ps/ps_run_barrier.h"
 #include "ps/replica_choice.h"
 #include "ps/ssp.h"
+#include "ps/technique_choice.h"
 #include "ps/update_policy.h"
 
 namespace chorus::node {
@@ -46,8 +49,9 @@ enum class SparseTechnique : uint8_t {
   kClassic,  // every row at its hash owner
   kLapse,    // relocation: rows move to where they are used (Lapse)
   kNups,     // replication of the hot keys, relocation of the others (NuPS)
+  kAuto,     // each key's technique from what the workers will access (ps/technique_choice.h)
 };
-// "classic", "lapse" or "nups".
+// "classic", "lapse", "nups" or "auto".
 const char* sparseTechniqueName(SparseTechnique technique);
 // Parses --technique's value; nullopt for an unknown name.
 std::optional<SparseTechnique> parseSparseTechnique(const std::string& name);
@@ -88,12 +92,23 @@ struct ReplicationOptions {
   // --replica-syncs-per-s: rounds a node's timer starts per second (NuPS's default 25; 0: the
   // replicas sync only at the end of the run).
   double syncs_per_second = 25;
+  // --technique auto: what each node's shard is expected to access (one entry per member, in
+  // member order, each one TableAccesses per table in accesses per epoch: ps/technique_choice.h).
+  // auto reads these instead of `accesses`, and budget_bytes is its replicas' memory cap.
+  std::vector<std::vector<TableAccesses>> node_accesses;
 };
 // The hot keys of `space` under `options` for rows updated with `policy` (the same on every
 // node: the accesses and the ties' order are). std::invalid_argument when the accesses do not
 // match the key space.
 ReplicaChoice chooseHotKeys(const KeySpace& space, const ReplicationOptions& options,
                             const UpdatePolicy& policy);
+// --technique auto's choice (chooseTechniques over options.node_accesses, the window from
+// options.syncs_per_second at an assumed 25 steps a second: autoWindowClocks) for a run of
+// `clocks_per_epoch` clocks per epoch and `total_clocks` in all. std::invalid_argument when the
+// accesses do not match the key space.
+TechniqueChoice chooseAutoTechniques(const KeySpace& space, const ReplicationOptions& options,
+                                     const UpdatePolicy& policy, int64_t clocks_per_epoch,
+                                     int64_t total_clocks);
 
 // Also the sampling primitives' KeyLocalizer (its localize) and locality oracle (isLocal).
 class SparseRowAccess : public KeyLocalizer {
@@ -150,6 +165,8 @@ struct ReplicaSetup {
   std::vector<float> initial;  // their value floats in key order, the same on every node
   std::shared_ptr<const UpdatePolicy> policy;  // the owners' (the store's) update rule
   double syncs_per_second = 25;
+  // The technique the log lines name ("nups" or "auto"): auto relocates only some of the others.
+  SparseTechnique technique = SparseTechnique::kNups;
 };
 
 // What a data path is built from.
@@ -159,7 +176,9 @@ struct RowAccessSetup {
   Staleness staleness;
   Clock max_clock = 0;  // the run's last clock and one more
   const PsOptions* ps = nullptr;
-  ReplicaSetup replicas;  // nups only
+  ReplicaSetup replicas;  // nups and auto
+  // auto: the keys a localize moves (sorted); a localize leaves every other key where it is.
+  std::vector<Key> relocated;
 };
 
 // The data path of `technique` on `node`, holding `store` (this node's home rows, with the
@@ -172,6 +191,8 @@ std::unique_ptr<SparseRowAccess> makeClassicRowAccess(node::Node& node, KeyStore
 std::unique_ptr<SparseRowAccess> makeLapseRowAccess(node::Node& node, KeyStore store,
                                                     const RowAccessSetup& setup);
 std::unique_ptr<SparseRowAccess> makeNupsRowAccess(node::Node& node, KeyStore store,
+                                                   const RowAccessSetup& setup);
+std::unique_ptr<SparseRowAccess> makeAutoRowAccess(node::Node& node, KeyStore store,
                                                    const RowAccessSetup& setup);
 
 }  // namespace chorus::ps

@@ -38,6 +38,7 @@ class NupsRowAccess final : public SparseRowAccess {
                     RelocationShellOptions{.staleness = setup.staleness}) {
     const ReplicaSetup& r = setup.replicas;
     syncs_per_second_ = r.syncs_per_second;
+    name_ = sparseTechniqueName(r.technique);
     if (!r.keys.empty()) {
       if (!r.policy) throw std::logic_error("nups: the replicas need the owners' update policy");
       auto layout =
@@ -172,11 +173,12 @@ class NupsRowAccess final : public SparseRowAccess {
     if (!replicas_) return;
     replicas_->start();
     // Every node makes the same choice: one line is enough, but each node's log has it.
-    node_.logger().info(
-        "nups: {} hot keys replicated on every node, synced {} times a second; the other {} keys "
-        "are relocated",
-        replicas_->layout().size(), syncsPerSecondText(),
-        space_.numKeys() - replicas_->layout().size());
+    node_.logger().info("{}: {} hot keys replicated on every node, synced {} times a second{}",
+                        name_, replicas_->layout().size(), syncsPerSecondText(),
+                        name_ == std::string("nups")
+                            ? fmt::format("; the other {} keys are relocated",
+                                          space_.numKeys() - replicas_->layout().size())
+                            : std::string());
   }
 
   node::Status finishPushes(std::chrono::milliseconds timeout) override {
@@ -190,9 +192,9 @@ class NupsRowAccess final : public SparseRowAccess {
     const uint64_t digest = XXH3_64bits(values.data(), values.size() * sizeof(float));
     replica_digest_ = digest;
     node_.logger().info(
-        "nups: replicas drained after {} sync rounds: every live node's pushes are in them "
+        "{}: replicas drained after {} sync rounds: every live node's pushes are in them "
         "(digest {:016x})",
-        replicas_->counters().rounds, digest);
+        name_, replicas_->counters().rounds, digest);
     return status;
   }
 
@@ -294,7 +296,8 @@ class NupsRowAccess final : public SparseRowAccess {
   RelocationShell relocation_;
   std::unique_ptr<ReplicaShell> replicas_;  // null: nothing replicated (lapse exactly)
   double syncs_per_second_ = 0;
-  Clock clock_ = 0;  // the worker's clock (trainer thread)
+  const char* name_ = "nups";  // the log lines' technique
+  Clock clock_ = 0;            // the worker's clock (trainer thread)
   std::atomic<uint64_t> keys_replica_{0};
   std::atomic<uint64_t> replica_digest_{0};
 

@@ -3,8 +3,7 @@
 # knowledge graph. Four nodes on this machine train ComplEx embeddings of WN18RR (data/wn18rr,
 # in the repository) on their quarter of the triples; `chorus compare` runs each variant in
 # turn, finds when node 0's validation MRR first reached the target, and prints the table; the
-# plots land in runs/demo-sparse/plots/. PS techniques that this build does not have yet
-# (compare refuses them as not implemented yet) are left out and named.
+# plots land in runs/demo-sparse/plots/.
 #
 # Usage: scripts/demo_sparse.sh [--short] [CHORUS_BINARY]
 #   --short  one epoch instead of five, into runs/demo-sparse-short (CI runs it: about a
@@ -21,20 +20,9 @@ if [[ ! -f data/wn18rr/train.txt.gz ]]; then
   echo "demo-sparse: data/wn18rr/train.txt.gz is missing: it is part of the repository" >&2
   exit 2
 fi
-# The techniques this build runs (issue 25's: classic, lapse, nups, auto). compare parses the
-# variants before anything else and refuses a technique that is not built yet; the missing
-# topology stops it right after, so the probe runs nothing.
-variants=single
-for technique in classic lapse nups auto; do
-  probe=$("$chorus" compare --topology /nonexistent/demo-sparse.toml --model complex \
-            --variants "ps:$technique" --out /nonexistent/demo-sparse 2>&1 || true)
-  if [[ "$probe" == *"not implemented yet"* ]]; then
-    echo "demo-sparse: ps:$technique is not in this build yet; left out"
-  else
-    variants+=",ps:$technique"
-  fi
-done
-variants+=",consensus:wait-all,consensus:dynamic"
+# Every technique of issue 25 (auto, the default, chooses each key's technique itself; nups
+# with its default hot set), then sparse gossip.
+variants=single,ps:classic,ps:lapse,ps:nups,ps:auto,consensus:wait-all,consensus:dynamic
 out=runs/demo-sparse
 epochs=(--epochs 5)
 target=0.25

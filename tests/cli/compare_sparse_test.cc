@@ -186,30 +186,33 @@ TEST_F(CompareSparseTest, TechniquesAndGossipRunAndAreReportedInMrr) {
 }
 
 // Matrix factorization on generated Zipf ratings: reported in test RMSE, where lower reaches the
-// target, with no Hits@10 column.
+// target, with no Hits@10 column; ps:auto (each key's technique chosen from the nodes' row blocks)
+// runs beside classic.
 TEST_F(CompareSparseTest, MatrixFactorizationIsReportedInRmse) {
   const fs::path out = dir_ / "mf";
-  const CommandResult r = runCommand({chorusBinary(),  "compare",
-                                      "--topology",    topology_,
-                                      "--variants",    "single,ps:classic,consensus:dynamic",
-                                      "--model",       "mf",
-                                      "--mf-rows",     "600",
-                                      "--mf-cols",     "200",
-                                      "--mf-cells",    "20000",
-                                      "--epochs",      "3",
-                                      "--target-rmse", "5",
-                                      "--out",         out.string()},
-                                     240);
+  const CommandResult r =
+      runCommand({chorusBinary(),  "compare",
+                  "--topology",    topology_,
+                  "--variants",    "single,ps:classic,ps:auto,consensus:dynamic",
+                  "--model",       "mf",
+                  "--mf-rows",     "600",
+                  "--mf-cols",     "200",
+                  "--mf-cells",    "20000",
+                  "--epochs",      "3",
+                  "--target-rmse", "5",
+                  "--out",         out.string()},
+                 240);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_TRUE(contains(r.out, "RMSE 5.000 reached after")) << r.out;
   const std::string md = readFile(out / "report.md");
   EXPECT_TRUE(contains(md, "| test RMSE | steps / s |")) << md;
   EXPECT_FALSE(contains(md, "Hits@10")) << md;
-  for (const char* v : {"single", "ps:classic", "consensus:dynamic"}) {
+  for (const char* v : {"single", "ps:classic", "ps:auto", "consensus:dynamic"}) {
     EXPECT_TRUE(contains(md, std::string("| ") + v + " | 1/1 | 1/1 |")) << v << "\n" << md;
   }
   // The nodes train on the model's own default data.
   EXPECT_TRUE(contains(readFile(out / "ps-classic/seed-1/command.txt"), "--data zipf-mf"));
+  EXPECT_TRUE(contains(readFile(out / "ps-auto/seed-1/command.txt"), "--technique auto"));
   EXPECT_GT(fs::file_size(out / "plots" / "quality-vs-time.png"), 1000u);
 }
 

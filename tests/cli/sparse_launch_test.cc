@@ -97,6 +97,7 @@ std::vector<std::string> kgeFlags(const std::string& data_dir) {
           "3"};
 }
 
+// `chorus launch` with no --technique: auto (the default) trains as well as one node.
 TEST(ChorusSparsePs, LaunchTrainsAKnowledgeGraphAsWellAsChorusTrain) {
   TempDir dir("chorus-sparse-ps");
   writePlantedGraph(dir.file("graphs/planted"));
@@ -125,11 +126,19 @@ TEST(ChorusSparsePs, LaunchTrainsAKnowledgeGraphAsWellAsChorusTrain) {
                             "\"keys_remote\"", "\"points_per_s\""}) {
     EXPECT_TRUE(contains(lines, field)) << field;
   }
+  // No --technique: auto, the default, chose each key's technique (the relations, in every
+  // step of both nodes, are replicated) and says so in the metrics and the final lines.
+  EXPECT_TRUE(contains(lines, "\"technique\":\"auto\"")) << lines;
+  EXPECT_GT(numberAfter(lines, "\"replicated_keys\":"), 0) << lines;
+  EXPECT_TRUE(contains(lines, "\"home_keys\":")) << lines;
+  EXPECT_FALSE(contains(lines, "\"replica_digest\":\"0000000000000000\"")) << lines;
+  EXPECT_TRUE(contains(cluster.out, "node 1: auto: ")) << cluster.out;
 }
 
-// --sample-scheme reaches every node through the run spec: onlylocal's negatives are all this
-// node's rows (none read from the other node), pool's about half; the final lines and the
-// metrics say so.
+// --sample-scheme reaches every node through the run spec: under classic, onlylocal's negatives
+// are all this node's rows (none read from the other node), pool's about half; the final lines
+// and the metrics say so. (Under auto, the default, this graph's 300 entities are each drawn by
+// both nodes several times a clock: all replicated, so every scheme's draws are local.)
 TEST(ChorusSparsePs, TheSampleSchemeReachesTheNodesAndItsEffectIsReported) {
   TempDir dir("chorus-sparse-ps");
   writePlantedGraph(dir.file("graphs/planted"));
@@ -138,7 +147,8 @@ TEST(ChorusSparsePs, TheSampleSchemeReachesTheNodesAndItsEffectIsReported) {
   for (const std::string scheme : {"onlylocal", "pool"}) {
     std::vector<std::string> launch = {
         chorusBinary(),    "launch", writeTopology(dir, 2), "--out", dir.file("out-" + scheme),
-        "--sample-scheme", scheme,   "--log-every",         "10"};
+        "--sample-scheme", scheme,   "--log-every",         "10",    "--technique",
+        "classic"};
     if (scheme == "pool") launch.insert(launch.end(), {"--sample-reuse", "4"});
     launch.insert(launch.end(), flags.begin(), flags.end());
     const CommandResult r = runCommand(launch);
@@ -382,14 +392,18 @@ TEST(ChorusSparsePs, BadFlagsAreRefusedBeforeAnyNodeStarts) {
       {{"--mode", "consensus", "--model", "distmult", "--sample-scheme", "naive"},
        "--sample-scheme does not apply to --model distmult (the sampling schemes draw the "
        "negatives through PS mode's primitives"},
-      {{"--model", "complex", "--technique", "auto"},
-       "--technique auto is not implemented yet: use classic, lapse or nups"},
-      {{"--model", "complex", "--technique", "nosuch"},
-       "--technique nosuch: unknown technique (classic, lapse or nups)"},
+      {{"--model", "complex", "--technique", "auto", "--replicate", "10"},
+       "--replicate N sets nups's hot-set size; --technique auto chooses each key's technique "
+       "itself"},
       {{"--model", "complex", "--replicate", "10"},
+       "--replicate N sets nups's hot-set size; --technique auto chooses each key's technique "
+       "itself"},
+      {{"--model", "complex", "--technique", "nosuch"},
+       "--technique nosuch: unknown technique (auto, classic, lapse or nups)"},
+      {{"--model", "complex", "--technique", "classic", "--replicate", "10"},
        "--replicate applies to --technique nups only (this run's is classic)"},
       {{"--model", "complex", "--technique", "lapse", "--replica-syncs-per-s", "5"},
-       "--replica-syncs-per-s applies to --technique nups only (this run's is lapse)"},
+       "--replica-syncs-per-s applies to --technique nups or auto only (this run's is lapse)"},
       {{"--model", "complex", "--technique", "nups", "--replicate", "10", "--replica-bytes",
         "4096"},
        "--replicate N and --replica-bytes both choose the hot set: give one"},
