@@ -154,7 +154,9 @@ TEST(SparseConsensus, ARingOfFourReachesTheSingleNodeMrrWithFarFewerBytesThanDen
     ASSERT_FALSE(s.replica.empty()) << "node " << i;
     EXPECT_EQ(s.replica.front().name, "mrr");
     EXPECT_NEAR(s.replica.front().value, sparse_mrr, 0.15 * sparse_mrr) << "node " << i;
-    if (i == 0) EXPECT_EQ(s.replica.front().value, sparse_mrr);
+    if (i == 0) {
+      EXPECT_EQ(s.replica.front().value, sparse_mrr);
+    }
     // The dense exchange sends every row of the model to both neighbors every round.
     const uint64_t rows = graph.entities() + graph.relations();
     EXPECT_EQ(dense[i].rows_sent, 2 * rows * static_cast<uint64_t>(dense[i].rounds_done));
