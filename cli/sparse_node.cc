@@ -643,7 +643,8 @@ class SparseConsensusSession : public NodeSession {
     const uint32_t self = job_->self;
     const double rounds = static_cast<double>(std::max<int64_t>(r.rounds_done - r.first_round, 1));
     if (r.first_round > 0) {
-      fmt::print("node {}: rejoined at round {} with a neighbor's tables\n", self, r.first_round);
+      fmt::print("node {}: rejoined at round {} with a neighbor's tables and optimizer state\n",
+                 self, r.first_round);
     }
     fmt::print(
         "node {}: {} epoch(s), {} rounds ({} per epoch) on {} of {} {} points in {:.1f} s "
@@ -661,6 +662,14 @@ class SparseConsensusSession : public NodeSession {
       for (const ml::NamedMetric& m : metrics)
         line += fmt::format(" {} {:.4f}", m.name, m.value);
       fmt::print("node {}: {} of its replica:{}\n", self, split, line);
+    }
+    if (r.final.empty() && !r.replica.empty()) {
+      // The other nodes evaluate their own replica on the final split only.
+      std::string line;
+      for (const ml::NamedMetric& m : r.replica)
+        line += fmt::format(" {} {:.4f}", m.name, m.value);
+      fmt::print("node {}: {} of its replica:{}\n", self, job_->workload->evalSplits().back(),
+                 line);
     }
     if (!r.departed_peers.empty()) {
       fmt::print("node {}: neighbor(s) {} left before the end\n", self,

@@ -118,7 +118,8 @@ ConsensusPeer::ConsensusPeer(node::Node& node, run::NodeJob job, PeerLayout layo
       finals_(job_.model->size()),
       finals_low_(job_.model->size()),
       catchups_(job_.model->size()),
-      membership_(layout_.self, layout_.members) {
+      membership_(layout_.self, layout_.members),
+      messages_(membership_, layout_.neighbors) {
   std::sort(layout_.neighbors.begin(), layout_.neighbors.end());
   std::sort(layout_.members.begin(), layout_.members.end());
   tree_graph_ = layout_.graph;
@@ -145,9 +146,10 @@ ConsensusPeer::ConsensusPeer(node::Node& node, run::NodeJob job, PeerLayout layo
   node_.setHandler(
       messageType(wire::Body::ModelShare),
       [this](NodeId from, const node::InboundFrame& frame) { onModelShare(from, frame); });
-  node_.setHandler(
-      messageType(wire::Body::TrainingDone), [this](NodeId from, const node::InboundFrame& frame) {
-        const wire::TrainingDone* done = messageOf(frame).body_as_TrainingDone();
+  // TrainingDone from any end-of-run peer (tree links are not always neighbors).
+  messages_.install(
+      node_,
+      [this](NodeId from, const wire::TrainingDone* done) {
         if (done != nullptr && done->parent() >= 0) {
           // The sender's parent in the end-of-run tree (its barrier, or a re-attach).
           const auto named = static_cast<NodeId>(done->parent());
@@ -187,20 +189,8 @@ ConsensusPeer::ConsensusPeer(node::Node& node, run::NodeJob job, PeerLayout layo
             summary_ = std::move(finished);
           }
         }
-        membership_.finished(from);
-      });
-  node_.setHandler(
-      messageType(wire::Body::ModelRequest), [this](NodeId from, const node::InboundFrame&) {
-        if (!isNeighbor(from)) {
-          node_.logger().warn("model request from node {}, which is not a neighbor: ignored", from);
-          return;
-        }
-        {
-          auto lock = membership_.lock();
-          requests_.insert(from);
-        }
-        membership_.notify();
-      });
+      },
+      /*done_from_neighbors_only=*/false);
   node_.setEventHandler([this](const node::PeerEvent& event) { onPeerEvent(event); });
 }
 
@@ -503,12 +493,7 @@ void ConsensusPeer::sendChunks(const std::vector<NodeId>& to, std::span<const fl
 }
 
 void ConsensusPeer::answerRequests(Round round) {
-  std::vector<NodeId> to;
-  {
-    auto lock = membership_.lock();
-    to.assign(requests_.begin(), requests_.end());
-    requests_.clear();
-  }
+  const std::vector<NodeId> to = messages_.takeRequests();
   if (to.empty()) return;
   node_.logger().info("sending the model after round {} to rejoining node(s) {}", round,
                       idList(to));
@@ -812,7 +797,7 @@ bool ConsensusPeer::waitEndOfRun(const std::function<std::vector<NodeId>()>& mis
     if (membership_.stoppedLocked()) return false;
     const std::vector<NodeId> waiting = missing();
     if (waiting.empty()) return true;
-    if (!requests_.empty()) {
+    if (messages_.hasRequestsLocked()) {
       // A neighbor that rejoined after this node's last round gets the final model.
       lock.unlock();
       answerRequests(last_round);
@@ -828,7 +813,8 @@ bool ConsensusPeer::waitEndOfRun(const std::function<std::vector<NodeId>()>& mis
     const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(
                           std::min(deadline, next_report) - now) +
                       std::chrono::milliseconds(1);
-    membership_.waitFor(lock, wait, [&] { return missing().empty() || !requests_.empty(); });
+    membership_.waitFor(lock, wait,
+                        [&] { return missing().empty() || messages_.hasRequestsLocked(); });
   }
 }
 
@@ -1088,7 +1074,7 @@ void ConsensusPeer::finish(int64_t rounds_done, std::vector<uint32_t>& finished,
       std::max(std::chrono::milliseconds(0),
                std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
   settle.report_every = options_.report_every;
-  settle.has_work = [&] { return !requests_.empty(); };
+  settle.has_work = [&] { return messages_.hasRequestsLocked(); };
   settle.work = [&] { answerRequests(last_round); };
   run::PeerSettlement settled = membership_.settle(settle, log);
   if (summary) {

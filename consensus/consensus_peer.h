@@ -20,6 +20,7 @@
 
 #include "consensus/backup_rule.h"
 #include "consensus/consensus_service.h"
+#include "consensus/membership_messages.h"
 #include "consensus/mixing.h"
 #include "consensus/partial_sum.h"
 #include "consensus/round_board.h"
@@ -282,6 +283,8 @@ class ConsensusPeer : private run::TrainingStrategy {
   std::atomic<uint64_t> refused_chunks_{0};
   // Who finished or left, and the end-of-run wait. Its lock also guards the state below.
   run::Membership membership_;
+  // TrainingDone and ModelRequest (the neighbors waiting for a catch-up model).
+  MembershipMessages messages_;
   // This node's links in the convergecast tree, and who it exchanges end-of-run messages with
   // (neighbors and tree links, sorted).
   TreeLinks tree_;
@@ -310,7 +313,6 @@ class ConsensusPeer : private run::TrainingStrategy {
   // The summary once this node sent it down: a child that re-attaches later gets it at once.
   std::optional<std::vector<NodeId>> summary_sent_;
   std::atomic<Round> rounds_done_{0};   // for that late summary (set by finish())
-  std::set<NodeId> requests_;           // neighbors waiting for a catch-up model
   std::optional<NodeId> catchup_from_;  // the neighbor asked for a catch-up model, while asked
   std::map<NodeId, ModelAssembler::Complete> catchup_models_;
   // Trainer thread, during run().

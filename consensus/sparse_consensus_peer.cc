@@ -10,6 +10,7 @@
 #include <deque>
 #include <limits>
 #include <stdexcept>
+#include <utility>
 
 #include "ml/metrics.h"
 #include "ml/rng.h"
@@ -108,13 +109,22 @@ SparseConsensusPeer::SparseConsensusPeer(node::Node& node, ml::SparseWorkload& w
       mixing_((validateSparseConsensusOptions(options_), parseMixingKind(options_.mixing))),
       rule_(makeBackupRule(options_.backup)),
       board_(boardOptions(layout_, options_)),
-      membership_(layout_.self, layout_.members) {
+      membership_(layout_.self, layout_.members),
+      messages_(membership_, layout_.neighbors) {
   std::sort(layout_.neighbors.begin(), layout_.neighbors.end());
   std::sort(layout_.members.begin(), layout_.members.end());
   for (const ml::SparseTable* table : tables_) {
     shapes_.push_back({table->rows(), table->dim()});
     total_rows_ += table->rows();
+    optimizers_.emplace_back(options_.train.optimizer, *table);
   }
+  // A catch-up share carries the optimizer's state too: table T + t is table t's AdaGrad sums.
+  catchup_shapes_ = shapes_;
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    if (!optimizers_[t].state().empty()) catchup_shapes_.push_back(shapes_[t]);
+  }
+  for (size_t t = 0; t < catchup_shapes_.size(); ++t)
+    catchup_rows_ += catchup_shapes_[t].rows;
   relay_hops_ = static_cast<int>(options_.gossip.relay_hops);
   if (relay_hops_ == 0) {
     relay_hops_ = layout_.graph.empty() ? 1 : std::max(1, graphDiameter(layout_.graph));
@@ -135,29 +145,7 @@ SparseConsensusPeer::SparseConsensusPeer(node::Node& node, ml::SparseWorkload& w
   node_.setHandler(
       messageType(wire::Body::RowShare),
       [this](NodeId from, const node::InboundFrame& frame) { onRowShare(from, frame); });
-  node_.setHandler(messageType(wire::Body::TrainingDone),
-                   [this](NodeId from, const node::InboundFrame&) {
-                     if (!isNeighbor(from)) {
-                       node_.logger().warn(
-                           "TrainingDone from node {}, which is not a neighbor: "
-                           "ignored",
-                           from);
-                       return;
-                     }
-                     membership_.finished(from);
-                   });
-  node_.setHandler(
-      messageType(wire::Body::ModelRequest), [this](NodeId from, const node::InboundFrame&) {
-        if (!isNeighbor(from)) {
-          node_.logger().warn("model request from node {}, which is not a neighbor: ignored", from);
-          return;
-        }
-        {
-          auto lock = membership_.lock();
-          requests_.insert(from);
-        }
-        membership_.notify();
-      });
+  messages_.install(node_, {}, /*done_from_neighbors_only=*/true);
   node_.setEventHandler([this](const node::PeerEvent& event) { onPeerEvent(event); });
 }
 
@@ -207,9 +195,10 @@ std::optional<std::string> SparseConsensusPeer::takePart(NodeId from, const wire
     return fmt::format("round {} is outside this run's rounds 0..{}", round, total_rounds_ - 1);
   }
   const uint32_t parts = part.parts();
-  if (parts == 0 || part.part() >= parts || parts > total_rows_ + 1) {
+  const size_t max_rows = part.catchup() ? catchup_rows_ : total_rows_;
+  if (parts == 0 || part.part() >= parts || parts > max_rows + 1) {
     return fmt::format("part {} of {} is not a part of a share of at most {} rows", part.part(),
-                       parts, total_rows_);
+                       parts, max_rows);
   }
   if (part.catchup()) return takeCatchupPart(from, part);
   if (auto last = last_complete_.find(from);
@@ -219,7 +208,8 @@ std::optional<std::string> SparseConsensusPeer::takePart(NodeId from, const wire
   std::shared_ptr<RowShare> share;
   auto p = partial_.find(from);
   if (p == partial_.end()) p = partial_.emplace(from, Partial{}).first;
-  if (std::optional<std::string> why = assemble(p->second, from, part, &share)) {
+  if (std::optional<std::string> why =
+          assemble(p->second, from, part, shapes_, total_rows_, &share)) {
     partial_.erase(from);
     return why;
   }
@@ -245,6 +235,8 @@ std::optional<std::string> SparseConsensusPeer::takePart(NodeId from, const wire
 
 std::optional<std::string> SparseConsensusPeer::assemble(Partial& p, NodeId from,
                                                          const wire::RowShare& part,
+                                                         std::span<const GossipTableShape> shapes,
+                                                         size_t max_rows,
                                                          std::shared_ptr<RowShare>* complete) {
   const Round round = part.round();
   const uint32_t parts = part.parts();
@@ -264,28 +256,39 @@ std::optional<std::string> SparseConsensusPeer::assemble(Partial& p, NodeId from
         "writes a share's parts in order)",
         part.part(), parts, round, p.next, p.parts);
   }
+  // The part is checked whole (widths, keys, values) before anything of it is kept: what a
+  // hostile neighbor costs beyond the frame itself is at most max_rows checked rows.
+  RowShare piece;
+  piece.round = round;
   if (part.blocks() != nullptr) {
+    size_t rows = p.rows;
     for (const wire::RowBlock* b : *part.blocks()) {
       if (b->keys() == nullptr || b->values() == nullptr || b->hops() == nullptr) {
         return fmt::format("a row block of round {} without keys, values or hop counts", round);
       }
-      p.rows += b->keys()->size();
-      if (p.rows > total_rows_) {
-        return fmt::format("round {} carries more rows than the model's {}", round, total_rows_);
+      rows += b->keys()->size();
+      if (rows > max_rows) {
+        return fmt::format("round {} carries more rows than the model's {}", round, max_rows);
       }
-      if (p.share.blocks.empty() || p.share.blocks.back().table != b->table()) {
-        p.share.blocks.push_back(RowBlock{b->table(), {}, {}, {}});
+    }
+    for (const wire::RowBlock* b : *part.blocks()) {
+      if (piece.blocks.empty() || piece.blocks.back().table != b->table()) {
+        piece.blocks.push_back(RowBlock{b->table(), {}, {}, {}});
       }
-      RowBlock& block = p.share.blocks.back();
+      RowBlock& block = piece.blocks.back();
       block.keys.insert(block.keys.end(), b->keys()->begin(), b->keys()->end());
       block.values.insert(block.values.end(), b->values()->begin(), b->values()->end());
       block.hops.insert(block.hops.end(), b->hops()->begin(), b->hops()->end());
     }
+    if (std::optional<std::string> bad = checkRowSharePart(p.share, piece, shapes, from)) {
+      return bad;
+    }
+    p.rows = rows;
   }
+  appendRowSharePart(p.share, std::move(piece));
   if (++p.next < p.parts) return std::nullopt;
-  auto share = std::make_shared<RowShare>(std::move(p.share));
-  if (std::optional<std::string> bad = checkRowShare(*share, shapes_, from)) return bad;
-  *complete = std::move(share);
+  // Every part passed checkRowSharePart, so the whole share passes checkRowShare.
+  *complete = std::make_shared<RowShare>(std::move(p.share));
   return std::nullopt;
 }
 
@@ -296,15 +299,20 @@ std::optional<std::string> SparseConsensusPeer::takeCatchupPart(NodeId from,
     return fmt::format("a catch-up share from node {}, which this node did not ask for", from);
   }
   std::shared_ptr<RowShare> share;
-  if (std::optional<std::string> why = assemble(catchup_partial_, from, part, &share)) {
+  if (std::optional<std::string> why =
+          assemble(catchup_partial_, from, part, catchup_shapes_, catchup_rows_, &share)) {
     catchup_partial_ = Partial{};
     return why;
   }
   if (!share) return std::nullopt;
   catchup_partial_ = Partial{};
-  if (share->rows() != total_rows_) {
-    return fmt::format("the catch-up share from node {} holds {} of the model's {} rows", from,
-                       share->rows(), total_rows_);
+  // Every row of every table, and of every optimizer state table (blocks are ascending and
+  // their keys unique and in range, so a count of catchup_rows_ is every row once).
+  if (share->rows() != catchup_rows_) {
+    return fmt::format(
+        "the catch-up share from node {} holds {} rows where the model and its optimizer "
+        "state have {}",
+        from, share->rows(), catchup_rows_);
   }
   catchup_ = std::move(share);
   catchup_cv_.notify_all();
@@ -333,6 +341,8 @@ std::optional<RowShare> SparseConsensusPeer::takeInbox(NodeId from, Round round)
 void SparseConsensusPeer::sendShare(NodeId to, const RowShare& share, size_t backups,
                                     bool catchup) {
   // The parts: runs of rows of one block, at most chunk_floats values each (one row at least).
+  // A catch-up share also has the optimizer state's tables (catchup_shapes_ starts with shapes_).
+  const std::vector<GossipTableShape>& shapes = catchup ? catchup_shapes_ : shapes_;
   struct Piece {
     size_t block, begin, end;
   };
@@ -340,7 +350,7 @@ void SparseConsensusPeer::sendShare(NodeId to, const RowShare& share, size_t bac
   size_t floats = 0;
   for (size_t b = 0; b < share.blocks.size(); ++b) {
     const RowBlock& block = share.blocks[b];
-    const size_t dim = shapes_[block.table].dim;
+    const size_t dim = shapes[block.table].dim;
     size_t begin = 0;
     for (size_t r = 0; r < block.keys.size(); ++r) {
       if (floats > 0 && floats + dim > options_.chunk_floats) {
@@ -357,7 +367,7 @@ void SparseConsensusPeer::sendShare(NodeId to, const RowShare& share, size_t bac
   for (uint32_t i = 0; i < count; ++i) {
     size_t hint = 256;
     for (const Piece& piece : parts[i]) {
-      const size_t dim = shapes_[share.blocks[piece.block].table].dim;
+      const size_t dim = shapes[share.blocks[piece.block].table].dim;
       hint += (piece.end - piece.begin) * (9 + 4 * dim) + 64;
     }
     node::SharedFrame frame = encodeMessage(
@@ -366,7 +376,7 @@ void SparseConsensusPeer::sendShare(NodeId to, const RowShare& share, size_t bac
           std::vector<flatbuffers::Offset<wire::RowBlock>> blocks;
           for (const Piece& piece : parts[i]) {
             const RowBlock& block = share.blocks[piece.block];
-            const size_t dim = shapes_[block.table].dim;
+            const size_t dim = shapes[block.table].dim;
             const size_t n = piece.end - piece.begin;
             auto keys = fb.CreateVector(block.keys.data() + piece.begin, n);
             auto values = fb.CreateVector(block.values.data() + piece.begin * dim, n * dim);
@@ -393,31 +403,34 @@ void SparseConsensusPeer::sendShare(NodeId to, const RowShare& share, size_t bac
   }
 }
 
-RowShare SparseConsensusPeer::wholeTables(Round round) const {
+RowShare SparseConsensusPeer::catchupShare(Round round) const {
   RowShare share;
   share.round = round;
-  for (size_t t = 0; t < tables_.size(); ++t) {
+  const auto add = [&](size_t index, size_t rows, std::span<const float> values) {
     RowBlock block;
-    block.table = static_cast<uint32_t>(t);
-    block.keys.resize(tables_[t]->rows());
+    block.table = static_cast<uint32_t>(index);
+    block.keys.resize(rows);
     for (RowKey k = 0; k < block.keys.size(); ++k)
       block.keys[k] = k;
-    block.values.assign(tables_[t]->values().begin(), tables_[t]->values().end());
+    block.values.assign(values.begin(), values.end());
     block.hops.assign(block.keys.size(), kNoHop);
     if (!block.keys.empty()) share.blocks.push_back(std::move(block));
+  };
+  for (size_t t = 0; t < tables_.size(); ++t)
+    add(t, tables_[t]->rows(), tables_[t]->values());
+  // The state tables follow in table order (catchup_shapes_), as the receiver expects them.
+  size_t index = tables_.size();
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    const std::span<const float> state = std::as_const(optimizers_[t]).state();
+    if (!state.empty()) add(index++, tables_[t]->rows(), state);
   }
   return share;
 }
 
 void SparseConsensusPeer::answerRequests(Round round) {
-  std::vector<NodeId> to;
-  {
-    auto lock = membership_.lock();
-    to.assign(requests_.begin(), requests_.end());
-    requests_.clear();
-  }
+  const std::vector<NodeId> to = messages_.takeRequests();
   if (to.empty()) return;
-  const RowShare share = wholeTables(round);
+  const RowShare share = catchupShare(round);
   for (NodeId peer : to) {
     node_.logger().info("sending the tables after round {} to rejoining node {}", round, peer);
     sendShare(peer, share, 0, /*catchup=*/true);
@@ -446,8 +459,16 @@ Round SparseConsensusPeer::catchUp() {
                          [&] { return catchup_ != nullptr || membership_.stopped(); });
     if (membership_.stopped()) return 0;
     if (catchup_) {
+      // Blocks 0..T-1 are the tables, the rest their optimizer state in table order
+      // (catchupShare); the share holds every row of each, so each block is one whole table.
+      std::vector<std::span<float>> targets;
+      for (ml::SparseTable* table : tables_)
+        targets.push_back(table->values());
+      for (ml::SparseOptimizer& optimizer : optimizers_) {
+        if (!optimizer.state().empty()) targets.push_back(optimizer.state());
+      }
       for (const RowBlock& block : catchup_->blocks) {
-        std::copy(block.values.begin(), block.values.end(), tables_[block.table]->values().begin());
+        std::copy(block.values.begin(), block.values.end(), targets[block.table].begin());
       }
       const Round first = catchup_->round + 1;
       catchup_from_.reset();
@@ -499,6 +520,9 @@ SparseConsensusReport SparseConsensusPeer::run() {
   ml::MetricsWriter metrics(train.metricsPath, options_.rejoin);
   const Round first_round = options_.rejoin ? catchUp() : 0;
   report.first_round = first_round;
+  if (options_.rejoin && options_.on_caught_up && !membership_.stopped()) {
+    options_.on_caught_up(first_round);
+  }
   ml::MetricsEvent start("start");
   start.add("model", workload_.spec())
       .add("parameters", static_cast<uint64_t>(report.parameters))
@@ -534,12 +558,9 @@ SparseConsensusReport SparseConsensusPeer::run() {
       total_rows_, hot_rows, options_.gossip.dense_exchange ? "dense" : "sparse",
       fmt::join(layout_.neighbors, ", "), options_.gossip.cold_every, relay_hops_);
 
-  std::vector<ml::SparseOptimizer> optimizers;
   std::vector<ml::SparseGradAccumulator> accumulators;
-  for (const ml::SparseTable* table : tables_) {
-    optimizers.emplace_back(train.optimizer, *table);
+  for (const ml::SparseTable* table : tables_)
     accumulators.emplace_back(table->rows(), table->dim());
-  }
   std::vector<ml::SparseGrad> grads(tables_.size()), previous(tables_.size());
   std::vector<size_t> order = shard_;
   const std::vector<std::string> splits = workload_.evalSplits();
@@ -594,7 +615,7 @@ SparseConsensusReport SparseConsensusPeer::run() {
           accumulators[t].finish(grads[t]);
           norm += squaredNorm(grads[t]);
           if (have_grad) diff += squaredDifference(grads[t], previous[t]);
-          optimizers[t].apply(*tables_[t], grads[t]);
+          optimizers_[t].apply(*tables_[t], grads[t]);
           gossip_->markLocal(t, grads[t].keys, round);
         }
         grad_ema = have_grad ? 0.9 * grad_ema + 0.1 * norm : norm;
@@ -731,21 +752,22 @@ SparseConsensusReport SparseConsensusPeer::run() {
     for (NodeId to : layout_.neighbors) {
       if (!membership_.isDown(to)) node_.send(to, done);
     }
-    if (reporter) {
-      for (const std::string& split : splits) {
-        const auto eval_start = SteadyClock::now();
-        std::vector<ml::NamedMetric> quality = evaluate(split);
-        ml::addMetrics(summary, split + "_", quality);
-        summary.add(split + "_eval_seconds", secondsSince(eval_start));
-        report.final.emplace_back(split, std::move(quality));
-      }
+    // Every replica is a model of this run (there is no global one): node 0 evaluates its
+    // replica on every split, every other node its own on the final split, so that the files
+    // show how far the replicas agree.
+    if (!splits.empty()) {
+      const std::vector<std::string> evaluated =
+          reporter ? splits : std::vector<std::string>{splits.back()};
+      auto quality = ml::evaluateSplitsInto(workload_, evaluated, summary);
+      report.replica = quality.back().second;
+      if (reporter) report.final = std::move(quality);
     }
     run::SettleOptions settle;
     settle.peers = layout_.neighbors;
     settle.timeout = options_.finish_timeout;
     settle.report_every = options_.report_every;
     // A neighbor that rejoins late still gets the final tables.
-    settle.has_work = [this] { return !requests_.empty(); };
+    settle.has_work = [this] { return messages_.hasRequestsLocked(); };
     settle.work = [this, round] { answerRequests(round - 1); };
     run::PeerSettlement settled = membership_.settle(settle, log);
     report.finished_peers = std::move(settled.finished);
@@ -757,13 +779,15 @@ SparseConsensusReport SparseConsensusPeer::run() {
   report.shares_refused = refused_.load();
   report.parts_lost = parts_lost_.load();
   const double rounds = static_cast<double>(std::max<Round>(report.rounds_done - first_round, 1));
-  summary.add("epochs", report.epochs_done)
-      .add("evaluated_epoch", report.epochs_done)
-      .add("steps", report.rounds_done)
-      .add("train_seconds", report.train_seconds)
-      .add("wait_seconds", report.wait_seconds)
-      .add("points_per_s", report.points_per_second)
-      .add("rows_sent", report.rows_sent)
+  ml::addSparseRunSummary(summary, {.epochs = report.epochs_done,
+                                    .steps = report.rounds_done,
+                                    .train_seconds = report.train_seconds,
+                                    .wait_seconds = report.wait_seconds,
+                                    .points_per_s = report.points_per_second,
+                                    .bytes_out = report.bytes_out,
+                                    .bytes_in = report.bytes_in,
+                                    .stopped = report.stopped});
+  summary.add("rows_sent", report.rows_sent)
       .add("share_bytes", report.share_bytes)
       .add("rows_per_round", static_cast<double>(report.rows_sent) / rounds)
       .add("share_bytes_per_round", static_cast<double>(report.share_bytes) / rounds)
@@ -772,10 +796,7 @@ SparseConsensusReport SparseConsensusPeer::run() {
       .add("rows_mixed", report.rows_mixed)
       .add("max_staleness", report.max_staleness)
       .add("shares_refused", report.shares_refused)
-      .add("parts_lost", report.parts_lost)
-      .add("bytes_out", report.bytes_out)
-      .add("bytes_in", report.bytes_in)
-      .addBool("stopped", report.stopped);
+      .add("parts_lost", report.parts_lost);
   metrics.write(summary);
   return report;
 }

@@ -26,6 +26,7 @@
 
 #include "consensus/backup_rule.h"
 #include "consensus/consensus_service.h"
+#include "consensus/membership_messages.h"
 #include "consensus/mixing.h"
 #include "consensus/round_board.h"
 #include "consensus/sparse_gossip.h"
@@ -87,6 +88,9 @@ struct SparseConsensusOptions {
   std::chrono::milliseconds catchup_timeout{30000};
   // Tests: called on the trainer thread after each round's mixing step.
   std::function<void(Round)> on_round_end;
+  // Tests, --rejoin: called on the trainer thread once the node took a neighbor's tables and
+  // optimizer state, with the first round it runs.
+  std::function<void(Round)> on_caught_up;
 };
 
 // Throws std::invalid_argument naming the flag for an option sparse consensus cannot use.
@@ -117,6 +121,9 @@ struct SparseConsensusReport {
   std::vector<double> epoch_losses;
   // Node 0: every split's metrics of its replica after the last round (evalSplits order).
   std::vector<std::pair<std::string, std::vector<ml::NamedMetric>>> final;
+  // Every node: its own replica's metrics on the final split (evalSplits().back()) after the
+  // last round (node 0: final's last entry). Empty when stopped.
+  std::vector<ml::NamedMetric> replica;
   size_t parameters = 0;
   std::string spec;
   uint64_t rows_sent = 0;    // over every round and neighbor
@@ -149,6 +156,8 @@ class SparseConsensusPeer {
   void stop();
   // The relay limit in use (--relay-hops, or the graph's diameter).
   int relayHops() const { return relay_hops_; }
+  // Trainer thread (or after run()): table t's optimizer state (AdaGrad's sums; empty for SGD).
+  std::span<const float> optimizerState(size_t table) const { return optimizers_[table].state(); }
 
  private:
   // A neighbor's share being assembled from its parts (loop thread).
@@ -164,16 +173,19 @@ class SparseConsensusPeer {
   void onPeerEvent(const node::PeerEvent& event);
   // Loop thread: why a part cannot be taken (nullopt: it was).
   std::optional<std::string> takePart(NodeId from, const wire::RowShare& part);
-  // Loop thread: adds `part` to `p` (a new round starts a new share); sets `complete` when it
-  // was the last part and the share passed checkRowShare. Why not, when it cannot be taken.
+  // Loop thread: adds `part` to `p` (a new round starts a new share) once it passed
+  // checkRowSharePart against `shapes` and the share stays within `max_rows`; sets `complete`
+  // when it was the last part. Why not, when it cannot be taken (nothing of it is then kept).
   std::optional<std::string> assemble(Partial& p, NodeId from, const wire::RowShare& part,
+                                      std::span<const GossipTableShape> shapes, size_t max_rows,
                                       std::shared_ptr<RowShare>* complete);
   // Loop thread: a part of the catch-up share this (rejoining) node asked for.
   std::optional<std::string> takeCatchupPart(NodeId from, const wire::RowShare& part);
   // Trainer thread: `share` to `to` in parts of at most chunk_floats values.
   void sendShare(NodeId to, const RowShare& share, size_t backups, bool catchup = false);
-  // Trainer thread: every row of every table, as a share of round `round`.
-  RowShare wholeTables(Round round) const;
+  // Trainer thread: every row of every table, then every row of each table's optimizer state
+  // (AdaGrad's sums, as tables T, T+1, ...: catchup_shapes_), as a share of round `round`.
+  RowShare catchupShare(Round round) const;
   // Trainer thread: answers the pending ModelRequests with the tables as of `round`.
   void answerRequests(Round round);
   // Trainer thread, --rejoin: takes a live neighbor's tables; returns the first round to run.
@@ -200,6 +212,12 @@ class SparseConsensusPeer {
   int64_t rounds_per_epoch_ = 0;
   Round total_rounds_ = 0;
   size_t total_rows_ = 0;
+  // The local optimizer of each table (trainer thread); its state travels to a rejoining node.
+  std::vector<ml::SparseOptimizer> optimizers_;
+  // A catch-up share's tables: the model's, then the state of each table whose optimizer has
+  // state; catchup_rows_ their rows.
+  std::vector<GossipTableShape> catchup_shapes_;
+  size_t catchup_rows_ = 0;
   // Loop thread: the shares being assembled, and refusals.
   std::map<NodeId, Partial> partial_;
   std::map<NodeId, Round> last_complete_;
@@ -217,8 +235,8 @@ class SparseConsensusPeer {
   Partial catchup_partial_;
   std::shared_ptr<RowShare> catchup_;
   run::Membership membership_;
-  // Neighbors that asked for this node's tables (under membership_.lock()).
-  std::set<NodeId> requests_;
+  // TrainingDone and ModelRequest (the neighbors that asked for this node's tables).
+  MembershipMessages messages_;
 };
 
 }  // namespace chorus::consensus

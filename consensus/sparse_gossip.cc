@@ -376,4 +376,37 @@ std::optional<std::string> checkRowShare(const RowShare& share,
   return std::nullopt;
 }
 
+std::optional<std::string> checkRowSharePart(const RowShare& assembled, const RowShare& part,
+                                             std::span<const GossipTableShape> tables,
+                                             NodeId from) {
+  if (std::optional<std::string> bad = checkRowShare(part, tables, from)) return bad;
+  if (assembled.blocks.empty() || part.blocks.empty()) return std::nullopt;
+  const RowBlock& last = assembled.blocks.back();
+  const RowBlock& first = part.blocks.front();
+  if (first.table < last.table) {
+    return fmt::format("rows from node {}: table {} after table {} of an earlier part", from,
+                       first.table, last.table);
+  }
+  if (first.table == last.table && !first.keys.empty() && !last.keys.empty() &&
+      first.keys.front() <= last.keys.back()) {
+    return fmt::format(
+        "rows from node {}: keys of table {} not sorted and unique across parts ({} after {})",
+        from, first.table, first.keys.front(), last.keys.back());
+  }
+  return std::nullopt;
+}
+
+void appendRowSharePart(RowShare& assembled, RowShare&& part) {
+  for (RowBlock& b : part.blocks) {
+    if (!assembled.blocks.empty() && assembled.blocks.back().table == b.table) {
+      RowBlock& last = assembled.blocks.back();
+      last.keys.insert(last.keys.end(), b.keys.begin(), b.keys.end());
+      last.values.insert(last.values.end(), b.values.begin(), b.values.end());
+      last.hops.insert(last.hops.end(), b.hops.begin(), b.hops.end());
+    } else {
+      assembled.blocks.push_back(std::move(b));
+    }
+  }
+}
+
 }  // namespace chorus::consensus

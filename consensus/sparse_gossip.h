@@ -156,4 +156,13 @@ RowShare mergeShares(std::span<const RowShare* const> shares);
 std::optional<std::string> checkRowShare(const RowShare& share,
                                          std::span<const GossipTableShape> tables, NodeId from);
 
+// Why `part` (one frame's rows) cannot extend `assembled` (the share's earlier parts, each of
+// which passed): `part` must pass checkRowShare alone and continue `assembled` (tables ascending,
+// a table's keys ascending across parts). A share whose every part passed is one checkRowShare
+// accepts, so a receiver checks each part before it keeps it and holds nothing unchecked.
+std::optional<std::string> checkRowSharePart(const RowShare& assembled, const RowShare& part,
+                                             std::span<const GossipTableShape> tables, NodeId from);
+// Appends `part`'s blocks to `assembled` (a block of `assembled`'s last table is extended).
+void appendRowSharePart(RowShare& assembled, RowShare&& part);
+
 }  // namespace chorus::consensus

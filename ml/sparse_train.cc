@@ -294,4 +294,30 @@ SparseTrainReport trainSparse(SparseWorkload& workload, const SparseTrainOptions
   return report;
 }
 
+void addSparseRunSummary(MetricsEvent& summary, const SparseRunSummary& run) {
+  summary.add("epochs", run.epochs)
+      .add("evaluated_epoch", run.epochs)
+      .add("steps", run.steps)
+      .add("train_seconds", run.train_seconds)
+      .add("wait_seconds", run.wait_seconds)
+      .add("points_per_s", run.points_per_s)
+      .add("bytes_out", run.bytes_out)
+      .add("bytes_in", run.bytes_in)
+      .addBool("stopped", run.stopped);
+}
+
+std::vector<std::pair<std::string, std::vector<NamedMetric>>> evaluateSplitsInto(
+    SparseWorkload& workload, const std::vector<std::string>& splits, MetricsEvent& summary) {
+  std::vector<std::pair<std::string, std::vector<NamedMetric>>> out;
+  for (const std::string& split : splits) {
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<NamedMetric> quality = workload.evaluate(split);
+    addMetrics(summary, split + "_", quality);
+    summary.add(split + "_eval_seconds",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    out.emplace_back(split, std::move(quality));
+  }
+  return out;
+}
+
 }  // namespace chorus::ml

@@ -141,6 +141,29 @@ struct SparseTrainReport {
 // Throws std::invalid_argument naming the flag when an option is out of range.
 void validateSparseTrainOptions(const SparseTrainOptions& options);
 
+// The figures every distributed sparse run's "summary" event holds, in sparse PS mode and in
+// sparse consensus mode alike (one writer, so that the report reads both the same way).
+struct SparseRunSummary {
+  int64_t epochs = 0;  // epochs done; also the evaluated epoch (the last: no model selection)
+  int64_t steps = 0;   // PS clocks or consensus rounds done
+  double train_seconds = 0;
+  double wait_seconds = 0;  // of which waiting for other nodes
+  double points_per_s = 0;
+  uint64_t bytes_out = 0;  // the runtime's counters, all peers
+  uint64_t bytes_in = 0;
+  bool stopped = false;
+};
+
+// Adds epochs, evaluated_epoch, steps, train_seconds, wait_seconds, points_per_s, bytes_out,
+// bytes_in and stopped to `summary`; the mode adds its own fields after them.
+void addSparseRunSummary(MetricsEvent& summary, const SparseRunSummary& run);
+
+// The end-of-run evaluation of a distributed sparse run: evaluates `workload`'s current tables
+// on each of `splits`, in order, adds {split}_{metric} and {split}_eval_seconds to `summary`,
+// and returns the metrics per split.
+std::vector<std::pair<std::string, std::vector<NamedMetric>>> evaluateSplitsInto(
+    SparseWorkload& workload, const std::vector<std::string>& splits, MetricsEvent& summary);
+
 // Trains `workload` for options.epochs epochs (from a checkpoint's epoch with resumePath),
 // evaluating, logging and checkpointing as asked, and evaluates every split at the end. Throws
 // std::invalid_argument for bad options, CheckpointError for a bad --resume file,

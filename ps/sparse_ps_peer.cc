@@ -556,15 +556,7 @@ SparsePsReport SparsePsPeer::run() {
     // after pushing it, on the same connection), evaluated on every split.
     if (reporter) {
       log.info("reading the owners' model after clock {} of every worker", clock);
-      if (pullModel(clock)) {
-        for (const std::string& split : splits) {
-          const auto eval_start = SteadyClock::now();
-          std::vector<ml::NamedMetric> quality = workload_.evaluate(split);
-          ml::addMetrics(summary, split + "_", quality);
-          summary.add(split + "_eval_seconds", secondsSince(eval_start));
-          report_.final.emplace_back(split, std::move(quality));
-        }
-      }
+      if (pullModel(clock)) report_.final = ml::evaluateSplitsInto(workload_, splits, summary);
     }
     // Everyone keeps serving its rows until every other member is done or gone.
     run::SettleOptions settle;
@@ -589,13 +581,15 @@ SparsePsReport SparsePsPeer::run() {
   const node::PeerStats bytes = traffic();
   report_.bytes_out = bytes.bytes_out;
   report_.bytes_in = bytes.bytes_in;
-  summary.add("epochs", report_.epochs_done)
-      .add("evaluated_epoch", report_.epochs_done)
-      .add("steps", report_.clocks_done)
-      .add("train_seconds", report_.train_seconds)
-      .add("wait_seconds", report_.wait_seconds)
-      .add("points_per_s", report_.points_per_second)
-      .add("rows_pulled", report_.rows_pulled)
+  ml::addSparseRunSummary(summary, {.epochs = report_.epochs_done,
+                                    .steps = report_.clocks_done,
+                                    .train_seconds = report_.train_seconds,
+                                    .wait_seconds = report_.wait_seconds,
+                                    .points_per_s = report_.points_per_second,
+                                    .bytes_out = report_.bytes_out,
+                                    .bytes_in = report_.bytes_in,
+                                    .stopped = report_.stopped});
+  summary.add("rows_pulled", report_.rows_pulled)
       .add("rows_pushed", report_.rows_pushed)
       .add("keys_local", report_.worker.keys_local)
       .add("keys_remote", report_.worker.keys_remote)
@@ -603,16 +597,13 @@ SparsePsReport SparsePsPeer::run() {
       .add("sampled_keys", report_.sampling ? report_.sampling->scheme.handed_out : 0)
       .add("sampled_local_share", report_.sampleLocalShare())
       .add("sampled_remote_keys", report_.sampling ? report_.sampling->remote_keys : 0)
-      .add("bytes_out", report_.bytes_out)
-      .add("bytes_in", report_.bytes_in)
       .add("clock_bytes_out", report_.clock_bytes_out)
       .add("clock_bytes_in", report_.clock_bytes_in)
       .add("failed_pulls", report_.failed_pulls)
       .add("failed_pushes", report_.failed_pushes)
       .add("localized_keys", report_.access.localized)
       .add("localize_failed", report_.access.localize_failed)
-      .add("held_keys", report_.access.held_keys)
-      .addBool("stopped", report_.stopped);
+      .add("held_keys", report_.access.held_keys);
   if (replicates()) {
     // The replicas: how many, how much they served, the sync's work, their age during the
     // clocks, and their digest once drained (equal on every node that drained).

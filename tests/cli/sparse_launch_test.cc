@@ -465,6 +465,9 @@ TEST(ChorusSparseConsensus, LaunchTrainsAKnowledgeGraphWithFewerBytesThanTheDens
     const double mrr = numberAfter(r.out, "test of its replica: mrr ");
     EXPECT_NEAR(mrr, single, 0.35 * single) << r.out;
     EXPECT_TRUE(contains(r.out, "node 2: 12 epoch(s)")) << r.out;
+    // Every node evaluates its own replica (the others on the final split only).
+    EXPECT_TRUE(contains(r.out, "node 2: test of its replica: mrr ")) << r.out;
+    EXPECT_FALSE(contains(r.out, "node 2: valid of its replica")) << r.out;
     std::ifstream metrics(out + "/node-0.jsonl");
     const std::string lines((std::istreambuf_iterator<char>(metrics)), {});
     for (const char* field :

@@ -8,7 +8,11 @@
 #include <cstdio>
 #include <functional>
 #include <future>
+#include <map>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "consensus/sparse_consensus_peer.h"
 #include "ml/kge_workload.h"
@@ -146,6 +150,13 @@ TEST(SparseConsensus, ARingOfFourReachesTheSingleNodeMrrWithFarFewerBytesThanDen
     if (i > 0) {
       EXPECT_TRUE(s.final.empty());
     }
+    // Every node evaluated its own replica on the final split; the replicas agree closely.
+    ASSERT_FALSE(s.replica.empty()) << "node " << i;
+    EXPECT_EQ(s.replica.front().name, "mrr");
+    EXPECT_NEAR(s.replica.front().value, sparse_mrr, 0.15 * sparse_mrr) << "node " << i;
+    if (i == 0) {
+      EXPECT_EQ(s.replica.front().value, sparse_mrr);
+    }
     // The dense exchange sends every row of the model to both neighbors every round.
     const uint64_t rows = graph.entities() + graph.relations();
     EXPECT_EQ(dense[i].rows_sent, 2 * rows * static_cast<uint64_t>(dense[i].rounds_done));
@@ -240,11 +251,25 @@ TEST(SparseConsensus, ARestartedNodeRejoinsWithANeighborsTables) {
   std::vector<std::unique_ptr<ml::SparseWorkload>> workloads;
   std::promise<void> second_life_started;
   std::shared_future<void> released = second_life_started.get_future().share();
+  // What nodes 0 and 1 hold after each round (AdaGrad's sums and the tables, hashed), to hold
+  // against what node 2 took.
+  const auto hashOf = [](std::span<const float> v) {
+    return std::hash<std::string_view>{}(
+        std::string_view(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)));
+  };
+  std::mutex held_mu;
+  std::map<std::pair<NodeId, Round>, std::pair<size_t, size_t>> held;  // (state, table 0)
   for (NodeId i = 0; i < 2; ++i) {
     workloads.push_back(std::make_unique<ml::KgeWorkload>(graph, smallComplEx(), 11));
     SparseConsensusOptions options;
     options.train = train;
-    options.on_round_end = [released](Round r) {
+    options.on_round_end = [released, i, &cluster, &workloads, &held_mu, &held, hashOf](Round r) {
+      {
+        const auto& peer = cluster.peer<SparseConsensusPeer>(i);
+        std::lock_guard lock(held_mu);
+        held[{i, r}] = {hashOf(peer.optimizerState(0)),
+                        hashOf(workloads[i]->tables()[0]->values())};
+      }
       if (r == 20) released.wait_for(60s);
     };
     cluster.attach<SparseConsensusPeer>(i, *workloads[i], shards[i], sparseLayout(g, i), options);
@@ -258,7 +283,8 @@ TEST(SparseConsensus, ARestartedNodeRejoinsWithANeighborsTables) {
       if (node) node->shutdown(0ms);
     }
   };
-  auto life = [&](uint16_t port, bool rejoin, std::function<void(Round)> on_round_end) {
+  auto life = [&](uint16_t port, bool rejoin, std::function<void(Round)> on_round_end,
+                  std::function<void(Round)> on_caught_up = {}) {
     auto l = std::make_unique<Life>();
     l->workload = std::make_unique<ml::KgeWorkload>(graph, smallComplEx(), 11);
     l->node = std::make_unique<node::Node>(
@@ -268,6 +294,7 @@ TEST(SparseConsensus, ARestartedNodeRejoinsWithANeighborsTables) {
     options.train = train;
     options.rejoin = rejoin;
     options.on_round_end = std::move(on_round_end);
+    options.on_caught_up = std::move(on_caught_up);
     l->peer = std::make_unique<SparseConsensusPeer>(*l->node, *l->workload, shards[2],
                                                     sparseLayout(g, 2), options);
     return l;
@@ -291,7 +318,18 @@ TEST(SparseConsensus, ARestartedNodeRejoinsWithANeighborsTables) {
   EXPECT_TRUE(first_run.get().stopped);
   first.reset();
 
-  auto second = life(port, true, {});
+  // Node 2's optimizer state and entity table right after it caught up (the hook runs on its
+  // trainer thread, inside run(), when `second` is set).
+  std::optional<std::pair<size_t, size_t>> taken;
+  std::vector<float> taken_state;
+  Round caught_up_at = -1;
+  std::unique_ptr<Life> second;
+  second = life(port, true, {}, [&](Round first) {
+    const std::span<const float> state = second->peer->optimizerState(0);
+    caught_up_at = first;
+    taken_state.assign(state.begin(), state.end());
+    taken = std::make_pair(hashOf(state), hashOf(second->workload->tables()[0]->values()));
+  });
   cluster.connectOutside(*second->node);
   ASSERT_TRUE(second->node->waitClusterReady(30s).ok());
   auto second_run = std::async(std::launch::async, [p = second->peer.get()] { return p->run(); });
@@ -301,6 +339,18 @@ TEST(SparseConsensus, ARestartedNodeRejoinsWithANeighborsTables) {
   EXPECT_FALSE(r.stopped);
   EXPECT_GT(r.first_round, 6);
   EXPECT_EQ(r.rounds_done, 6 * r.rounds_per_epoch);
+  // It took a neighbor's tables and AdaGrad sums as they were after that neighbor's round
+  // first_round - 1, not sums started afresh.
+  ASSERT_TRUE(taken.has_value());
+  EXPECT_EQ(caught_up_at, r.first_round);
+  {
+    std::lock_guard lock(held_mu);
+    const auto at0 = held.find({0, r.first_round - 1});
+    const auto at1 = held.find({1, r.first_round - 1});
+    EXPECT_TRUE((at0 != held.end() && at0->second == *taken) ||
+                (at1 != held.end() && at1->second == *taken));
+  }
+  EXPECT_GT(*std::max_element(taken_state.begin(), taken_state.end()), 0.0f);
   for (NodeId i = 0; i < 2; ++i) {
     const SparseConsensusReport other = cluster.result<SparseConsensusReport>(i);
     EXPECT_EQ(other.rounds_done, 6 * other.rounds_per_epoch) << "node " << i;
@@ -340,6 +390,49 @@ TEST(SparseConsensus, ABadRowShareIsRefusedNamingThePeer) {
       {"refused a RowShare from node 1", "beyond its 300 rows"}, 30s));
   send(3, 1, 2);  // part 1 of a share whose part 0 never came
   EXPECT_TRUE(cluster.logCapture(0).waitForLine({"where part 0 of 2 was due"}, 30s));
+  cluster.stopAll();
+  const SparseConsensusReport r = cluster.result<SparseConsensusReport>(0, 60s);
+  EXPECT_TRUE(r.stopped);
+  EXPECT_EQ(r.shares_refused, 2u);
+}
+
+// A part with rows of the wrong width is refused as it arrives, not when its share is complete:
+// nothing of it is kept (the share being assembled is dropped), so the next part of that share
+// is refused too. A hostile neighbor's wrong parts cost no memory beyond the frame in hand.
+TEST(SparseConsensus, AWrongWidthPartIsRefusedBeforeAnythingIsKept) {
+  const ml::KgData graph = testsupport::makePlantedGraph({});
+  ml::KgeWorkload workload(graph, smallComplEx(), 11);
+  LocalCluster cluster(2, 0, {.cluster = "sparse-wide-part"});
+  SparseConsensusOptions options;
+  options.train = trainOptions(1000, 32, 0.1);
+  options.backup = chorus::consensus::BackupRuleSpec::read("wait-all").value();
+  cluster.attach<SparseConsensusPeer>(0, workload, ml::shardIid(graph.train.size(), 2, 1)[0],
+                                      sparseLayout(testsupport::complete(2), 0), options);
+  cluster.connect();
+  cluster.start();
+  node::Node& bare = cluster.node(1);
+  // Part `part` of 3 of round 0: rows 10 * part + 0..9 of the entity table, `floats` per row
+  // (its rows are 32 floats).
+  const auto send = [&](uint32_t part, size_t floats) {
+    node::SharedFrame frame =
+        encodeMessage(bare, wire::Body::RowShare, [&](flatbuffers::FlatBufferBuilder& b) {
+          std::vector<uint64_t> keys;
+          for (uint64_t k = 0; k < 10; ++k)
+            keys.push_back(10 * part + k);
+          const std::vector<float> values(keys.size() * floats, 0.5f);
+          const std::vector<uint8_t> hops(keys.size(), 0);
+          auto block = wire::CreateRowBlock(b, 0, b.CreateVector(keys), b.CreateVector(values),
+                                            b.CreateVector(hops));
+          std::vector<flatbuffers::Offset<wire::RowBlock>> blocks = {block};
+          return wire::CreateRowShare(b, 0, part, 3, 0, b.CreateVector(blocks)).Union();
+        });
+    bare.send(0, frame);
+  };
+  send(0, 33);
+  EXPECT_TRUE(cluster.logCapture(0).waitForLine(
+      {"refused a RowShare from node 1", "10 keys with 330 values", "rows of 32 floats"}, 30s));
+  send(1, 32);  // a good part, but of a share whose part 0 was not kept
+  EXPECT_TRUE(cluster.logCapture(0).waitForLine({"part 1 of 3 of round 0", "part 0 of 3"}, 30s));
   cluster.stopAll();
   const SparseConsensusReport r = cluster.result<SparseConsensusReport>(0, 60s);
   EXPECT_TRUE(r.stopped);

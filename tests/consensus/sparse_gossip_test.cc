@@ -328,5 +328,51 @@ TEST(SparseGossip, BadSharesAreRefusedNamingTheSender) {
   EXPECT_EQ(checkRowShare(s, shapes, 3), std::nullopt);
 }
 
+// A share is checked part by part as it arrives: a part that is bad alone, or that does not
+// continue the parts before it, is refused before it is kept; parts that pass append to a share
+// that checkRowShare accepts whole.
+TEST(SparseGossip, EachPartIsCheckedBeforeItJoinsTheShare) {
+  const std::vector<GossipTableShape> shapes = {{6, 2}, {3, 1}};
+  RowShare assembled;
+  RowShare first;
+  first.blocks.push_back({0, {1, 2}, {1, 1, 2, 2}, {0, 0}});
+  ASSERT_EQ(checkRowSharePart(assembled, first, shapes, 4), std::nullopt);
+  appendRowSharePart(assembled, std::move(first));
+
+  // Wrong widths, a key out of range, a non-finite value: refused on their own.
+  RowShare wide;
+  wide.blocks.push_back({0, {3}, {3, 3, 3}, {0}});
+  EXPECT_NE(checkRowSharePart(assembled, wide, shapes, 4)->find("node 4"), std::string::npos);
+  RowShare beyond;
+  beyond.blocks.push_back({0, {6}, {6, 6}, {0}});
+  EXPECT_NE(checkRowSharePart(assembled, beyond, shapes, 4)->find("beyond"), std::string::npos);
+  RowShare nan;
+  nan.blocks.push_back({0, {3}, {3, std::numeric_limits<float>::infinity()}, {0}});
+  EXPECT_NE(checkRowSharePart(assembled, nan, shapes, 4)->find("finite"), std::string::npos);
+  // Good alone, but not after the earlier part: a key again, or keys going back.
+  RowShare again;
+  again.blocks.push_back({0, {2, 3}, {2, 2, 3, 3}, {0, 0}});
+  EXPECT_NE(checkRowSharePart(assembled, again, shapes, 4)->find("across parts"),
+            std::string::npos);
+  EXPECT_EQ(checkRowShare(again, shapes, 4), std::nullopt);  // alone it is a good share
+
+  RowShare second;
+  second.blocks.push_back({0, {3, 5}, {3, 3, 5, 5}, {1, 1}});
+  second.blocks.push_back({1, {0}, {7}, {0}});
+  ASSERT_EQ(checkRowSharePart(assembled, second, shapes, 4), std::nullopt);
+  appendRowSharePart(assembled, std::move(second));
+  // A table before the last part's table.
+  RowShare back;
+  back.blocks.push_back({0, {0}, {0, 0}, {0}});
+  EXPECT_NE(checkRowSharePart(assembled, back, shapes, 4)->find("earlier part"), std::string::npos);
+
+  ASSERT_EQ(assembled.blocks.size(), 2u);
+  EXPECT_EQ(assembled.blocks[0].keys, std::vector<RowKey>({1, 2, 3, 5}));
+  EXPECT_EQ(assembled.blocks[0].values, std::vector<float>({1, 1, 2, 2, 3, 3, 5, 5}));
+  EXPECT_EQ(assembled.blocks[0].hops, std::vector<uint8_t>({0, 0, 1, 1}));
+  EXPECT_EQ(assembled.blocks[1].keys, std::vector<RowKey>({0}));
+  EXPECT_EQ(checkRowShare(assembled, shapes, 4), std::nullopt);
+}
+
 }  // namespace
 }  // namespace chorus::consensus

@@ -11,8 +11,10 @@
 #include <vector>
 
 #include "ml/mf.h"
+#include "ml/mf_workload.h"
 #include "ml/ratings.h"
 #include "ml/sparse_stats.h"
+#include "ml/sparse_train.h"
 
 namespace chorus::ml {
 namespace {
@@ -233,6 +235,44 @@ TEST(TrainMf, ReachesTheNoiseFloorOnSmallGeneratedData) {
   o.optimizer = "rmsprop";
   EXPECT_THROW(trainMf(o, data, progress), std::invalid_argument);
   std::fclose(sink);
+}
+
+// The summary writer both distributed sparse modes share: the common fields, and the end-of-run
+// evaluation of the splits asked for (the workload's own metrics, under the split's prefix).
+TEST(SparseRunSummary, WritesTheCommonFieldsAndTheSplitsEvaluated) {
+  ZipfRatingsOptions z;
+  z.rows = 100;
+  z.cols = 50;
+  z.cells = 3000;
+  z.rank = 2;
+  z.seed = 3;
+  const RatingsData data = makeZipfRatings(z);
+  MfOptions o;
+  o.rank = 2;
+  MfWorkload workload(data, o);
+  MetricsEvent summary("summary");
+  const auto evaluated = evaluateSplitsInto(workload, {"test"}, summary);
+  ASSERT_EQ(evaluated.size(), 1u);
+  EXPECT_EQ(evaluated[0].first, "test");
+  ASSERT_FALSE(evaluated[0].second.empty());
+  EXPECT_EQ(evaluated[0].second.front().name, "rmse");
+  EXPECT_EQ(evaluated[0].second.front().value, workload.evaluate("test").front().value);
+  EXPECT_NE(summary.fields().find("\"test_rmse\":"), std::string::npos) << summary.fields();
+  EXPECT_NE(summary.fields().find("\"test_eval_seconds\":"), std::string::npos);
+
+  MetricsEvent run("summary");
+  addSparseRunSummary(run, {.epochs = 3,
+                            .steps = 120,
+                            .train_seconds = 1.5,
+                            .wait_seconds = 0.25,
+                            .points_per_s = 80,
+                            .bytes_out = 7,
+                            .bytes_in = 9,
+                            .stopped = true});
+  EXPECT_EQ(run.fields(),
+            ",\"epochs\":3,\"evaluated_epoch\":3,\"steps\":120,\"train_seconds\":1.5,"
+            "\"wait_seconds\":0.25,\"points_per_s\":80,\"bytes_out\":7,\"bytes_in\":9,"
+            "\"stopped\":true");
 }
 
 }  // namespace
