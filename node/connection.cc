@@ -4,11 +4,24 @@
 
 #include <algorithm>
 #include <cassert>
+#include <iterator>
 #include <limits>
 
 #include "node/event_loop.h"
 
 namespace chorus::node {
+namespace {
+
+// Sealed writes go through chunks of this size (ChunkPool): large enough that the per-write
+// cost (a flush, its libuv requests and callback) is small against sealing it (about 0.1 ms
+// here), small enough that the two a busy connection keeps cost little memory. Pending sealed
+// frames of at most kSmallSealBytes in all are sealed into one buffer of their exact size
+// instead, from the heap (a connection that only sends small frames holds no chunk).
+constexpr size_t kSealChunkBytes = 512 * 1024;
+constexpr size_t kIdleSealChunks = 2;  // one being written while the next is filled
+constexpr size_t kSmallSealBytes = 64 * 1024;
+
+}  // namespace
 
 Connection::Connection(uv_loop_t* loop, uv::HandlePtr<uv::Tcp> tcp, Role role, FrameLimits limits,
                        Hooks hooks)
@@ -44,6 +57,7 @@ void Connection::liftFrameLimitFromLoop() {
 void Connection::sealOutboundFromLoop(const SessionKey& key) {
   assert(EventLoop::onThreadOf(loop_));
   sealer_ = std::make_unique<FrameSealer>(key);
+  seal_chunks_ = ChunkPool::create(kSealChunkBytes, kIdleSealChunks);
 }
 
 void Connection::openInboundFromLoop(const SessionKey& key) {
@@ -127,9 +141,11 @@ bool Connection::admitFromLoop(size_t bytes, uint32_t kind, WhenFull when_full,
   const auto droppable = [kind](const QueuedWrite& write) {
     return write.kind == kind && write.written_before == 0;
   };
+  // The first pending frame may be partly sealed (and written): it must be finished.
+  const size_t first_droppable = sealer_ != nullptr && sealer_->sealing() ? 1 : 0;
   size_t freeable = 0;
-  for (const auto& write : pending_)
-    freeable += droppable(write) ? write.frame->size() : 0;
+  for (size_t i = first_droppable; i < pending_.size(); ++i)
+    freeable += droppable(pending_[i]) ? pending_[i].frame->size() : 0;
   if (shaper_) {
     for (const auto& held : shaper_->held())
       freeable += droppable(held.write) ? held.write.frame->size() : 0;
@@ -142,7 +158,9 @@ bool Connection::admitFromLoop(size_t bytes, uint32_t kind, WhenFull when_full,
     frames_superseded_ += 1;
     dropped->push_back(std::move(write));
   };
-  for (auto it = pending_.begin(); it != pending_.end() && !fits();) {
+  for (auto it =
+           pending_.begin() + static_cast<ptrdiff_t>(std::min(first_droppable, pending_.size()));
+       it != pending_.end() && !fits();) {
     if (droppable(*it)) {
       take(*it);
       it = pending_.erase(it);
@@ -209,16 +227,28 @@ void Connection::writeTransientFromLoop(const SharedFrame& frame,
   queueFromLoop({frame->tailCopy(written), std::move(done), written, frame->kind()});
 }
 
-void Connection::flushFromLoop() {
+void Connection::flushFromLoop(bool everything) {
   if (pending_.empty() || !open()) return;
-  auto batch = std::make_shared<std::vector<QueuedWrite>>(std::move(pending_));
-  pending_.clear();
   std::vector<SharedFrame> frames;
-  frames.reserve(batch->size());
-  // Sealing happens here, not when a frame is queued: frames dropped from the queue
-  // (superseded) never take a record number, so the numbers follow the wire order.
-  for (const auto& write : *batch)
-    frames.push_back(write.seal ? sealer_->seal(*write.frame) : write.frame);
+  frames.reserve(pending_.size());
+  size_t taken = 0;  // pending writes that this request completes
+  while (taken < pending_.size()) {
+    if (!pending_[taken].seal) {
+      // Queued before the handshake turned sealing on: written as they are.
+      frames.push_back(pending_[taken].frame);
+      ++taken;
+      continue;
+    }
+    // Every later frame is sealed too. Sealing happens here, not when a frame is queued:
+    // frames dropped from the queue (superseded) never take a record number, so the numbers
+    // follow the wire order.
+    taken += sealPendingFromLoop(taken, everything ? pending_.size() + 1 : 1, &frames);
+    break;
+  }
+  auto batch = std::make_shared<std::vector<QueuedWrite>>(
+      std::make_move_iterator(pending_.begin()),
+      std::make_move_iterator(pending_.begin() + static_cast<ptrdiff_t>(taken)));
+  pending_.erase(pending_.begin(), pending_.begin() + static_cast<ptrdiff_t>(taken));
   ++writes_in_flight_;
   Status status = tcp_->writeFromLoop(std::move(frames), [this, batch](const Status& st) {
     --writes_in_flight_;
@@ -248,6 +278,42 @@ void Connection::flushFromLoop() {
     }
     closeFromLoop(status);
   }
+}
+
+size_t Connection::sealPendingFromLoop(size_t first, size_t max_chunks,
+                                       std::vector<SharedFrame>* frames) {
+  size_t index = first;
+  for (size_t chunk = 0; chunk < max_chunks && index < pending_.size(); ++chunk) {
+    // A frame cut at the last chunk's end continues in a chunk; otherwise the sealed bytes of
+    // what is pending, counted up to a chunk's worth, choose between a chunk and a small buffer.
+    size_t need = 0;
+    if (sealer_->sealing()) {
+      need = kSealChunkBytes;
+    } else {
+      for (size_t i = index; i < pending_.size() && need <= kSmallSealBytes; ++i)
+        need += FrameSealer::sealedSize(*pending_[i].frame);
+    }
+    const bool pooled = need > kSmallSealBytes;
+    const size_t capacity = pooled ? seal_chunks_->chunkBytes() : need;
+    std::unique_ptr<uint8_t[]> buffer =
+        pooled ? seal_chunks_->take() : std::make_unique_for_overwrite<uint8_t[]>(capacity);
+    size_t used = 0;
+    while (index < pending_.size()) {
+      if (!sealer_->sealing()) sealer_->begin(pending_[index].frame);
+      used += sealer_->sealNext(buffer.get() + used, capacity - used);
+      if (sealer_->sealing()) break;  // the buffer is full
+      ++index;
+    }
+    if (pooled) {
+      frames->push_back(seal_chunks_->frameOf(std::move(buffer), used));
+    } else {
+      uint8_t* bytes = buffer.release();
+      // A DetachedBuffer without an allocator frees its bytes with delete[].
+      frames->push_back(std::make_shared<const OutboundFrame>(
+          flatbuffers::DetachedBuffer(nullptr, false, bytes, capacity, bytes, used), 0, 0));
+    }
+  }
+  return index - first;
 }
 
 void Connection::failPendingFromLoop() {
@@ -289,7 +355,7 @@ void Connection::closeAfterFlushFromLoop(const Status& reason) {
   // Queued frames go to libuv before the FIN; held ones too, at once (a closing link does not
   // hold its last frames back).
   if (shaper_) shaper_->releaseFromLoop(true);
-  flushFromLoop();
+  flushFromLoop(/*everything=*/true);
   if (!open()) return;
   error_ = reason;
   if (hooks_.on_closing) hooks_.on_closing(*this, error_);

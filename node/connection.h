@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "node/chunk_pool.h"
 #include "node/frame.h"
 #include "node/frame_cipher.h"
 #include "node/link_shaper.h"
@@ -127,8 +128,13 @@ class Connection {
   Clock::time_point last_send = Clock::now();
 
  private:
-  // Hands every pending frame to libuv as one request.
-  void flushFromLoop();
+  // Hands pending frames to libuv as one request: every one on a clear connection or with
+  // `everything`; else on a sealed connection one chunk's worth (sealPendingFromLoop).
+  void flushFromLoop(bool everything = false);
+  // Seals pending frames from the front into chunks (at most `max_chunks`), appending them to
+  // `frames`; returns how many pending writes were sealed to their end. A frame cut at a
+  // chunk's end stays first in pending_, begun in the sealer.
+  size_t sealPendingFromLoop(size_t first, size_t max_chunks, std::vector<SharedFrame>* frames);
   void queueFromLoop(QueuedWrite write);
   // Makes room for a frame of `bytes` under the queue limit as `when_full` says, moving the
   // frames it drops to *dropped; false: no room.
@@ -152,8 +158,9 @@ class Connection {
   size_t write_slice_packets_ = 2;
   std::vector<QueuedWrite> pending_;
   int writes_in_flight_ = 0;
-  std::unique_ptr<LinkShaper> shaper_;   // only with an active LinkShape
-  std::unique_ptr<FrameSealer> sealer_;  // once the handshake derived the session keys
+  std::unique_ptr<LinkShaper> shaper_;      // only with an active LinkShape
+  std::unique_ptr<FrameSealer> sealer_;     // once the handshake derived the session keys
+  std::shared_ptr<ChunkPool> seal_chunks_;  // what large sealed frames are written through
   std::string description_;
 };
 

@@ -132,69 +132,136 @@ bool AeadStream::matches(std::span<const uint8_t> received) {
   return EVP_CipherFinal_ex(ctx, none, &written) == 1;
 }
 
-SharedFrame FrameSealer::seal(const OutboundFrame& frame) {
-  const size_t bytes = frame.size();
-  if (bytes < kFramePrefixBytes) throw std::invalid_argument("sealing a frame without a prefix");
-  const std::vector<std::span<const uint8_t>> pieces = frame.pieces();
-  // The length prefix may in principle straddle pieces: read it as a byte stream.
-  uint8_t prefix[kFramePrefixBytes];
-  {
-    size_t got = 0;
-    for (const auto& piece : pieces) {
-      const size_t take = std::min(piece.size(), kFramePrefixBytes - got);
-      std::memcpy(prefix + got, piece.data(), take);
-      got += take;
-      if (got == kFramePrefixBytes) break;
-    }
+namespace {
+
+// The length prefix of a frame whose pieces may in principle cut it.
+uint32_t prefixOf(const std::vector<std::span<const uint8_t>>& pieces) {
+  uint8_t prefix[kFramePrefixBytes] = {};
+  size_t got = 0;
+  for (const auto& piece : pieces) {
+    const size_t take = std::min(piece.size(), kFramePrefixBytes - got);
+    std::memcpy(prefix + got, piece.data(), take);
+    got += take;
+    if (got == kFramePrefixBytes) break;
   }
-  const size_t envelope = loadLittleEndian32(prefix);
+  if (got < kFramePrefixBytes) throw std::invalid_argument("sealing a frame without a prefix");
+  return loadLittleEndian32(prefix);
+}
+
+// The attachment's bytes of a frame of `bytes` whose Envelope has `envelope` (a programming
+// error when the frame is shorter than its prefix says).
+size_t attachmentOf(size_t bytes, size_t envelope) {
   if (envelope > bytes - kFramePrefixBytes) {
     throw std::invalid_argument("sealing a frame shorter than its length prefix");
   }
-  const size_t attachment = bytes - kFramePrefixBytes - envelope;
-  const size_t sealed = bytes + kSealTagBytes + (attachment > 0 ? kSealTagBytes : 0);
+  return bytes - kFramePrefixBytes - envelope;
+}
+
+}  // namespace
+
+FrameSealer::FrameSealer(const SessionKey& key) : cipher_(key, AeadCipher::Direction::kSeal) {}
+
+FrameSealer::~FrameSealer() = default;
+
+size_t FrameSealer::sealedSize(const OutboundFrame& frame) {
+  const size_t attachment = attachmentOf(frame.size(), prefixOf(frame.pieces()));
+  return frame.size() + kSealTagBytes + (attachment > 0 ? kSealTagBytes : 0);
+}
+
+void FrameSealer::start(const OutboundFrame& frame) {
+  if (sealing()) throw std::logic_error("FrameSealer: a frame begun before the last one ended");
+  pieces_ = frame.pieces();
+  attachment_ = attachmentOf(frame.size(), prefixOf(pieces_));
+  frame_ = &frame;
+  piece_ = 0;
+  piece_offset_ = 0;
+  part_ = Part::kPrefix;
+}
+
+void FrameSealer::begin(SharedFrame frame) {
+  start(*frame);
+  held_ = std::move(frame);
+}
+
+SharedFrame FrameSealer::seal(const OutboundFrame& frame) {
+  start(frame);
+  const size_t sealed = sealedSize(frame);
   auto* out = new uint8_t[sealed];
-  std::memcpy(out, prefix, kFramePrefixBytes);
-  // Walks the frame's bytes after the prefix, sealing the Envelope record, then the
-  // attachment's, each followed by its tag.
-  uint8_t* at = out + kFramePrefixBytes;
-  size_t skip = kFramePrefixBytes;
-  std::optional<AeadStream> record;
-  record.emplace(cipher_, records_++, std::span<const uint8_t>(prefix, kFramePrefixBytes));
-  size_t record_left = envelope;
-  bool in_attachment = false;
-  const auto closeRecord = [&] {
-    const SealTag tag = record->tag();
-    std::memcpy(at, tag.data(), tag.size());
-    at += tag.size();
-  };
-  for (const auto& piece : pieces) {
-    std::span<const uint8_t> rest = piece;
-    if (skip >= rest.size()) {
-      skip -= rest.size();
-      continue;
-    }
-    rest = rest.subspan(skip);
-    skip = 0;
-    while (!rest.empty()) {
-      if (record_left == 0 && !in_attachment) {
-        closeRecord();
-        record.emplace(cipher_, records_++, std::span<const uint8_t>());
-        record_left = attachment;
-        in_attachment = true;
-      }
-      const size_t take = std::min(rest.size(), record_left);
-      record->seal(rest.first(take), at);
-      at += take;
-      record_left -= take;
-      rest = rest.subspan(take);
-    }
-  }
-  closeRecord();  // the Envelope's when there is no attachment, else the attachment's
-  if (!in_attachment && attachment > 0) throw std::logic_error("frame pieces shorter than size()");
+  const size_t written = sealNext(out, sealed);
+  if (written != sealed || sealing()) throw std::logic_error("frame pieces shorter than size()");
   return std::make_shared<const OutboundFrame>(
       flatbuffers::DetachedBuffer(nullptr, false, out, sealed, out, sealed), frame.sequence(),
       frame.kind());
+}
+
+void FrameSealer::takePlain(size_t n, uint8_t* out, bool seal) {
+  while (n > 0) {
+    if (piece_ == pieces_.size()) throw std::logic_error("frame pieces shorter than size()");
+    const std::span<const uint8_t> rest = pieces_[piece_].subspan(piece_offset_);
+    const size_t take = std::min(n, rest.size());
+    if (seal) {
+      record_->seal(rest.first(take), out);
+    } else {
+      std::memcpy(out, rest.data(), take);
+    }
+    out += take;
+    n -= take;
+    piece_offset_ += take;
+    if (piece_offset_ == pieces_[piece_].size()) {
+      ++piece_;
+      piece_offset_ = 0;
+    }
+  }
+}
+
+size_t FrameSealer::sealNext(uint8_t* out, size_t room) {
+  size_t written = 0;
+  // The parts in wire order: the clear prefix (the Envelope record's associated data), the
+  // Envelope's record and its tag, then the attachment's record and its tag when it has one.
+  while (sealing()) {
+    const size_t left = room - written;
+    switch (part_) {
+      case Part::kPrefix: {
+        if (left < kFramePrefixBytes) return written;
+        takePlain(kFramePrefixBytes, out + written, false);
+        record_.emplace(cipher_, records_++,
+                        std::span<const uint8_t>(out + written, kFramePrefixBytes));
+        part_left_ = loadLittleEndian32(out + written);
+        written += kFramePrefixBytes;
+        part_ = Part::kEnvelope;
+        break;
+      }
+      case Part::kEnvelope:
+      case Part::kAttachment: {
+        const size_t take = std::min(left, part_left_);
+        takePlain(take, out + written, true);
+        written += take;
+        part_left_ -= take;
+        if (part_left_ > 0) return written;
+        part_ = part_ == Part::kEnvelope ? Part::kEnvelopeTag : Part::kAttachmentTag;
+        break;
+      }
+      case Part::kEnvelopeTag:
+      case Part::kAttachmentTag: {
+        if (left < kSealTagBytes) return written;
+        const SealTag tag = record_->tag();
+        std::memcpy(out + written, tag.data(), tag.size());
+        written += tag.size();
+        record_.reset();
+        if (part_ == Part::kEnvelopeTag && attachment_ > 0) {
+          record_.emplace(cipher_, records_++, std::span<const uint8_t>());
+          part_ = Part::kAttachment;
+          part_left_ = attachment_;
+        } else {
+          frame_ = nullptr;
+          held_.reset();
+          pieces_.clear();
+        }
+        break;
+      }
+    }
+  }
+  return written;
 }
 
 FrameOpener::~FrameOpener() = default;

@@ -29,6 +29,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "node/frame.h"
 #include "node/status.h"
@@ -92,21 +93,55 @@ class AeadStream {
   AeadCipher& cipher_;
 };
 
-// Seals the frames one end writes on one connection, in the order they reach the socket.
+// Seals the frames one end writes on one connection, in the order they reach the socket. A
+// frame is sealed either whole (seal()) or in pieces into buffers of any size (begin(), then
+// sealNext() until sealing() is false), so that a connection can write a large frame sealed
+// through a small reused buffer instead of a fresh one the size of the frame (node/chunk_pool.h;
+// docs/security.md, "Cost").
 class FrameSealer {
  public:
-  explicit FrameSealer(const SessionKey& key) : cipher_(key, AeadCipher::Direction::kSeal) {}
+  explicit FrameSealer(const SessionKey& key);
+  ~FrameSealer();
+  FrameSealer(const FrameSealer&) = delete;
+  FrameSealer& operator=(const FrameSealer&) = delete;
+
+  // Bytes `frame` takes on the wire sealed: its own, plus a tag per record.
+  static size_t sealedSize(const OutboundFrame& frame);
   // `frame` sealed as one buffer the result owns. `frame`'s bytes are read as a byte stream
   // (its length prefix says where the Envelope ends and the attachment starts), so a frame
   // made by tailCopy(0) seals as the original. Must be called in wire order: each call takes
-  // the next one or two record numbers.
+  // the next one or two record numbers. Not while sealing().
   SharedFrame seal(const OutboundFrame& frame);
-  // Records sealed so far.
+  // Starts sealing `frame` in pieces (held until its last byte is sealed). Wire order, as
+  // seal(); not while sealing().
+  void begin(SharedFrame frame);
+  // Seals the next bytes of the frame begun into `out`, at most `room` of them, and returns how
+  // many. A length prefix or a tag is never cut: fewer than `room` bytes come back when the
+  // next of those does not fit (so `room` must be at least kSealTagBytes to make progress).
+  size_t sealNext(uint8_t* out, size_t room);
+  // A frame was begun and some of it is still to be sealed.
+  bool sealing() const { return frame_ != nullptr; }
+  // Records sealed so far (begun, for the frame being sealed).
   uint64_t records() const { return records_; }
 
  private:
+  enum class Part { kPrefix, kEnvelope, kEnvelopeTag, kAttachment, kAttachmentTag };
+  void start(const OutboundFrame& frame);
+  // Copies (`seal` false) or seals the next `n` bytes of the frame's plaintext into `out`.
+  void takePlain(size_t n, uint8_t* out, bool seal);
+
   AeadCipher cipher_;
   uint64_t records_ = 0;
+  // The frame being sealed: where its plaintext is read next, and which part is written next.
+  const OutboundFrame* frame_ = nullptr;
+  SharedFrame held_;
+  std::vector<std::span<const uint8_t>> pieces_;
+  size_t piece_ = 0;
+  size_t piece_offset_ = 0;
+  Part part_ = Part::kPrefix;
+  size_t part_left_ = 0;  // plaintext bytes of the current record still to seal
+  size_t attachment_ = 0;
+  std::optional<AeadStream> record_;
 };
 
 // Opens the frames one end reads on one connection, in wire order (FrameDecoder::setOpener).

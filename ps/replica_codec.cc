@@ -6,6 +6,8 @@
 #include <memory>
 #include <utility>
 
+#include "node/finite.h"
+
 namespace chorus::ps {
 
 ReplicaFrameParts replicaSyncFrame(const ReplicaSyncMessage& message) {
@@ -84,6 +86,15 @@ std::optional<std::string> decodeReplicaSync(const replica_wire::ReplicaSync& bo
   }
   rows->values.resize(attachment.size() / sizeof(float));
   if (!attachment.empty()) std::memcpy(rows->values.data(), attachment.data(), attachment.size());
+  // A NaN or infinity summed into a replica would reach every node's model within a round
+  // (issue 27, hole 3): refused here, like a PS push or a consensus model chunk.
+  if (const std::optional<size_t> first = node::firstNonFinite(rows->values)) {
+    return fmt::format(
+        "round-{} part-{} replica sync message holds {} non-finite value(s) (the first, {}, is "
+        "float {} of its {}): refused",
+        out.round, out.part, node::countNonFinite(rows->values), rows->values[*first], *first,
+        rows->values.size());
+  }
   out.rows = std::move(rows);
   return std::nullopt;
 }

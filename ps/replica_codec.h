@@ -1,9 +1,9 @@
 // The replica sync's messages on the wire (ps/replica.fbs): how a ReplicaSyncMessage of the core
 // (ps/replica_sync.h) or a drain announcement becomes a frame body, and how a received body
 // becomes one again. The decoder checks the shape only (a known kind, whole floats in the
-// attachment); ReplicaSync::receive checks the meaning (members, parts, keys, widths, rounds).
-// Pure: no node, no socket (tests/ps/replica_shell_test.cc round-trips every message through
-// node::encodeFrame and the frame verifier).
+// attachment, finite values); ReplicaSync::receive checks the meaning (members, parts, keys,
+// widths, rounds). Pure: no node, no socket (tests/ps/replica_shell_test.cc round-trips every
+// message through node::encodeFrame and the frame verifier).
 #pragma once
 
 #include <cstddef>
@@ -38,7 +38,8 @@ ReplicaFrameParts replicaDrainFrame(uint64_t final_round);
 node::SharedFrame encodeReplicaFrame(const node::EnvelopeHeader& header, ReplicaFrameParts parts);
 
 // The core's message of a verified ReplicaSync with its frame's attachment, into `out`; or why
-// the body is malformed (an unknown kind, an attachment that is not whole floats).
+// the body is malformed (an unknown kind, an attachment that is not whole floats) or carries a
+// value that is NaN or infinite.
 std::optional<std::string> decodeReplicaSync(const replica_wire::ReplicaSync& body,
                                              std::span<const uint8_t> attachment,
                                              ReplicaSyncMessage& out);

@@ -189,6 +189,50 @@ TEST(SealedFrames, RoundTripWithAttachmentsCutAnywhereAndHideThePlaintext) {
   }
 }
 
+// Sealing in pieces (what a connection does through its chunks) puts exactly the bytes of
+// whole-frame sealing on the wire, for any room per call, frames with and without attachments,
+// record after record on one sealer; a prefix or tag is never cut.
+TEST(SealedFrames, SealingInPiecesOfAnySizeEqualsSealingWhole) {
+  std::vector<std::vector<uint8_t>> attachments;
+  std::vector<SharedFrame> frames;
+  for (uint64_t i = 0; i < 8; ++i) {
+    attachments.push_back(randomBytes(i % 3 == 0 ? 0 : 997 * i + 5, 40 + i));
+    frames.push_back(pingWithAttachment(i + 1, attachments.back()));
+  }
+  const std::vector<uint8_t> whole = sealFrames(keyOf(4), frames).all();
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    std::mt19937_64 rng(seed);
+    FrameSealer sealer(keyOf(4));
+    std::vector<uint8_t> wire;
+    size_t expected_size = 0;
+    for (const SharedFrame& frame : frames) {
+      expected_size += FrameSealer::sealedSize(*frame);
+      sealer.begin(frame);
+      while (sealer.sealing()) {
+        // Rooms from 0 (no progress) to a few KiB, some smaller than a prefix or a tag.
+        const size_t room = rng() % 4 == 0 ? rng() % 20 : rng() % 4000;
+        std::vector<uint8_t> piece(room);
+        const size_t written = sealer.sealNext(piece.data(), room);
+        ASSERT_LE(written, room);
+        wire.insert(wire.end(), piece.begin(), piece.begin() + static_cast<ptrdiff_t>(written));
+      }
+    }
+    EXPECT_EQ(wire.size(), expected_size);
+    EXPECT_EQ(wire, whole) << "seed " << seed;
+    EXPECT_EQ(sealer.records(), 8u + 5u);  // an Envelope per frame, an attachment for 5
+  }
+}
+
+TEST(SealedFrames, AFrameIsBegunOnlyAfterTheLastOneEnded) {
+  FrameSealer sealer(keyOf(2));
+  const std::vector<uint8_t> attachment = randomBytes(100, 1);
+  sealer.begin(pingWithAttachment(1, attachment));
+  uint8_t few[10];
+  EXPECT_EQ(sealer.sealNext(few, sizeof few), 10u);
+  EXPECT_THROW(sealer.begin(pingWithAttachment(2, {})), std::logic_error);
+  EXPECT_THROW(sealer.seal(*pingWithAttachment(2, {})), std::logic_error);
+}
+
 // A landing of several pieces is filled and opened in place, and it arrives only when the
 // attachment's tag checked out; a tampered attachment ends the landing without arriving.
 class PieceLanding : public AttachmentLanding {

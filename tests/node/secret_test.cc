@@ -2,6 +2,8 @@
 // challenge-response between real nodes and against a raw peer that forges or replays a proof.
 #include "node/secret.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,7 +11,9 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -186,6 +190,90 @@ TEST(SharedSecret, NodesWithTheSameSecretConnectAndExchangeFrames) {
   std::unique_lock lock(mu);
   EXPECT_TRUE(changed.wait_for(lock, kSoon, [&] { return !nonces.empty(); }));
   EXPECT_EQ(nonces, std::vector<uint64_t>{42});
+}
+
+// Sealed frames larger than a seal chunk (Connection writes them through 512 KiB chunks, cut
+// anywhere), with and without attachments, between bursts of small ones that share a buffer:
+// every frame arrives intact and in order, also those still queued when the sender shuts down
+// (the Leave behind them makes the connection seal everything at once).
+TEST(SealedTraffic, LargeAndSmallFramesArriveIntactAndInOrderThroughTheSealChunks) {
+  const ClusterKey key = keyOf("s3cret");
+  SecretCluster cluster({key, key});
+  ASSERT_TRUE(cluster.node(0).waitClusterReady(kSoon).ok());
+  ASSERT_TRUE(cluster.node(1).waitClusterReady(kSoon).ok());
+  const auto pattern = [](uint64_t nonce, size_t n) {
+    std::vector<uint8_t> bytes(n);
+    for (size_t i = 0; i < n; ++i)
+      bytes[i] = static_cast<uint8_t>(nonce * 131 + i * 7 + (i >> 9));
+    return bytes;
+  };
+  // nonce -> (payload bytes, attachment bytes); the attachments live until the end.
+  std::map<uint64_t, std::pair<size_t, size_t>> sizes;
+  std::vector<std::unique_ptr<std::vector<uint8_t>>> attachments;
+  std::vector<SharedFrame> frames;
+  uint64_t nonce = 0;
+  for (int burst = 0; burst < 3; ++burst) {
+    for (const auto& [payload, attached] : std::vector<std::pair<size_t, size_t>>{
+             {1'300'000, 0}, {100, 2'100'007}, {0, 0}, {600'000, 700'001}, {64, 0}}) {
+      for (int copies = payload < 1000 && attached == 0 ? 300 : 1; copies > 0; --copies) {
+        ++nonce;
+        sizes[nonce] = {payload, attached};
+        const std::vector<uint8_t> bytes = pattern(nonce, payload);
+        Attachment attachment;
+        if (attached > 0) {
+          attachments.push_back(std::make_unique<std::vector<uint8_t>>(pattern(~nonce, attached)));
+          attachment.push_back(*attachments.back());
+        }
+        frames.push_back(ping::encodeMessage(
+            cluster.node(0), ping::wire::Body::Ping,
+            [&](flatbuffers::FlatBufferBuilder& b) {
+              return ping::wire::CreatePingDirect(b, nonce, &bytes).Union();
+            },
+            payload + 64, std::move(attachment)));
+      }
+    }
+  }
+  std::mutex mu;
+  std::condition_variable changed;
+  std::vector<uint64_t> order;
+  std::vector<std::string> problems;
+  cluster.node(1).setHandler(
+      ping::messageType(ping::wire::Body::Ping), [&](NodeId, const InboundFrame& frame) {
+        const auto* ping = ping::messageOf(frame).body_as_Ping();
+        const uint64_t n = ping->nonce();
+        const auto [payload, attached] = sizes.at(n);
+        const std::vector<uint8_t> got_payload =
+            ping->payload() == nullptr
+                ? std::vector<uint8_t>()
+                : std::vector<uint8_t>(ping->payload()->begin(), ping->payload()->end());
+        const std::span<const uint8_t> got_attachment = frame.attachment();
+        std::lock_guard lock(mu);
+        if (got_payload != pattern(n, payload)) problems.push_back(fmt::format("payload of {}", n));
+        if (std::vector<uint8_t>(got_attachment.begin(), got_attachment.end()) !=
+            pattern(~n, attached)) {
+          problems.push_back(fmt::format("attachment of {}", n));
+        }
+        order.push_back(n);
+        changed.notify_all();
+      });
+  const size_t half = frames.size() / 2;
+  for (size_t i = 0; i < half; ++i)
+    cluster.node(0).send(1, frames[i]);
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(changed.wait_for(lock, kSoon * 4, [&] { return order.size() == half; }))
+        << order.size() << " of " << half;
+  }
+  for (size_t i = half; i < frames.size(); ++i)
+    cluster.node(0).send(1, frames[i]);
+  cluster.node(0).shutdown(kSoon);
+  std::unique_lock lock(mu);
+  ASSERT_TRUE(changed.wait_for(lock, kSoon * 4, [&] { return order.size() == frames.size(); }))
+      << order.size() << " of " << frames.size();
+  EXPECT_TRUE(problems.empty()) << fmt::format("{}", fmt::join(problems, ", "));
+  std::vector<uint64_t> expected(frames.size());
+  std::iota(expected.begin(), expected.end(), uint64_t{1});
+  EXPECT_EQ(order, expected);
 }
 
 TEST(SharedSecret, ANodeWithAnotherSecretIsRefusedAndBothSidesSayWhy) {

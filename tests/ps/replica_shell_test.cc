@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <future>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -281,6 +282,33 @@ TEST(ReplicaCodec, RefusesUnknownKindsAndPartialFloats) {
                             four.first(3), out);
   ASSERT_TRUE(error);
   EXPECT_NE(error->find("not whole floats"), std::string::npos) << *error;
+}
+
+// Hole 3 of issue 27 on the replica path: a NaN or infinity from a peer never reaches a replica.
+TEST(ReplicaCodec, RefusesNonFiniteValues) {
+  flatbuffers::FlatBufferBuilder b;
+  const auto keys = b.CreateVector(std::vector<uint64_t>{1, 2});
+  b.Finish(replica_wire::CreateReplicaSync(b, replica_wire::ReplicaSyncKind::Sum, 5, 3, 0, keys));
+  const auto* body = flatbuffers::GetRoot<replica_wire::ReplicaSync>(b.GetBufferPointer());
+  for (const float bad :
+       {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+        -std::numeric_limits<float>::infinity()}) {
+    const std::vector<float> values = {1, 2, bad, 4};
+    ReplicaSyncMessage out;
+    const auto error = decodeReplicaSync(
+        *body, {reinterpret_cast<const uint8_t*>(values.data()), values.size() * sizeof(float)},
+        out);
+    ASSERT_TRUE(error) << bad;
+    EXPECT_NE(error->find("round-5 part-3 replica sync message holds 1 non-finite value(s)"),
+              std::string::npos)
+        << *error;
+    EXPECT_NE(error->find("is float 2 of its 4"), std::string::npos) << *error;
+  }
+  const std::vector<float> finite = {1, -2, 3e38f, -0.0f};
+  ReplicaSyncMessage out;
+  EXPECT_FALSE(decodeReplicaSync(
+      *body, {reinterpret_cast<const uint8_t*>(finite.data()), finite.size() * sizeof(float)},
+      out));
 }
 
 // The Verifier checks a vector's length prefix for 4-byte alignment only: keys at an address
@@ -802,7 +830,21 @@ TEST(ReplicaShellBadInput, BadFramesAreRefusedAndTheNodeKeepsServing) {
     EXPECT_TRUE(cluster.log(1).waitForLine({"replica sync message from node 2", "dropped"}))
         << cluster.log(1).all();
   }
-  EXPECT_GE(cluster.shell(1).counters().refused_messages, 3u);
+  {  // a member's contribution to a hot key with a NaN: refused, naming the member
+    auto poisoned = std::make_shared<SparseRows>();
+    poisoned->keys = {cluster.layout().keys()[0]};
+    poisoned->values.assign(cluster.layout().width(0), std::numeric_limits<float>::quiet_NaN());
+    ReplicaFrameParts parts =
+        replicaSyncFrame({ReplicaSyncKind::kContribution, 1, 1, {}, std::move(poisoned)});
+    node::Node& member = cluster.node(3);
+    const node::SharedFrame frame = node::encodeMessage(
+        member, parts.type, std::move(parts.write), parts.size_hint, std::move(parts.attachment));
+    member.send(1, frame, [rows = parts.rows](NodeId, const node::Status&) {});
+    EXPECT_TRUE(cluster.log(1).waitForLine(
+        {"replica sync message from node 3", "non-finite value(s)", "refused; dropped"}))
+        << cluster.log(1).all();
+  }
+  EXPECT_GE(cluster.shell(1).counters().refused_messages, 4u);
 
   // The group still syncs: pushes everywhere, drained, exact.
   GradSums sums;
