@@ -38,6 +38,7 @@
 #include "node/connection.h"
 #include "node/node.h"
 #include "run/cli_checks.h"
+#include "run/cluster_checkpoint.h"
 #include "run/training_run.h"
 #include "run/training_session.h"
 #include "topology/topology.h"

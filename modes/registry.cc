@@ -11,6 +11,7 @@
 #include "ping/ping_session.h"
 #include "ps/ps_service.h"
 #include "ps/ps_session.h"
+#include "run/cluster_checkpoint.h"
 #include "run/single_session.h"
 
 namespace chorus::modes {
