@@ -362,12 +362,9 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
                                         "gen`, or use one from examples/topologies/)",
                                         args.topology));
   }
-  topology::Topology topo;
-  try {
-    topo = topology::loadTopology(args.topology);
-  } catch (const topology::TopologyError& e) {
-    throw CommandFailure(2, oneLine(e.what()));
-  }
+  node::Result<topology::Topology> loaded = topology::loadTopology(args.topology);
+  if (!loaded.ok()) throw CommandFailure(2, oneLine(loaded.message()));
+  const topology::Topology topo = std::move(loaded).value();
   if (args.run.out_dir.empty()) throw CommandFailure(2, "--out DIR is required");
   if (const node::Status run = run::checkRunOptions(args.run); !run.ok()) {
     throw CommandFailure(2, run.message());

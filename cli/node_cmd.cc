@@ -39,6 +39,7 @@
 #include "node/node.h"
 #include "run/cli_checks.h"
 #include "run/cluster_checkpoint.h"
+#include "run/cluster_checkpoint.h"
 #include "run/training_run.h"
 #include "run/training_session.h"
 #include "topology/topology.h"
@@ -188,11 +189,9 @@ struct NodeSetup {
 };
 
 topology::Topology loadTopologyFile(const std::string& path) {
-  try {
-    return topology::loadTopology(path);
-  } catch (const topology::TopologyError& e) {
-    throw CommandFailure(2, e.what());
-  }
+  node::Result<topology::Topology> loaded = topology::loadTopology(path);
+  if (!loaded.ok()) throw CommandFailure(2, loaded.message());
+  return std::move(loaded).value();
 }
 
 // `loaded`: the file, when the caller has it already.
