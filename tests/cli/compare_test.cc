@@ -318,6 +318,52 @@ TEST_F(CompareTest, StragglersNamingANodeTheClusterDoesNotHaveAreRefused) {
   EXPECT_FALSE(fs::exists(dir_ / "s"));
 }
 
+// Every port the topology file names is taken (by this test, listening) while the compare runs:
+// each run still starts, on ports that were free when it started, and its own topology copy
+// says which. (On the file's ports, every node would fail to listen: exit 3.)
+TEST_F(CompareTest, RunsTakePortsThatAreFreeNotTheFilesOnes) {
+  std::vector<int> taken;
+  std::vector<uint16_t> ports;
+  while (taken.size() < 3) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(freeLoopbackPort());
+    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(fd, 4) != 0) {
+      close(fd);  // taken since: draw another
+      continue;
+    }
+    taken.push_back(fd);
+    ports.push_back(ntohs(addr.sin_port));
+  }
+  {
+    std::ofstream f(topology_);
+    f << "[cluster]\nname = \"compare-test\"\nmode = \"consensus\"\n";
+    for (int i = 0; i < 3; ++i) {
+      f << "\n[[node]]\nid = " << i << "\naddress = \"127.0.0.1:" << ports[i] << "\"\nneighbors = ["
+        << (i + 1) % 3 << ", " << (i + 2) % 3 << "]\n";
+    }
+  }
+  const fs::path out = dir_ / "ports";
+  CommandResult r = compare("single,consensus:wait-all", out);
+  for (const int fd : taken)
+    close(fd);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "| consensus:wait-all | 1/1 |")) << r.out;
+  const std::string run_topology = readFile(out / "consensus-wait-all/seed-1/topology.toml");
+  const std::string single_topology = readFile(out / "single/seed-1/single.toml");
+  EXPECT_TRUE(contains(run_topology, "[[node]]")) << run_topology;
+  for (const uint16_t port : ports) {
+    const std::string address = "127.0.0.1:" + std::to_string(port) + "\"";
+    EXPECT_FALSE(contains(run_topology, address)) << run_topology;
+    EXPECT_FALSE(contains(single_topology, address)) << single_topology;
+  }
+  EXPECT_TRUE(contains(readFile(out / "consensus-wait-all/seed-1/command.txt"),
+                       (out / "consensus-wait-all/seed-1/topology.toml").string()));
+}
+
 TEST_F(CompareTest, UnknownVariantIsRefused) {
   expectOneLineError(compare("single,ps:sometimes", dir_ / "a"), "unknown variant 'ps:sometimes'");
   EXPECT_FALSE(fs::exists(dir_ / "a"));
