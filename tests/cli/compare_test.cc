@@ -186,20 +186,19 @@ TEST_F(CompareTest, AFailedVariantIsReportedAndTheOthersStillRun) {
 // A node that fails names the cause in the run's failure line, and the run ends at once
 // instead of leaving the other nodes to wait for it until their --ready-timeout.
 TEST_F(CompareTest, AFailedRunSaysWhatTheFailingNodeSaid) {
-  // Node 1's port is held by this test: node 1 cannot listen and exits with status 3.
-  const int holder = ::socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(holder, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(holder, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
-  ASSERT_EQ(::listen(holder, 1), 0);
-  socklen_t length = sizeof address;
-  ASSERT_EQ(::getsockname(holder, reinterpret_cast<sockaddr*>(&address), &length), 0);
-  topology_ = writeTopology("taken.toml", "", ntohs(address.sin_port));
+  // Node 1's address is not this machine's (192.0.2.1, TEST-NET-1): node 1 cannot listen and
+  // exits with status 3. (A port taken by this test no longer does it: every run of a compare
+  // takes ports that are free when it starts, RunsTakePortsThatAreFreeNotTheFilesOnes.)
+  {
+    std::ofstream f(topology_);
+    f << "[cluster]\nname = \"compare-test\"\nmode = \"consensus\"\n";
+    for (int i = 0; i < 3; ++i) {
+      f << "\n[[node]]\nid = " << i << "\naddress = \"" << (i == 1 ? "192.0.2.1" : "127.0.0.1")
+        << ":" << 7000 + i << "\"\nneighbors = [" << (i + 1) % 3 << ", " << (i + 2) % 3 << "]\n";
+    }
+  }
   const fs::path out = dir_ / "cmp";
   CommandResult r = compare("consensus:wait-all", out);
-  ::close(holder);
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   EXPECT_TRUE(contains(r.out, "consensus:wait-all seed 1: FAILED after")) << r.out;
   EXPECT_TRUE(contains(r.out, "([node 1] chorus: error: ")) << r.out;
