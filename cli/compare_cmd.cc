@@ -21,6 +21,7 @@
 
 #include "cli/commands.h"
 #include "cli/launcher.h"
+#include "cli/run_ports.h"
 #include "cli/sparse_node.h"
 #include "consensus/consensus_peer.h"
 #include "experiment/target.h"
@@ -362,12 +363,9 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
                                         "gen`, or use one from examples/topologies/)",
                                         args.topology));
   }
-  topology::Topology topo;
-  try {
-    topo = topology::loadTopology(args.topology);
-  } catch (const topology::TopologyError& e) {
-    throw CommandFailure(2, oneLine(e.what()));
-  }
+  node::Result<topology::Topology> loaded = topology::loadTopology(args.topology);
+  if (!loaded.ok()) throw CommandFailure(2, oneLine(loaded.message()));
+  const topology::Topology topo = std::move(loaded).value();
   if (args.run.out_dir.empty()) throw CommandFailure(2, "--out DIR is required");
   if (const node::Status run = run::checkRunOptions(args.run); !run.ok()) {
     throw CommandFailure(2, run.message());
@@ -458,17 +456,25 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
     std::vector<uint32_t> ids;
     std::vector<std::string> node_args;
   };
+  // `ported`: the run's copy of the topology on ports free now (withFreePorts), written to the
+  // run's folder; null: the file itself (the checks before the first run).
   const auto planRun = [&](const experiment::Variant& variant, uint64_t seed,
-                           const fs::path& run_dir) {
+                           const fs::path& run_dir, const topology::Topology* ported) {
     RunPlan plan;
+    const topology::Topology& run_topo = ported != nullptr ? *ported : topo;
     if (variant.alone()) {
       const fs::path single = run_dir / "single.toml";
-      std::ofstream(single) << experiment::singleTopology(
-          topo.name + "-single", topo.nodes.front().address(), topo.nodes.front().stragglers.text);
+      std::ofstream(single) << experiment::singleTopology(topo.name + "-single",
+                                                          run_topo.nodes.front().address(),
+                                                          topo.nodes.front().stragglers.text);
       plan.topology = single.string();
       plan.ids = {0};
     } else {
       plan.topology = args.topology;
+      if (ported != nullptr) {
+        plan.topology = (run_dir / "topology.toml").string();
+        std::ofstream(plan.topology) << topology::toToml(*ported);
+      }
       for (const auto& n : topo.nodes)
         plan.ids.push_back(n.id);
     }
@@ -489,7 +495,7 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
     for (const auto& variant : variants) {
       const fs::path dir = check_dir / variant.dirName();
       fs::create_directories(dir, ec);
-      const RunPlan plan = planRun(variant, args.run.seed, dir);
+      const RunPlan plan = planRun(variant, args.run.seed, dir, nullptr);
       try {
         (void)parseNodeArguments(plan.topology, plan.ids, plan.node_args);
       } catch (const CommandFailure& e) {
@@ -523,7 +529,11 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
       // --ready-timeout (or for ever, under BSP).
       launch.fail_fast = true;
       launch.timeout = std::chrono::milliseconds(static_cast<int64_t>(args.run_timeout_s * 1000));
-      RunPlan plan = planRun(variant, seed, run_dir);
+      // Ports that are free now, not the file's: a port another program took since (another
+      // test, a run still closing) would fail this run mid-comparison (cli/run_ports.h).
+      node::Result<topology::Topology> ported = withFreePorts(topo);
+      if (!ported.ok()) throw CommandFailure(1, ported.message());
+      RunPlan plan = planRun(variant, seed, run_dir, &*ported);
       const std::string& topology_path = plan.topology;
       launch.ids = plan.ids;
       const std::vector<std::string>& node_args = plan.node_args;

@@ -60,12 +60,9 @@ std::string selfExecutable() {
 }
 
 void runLaunchCommand(CLI::App& cmd, const LaunchArgs& args) {
-  topology::Topology topo;
-  try {
-    topo = topology::loadTopology(args.topology);
-  } catch (const topology::TopologyError& e) {
-    throw CommandFailure(2, e.what());
-  }
+  node::Result<topology::Topology> loaded = topology::loadTopology(args.topology);
+  if (!loaded.ok()) throw CommandFailure(2, loaded.message());
+  const topology::Topology topo = std::move(loaded).value();
   LaunchOptions options;
   options.binary = selfExecutable();
   options.file = "/proc/self/exe";  // this very image, whatever happens to the file on disk

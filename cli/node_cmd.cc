@@ -38,6 +38,7 @@
 #include "node/connection.h"
 #include "node/node.h"
 #include "run/cli_checks.h"
+#include "run/cluster_checkpoint.h"
 #include "run/training_run.h"
 #include "run/training_session.h"
 #include "topology/topology.h"
@@ -187,11 +188,9 @@ struct NodeSetup {
 };
 
 topology::Topology loadTopologyFile(const std::string& path) {
-  try {
-    return topology::loadTopology(path);
-  } catch (const topology::TopologyError& e) {
-    throw CommandFailure(2, e.what());
-  }
+  node::Result<topology::Topology> loaded = topology::loadTopology(path);
+  if (!loaded.ok()) throw CommandFailure(2, loaded.message());
+  return std::move(loaded).value();
 }
 
 // `loaded`: the file, when the caller has it already.
@@ -291,10 +290,9 @@ void checkModeArgs(const NodeArgs& args, const NodeSetup& setup, const std::stri
   const modes::Mode& entry = registeredMode(mode);
   const modes::ModeSettings settings = modeSettings(args, setup);
   if (!entry.trains) {
-    try {
-      if (entry.check != nullptr) entry.check(settings);
-    } catch (const std::invalid_argument& e) {
-      throw CommandFailure(2, e.what());
+    if (entry.check == nullptr) return;
+    if (const node::Status checked = entry.check(settings); !checked.ok()) {
+      throw CommandFailure(2, checked.message());
     }
     return;
   }
@@ -310,9 +308,13 @@ void checkModeArgs(const NodeArgs& args, const NodeSetup& setup, const std::stri
   }
   try {
     run::validateCheckpointOptions(args.run, args.consensus.rejoin);
-    if (entry.check != nullptr) entry.check(settings);
   } catch (const std::invalid_argument& e) {
     throw CommandFailure(2, e.what());
+  }
+  if (entry.check != nullptr) {
+    if (const node::Status checked = entry.check(settings); !checked.ok()) {
+      throw CommandFailure(2, checked.message());
+    }
   }
   // The flag's terms with the node's own attribute (two crash steps for one node, say): found
   // here, before the data is loaded, and by launch before any node starts.

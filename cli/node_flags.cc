@@ -18,6 +18,7 @@
 #include "modes/registry.h"
 #include "node/node.h"
 #include "run/cli_checks.h"
+#include "run/cluster_checkpoint.h"
 #include "run/staleness_bound.h"
 #include "topology/topology.h"
 

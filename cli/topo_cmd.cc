@@ -66,23 +66,23 @@ void runGen(const GenArguments& arguments) {
       (arguments.degree_option->count() > 0 || arguments.seed_option->count() > 0)) {
     throw CommandFailure(2, "--degree and --seed apply only to `regular` graphs");
   }
-  topology::Topology generated;
-  try {
-    generated = topology::generate(options);
-  } catch (const std::exception& error) {
+  node::Result<topology::Topology> made = topology::generate(options);
+  if (!made.ok()) {
     throw CommandFailure(
-        1, fmt::format("cannot generate a {} topology: {}", arguments.kind, error.what()));
+        1, fmt::format("cannot generate a {} topology: {}", arguments.kind, made.message()));
   }
-  const std::string text = fmt::format("# {}\n# {}\n{}", topology::generateCommandLine(options),
-                                       topology::summarize(generated), topology::toToml(generated));
+  const topology::Topology& generated = *made;
+  // generate() accepted the name, so the command line is made too.
+  const std::string text =
+      fmt::format("# {}\n# {}\n{}", topology::generateCommandLine(options).value(),
+                  topology::summarize(generated), topology::toToml(generated));
   if (arguments.output.empty()) {
     std::fputs(text.c_str(), stdout);
     return;
   }
-  try {
-    topology::writeTopologyFile(arguments.output, text, arguments.force);
-  } catch (const std::exception& error) {
-    throw CommandFailure(1, error.what());
+  if (node::Status written = topology::writeTopologyFile(arguments.output, text, arguments.force);
+      !written.ok()) {
+    throw CommandFailure(1, written.message());
   }
   std::fprintf(stderr, "wrote %s (%s)\n", arguments.output.c_str(),
                topology::summarize(generated).c_str());

@@ -18,6 +18,7 @@
 #include "node/finite.h"
 #include "node/node.h"
 #include "run/cli_checks.h"
+#include "run/cluster_checkpoint.h"
 
 namespace chorus::consensus {
 

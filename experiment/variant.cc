@@ -38,12 +38,12 @@ Variant Variant::parse(std::string_view text) {
   Variant v;
   v.name = std::string(text);
   v.mode = std::string(mode->name);
-  try {
-    v.spec = mode->parse_variant(args);
-  } catch (const std::invalid_argument& e) {
+  node::Result<modes::VariantSpec> spec = mode->parse_variant(args);
+  if (!spec.ok()) {
     throw std::invalid_argument(fmt::format("unknown variant '{}': {}; expected one of: {}", text,
-                                            e.what(), variantForms()));
+                                            spec.message(), variantForms()));
   }
+  v.spec = std::move(spec).value();
   return v;
 }
 

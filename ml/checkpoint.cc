@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -49,21 +50,6 @@ struct FileDescriptor {
   ~FileDescriptor() { ::close(fd); }
   int fd;
 };
-
-// Reads `size` bytes into `out`; fewer only at the end of the file. Throws CheckpointError.
-size_t readUpTo(int fd, char* out, size_t size, const std::string& path) {
-  size_t done = 0;
-  while (done < size) {
-    const ssize_t n = ::read(fd, out + done, size - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw CheckpointError(fmt::format("cannot read checkpoint {}: {}", path, errnoText()));
-    }
-    if (n == 0) break;
-    done += static_cast<size_t>(n);
-  }
-  return done;
-}
 
 void writeAll(int fd, const std::string& data, const std::string& path) {
   size_t done = 0;
@@ -137,33 +123,53 @@ void saveCheckpoint(const std::string& path, const Checkpoint& checkpoint) {
   writeFileAtomically(path, data);
 }
 
-Checkpoint loadCheckpoint(const std::string& path) {
-  // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below). Regular files
-  // ignore the flag.
+node::Result<std::string> readFileUpTo(const std::string& path, size_t limit) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
-    throw CheckpointError(fmt::format("cannot open checkpoint {}: {}", path, errnoText()));
+    return node::Status(node::ErrorCode::kIo, fmt::format("cannot open {}: {}", path, errnoText()));
   }
   const FileDescriptor file{fd};
   struct stat status {};
   if (::fstat(fd, &status) != 0) {
-    throw CheckpointError(fmt::format("cannot stat checkpoint {}: {}", path, errnoText()));
+    return node::Status(node::ErrorCode::kIo, fmt::format("cannot stat {}: {}", path, errnoText()));
   }
   if (!S_ISREG(status.st_mode)) {
-    throw CheckpointError(
-        fmt::format("{}: not a regular file (a checkpoint is a file written by --save)", path));
+    return node::invalidInput(fmt::format("{}: not a regular file", path));
   }
-  const auto fileSize = static_cast<uint64_t>(status.st_size);
+  // The size the file has now bounds the buffer: a file that grows while being read is read as
+  // it was (a checksum or a stated length then finds a file that changed).
+  std::string data(std::min(static_cast<size_t>(status.st_size), limit), '\0');
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::read(fd, data.data() + done, data.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return node::Status(node::ErrorCode::kIo,
+                          fmt::format("cannot read {}: {}", path, errnoText()));
+    }
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  data.resize(done);
+  return data;
+}
 
-  // The fixed header first, then the spec and the counts it announces; the rest only once the
-  // file's size is what they imply, so a header cannot make this allocate more than the file
-  // holds.
-  std::string data(kFixedHeader, '\0');
-  size_t got = readUpTo(fd, data.data(), kFixedHeader, path);
-  if (got < sizeof kMagic || std::memcmp(data.data(), kMagic, sizeof kMagic) != 0) {
+Checkpoint loadCheckpoint(const std::string& path) {
+  node::Result<std::string> read = readFileUpTo(path);
+  if (!read.ok()) {
+    throw CheckpointError(read.status().code() == node::ErrorCode::kInvalidArgument
+                              ? read.message() + " (a checkpoint is a file written by --save)"
+                              : read.message());
+  }
+  std::string data = std::move(read).value();
+  const uint64_t fileSize = data.size();
+
+  // The fixed header first, then the spec and the counts it announces; the body only once the
+  // file's size is what they imply.
+  if (fileSize < sizeof kMagic || std::memcmp(data.data(), kMagic, sizeof kMagic) != 0) {
     throw CheckpointError(fmt::format("{}: not a chorus checkpoint (bad magic)", path));
   }
-  if (got < kFixedHeader) {
+  if (fileSize < kFixedHeader) {
     throw CheckpointError(fmt::format("{}: truncated checkpoint ({} bytes)", path, fileSize));
   }
   size_t offset = sizeof kMagic;
@@ -179,9 +185,7 @@ Checkpoint loadCheckpoint(const std::string& path) {
     throw CheckpointError(
         fmt::format("{}: corrupt checkpoint header (model spec length {})", path, specLength));
   }
-  data.resize(kFixedHeader + specLength + kCounts);
-  got = readUpTo(fd, data.data() + kFixedHeader, specLength + kCounts, path);
-  if (got < specLength + kCounts) {
+  if (fileSize < kFixedHeader + specLength + kCounts) {
     throw CheckpointError(fmt::format("{}: truncated checkpoint ({} bytes)", path, fileSize));
   }
   Checkpoint checkpoint;
@@ -204,12 +208,6 @@ Checkpoint loadCheckpoint(const std::string& path) {
     throw CheckpointError(fmt::format("{}: checkpoint is {} bytes but its header implies {} ({})",
                                       path, fileSize, expected,
                                       fileSize < expected ? "truncated" : "trailing garbage"));
-  }
-  data.resize(expected);
-  got = readUpTo(fd, data.data() + offset, expected - offset, path);
-  char extra = 0;
-  if (got != expected - offset || readUpTo(fd, &extra, 1, path) != 0) {
-    throw CheckpointError(fmt::format("{}: checkpoint changed size while being read", path));
   }
   size_t checksumAt = data.size() - 8;
   const auto stored = get<uint64_t>(data, checksumAt);

@@ -3,9 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "node/result.h"
 
 namespace chorus::ml {
 
@@ -36,6 +39,15 @@ inline constexpr int64_t kMaxCheckpointStep = int64_t{1} << 53;
 // of the folder. Readers see the old file or the new one, never a mix. Throws CheckpointError
 // naming the path on failure. (Every checkpoint writer uses it: run/cluster_checkpoint.h too.)
 void writeFileAtomically(const std::string& path, const std::string& data);
+
+// The first `limit` bytes of the regular file at `path` (all of it when it is shorter), read
+// with O_NONBLOCK (a FIFO without a writer must not block the open) and EINTR retried. What is
+// not a regular file is refused before anything is read from it (/dev/zero would be read until
+// memory ran out): kInvalidArgument "PATH: not a regular file", to which a caller adds what the
+// file should have been. kIo "cannot open PATH: REASON" / "cannot read PATH: REASON" otherwise.
+// (Every checkpoint reader uses it: run/cluster_checkpoint.h too.)
+node::Result<std::string> readFileUpTo(const std::string& path,
+                                       size_t limit = std::numeric_limits<size_t>::max());
 
 // Writes `checkpoint` to `path` atomically: a temporary file in the same folder, fsync, rename,
 // fsync of the folder. Readers see the old file or the new one, never a mix. Throws

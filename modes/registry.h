@@ -17,6 +17,7 @@
 
 #include "modes/session.h"
 #include "modes/variants.h"
+#include "node/result.h"
 #include "node/service.h"
 
 namespace chorus::modes {
@@ -34,9 +35,9 @@ struct Mode {
   // It trains (reads a data set): its session is the CLI's training run.
   bool trains = true;
   // The checks of its settings that need no data and no port (null: none) (launch runs them before
-  // any node starts): throws std::invalid_argument naming the flag. For a mode that trains, run
+  // any node starts): an error (kInvalidArgument) naming the flag. For a mode that trains, run
   // after the checks every training run shares.
-  void (*check)(const ModeSettings&) = nullptr;
+  node::Status (*check)(const ModeSettings&) = nullptr;
   // Its settings every node must share (null: none of its own), for the handshake (after the
   // settings every training run shares, which the CLI writes, for a mode that trains).
   Fingerprint (*fingerprint)(const ModeSettings&) = nullptr;
@@ -52,7 +53,7 @@ struct Mode {
   bool alone = false;
   // `chorus compare`'s variants of this mode (modes/variants.h): the grammar of ARGS in a
   // variant named NAME or NAME:ARGS, and its forms for --help and errors. Null: no variants.
-  VariantSpec (*parse_variant)(std::optional<std::string_view> args) = nullptr;
+  node::Result<VariantSpec> (*parse_variant)(std::optional<std::string_view> args) = nullptr;
   std::string (*variant_forms)() = nullptr;
 };
 

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <stdexcept>
 
 #include "consensus/backup_rule.h"
 #include "ps/sparse_row_access.h"
@@ -28,17 +27,16 @@ bool usable(const std::string& technique) {
 
 // BOUND of ps:BOUND or ps:TECHNIQUE:BOUND: bsp, ssp:N or async (run::StalenessBound's variant
 // grammar; its other spellings, "3" or "inf", are the flag's, not a variant's).
-run::StalenessBound parseBound(std::string_view bound) {
+node::Result<run::StalenessBound> parseBound(std::string_view bound) {
   if (bound != "bsp" && bound != "async" && !bound.starts_with("ssp:")) {
-    throw std::invalid_argument(
+    return node::invalidInput(
         fmt::format("'{}' is neither a staleness bound (bsp, ssp:N, async) nor a technique ({})",
                     bound, orList(psTechniqueNames())));
   }
-  try {
-    return run::StalenessBound::parse(bound);
-  } catch (const std::invalid_argument&) {
-    throw std::invalid_argument("the staleness bound N of ssp:N must be an integer >= 0");
-  }
+  node::Result<run::StalenessBound> read = run::StalenessBound::read(bound);
+  if (!read.ok())
+    return node::invalidInput("the staleness bound N of ssp:N must be an integer >= 0");
+  return read;
 }
 
 }  // namespace
@@ -56,16 +54,16 @@ std::vector<std::string> usablePsTechniques() {
   return out;
 }
 
-VariantSpec singleVariant(std::optional<std::string_view> args) {
-  if (args) throw std::invalid_argument("single takes no arguments");
+node::Result<VariantSpec> singleVariant(std::optional<std::string_view> args) {
+  if (args) return node::invalidInput("single takes no arguments");
   VariantSpec spec;
   spec.alone = true;
   return spec;
 }
 
-VariantSpec psVariant(std::optional<std::string_view> args) {
+node::Result<VariantSpec> psVariant(std::optional<std::string_view> args) {
   if (!args || args->empty()) {
-    throw std::invalid_argument("ps needs a staleness bound or a technique");
+    return node::invalidInput("ps needs a staleness bound or a technique");
   }
   VariantSpec spec;
   spec.settings.emplace_back("--mode", "ps");
@@ -76,20 +74,21 @@ VariantSpec psVariant(std::optional<std::string_view> args) {
   if (std::find(psTechniqueNames().begin(), psTechniqueNames().end(), first) !=
       psTechniqueNames().end()) {
     if (!usable(first)) {
-      throw std::invalid_argument(
+      return node::invalidInput(
           fmt::format("technique {} is not implemented yet in this build (usable: {})", first,
                       orList(usablePsTechniques())));
     }
     technique = first;
     rest.remove_prefix(std::min(rest.size(), first.size() + 1));
     if (first.size() == args->size() - 1) {
-      throw std::invalid_argument(fmt::format("ps:{}: must be followed by a bound", first));
+      return node::invalidInput(fmt::format("ps:{}: must be followed by a bound", first));
     }
   }
   if (!rest.empty() || !technique) {
-    const run::StalenessBound bound = parseBound(rest);
-    spec.settings.emplace_back("--staleness", bound.toString());
-    if (bound.infinite()) spec.scopes.emplace_back(kPsAsyncScope);
+    const node::Result<run::StalenessBound> bound = parseBound(rest);
+    if (!bound.ok()) return bound.status();
+    spec.settings.emplace_back("--staleness", bound->toString());
+    if (bound->infinite()) spec.scopes.emplace_back(kPsAsyncScope);
   }
   if (technique) {
     spec.settings.emplace_back("--technique", *technique);
@@ -100,9 +99,13 @@ VariantSpec psVariant(std::optional<std::string_view> args) {
   return spec;
 }
 
-VariantSpec consensusVariant(std::optional<std::string_view> args) {
-  if (!args || args->empty()) throw std::invalid_argument("consensus needs a backup rule");
-  consensus::BackupRule::parse(*args);  // throws std::invalid_argument naming the rules
+node::Result<VariantSpec> consensusVariant(std::optional<std::string_view> args) {
+  if (!args || args->empty()) return node::invalidInput("consensus needs a backup rule");
+  // The error names the rules.
+  if (node::Result<consensus::BackupRuleSpec> rule = consensus::BackupRuleSpec::read(*args);
+      !rule.ok()) {
+    return rule.status();
+  }
   VariantSpec spec;
   spec.settings.emplace_back("--mode", "consensus");
   spec.settings.emplace_back("--backup", std::string(*args));

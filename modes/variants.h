@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "node/result.h"
+
 namespace chorus::modes {
 
 // The models a variant trains.
@@ -47,16 +49,16 @@ const std::vector<std::string>& psTechniqueNames();
 std::vector<std::string> usablePsTechniques();
 
 // The grammars of the registry's entries. Each parses ARGS of MODE:ARGS (nullopt: the name
-// alone) and throws std::invalid_argument saying what is wrong with ARGS (the caller names the
+// alone), or says what is wrong with ARGS as its error (kInvalidArgument; the caller names the
 // variant and lists every form).
 //   single:     the name alone.
 //   ps:BOUND, ps:TECHNIQUE, ps:TECHNIQUE:BOUND  (BOUND: bsp, ssp:N or async; TECHNIQUE: see
 //               psTechniqueNames(); without a BOUND, PS mode's default bound)
 //   consensus:RULE  (RULE: the backup rule, consensus/backup_rule.h: wait-all, static:B,
 //               deadline:Q, dynamic[:...])
-VariantSpec singleVariant(std::optional<std::string_view> args);
-VariantSpec psVariant(std::optional<std::string_view> args);
-VariantSpec consensusVariant(std::optional<std::string_view> args);
+node::Result<VariantSpec> singleVariant(std::optional<std::string_view> args);
+node::Result<VariantSpec> psVariant(std::optional<std::string_view> args);
+node::Result<VariantSpec> consensusVariant(std::optional<std::string_view> args);
 // Their forms, as --help and the errors list them.
 std::string singleVariantForms();
 std::string psVariantForms();

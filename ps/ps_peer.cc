@@ -20,6 +20,7 @@
 #include "node/node.h"
 #include "node/repeated_log.h"
 #include "run/cli_checks.h"
+#include "run/cluster_checkpoint.h"
 
 namespace chorus::ps {
 

@@ -332,9 +332,57 @@ void RelocationShell::sendOutgoingFromLoop() {
       const node::SharedFrame frame = encodeMessage(
           node_, relocationWireBody(run.front()),
           [&run](flatbuffers::FlatBufferBuilder& b) { return writeRelocation(b, run); });
-      node_.send(to, frame);
+      sendFromLoop(to, frame);
     }
   }
+}
+
+void RelocationShell::sendFromLoop(NodeId to, const node::SharedFrame& frame) {
+  if (down_.count(to)) return;  // a peer that went down is gone for good (peerDown)
+  // Behind the frames that already wait for `to`: the order per peer is the protocol's (FIFO).
+  auto held = held_.find(to);
+  if (held != held_.end()) {
+    held->second.push_back(frame);
+    return;
+  }
+  if (!sendNowFromLoop(to, frame)) held_[to].push_back(frame);
+}
+
+bool RelocationShell::sendNowFromLoop(NodeId to, const node::SharedFrame& frame) {
+  // A send to a peer whose connection is not up yet fails at once, inside send() (the loop
+  // thread's sends are checked there): the frame is then held until the peer comes up. Nodes
+  // start at different moments, and a lost push, pull or clock would stall a worker for good.
+  auto not_up = std::make_shared<bool>(false);
+  auto in_call = std::make_shared<bool>(true);
+  // It holds no `this`: a send may complete after the shell is gone (the node outlives it).
+  node_.send(to, frame, [node = &node_, not_up, in_call](NodeId peer, const node::Status& status) {
+    if (status.ok()) return;
+    if (*in_call && status.code() == node::ErrorCode::kNotConnected) {
+      *not_up = true;
+      return;
+    }
+    // A peer that is down gets its down event, which fails what waited on it.
+    node->logger().debug("relocation: a frame to node {} was not sent ({})", peer,
+                         status.toString());
+  });
+  *in_call = false;
+  if (*not_up) {
+    node_.logger().debug("relocation: node {} is not connected yet; its frames wait until it is",
+                         to);
+  }
+  return !*not_up;
+}
+
+void RelocationShell::flushHeldFromLoop(NodeId peer) {
+  auto it = held_.find(peer);
+  if (it == held_.end()) return;
+  std::deque<node::SharedFrame>& queue = it->second;
+  // In order; a frame that finds the connection down again stays first, with the rest behind.
+  while (!queue.empty()) {
+    if (!sendNowFromLoop(peer, queue.front())) return;
+    queue.pop_front();
+  }
+  held_.erase(it);
 }
 
 void RelocationShell::flushFromLoop() {
@@ -367,10 +415,8 @@ bool RelocationShell::announceFromLoop() {
   const node::SharedFrame frame = encodeMessage(
       node_, wire::Body::PsClock,
       [clock](flatbuffers::FlatBufferBuilder& b) { return wire::CreatePsClock(b, clock).Union(); });
-  std::vector<NodeId> to;
   for (const NodeId m : members_)
-    if (m != self_ && !down_.count(m)) to.push_back(m);
-  if (!to.empty()) node_.broadcast(to, frame);
+    if (m != self_) sendFromLoop(m, frame);
   return true;
 }
 
@@ -391,7 +437,7 @@ void RelocationShell::refuseFrameFromLoop(NodeId from, const std::string& reason
   const node::SharedFrame frame = encodeMessage(
       node_, wire::Body::RelocRefusal,
       [&reason](flatbuffers::FlatBufferBuilder& b) { return writeFrameRefusal(b, reason); });
-  node_.send(from, frame);
+  sendFromLoop(from, frame);
 }
 
 void RelocationShell::onFrameFromLoop(NodeId from, const node::InboundFrame& frame) {
@@ -443,11 +489,16 @@ void RelocationShell::peerFinished(NodeId peer) {
 }
 
 void RelocationShell::onPeerEvent(const node::PeerEvent& event) {
-  if (event.kind != node::PeerEventKind::kDown && event.kind != node::PeerEventKind::kLeft) return;
   if (event.peer == self_ || !std::binary_search(members_.begin(), members_.end(), event.peer)) {
     return;
   }
+  if (event.kind == node::PeerEventKind::kUp) {
+    if (!down_.count(event.peer)) flushHeldFromLoop(event.peer);
+    return;
+  }
+  if (event.kind != node::PeerEventKind::kDown && event.kind != node::PeerEventKind::kLeft) return;
   if (!down_.insert(event.peer).second) return;
+  held_.erase(event.peer);  // frames that waited for its connection: it is gone
   // A lost connection counts as the peer's death: the core never sends to it again (rows it
   // held are lost, operations on the network fail).
   const DownReport report = core_.peerDown(event.peer);

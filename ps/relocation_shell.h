@@ -9,6 +9,8 @@
 // - announces this worker's clock c (PsClock to every peer, and to its own core) only once every
 //   push it made at clocks below c completed: the core's SSP contract (a forwarded push takes
 //   other links than the announcement, so FIFO alone does not say that it arrived);
+// - holds the frames for a peer whose connection is not up yet and sends them, in order, when it
+//   comes up (members start at different moments; a lost frame would stall a worker);
 // - feeds peerDown from the runtime's peer events (after the last frame the peer's connection
 //   delivered: events and frames come in order on the loop thread) and logs what was lost.
 // A frame a peer sends that cannot be read, or a message the core refuses, is answered with a
@@ -21,6 +23,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -32,6 +35,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "node/frame.h"
 #include "node/repeated_log.h"
 #include "node/status.h"
 #include "ps/key_localizer.h"
@@ -102,7 +106,8 @@ class RelocationShell {
   void cancelAll(const node::Status& status);
 
   // --- Loop thread.
-  // A peer went down or left: peerDown for the core (once per peer), what was lost logged.
+  // A peer went down or left: peerDown for the core (once per peer), what was lost logged, the
+  // frames held for it dropped. A peer came up: the frames held for it are sent, in order.
   void onPeerEvent(const node::PeerEvent& event);
   // `peer` ran all its clocks: its departure later is expected (logged at info level).
   void peerFinished(NodeId peer);
@@ -144,6 +149,13 @@ class RelocationShell {
   // when it can.
   void flushFromLoop();
   void sendOutgoingFromLoop();
+  // Sends `frame` to `to`, or holds it (behind the frames held already) while `to` is not
+  // connected yet; nothing to a peer that went down.
+  void sendFromLoop(NodeId to, const node::SharedFrame& frame);
+  // Sends `frame` to `to` now; false when `to` is not connected (yet).
+  bool sendNowFromLoop(NodeId to, const node::SharedFrame& frame);
+  // `peer` came up: sends the frames held for it, in order.
+  void flushHeldFromLoop(NodeId peer);
   void completeFromLoop(const Completion& completion);
   // One part of `handle` ended with `status`.
   void settleFromLoop(Handle handle, const node::Status& status);
@@ -178,6 +190,7 @@ class RelocationShell {
   Clock announced_ = 0;
   std::set<NodeId> down_;
   std::set<NodeId> finished_;
+  std::map<NodeId, std::deque<node::SharedFrame>> held_;  // frames for peers not connected yet
   node::RefusalLog refusals_;
 
   mutable std::mutex mu_;

@@ -3,18 +3,16 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <set>
-#include <system_error>
 
 #include "ml/checkpoint.h"
 #include "run/training_run.h"
@@ -100,49 +98,15 @@ class Reader {
   size_t at_ = 0;
 };
 
-std::string errnoText() {
-  return std::generic_category().message(errno);
-}
-
-// Closes a file descriptor when it goes out of scope.
-struct FileDescriptor {
-  explicit FileDescriptor(int descriptor) : fd(descriptor) {}
-  FileDescriptor(const FileDescriptor&) = delete;
-  FileDescriptor& operator=(const FileDescriptor&) = delete;
-  ~FileDescriptor() { ::close(fd); }
-  int fd;
-};
-
-// Up to `limit` bytes of the regular file at `path` (all of it when limit is 0).
+// Up to `limit` bytes of the regular file at `path` (ml::readFileUpTo), or NodeCheckpointError.
 std::string readRegularFile(const std::string& path, size_t limit) {
-  // O_NONBLOCK: a FIFO must not block the open (it is refused below).
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) {
-    throw NodeCheckpointError(fmt::format("cannot open node checkpoint {}: {}", path, errnoText()));
+  node::Result<std::string> bytes = ml::readFileUpTo(path, limit);
+  if (bytes.ok()) return std::move(bytes).value();
+  if (bytes.status().code() == node::ErrorCode::kInvalidArgument) {
+    throw NodeCheckpointError(fmt::format(
+        "{} (a node checkpoint is a file a node wrote with --checkpoint-every)", bytes.message()));
   }
-  const FileDescriptor file{fd};
-  struct stat status {};
-  if (::fstat(fd, &status) != 0 || !S_ISREG(status.st_mode)) {
-    throw NodeCheckpointError(
-        fmt::format("{}: not a regular file (a node checkpoint is a file a node wrote with "
-                    "--checkpoint-every)",
-                    path));
-  }
-  const auto size = static_cast<size_t>(status.st_size);
-  std::string data(limit > 0 ? std::min(size, limit) : size, '\0');
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::read(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      throw NodeCheckpointError(
-          fmt::format("cannot read node checkpoint {}: {}", path, errnoText()));
-    }
-    if (n == 0) break;
-    done += static_cast<size_t>(n);
-  }
-  data.resize(done);
-  return data;
+  throw NodeCheckpointError(fmt::format("node checkpoint: {}", bytes.message()));
 }
 
 // The fixed prefix: magic, version and the total length, checked against `available` bytes
@@ -301,7 +265,7 @@ NodeCheckpoint decodeNodeCheckpoint(std::string_view bytes, const std::string& p
 }
 
 NodeCheckpoint loadNodeCheckpoint(const std::string& path) {
-  return decodeNodeCheckpoint(readRegularFile(path, 0), path);
+  return decodeNodeCheckpoint(readRegularFile(path, std::numeric_limits<size_t>::max()), path);
 }
 
 NodeCheckpointHeader readNodeCheckpointHeader(const std::string& path) {

@@ -7,13 +7,12 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
-#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "run/cut_plan.h"
 #include "run/node_id.h"
 
 namespace CLI {
@@ -32,33 +31,9 @@ class NodeCheckpointError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// The format this build writes and the newest it reads.
-inline constexpr uint32_t kNodeCheckpointVersion = 1;
 // How many of its newest cuts a node keeps (older files of its own are removed): a cut the
 // slowest node has not finished yet still has a complete one before it.
 inline constexpr int64_t kKeptCuts = 3;
-
-// Who wrote a node checkpoint, for what, and when.
-struct NodeCheckpointHeader {
-  uint32_t version = kNodeCheckpointVersion;
-  std::string cluster;  // the topology's [cluster] name
-  NodeId node = 0;
-  uint32_t nodes = 0;        // members of the cluster
-  std::string mode;          // "consensus" or "ps"
-  std::string model;         // ml::ModelSpec::toString()
-  uint64_t fingerprint = 0;  // modelFingerprint(model, parameters)
-  int64_t cut = 0;           // the cut's id: every node had finished steps 0 .. cut-1
-  uint64_t seed = 0;         // the run's --seed
-  bool operator==(const NodeCheckpointHeader&) const = default;
-};
-
-// A node's part of a cut: the header and named arrays, whose meaning the mode gives (both
-// modes: "optimizer", the local optimizer's state; "progress", {cut, batches drawn}).
-struct NodeCheckpoint {
-  NodeCheckpointHeader header;
-  std::map<std::string, std::vector<float>> floats;
-  std::map<std::string, std::vector<uint64_t>> words;
-};
 
 // The names of the arrays every mode writes.
 inline constexpr std::string_view kOptimizerSection = "optimizer";
@@ -105,20 +80,6 @@ CutChoice chooseResumeCut(const std::string& dir, uint32_t nodes);
 // newer format.
 void checkHeader(const NodeCheckpointHeader& got, const NodeCheckpointHeader& expected,
                  const std::string& path);
-
-// Whole-cluster checkpoints of one node's run: where, how often, and the cut it resumes from.
-struct CutPlan {
-  std::string dir;  // empty: no checkpoints written
-  int64_t every = 0;
-  NodeCheckpointHeader header;  // this node's (cut 0): what its files say and resumes check
-  std::optional<NodeCheckpoint> resumed;  // --resume DIR: this node's part of the chosen cut
-  std::string resumed_path;               // its file
-  std::vector<std::string> skipped;       // the newer, incomplete cuts passed over (a line each)
-  // A cut is taken after step cut-1 when cut is a positive multiple of `every` below `rounds`.
-  bool cutAt(int64_t cut, int64_t rounds) const {
-    return every > 0 && !dir.empty() && cut > 0 && cut % every == 0 && cut < rounds;
-  }
-};
 
 // Registers --checkpoint-every and --checkpoint-dir on `cmd` (chorus node, and launch through
 // it).

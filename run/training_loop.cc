@@ -13,6 +13,7 @@
 #include "ml/checkpoint.h"
 #include "ml/optimizer.h"
 #include "ml/rng.h"
+#include "run/cluster_checkpoint.h"
 
 namespace chorus::run {
 

@@ -14,6 +14,7 @@
 #include "ml/rng.h"
 #include "ml/sharding.h"
 #include "run/cli_checks.h"
+#include "run/cluster_checkpoint.h"
 
 namespace chorus::run {
 

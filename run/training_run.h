@@ -17,7 +17,7 @@
 #include "ml/model.h"
 #include "ml/optimizer.h"
 #include "node/result.h"
-#include "run/cluster_checkpoint.h"
+#include "run/cut_plan.h"
 #include "run/node_id.h"
 
 namespace CLI {
@@ -73,8 +73,8 @@ struct RunOptions {
   std::string save_path;    // --save: the final model as a checkpoint (empty: none)
   std::string resume_path;  // --resume: this checkpoint's model, or a cut folder's cluster state
   bool confusion = false;   // --confusion: the final test confusion matrix
-  // Whole-cluster checkpoints (run/cluster_checkpoint.h): every N steps (0: none), into this
-  // folder (empty: DIR/checkpoints under --out). Registered by addCheckpointOptions().
+  // Whole-cluster checkpoints (run/cluster_checkpoint.h, run/cut_plan.h): every N steps (0: none),
+  // into this folder (empty: DIR/checkpoints under --out). Registered by addCheckpointOptions().
   int64_t checkpoint_every = 0;
   std::string checkpoint_dir;
 };

@@ -6,9 +6,9 @@
 #include <cctype>
 #include <random>
 #include <set>
-#include <stdexcept>
 #include <variant>
 
+#include "node/result.h"
 #include "topology/address.h"
 #include "topology/text_guard.h"
 #include "topology/topology.h"
@@ -63,9 +63,9 @@ bool isConnected(const Adjacency& graph) {
   return reached == graph.size();
 }
 
-Adjacency ring(uint32_t n) {
+node::Result<Adjacency> ring(uint32_t n) {
   if (n < 3) {
-    throw std::invalid_argument(
+    return node::invalidInput(
         fmt::format("a ring needs at least 3 nodes, not {} (for 2 nodes use complete)", n));
   }
   Adjacency graph(n);
@@ -76,7 +76,7 @@ Adjacency ring(uint32_t n) {
 }
 
 // rows x cols with rows the largest divisor of n not above sqrt(n), rows >= 2.
-Adjacency torus(uint32_t n) {
+node::Result<Adjacency> torus(uint32_t n) {
   uint32_t rows = 0;
   for (uint32_t candidate = 2; static_cast<uint64_t>(candidate) * candidate <= n; ++candidate) {
     if (n % candidate == 0) {
@@ -84,7 +84,7 @@ Adjacency torus(uint32_t n) {
     }
   }
   if (rows == 0) {
-    throw std::invalid_argument(fmt::format(
+    return node::invalidInput(fmt::format(
         "a 2-D torus needs a node count that is rows x cols with both >= 2; {} is {}", n,
         n < 4 ? "too small (use at least 4)" : "prime (use ring, or a composite count)"));
   }
@@ -110,9 +110,9 @@ Adjacency complete(uint32_t n) {
   return graph;
 }
 
-Adjacency exponential(uint32_t n) {
+node::Result<Adjacency> exponential(uint32_t n) {
   if (n < 2) {
-    throw std::invalid_argument("an exponential graph needs at least 2 nodes");
+    return node::invalidInput("an exponential graph needs at least 2 nodes");
   }
   Adjacency graph(n);
   for (uint32_t i = 0; i < n; ++i) {
@@ -124,9 +124,9 @@ Adjacency exponential(uint32_t n) {
   return graph;
 }
 
-Adjacency star(uint32_t n) {
+node::Result<Adjacency> star(uint32_t n) {
   if (n < 2) {
-    throw std::invalid_argument("a star needs at least 2 nodes");
+    return node::invalidInput("a star needs at least 2 nodes");
   }
   Adjacency graph(n);
   for (uint32_t i = 1; i < n; ++i) {
@@ -179,26 +179,26 @@ bool pairHalfEdges(uint32_t n, uint32_t d, std::mt19937_64& random, Adjacency& g
   return true;
 }
 
-Adjacency regular(uint32_t n, uint32_t d, uint64_t seed) {
+node::Result<Adjacency> regular(uint32_t n, uint32_t d, uint64_t seed) {
   if (n < 2) {
-    throw std::invalid_argument(fmt::format(
+    return node::invalidInput(fmt::format(
         "a random regular graph needs at least 2 nodes, not {} (for 1 node use complete)", n));
   }
   if (d == 0 || d >= n) {
     // Degree 1 joins 2 nodes; on more, a 1-regular graph is never connected (checked below).
     const uint32_t lowest = n == 2 ? 1 : 2;
-    throw std::invalid_argument(fmt::format(
+    return node::invalidInput(fmt::format(
         "a {}-regular graph on {} nodes is impossible: the degree must be {}", d, n,
         lowest == n - 1 ? std::to_string(lowest) : fmt::format("{}..{}", lowest, n - 1)));
   }
   if ((static_cast<uint64_t>(n) * d) % 2 != 0) {
-    throw std::invalid_argument(
+    return node::invalidInput(
         fmt::format("a {}-regular graph on {} nodes is impossible: nodes x degree ({}) must be "
                     "even; change --degree or --nodes",
                     d, n, static_cast<uint64_t>(n) * d));
   }
   if (d == 1 && n > 2) {
-    throw std::invalid_argument(fmt::format(
+    return node::invalidInput(fmt::format(
         "a 1-regular graph on {} nodes is a set of separate pairs, never connected; use "
         "--degree 2 or more",
         n));
@@ -228,7 +228,7 @@ Adjacency regular(uint32_t n, uint32_t d, uint64_t seed) {
       return graph;
     }
   }
-  throw std::runtime_error(
+  return node::invalidInput(
       fmt::format("found no connected simple {}-regular graph on {} nodes in {} attempts with "
                   "seed {}; try another --seed",
                   d, n, kRegularAttempts, seed));
@@ -293,23 +293,24 @@ bool isUtf8(std::string_view text) {
   return firstInvalidUtf8(text) == std::string_view::npos;
 }
 
-// Throws std::invalid_argument when `name` cannot be a generated cluster's name. It is written
+// Why `name` cannot be a generated cluster's name (ok when it can). It is written
 // into a TOML string and into the header comment, where a newline would end the comment and turn
 // the rest of the name into TOML, and a TOML file must be UTF-8.
-void checkClusterName(std::string_view name) {
+node::Status checkClusterName(std::string_view name) {
   for (size_t i = 0; i < name.size(); ++i) {
     const auto byte = static_cast<unsigned char>(name[i]);
     if (byte < 0x20 || byte == 0x7f) {
-      throw std::invalid_argument(
+      return node::invalidInput(
           fmt::format("the cluster name has a control character (byte 0x{:02X} at offset {}); "
                       "use printable characters only",
                       byte, i));
     }
   }
   if (!isUtf8(name)) {
-    throw std::invalid_argument(
+    return node::invalidInput(
         "the cluster name is not valid UTF-8 (a topology file is UTF-8 text)");
   }
+  return {};
 }
 
 // `text` as one POSIX shell word: as is when no shell treats any of its characters specially,
@@ -363,66 +364,68 @@ const char* graphKindName(GraphKind kind) {
   return "ring";
 }
 
-Topology generate(const GenerateOptions& options) {
+node::Result<Topology> generate(const GenerateOptions& options) {
   const uint32_t n = options.nodes;
   if (n == 0) {
-    throw std::invalid_argument("a topology needs at least 1 node");
+    return node::invalidInput("a topology needs at least 1 node");
   }
   if (n > kMaxNodes) {
-    throw std::invalid_argument(
+    return node::invalidInput(
         fmt::format("{} nodes is more than the {} a cluster may have", n, kMaxNodes));
   }
   if (options.base_port == 0) {
-    throw std::invalid_argument("the base port must be 1..65535 (0 would pick random ports)");
+    return node::invalidInput("the base port must be 1..65535 (0 would pick random ports)");
   }
   const uint32_t per_host = (n + std::max<uint32_t>(1, options.hosts.size()) - 1) /
                             std::max<uint32_t>(1, options.hosts.size());
   if (static_cast<uint32_t>(options.base_port) + per_host - 1 > 65535) {
-    throw std::invalid_argument(
+    return node::invalidInput(
         fmt::format("ports {}..{} for {} nodes{} go past 65535; use a base port of at most {}",
                     options.base_port, static_cast<uint32_t>(options.base_port) + per_host - 1,
                     per_host, options.hosts.size() > 1 ? " per host" : "", 65536 - per_host));
   }
   if (neighborEntries(options) > kMaxNeighborEntries) {
-    throw std::invalid_argument(
+    return node::invalidInput(
         fmt::format("a {} graph on {} nodes has more than {} neighbor entries; use fewer nodes "
                     "or a sparser kind",
                     graphKindName(options.kind), n, kMaxNeighborEntries));
   }
-  if (options.hosts.empty()) throw std::invalid_argument("no host given");
+  if (options.hosts.empty()) return node::invalidInput("no host given");
   std::vector<std::string> hosts;
   for (const std::string& given : options.hosts) {
     auto host = checkHost(given);
     if (auto* problem = std::get_if<AddressProblem>(&host)) {
-      throw std::invalid_argument(
+      return node::invalidInput(
           fmt::format("host '{}': {} ({})", given, problem->message, problem->fix));
     }
     hosts.push_back(std::get<std::string>(host));
   }
   const auto machines = static_cast<uint32_t>(hosts.size());
-  checkClusterName(options.name);
+  if (node::Status name = checkClusterName(options.name); !name.ok()) return name;
 
-  Adjacency graph;
+  node::Result<Adjacency> built = node::invalidInput("unknown graph kind");
   switch (options.kind) {
     case GraphKind::kRing:
-      graph = ring(n);
+      built = ring(n);
       break;
     case GraphKind::kTorus:
-      graph = torus(n);
+      built = torus(n);
       break;
     case GraphKind::kComplete:
-      graph = complete(n);
+      built = complete(n);
       break;
     case GraphKind::kRegular:
-      graph = regular(n, options.degree, options.seed);
+      built = regular(n, options.degree, options.seed);
       break;
     case GraphKind::kExponential:
-      graph = exponential(n);
+      built = exponential(n);
       break;
     case GraphKind::kStar:
-      graph = star(n);
+      built = star(n);
       break;
   }
+  if (!built.ok()) return built.status();
+  const Adjacency& graph = *built;
 
   Topology topology;
   topology.name =
@@ -439,8 +442,9 @@ Topology generate(const GenerateOptions& options) {
   return topology;
 }
 
-std::string generateCommandLine(const GenerateOptions& options) {
-  checkClusterName(options.name);  // a newline would end the header comment it goes into
+node::Result<std::string> generateCommandLine(const GenerateOptions& options) {
+  // A newline would end the header comment it goes into.
+  if (node::Status name = checkClusterName(options.name); !name.ok()) return name;
   std::string line =
       fmt::format("chorus topo gen {} --nodes {}", graphKindName(options.kind), options.nodes);
   if (options.kind == GraphKind::kRegular) {

@@ -819,29 +819,33 @@ std::string joinDiagnostics(const std::vector<Diagnostic>& diagnostics) {
   }
   return text;
 }
-}  // namespace
 
-TopologyError::TopologyError(std::vector<Diagnostic> diagnostics)
-    : std::runtime_error(joinDiagnostics(diagnostics)), diagnostics_(std::move(diagnostics)) {}
+// Every diagnostic, one per line, as the error of a Result.
+node::Status diagnosticsStatus(const std::vector<Diagnostic>& diagnostics) {
+  return node::invalidInput(joinDiagnostics(diagnostics));
+}
+}  // namespace
 
 std::vector<Diagnostic> checkTopology(std::string_view text, const std::string& source_name) {
   return analyze(text, source_name).diagnostics;
 }
 
-Topology parseTopology(std::string_view text, const std::string& source_name) {
+node::Result<Topology> parseTopology(std::string_view text, const std::string& source_name) {
   Analysis analysis = analyze(text, source_name);
-  if (!analysis.topology) {
-    throw TopologyError(std::move(analysis.diagnostics));
-  }
+  if (!analysis.topology) return diagnosticsStatus(analysis.diagnostics);
   return std::move(*analysis.topology);
 }
 
-Topology loadTopology(const std::filesystem::path& path) {
+node::Result<Topology> loadTopology(const std::filesystem::path& path) {
   auto contents = readFile(path);
-  if (auto* problem = std::get_if<Diagnostic>(&contents)) {
-    throw TopologyError({*problem});
-  }
+  if (auto* problem = std::get_if<Diagnostic>(&contents)) return diagnosticsStatus({*problem});
   return parseTopology(std::get<std::string>(contents), path.string());
+}
+
+std::vector<Diagnostic> diagnoseTopologyFile(const std::filesystem::path& path) {
+  auto contents = readFile(path);
+  if (auto* problem = std::get_if<Diagnostic>(&contents)) return {*problem};
+  return checkTopology(std::get<std::string>(contents), path.string());
 }
 
 size_t edgeCount(const Topology& topology) {
@@ -900,25 +904,29 @@ FileCheck checkTopologyFile(const std::filesystem::path& path) {
   return {true, fmt::format("{}: ok ({})", path.string(), summarize(*analysis.topology))};
 }
 
-void writeTopologyFile(const std::filesystem::path& path, std::string_view text, bool overwrite) {
+node::Status writeTopologyFile(const std::filesystem::path& path, std::string_view text,
+                               bool overwrite) {
   // "x" (C11) makes creation exclusive, so a file appearing meanwhile is not clobbered either.
   std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), overwrite ? "w" : "wx"),
                                              &std::fclose);
   if (!file) {
     int saved = errno;
     if (saved == EEXIST) {
-      throw std::runtime_error(fmt::format(
-          "{} already exists; pass --force to replace it or choose another -o", path.string()));
+      return node::Status(node::ErrorCode::kIo,
+                          fmt::format("{} already exists; pass --force to replace it or choose "
+                                      "another -o",
+                                      path.string()));
     }
-    throw std::runtime_error(
-        fmt::format("cannot write {}: {}", path.string(), std::generic_category().message(saved)));
+    return node::Status(node::ErrorCode::kIo, fmt::format("cannot write {}: {}", path.string(),
+                                                          std::generic_category().message(saved)));
   }
   if (std::fwrite(text.data(), 1, text.size(), file.get()) != text.size() ||
       std::fflush(file.get()) != 0) {
     int saved = errno;
-    throw std::runtime_error(
-        fmt::format("cannot write {}: {}", path.string(), std::generic_category().message(saved)));
+    return node::Status(node::ErrorCode::kIo, fmt::format("cannot write {}: {}", path.string(),
+                                                          std::generic_category().message(saved)));
   }
+  return {};
 }
 
 }  // namespace chorus::topology

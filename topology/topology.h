@@ -11,6 +11,7 @@
 
 #include "faults/link_delay.h"
 #include "faults/straggler.h"
+#include "node/result.h"
 
 namespace chorus::topology {
 
@@ -83,22 +84,16 @@ struct Diagnostic {
   std::string format() const;
 };
 
-// Thrown when a topology file cannot be used; what() lists every diagnostic, one per line.
-class TopologyError : public std::runtime_error {
- public:
-  explicit TopologyError(std::vector<Diagnostic> diagnostics);
-  const std::vector<Diagnostic>& diagnostics() const { return diagnostics_; }
+// Reads, parses and validates a topology file. A file that cannot be used is the Result's error
+// (kInvalidArgument), whose message lists every diagnostic, one per line, each naming the file,
+// line and column; a missing or unreadable file is one such diagnostic too.
+node::Result<Topology> loadTopology(const std::filesystem::path& path);
 
- private:
-  std::vector<Diagnostic> diagnostics_;
-};
+// Parses and validates TOML text; `source_name` is used in diagnostics. Errors as loadTopology().
+node::Result<Topology> parseTopology(std::string_view text, const std::string& source_name);
 
-// Reads, parses and validates a topology file. Throws TopologyError naming the file, line and
-// column of each problem; a missing or unreadable file is a TopologyError too.
-Topology loadTopology(const std::filesystem::path& path);
-
-// Parses and validates TOML text; `source_name` is used in diagnostics.
-Topology parseTopology(std::string_view text, const std::string& source_name);
+// The diagnostics loadTopology() lists for the file at `path` (empty when it is usable).
+std::vector<Diagnostic> diagnoseTopologyFile(const std::filesystem::path& path);
 
 // All problems in the text (empty when it is valid); never throws for bad input.
 std::vector<Diagnostic> checkTopology(std::string_view text, const std::string& source_name);
@@ -117,19 +112,18 @@ struct GenerateOptions {
   std::string name;     // cluster name; derived from kind and size when empty
   Mode mode = Mode::kConsensus;
 };
-// Throws std::invalid_argument with a clear message for impossible parameters
+// The topology, or an error (kInvalidArgument) with a clear message for impossible parameters
 // (e.g. a 3-regular graph on 5 nodes, a torus on a prime number of nodes, a name with a control
-// character or invalid UTF-8), and
-// std::runtime_error when no connected random regular graph turned up for the seed.
-Topology generate(const GenerateOptions& options);
+// character or invalid UTF-8) and when no connected random regular graph turned up for the seed.
+node::Result<Topology> generate(const GenerateOptions& options);
 // The kind named "ring", "torus", "complete", "regular", "exponential" or "star"; else nullopt.
 std::optional<GraphKind> parseGraphKind(std::string_view name);
 // The name parseGraphKind() accepts for `kind`.
 const char* graphKindName(GraphKind kind);
 // The `chorus topo gen ...` command line that reproduces `options` (for file headers), with the
-// host and name quoted for a POSIX shell. Throws std::invalid_argument for a name generate()
-// refuses (control characters, invalid UTF-8), which could not stay on one comment line.
-std::string generateCommandLine(const GenerateOptions& options);
+// host and name quoted for a POSIX shell. The error generate() gives for a name it refuses
+// (control characters, invalid UTF-8), which could not stay on one comment line.
+node::Result<std::string> generateCommandLine(const GenerateOptions& options);
 
 // Writes a topology as TOML that loadTopology() reads back to an equivalent Topology.
 std::string toToml(const Topology& topology);
@@ -155,8 +149,9 @@ struct FileCheck {
 // Reads and validates one file; never throws for bad or missing files.
 FileCheck checkTopologyFile(const std::filesystem::path& path);
 
-// Writes `text` to `path`. Throws std::runtime_error naming the path when the file exists and
-// `overwrite` is false, or when it cannot be written.
-void writeTopologyFile(const std::filesystem::path& path, std::string_view text, bool overwrite);
+// Writes `text` to `path`. An error (kIo) naming the path when the file exists and `overwrite`
+// is false, or when it cannot be written.
+node::Status writeTopologyFile(const std::filesystem::path& path, std::string_view text,
+                               bool overwrite);
 
 }  // namespace chorus::topology

@@ -186,20 +186,19 @@ TEST_F(CompareTest, AFailedVariantIsReportedAndTheOthersStillRun) {
 // A node that fails names the cause in the run's failure line, and the run ends at once
 // instead of leaving the other nodes to wait for it until their --ready-timeout.
 TEST_F(CompareTest, AFailedRunSaysWhatTheFailingNodeSaid) {
-  // Node 1's port is held by this test: node 1 cannot listen and exits with status 3.
-  const int holder = ::socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(holder, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(holder, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
-  ASSERT_EQ(::listen(holder, 1), 0);
-  socklen_t length = sizeof address;
-  ASSERT_EQ(::getsockname(holder, reinterpret_cast<sockaddr*>(&address), &length), 0);
-  topology_ = writeTopology("taken.toml", "", ntohs(address.sin_port));
+  // Node 1's address is not this machine's (192.0.2.1, TEST-NET-1): node 1 cannot listen and
+  // exits with status 3. (A port taken by this test no longer does it: every run of a compare
+  // takes ports that are free when it starts, RunsTakePortsThatAreFreeNotTheFilesOnes.)
+  {
+    std::ofstream f(topology_);
+    f << "[cluster]\nname = \"compare-test\"\nmode = \"consensus\"\n";
+    for (int i = 0; i < 3; ++i) {
+      f << "\n[[node]]\nid = " << i << "\naddress = \"" << (i == 1 ? "192.0.2.1" : "127.0.0.1")
+        << ":" << 7000 + i << "\"\nneighbors = [" << (i + 1) % 3 << ", " << (i + 2) % 3 << "]\n";
+    }
+  }
   const fs::path out = dir_ / "cmp";
   CommandResult r = compare("consensus:wait-all", out);
-  ::close(holder);
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   EXPECT_TRUE(contains(r.out, "consensus:wait-all seed 1: FAILED after")) << r.out;
   EXPECT_TRUE(contains(r.out, "([node 1] chorus: error: ")) << r.out;
@@ -316,6 +315,52 @@ TEST_F(CompareTest, StragglersNamingANodeTheClusterDoesNotHaveAreRefused) {
   expectOneLineError(compare("ps:bsp", dir_ / "s", {"--stragglers", "crash:7@3"}),
                      "--stragglers crash:7@3: names node 7, which is not in");
   EXPECT_FALSE(fs::exists(dir_ / "s"));
+}
+
+// Every port the topology file names is taken (by this test, listening) while the compare runs:
+// each run still starts, on ports that were free when it started, and its own topology copy
+// says which. (On the file's ports, every node would fail to listen: exit 3.)
+TEST_F(CompareTest, RunsTakePortsThatAreFreeNotTheFilesOnes) {
+  std::vector<int> taken;
+  std::vector<uint16_t> ports;
+  while (taken.size() < 3) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(freeLoopbackPort());
+    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(fd, 4) != 0) {
+      close(fd);  // taken since: draw another
+      continue;
+    }
+    taken.push_back(fd);
+    ports.push_back(ntohs(addr.sin_port));
+  }
+  {
+    std::ofstream f(topology_);
+    f << "[cluster]\nname = \"compare-test\"\nmode = \"consensus\"\n";
+    for (int i = 0; i < 3; ++i) {
+      f << "\n[[node]]\nid = " << i << "\naddress = \"127.0.0.1:" << ports[i] << "\"\nneighbors = ["
+        << (i + 1) % 3 << ", " << (i + 2) % 3 << "]\n";
+    }
+  }
+  const fs::path out = dir_ / "ports";
+  CommandResult r = compare("single,consensus:wait-all", out);
+  for (const int fd : taken)
+    close(fd);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "| consensus:wait-all | 1/1 |")) << r.out;
+  const std::string run_topology = readFile(out / "consensus-wait-all/seed-1/topology.toml");
+  const std::string single_topology = readFile(out / "single/seed-1/single.toml");
+  EXPECT_TRUE(contains(run_topology, "[[node]]")) << run_topology;
+  for (const uint16_t port : ports) {
+    const std::string address = "127.0.0.1:" + std::to_string(port) + "\"";
+    EXPECT_FALSE(contains(run_topology, address)) << run_topology;
+    EXPECT_FALSE(contains(single_topology, address)) << single_topology;
+  }
+  EXPECT_TRUE(contains(readFile(out / "consensus-wait-all/seed-1/command.txt"),
+                       (out / "consensus-wait-all/seed-1/topology.toml").string()));
 }
 
 TEST_F(CompareTest, UnknownVariantIsRefused) {

@@ -23,6 +23,7 @@
 #include "node/node.h"
 #include "tests/support/local_cluster.h"
 #include "tests/support/planted_graph.h"
+#include "tests/support/sparse_cluster.h"
 
 namespace chorus::consensus {
 namespace {
@@ -31,48 +32,13 @@ using namespace std::chrono_literals;
 using testsupport::LocalCluster;
 using Final = std::vector<std::pair<std::string, std::vector<ml::NamedMetric>>>;
 
+using testsupport::finalMetric;
+using testsupport::sparseTrainOptions;
+using testsupport::trainAlone;
+
+// Sparse gossip's model: its negatives shared by the batch.
 ml::KgeConfig smallComplEx() {
-  ml::KgeConfig config;
-  config.model = ml::KgeModelKind::kComplEx;
-  config.dim = 32;
-  config.negatives = 16;
-  config.sharedNegatives = true;
-  config.regularizer = ml::KgeRegularizerKind::kNone;
-  config.initScale = 0.1;
-  return config;
-}
-
-ml::SparseTrainOptions trainOptions(int64_t epochs, size_t batch, double lr) {
-  ml::SparseTrainOptions train;
-  train.epochs = epochs;
-  train.batchSize = batch;
-  train.optimizer.kind = ml::SparseOptimizerKind::kAdagrad;
-  train.optimizer.lr = lr;
-  train.seed = 11;
-  train.evalEvery = 0;
-  train.logEverySteps = 10;
-  return train;
-}
-
-double metric(const Final& final, const std::string& split, const std::string& name) {
-  for (const auto& [s, metrics] : final) {
-    if (s != split) continue;
-    for (const ml::NamedMetric& m : metrics) {
-      if (m.name == name) return m.value;
-    }
-  }
-  ADD_FAILURE() << "no " << split << " " << name;
-  return 0;
-}
-
-template <typename Make>
-Final trainAlone(Make make, const ml::SparseTrainOptions& train) {
-  auto workload = make();
-  std::FILE* sink = std::tmpfile();
-  ml::ProgressReporter quiet(sink, false);
-  auto final = ml::trainSparse(*workload, train, quiet).final;
-  std::fclose(sink);
-  return final;
+  return testsupport::smallComplEx(/*shared_negatives=*/true);
 }
 
 SparseLayout sparseLayout(const testsupport::Graph& g, NodeId self) {
@@ -92,30 +58,16 @@ template <typename Make>
 std::vector<SparseConsensusReport> trainCluster(const testsupport::Graph& g, Make make,
                                                 SparseConsensusOptions options,
                                                 const std::string& name) {
-  const size_t nodes = g.size();
-  LocalCluster cluster(nodes, 0, {.cluster = name});
-  std::vector<std::unique_ptr<ml::SparseWorkload>> workloads;
-  for (size_t i = 0; i < nodes; ++i)
-    workloads.push_back(make());
-  const ml::Shards shards =
-      ml::shardIid(workloads[0]->trainPoints(), static_cast<int>(nodes), options.train.seed);
-  for (size_t i = 0; i < nodes; ++i) {
-    cluster.attach<SparseConsensusPeer>(i, *workloads[i], shards[i],
-                                        sparseLayout(g, static_cast<NodeId>(i)), options);
-  }
-  cluster.connect();
-  cluster.start();
-  std::vector<SparseConsensusReport> reports;
-  for (size_t i = 0; i < nodes; ++i)
-    reports.push_back(cluster.result<SparseConsensusReport>(i));
-  return reports;
+  return testsupport::trainSparseCluster<SparseConsensusPeer, SparseConsensusReport>(
+      g.size(), name, make, options.train.seed,
+      [&](size_t i) { return std::make_tuple(sparseLayout(g, static_cast<NodeId>(i)), options); });
 }
 
 TEST(SparseConsensus, ARingOfFourReachesTheSingleNodeMrrWithFarFewerBytesThanDense) {
   const ml::KgData graph = testsupport::makePlantedGraph({});
   auto make = [&] { return std::make_unique<ml::KgeWorkload>(graph, smallComplEx(), 11); };
-  const ml::SparseTrainOptions train = trainOptions(12, 32, 0.1);
-  const Final alone = trainAlone(make, train);
+  const ml::SparseTrainOptions train = sparseTrainOptions(12, 32, 0.1);
+  const Final alone = trainAlone(*make(), train);
   SparseConsensusOptions options;
   options.backup = chorus::consensus::BackupRuleSpec::read("wait-all").value();
   options.staleness = run::StalenessBound{0};
@@ -130,12 +82,12 @@ TEST(SparseConsensus, ARingOfFourReachesTheSingleNodeMrrWithFarFewerBytesThanDen
   options.gossip.dense_exchange = true;
   const auto dense = trainCluster(testsupport::ring(4), make, options, "dense-gossip");
 
-  const double single = metric(alone, "test", "mrr");
+  const double single = finalMetric(alone, "test", "mrr");
   EXPECT_GT(single, 0.08);  // a random ranking of 300 entities: about 0.02
   ASSERT_EQ(sparse[0].final.size(), 2u);
   ASSERT_EQ(dense[0].final.size(), 2u);
-  const double sparse_mrr = metric(sparse[0].final, "test", "mrr");
-  const double dense_mrr = metric(dense[0].final, "test", "mrr");
+  const double sparse_mrr = finalMetric(sparse[0].final, "test", "mrr");
+  const double dense_mrr = finalMetric(dense[0].final, "test", "mrr");
   EXPECT_NEAR(sparse_mrr, single, 0.35 * single);
   EXPECT_NEAR(dense_mrr, single, 0.35 * single);
   for (size_t i = 0; i < 4; ++i) {
@@ -180,17 +132,17 @@ TEST(SparseConsensus, TwoNodesFactorizeAsWellAsOneWithBackupWorkers) {
   mf.reg = 0.01;
   mf.seed = 4;
   auto make = [&] { return std::make_unique<ml::MfWorkload>(data, mf); };
-  const ml::SparseTrainOptions train = trainOptions(8, 200, 0.1);
-  const Final alone = trainAlone(make, train);
+  const ml::SparseTrainOptions train = sparseTrainOptions(8, 200, 0.1);
+  const Final alone = trainAlone(*make(), train);
   SparseConsensusOptions options;
   options.backup = chorus::consensus::BackupRuleSpec::read("dynamic").value();
   options.staleness = run::StalenessBound{2};
   options.train = train;
   options.gossip.round_bytes = 4096;
   const auto reports = trainCluster(testsupport::complete(3), make, options, "sparse-mf");
-  const double single = metric(alone, "test", "rmse");
+  const double single = finalMetric(alone, "test", "rmse");
   EXPECT_LT(single, 0.6);
-  EXPECT_NEAR(metric(reports[0].final, "test", "rmse"), single, 0.15 * single);
+  EXPECT_NEAR(finalMetric(reports[0].final, "test", "rmse"), single, 0.15 * single);
   for (const SparseConsensusReport& r : reports) {
     EXPECT_FALSE(r.stopped);
     EXPECT_LE(r.max_staleness, 2);
@@ -204,7 +156,7 @@ TEST(SparseConsensus, AKilledNodeLeavesTheOthersFinishing) {
   const testsupport::Graph g = testsupport::ring(4);
   LocalCluster cluster(4, 0, {.cluster = "sparse-kill"});
   std::vector<std::unique_ptr<ml::SparseWorkload>> workloads;
-  const ml::SparseTrainOptions train = trainOptions(3, 32, 0.1);
+  const ml::SparseTrainOptions train = sparseTrainOptions(3, 32, 0.1);
   const ml::Shards shards = ml::shardIid(graph.train.size(), 4, train.seed);
   const NodeId victim = 3;
   for (NodeId i = 0; i < 4; ++i) {
@@ -245,7 +197,7 @@ TEST(SparseConsensus, AKilledNodeLeavesTheOthersFinishing) {
 TEST(SparseConsensus, ARestartedNodeRejoinsWithANeighborsTables) {
   const ml::KgData graph = testsupport::makePlantedGraph({});
   const testsupport::Graph g = testsupport::complete(3);
-  const ml::SparseTrainOptions train = trainOptions(6, 32, 0.1);
+  const ml::SparseTrainOptions train = sparseTrainOptions(6, 32, 0.1);
   const ml::Shards shards = ml::shardIid(graph.train.size(), 3, train.seed);
   LocalCluster cluster(2, 3, {.cluster = "sparse-rejoin"});
   std::vector<std::unique_ptr<ml::SparseWorkload>> workloads;
@@ -364,7 +316,7 @@ TEST(SparseConsensus, ABadRowShareIsRefusedNamingThePeer) {
   ml::KgeWorkload workload(graph, smallComplEx(), 11);
   LocalCluster cluster(2, 0, {.cluster = "sparse-bad-frame"});
   SparseConsensusOptions options;
-  options.train = trainOptions(1000, 32, 0.1);
+  options.train = sparseTrainOptions(1000, 32, 0.1);
   options.backup = chorus::consensus::BackupRuleSpec::read("wait-all").value();
   // Node 1 is a bare node: it sends what the test writes.
   cluster.attach<SparseConsensusPeer>(0, workload, ml::shardIid(graph.train.size(), 2, 1)[0],

@@ -225,15 +225,19 @@ TEST(Variant, SparseRunsGetEpochsAndTheirModesFlagsOnly) {
 
 TEST(Variant, SingleTopologyIsAValidOneNodeCluster) {
   const std::string text = singleTopology("demo-single", "127.0.0.1:7300", "fixed:5");
-  topology::Topology topo = topology::parseTopology(text, "single.toml");
+  const node::Result<topology::Topology> parsed = topology::parseTopology(text, "single.toml");
+  ASSERT_TRUE(parsed.ok()) << parsed.message();
+  const topology::Topology& topo = *parsed;
   ASSERT_EQ(topo.nodes.size(), 1u);
   EXPECT_EQ(topo.name, "demo-single");
   EXPECT_EQ(topo.mode, topology::Mode::kConsensus);
   EXPECT_EQ(topo.nodes[0].address(), "127.0.0.1:7300");
   EXPECT_EQ(topo.nodes[0].stragglers.text, "fixed:5");
   EXPECT_TRUE(topo.nodes[0].neighbors.empty());
-  EXPECT_EQ(topology::parseTopology(singleTopology("x\"y", "[::1]:7000", ""), "s.toml").name,
-            "x\"y");
+  const node::Result<topology::Topology> quoted =
+      topology::parseTopology(singleTopology("x\"y", "[::1]:7000", ""), "s.toml");
+  ASSERT_TRUE(quoted.ok()) << quoted.message();
+  EXPECT_EQ(quoted->name, "x\"y");
 }
 
 TEST(Variant, ShellQuoteQuotesOnlyWhatNeedsIt) {

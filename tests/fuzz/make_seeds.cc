@@ -342,7 +342,7 @@ void topologySeeds(const fs::path& root) {
     options.nodes = 4;
     options.mode =
         kind == topology::GraphKind::kStar ? topology::Mode::kPs : topology::Mode::kConsensus;
-    seeds.add(topology::toToml(topology::generate(options)));
+    seeds.add(topology::toToml(topology::generate(options).value()));
   }
 }
 

@@ -207,6 +207,33 @@ TEST_F(CheckpointTest, RefusesStepsEpochsAndStateCountsNoRunWrites) {
   }
 }
 
+// The one file reader of both checkpoint formats (run/cluster_checkpoint.h reads node files with
+// it): at most `limit` bytes, the whole file when it is shorter; what is not a regular file or
+// cannot be opened is an error value naming the path.
+TEST_F(CheckpointTest, ReadFileUpToReadsAtMostTheLimitAndRefusesWhatIsNoFile) {
+  writeFileAtomically(path_, "0123456789");
+  node::Result<std::string> all = readFileUpTo(path_);
+  ASSERT_TRUE(all.ok()) << all.message();
+  EXPECT_EQ(*all, "0123456789");
+  node::Result<std::string> head = readFileUpTo(path_, 4);
+  ASSERT_TRUE(head.ok()) << head.message();
+  EXPECT_EQ(*head, "0123");
+  node::Result<std::string> more = readFileUpTo(path_, 100);
+  ASSERT_TRUE(more.ok()) << more.message();
+  EXPECT_EQ(*more, "0123456789");
+
+  const node::Result<std::string> missing = readFileUpTo(path_ + ".none");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), node::ErrorCode::kIo);
+  EXPECT_NE(missing.message().find("cannot open " + path_ + ".none"), std::string::npos)
+      << missing.message();
+  const node::Result<std::string> folder = readFileUpTo(dir_);
+  ASSERT_FALSE(folder.ok());
+  EXPECT_EQ(folder.status().code(), node::ErrorCode::kInvalidArgument);
+  EXPECT_NE(folder.message().find(dir_ + ": not a regular file"), std::string::npos)
+      << folder.message();
+}
+
 TEST_F(CheckpointTest, MissingFileIsAClearError) {
   try {
     loadCheckpoint(path_ + ".none");

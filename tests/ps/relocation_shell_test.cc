@@ -8,7 +8,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <future>
 
 #include "node/frame.h"
 #include "node/node.h"
@@ -226,6 +228,66 @@ TEST_F(ShellSeam, GarbageFramesAreRefusedNamingThePeerAndChangeNothing) {
   deliverMessages(1, {KeyPush{mine, 1, 3, 0, std::vector<float>(space_.length(mine), 1.0f)}});
   shell_->inspect(
       [&](const Relocation& core) { EXPECT_EQ(core.store().copyRow(mine)->updates, 1u); });
+}
+
+// Two shells over loopback: a push node 1 makes before its connection to the key's home is up
+// is held, not lost, and reaches node 0 once the nodes connect (the shell used to send it with
+// no callback, and the worker waited for its answer for good).
+TEST(RelocationShellNetwork, AFrameToAPeerNotConnectedYetWaitsForTheConnection) {
+  const std::vector<NodeId> members{0, 1};
+  const ShardMap map(members);
+  const KeySpace space = twoTables();
+  const KeyDirectory directory(map, space);
+  Key homed_at_0 = space.keyEnd();
+  for (Key key = 0; key < space.keyEnd() && homed_at_0 == space.keyEnd(); ++key)
+    if (directory.owner(key) == 0) homed_at_0 = key;
+  ASSERT_LT(homed_at_0, space.keyEnd());
+
+  auto log = std::make_shared<node::testing::LogCapture>();
+  // The nodes go first (shut down, no handler left running) when the test ends early.
+  std::vector<std::unique_ptr<RelocationShell>> shells;
+  std::vector<std::unique_ptr<node::Node>> nodes;
+  for (const NodeId self : members) {
+    node::NodeOptions o = node::testing::fastOptions("reloc-held", self, members);
+    o.log_sinks = {log};
+    nodes.push_back(std::make_unique<node::Node>(o));
+    KeyStore store(space, std::make_shared<SgdPolicy>(OwnerOptimizer{}));
+    for (Key key = 0; key < space.keyEnd(); ++key) {
+      if (directory.owner(key) != self) continue;
+      KeyEntry entry;
+      entry.values.assign(space.length(key), 0.5f);
+      ASSERT_EQ(store.insert(key, std::move(entry)), std::nullopt);
+    }
+    shells.push_back(std::make_unique<RelocationShell>(*nodes.back(), map, std::move(store),
+                                                       members, RelocationShellOptions{}));
+    RelocationShell* shell = shells.back().get();
+    nodes.back()->setEventHandler([shell](const node::PeerEvent& e) { shell->onPeerEvent(e); });
+    ASSERT_TRUE(nodes.back()->listen().ok());
+  }
+
+  // Node 1 pushes to node 0's key while the two are not connected: the frame has to wait.
+  const std::vector<Key> keys{homed_at_0};
+  const std::vector<float> grads(space.length(homed_at_0), 1.0f);
+  const RelocationShell::Handle handle = shells[1]->push(keys, grads);
+  shells[1]->inspect([](const Relocation&) {});  // the loop took the push and tried to send it
+  EXPECT_NE(log->all().find("node 0 is not connected yet"), std::string::npos) << log->all();
+  auto waited = std::async(std::launch::async, [&] { return shells[1]->wait(handle); });
+
+  for (const NodeId self : members) {
+    std::vector<node::PeerAddress> peers;
+    for (const NodeId other : members)
+      if (other != self) peers.push_back({other, "127.0.0.1", nodes[other]->port()});
+    ASSERT_TRUE(nodes[self]->connect(peers).ok());
+  }
+  const bool answered = waited.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  if (!answered) shells[1]->cancelAll(node::Status(node::ErrorCode::kTimeout, "test deadline"));
+  const node::Status status = waited.get();
+  EXPECT_TRUE(answered) << "the push held for node 0 never reached it";
+  EXPECT_TRUE(status.ok()) << status.message();
+  shells[0]->inspect(
+      [&](const Relocation& core) { EXPECT_EQ(core.store().copyRow(homed_at_0)->updates, 1u); });
+  for (auto& n : nodes)
+    n->shutdown();
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "ps/sparse_ps_peer.h"
 #include "tests/support/local_cluster.h"
 #include "tests/support/planted_graph.h"
+#include "tests/support/sparse_cluster.h"
 
 namespace chorus::ps {
 namespace {
@@ -23,39 +24,9 @@ namespace {
 using namespace std::chrono_literals;
 using testsupport::LocalCluster;
 
-ml::KgeConfig smallComplEx() {
-  ml::KgeConfig config;
-  config.model = ml::KgeModelKind::kComplEx;
-  config.dim = 32;
-  config.negatives = 16;
-  config.regularizer = ml::KgeRegularizerKind::kNone;
-  config.initScale = 0.1;
-  return config;
-}
-
-ml::SparseTrainOptions trainOptions(int64_t epochs, size_t batch, double lr) {
-  ml::SparseTrainOptions train;
-  train.epochs = epochs;
-  train.batchSize = batch;
-  train.optimizer.kind = ml::SparseOptimizerKind::kAdagrad;
-  train.optimizer.lr = lr;
-  train.seed = 11;
-  train.evalEvery = 0;
-  train.logEverySteps = 10;
-  return train;
-}
-
-double metric(const std::vector<std::pair<std::string, std::vector<ml::NamedMetric>>>& final,
-              const std::string& split, const std::string& name) {
-  for (const auto& [s, metrics] : final) {
-    if (s != split) continue;
-    for (const ml::NamedMetric& m : metrics) {
-      if (m.name == name) return m.value;
-    }
-  }
-  ADD_FAILURE() << "no " << split << " " << name;
-  return 0;
-}
+using testsupport::finalMetric;
+using testsupport::smallComplEx;
+using testsupport::sparseTrainOptions;
 
 // The graph's expected accesses per table (entities, relations), as the CLI computes them.
 std::vector<TableAccesses> accessesOf(const ml::KgData& graph, const ml::KgeConfig& config,
@@ -79,11 +50,7 @@ std::vector<SparsePsReport> trainCluster(size_t nodes, const ml::KgData& graph,
                                          const ml::KgeConfig& config,
                                          const ml::SparseTrainOptions& train, const RunSetup& setup,
                                          const std::string& name) {
-  LocalCluster cluster(nodes, 0, {.cluster = name});
-  std::vector<std::unique_ptr<ml::SparseWorkload>> workloads;
-  const ml::Shards shards = ml::shardIid(graph.train.size(), static_cast<int>(nodes), train.seed);
-  for (size_t i = 0; i < nodes; ++i) {
-    workloads.push_back(std::make_unique<ml::KgeWorkload>(graph, config, 11));
+  const auto argsFor = [&](size_t) {
     SparsePsOptions options;
     options.ps.staleness = run::StalenessBound::parse(setup.staleness);
     options.ps.tick_every = 20ms;
@@ -92,15 +59,11 @@ std::vector<SparsePsReport> trainCluster(size_t nodes, const ml::KgData& graph,
     options.replication.accesses = accessesOf(graph, config, train.batchSize);
     options.replication.replicate = setup.replicate;
     options.replication.syncs_per_second = setup.syncs_per_second;
-    cluster.attach<SparsePsPeer>(i, *workloads[i], shards[i], testsupport::membersOf(nodes),
-                                 options);
-  }
-  cluster.connect();
-  cluster.start();
-  std::vector<SparsePsReport> reports;
-  for (size_t i = 0; i < nodes; ++i)
-    reports.push_back(cluster.result<SparsePsReport>(i, 240s));
-  return reports;
+    return std::make_tuple(testsupport::membersOf(nodes), options);
+  };
+  return testsupport::trainSparseCluster<SparsePsPeer, SparsePsReport>(
+      nodes, name, [&] { return std::make_unique<ml::KgeWorkload>(graph, config, 11); }, train.seed,
+      argsFor, std::nullopt, 240s);
 }
 
 // Three nodes, BSP for the relocated rows, the 4 relations (8 rows with reciprocals: every
@@ -110,19 +73,16 @@ std::vector<SparsePsReport> trainCluster(size_t nodes, const ml::KgData& graph,
 TEST(SparsePsNups, ThreeNodesReachTheSingleNodeMrrAndTheirReplicasAgree) {
   const ml::KgData graph = testsupport::makePlantedGraph({});
   const ml::KgeConfig config = smallComplEx();
-  const ml::SparseTrainOptions train = trainOptions(12, 32, 0.1);
-  auto alone_workload = std::make_unique<ml::KgeWorkload>(graph, config, 11);
-  std::FILE* sink = std::tmpfile();
-  ml::ProgressReporter quiet(sink, false);
-  const auto alone = ml::trainSparse(*alone_workload, train, quiet).final;
-  std::fclose(sink);
+  const ml::SparseTrainOptions train = sparseTrainOptions(12, 32, 0.1);
+  ml::KgeWorkload alone_workload(graph, config, 11);
+  const auto alone = testsupport::trainAlone(alone_workload, train);
 
   RunSetup setup;
   setup.replicate = 40;
   const std::vector<SparsePsReport> reports = trainCluster(3, graph, config, train, setup, "nups");
   ASSERT_EQ(reports[0].final.size(), 2u);
-  const double single = metric(alone, "test", "mrr");
-  const double mrr = metric(reports[0].final, "test", "mrr");
+  const double single = finalMetric(alone, "test", "mrr");
+  const double mrr = finalMetric(reports[0].final, "test", "mrr");
   EXPECT_GT(single, 0.08);
   EXPECT_NEAR(mrr, single, 0.5 * single);
   for (size_t i = 0; i < 3; ++i) {
@@ -156,7 +116,7 @@ TEST(SparsePsNups, MoreOfTheRowAccessesAreLocalThanUnderLapse) {
   const ml::KgData graph = testsupport::makePlantedGraph(planted);
   ml::KgeConfig config = smallComplEx();
   config.sharedNegatives = true;
-  const ml::SparseTrainOptions train = trainOptions(2, 32, 0.1);
+  const ml::SparseTrainOptions train = sparseTrainOptions(2, 32, 0.1);
   RunSetup lapse;
   lapse.technique = SparseTechnique::kLapse;
   const std::vector<SparsePsReport> l = trainCluster(3, graph, config, train, lapse, "nl-lapse");
@@ -176,15 +136,15 @@ TEST(SparsePsNups, MoreOfTheRowAccessesAreLocalThanUnderLapse) {
 TEST(SparsePsNups, ReplicateZeroBehavesLikeLapse) {
   const ml::KgData graph = testsupport::makePlantedGraph({});
   const ml::KgeConfig config = smallComplEx();
-  const ml::SparseTrainOptions train = trainOptions(6, 32, 0.1);
+  const ml::SparseTrainOptions train = sparseTrainOptions(6, 32, 0.1);
   RunSetup lapse;
   lapse.technique = SparseTechnique::kLapse;
   const std::vector<SparsePsReport> l = trainCluster(2, graph, config, train, lapse, "z-lapse");
   RunSetup zero;
   zero.replicate = 0;
   const std::vector<SparsePsReport> z = trainCluster(2, graph, config, train, zero, "z-nups");
-  EXPECT_NEAR(metric(z[0].final, "test", "mrr"), metric(l[0].final, "test", "mrr"),
-              0.3 * metric(l[0].final, "test", "mrr"));
+  EXPECT_NEAR(finalMetric(z[0].final, "test", "mrr"), finalMetric(l[0].final, "test", "mrr"),
+              0.3 * finalMetric(l[0].final, "test", "mrr"));
   for (size_t i = 0; i < 2; ++i) {
     EXPECT_EQ(z[i].technique, SparseTechnique::kNups);
     EXPECT_EQ(z[i].access.replicated_keys, 0u);
@@ -211,7 +171,7 @@ TEST(SparsePsNups, ANodeKilledMidRunHangsNobodyAndIsNamed) {
     SparsePsOptions options;
     options.ps.tick_every = 20ms;
     options.ps.staleness = run::StalenessBound::parse("0");
-    options.train = trainOptions(6, 32, 0.1);
+    options.train = sparseTrainOptions(6, 32, 0.1);
     options.technique = SparseTechnique::kNups;
     options.replication.accesses = accessesOf(graph, config, 32);
     options.replication.replicate = 20;
@@ -243,7 +203,7 @@ TEST(SparsePsNups, ANodeKilledMidRunHangsNobodyAndIsNamed) {
 
 TEST(SparsePsNups, ABadSyncRateIsRefusedWithTheFlag) {
   SparsePsOptions options;
-  options.train = trainOptions(1, 32, 0.1);
+  options.train = sparseTrainOptions(1, 32, 0.1);
   options.technique = SparseTechnique::kNups;
   options.replication.syncs_per_second = -1;
   try {

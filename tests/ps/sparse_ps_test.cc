@@ -23,6 +23,7 @@
 #include "ps/sparse_ps_peer.h"
 #include "tests/support/local_cluster.h"
 #include "tests/support/planted_graph.h"
+#include "tests/support/sparse_cluster.h"
 
 namespace chorus::ps {
 namespace {
@@ -30,51 +31,10 @@ namespace {
 using namespace std::chrono_literals;
 using testsupport::LocalCluster;
 
-ml::KgeConfig smallComplEx() {
-  ml::KgeConfig config;
-  config.model = ml::KgeModelKind::kComplEx;
-  config.dim = 32;
-  config.negatives = 16;
-  config.regularizer = ml::KgeRegularizerKind::kNone;
-  config.initScale = 0.1;
-  return config;
-}
-
-ml::SparseTrainOptions trainOptions(int64_t epochs, size_t batch, double lr) {
-  ml::SparseTrainOptions train;
-  train.epochs = epochs;
-  train.batchSize = batch;
-  train.optimizer.kind = ml::SparseOptimizerKind::kAdagrad;
-  train.optimizer.lr = lr;
-  train.seed = 11;
-  train.evalEvery = 0;
-  train.logEverySteps = 10;
-  return train;
-}
-
-double metric(const std::vector<std::pair<std::string, std::vector<ml::NamedMetric>>>& final,
-              const std::string& split, const std::string& name) {
-  for (const auto& [s, metrics] : final) {
-    if (s != split) continue;
-    for (const ml::NamedMetric& m : metrics) {
-      if (m.name == name) return m.value;
-    }
-  }
-  ADD_FAILURE() << "no " << split << " " << name;
-  return 0;
-}
-
-// The single-node driver's final metrics on a fresh workload.
-template <typename Make>
-std::vector<std::pair<std::string, std::vector<ml::NamedMetric>>> trainAlone(
-    Make make, const ml::SparseTrainOptions& train) {
-  auto workload = make();
-  std::FILE* sink = std::tmpfile();
-  ml::ProgressReporter quiet(sink, false);
-  auto final = ml::trainSparse(*workload, train, quiet).final;
-  std::fclose(sink);
-  return final;
-}
+using testsupport::finalMetric;
+using testsupport::smallComplEx;
+using testsupport::sparseTrainOptions;
+using testsupport::trainAlone;
 
 struct ClusterRun {
   std::vector<SparsePsReport> reports;
@@ -90,18 +50,11 @@ ClusterRun trainCluster(size_t nodes, Make make, const ml::SparseTrainOptions& t
                         std::optional<sampling::SampleSchemeOptions> sampling = std::nullopt,
                         SparseTechnique technique = SparseTechnique::kClassic,
                         std::optional<ml::Shards> given_shards = std::nullopt) {
-  LocalCluster cluster(nodes, 0, {.cluster = name});
-  std::vector<std::unique_ptr<ml::SparseWorkload>> workloads;
   ClusterRun run;
   run.max_pulled.assign(nodes, 0);
   run.sorted_unique.assign(nodes, true);
   std::mutex mu;
-  for (size_t i = 0; i < nodes; ++i)
-    workloads.push_back(make());
-  const ml::Shards shards =
-      given_shards ? *given_shards
-                   : ml::shardIid(workloads[0]->trainPoints(), static_cast<int>(nodes), train.seed);
-  for (size_t i = 0; i < nodes; ++i) {
+  const auto argsFor = [&](size_t i) {
     SparsePsOptions options;
     options.ps.staleness = run::StalenessBound::parse(staleness);
     options.ps.tick_every = 20ms;
@@ -115,13 +68,10 @@ ClusterRun trainCluster(size_t nodes, Make make, const ml::SparseTrainOptions& t
         if (keys[k - 1] >= keys[k]) run.sorted_unique[i] = false;
       }
     };
-    cluster.attach<SparsePsPeer>(i, *workloads[i], shards[i], testsupport::membersOf(nodes),
-                                 options);
-  }
-  cluster.connect();
-  cluster.start();
-  for (size_t i = 0; i < nodes; ++i)
-    run.reports.push_back(cluster.result<SparsePsReport>(i));
+    return std::make_tuple(testsupport::membersOf(nodes), options);
+  };
+  run.reports = testsupport::trainSparseCluster<SparsePsPeer, SparsePsReport>(
+      nodes, name, make, train.seed, argsFor, given_shards);
   return run;
 }
 
@@ -130,12 +80,12 @@ class SparsePsKge : public ::testing::TestWithParam<const char*> {};
 TEST_P(SparsePsKge, ThreeNodesReachTheSingleNodeMrr) {
   const ml::KgData graph = testsupport::makePlantedGraph({});
   auto make = [&] { return std::make_unique<ml::KgeWorkload>(graph, smallComplEx(), 11); };
-  const ml::SparseTrainOptions train = trainOptions(12, 32, 0.1);
-  const auto alone = trainAlone(make, train);
+  const ml::SparseTrainOptions train = sparseTrainOptions(12, 32, 0.1);
+  const auto alone = trainAlone(*make(), train);
   const ClusterRun run = trainCluster(3, make, train, GetParam(), "sparse-kge");
   ASSERT_EQ(run.reports[0].final.size(), 2u);
-  const double single = metric(alone, "test", "mrr");
-  const double ps = metric(run.reports[0].final, "test", "mrr");
+  const double single = finalMetric(alone, "test", "mrr");
+  const double ps = finalMetric(run.reports[0].final, "test", "mrr");
   // A random ranking of 300 entities has an MRR near 0.02; the planted groups allow ~0.1+.
   EXPECT_GT(single, 0.08);
   // BSP is one order of updates; with staleness the order follows the threads' timing, and the
@@ -188,16 +138,16 @@ TEST_P(SparsePsSampling, EachSchemeTrainsNearTheWorkloadsOwnDraws) {
   const SparseTechnique technique = std::get<1>(GetParam());
   const ml::KgData graph = testsupport::makePlantedGraph({});
   auto make = [&] { return std::make_unique<ml::KgeWorkload>(graph, smallComplEx(), 11); };
-  const ml::SparseTrainOptions train = trainOptions(12, 32, 0.1);
+  const ml::SparseTrainOptions train = sparseTrainOptions(12, 32, 0.1);
   static const double reference = [&] {
     const ClusterRun own = trainCluster(2, make, train, "0", "sparse-own-draws");
-    return metric(own.reports[0].final, "test", "mrr");
+    return finalMetric(own.reports[0].final, "test", "mrr");
   }();
   sampling::SampleSchemeOptions options;
   ASSERT_FALSE(sampling::sampleOptionsFromFlags(scheme, std::nullopt, options));
   const ClusterRun run = trainCluster(2, make, train, "0", "sparse-sampling", options, technique);
   ASSERT_EQ(run.reports[0].final.size(), 2u);
-  const double mrr = metric(run.reports[0].final, "test", "mrr");
+  const double mrr = finalMetric(run.reports[0].final, "test", "mrr");
   const bool onlylocal = options.kind == sampling::SampleSchemeKind::kOnlyLocal;
   const bool lapse = technique == SparseTechnique::kLapse;
   EXPECT_GT(reference, 0.08);
@@ -244,7 +194,7 @@ TEST(SparsePs, AStepReadsOnlyTheRowsItTouches) {
   ml::KgeConfig config = smallComplEx();
   config.negatives = 4;
   auto make = [&] { return std::make_unique<ml::KgeWorkload>(graph, config, 3); };
-  const ml::SparseTrainOptions train = trainOptions(1, 8, 0.1);
+  const ml::SparseTrainOptions train = sparseTrainOptions(1, 8, 0.1);
   const ClusterRun run = trainCluster(2, make, train, "2", "sparse-rows");
   const size_t per_step = 8 * (2 + 2 * 4) + 8;
   const size_t row_bytes = config.dim * sizeof(float);
@@ -284,7 +234,8 @@ TEST(SparsePs, TheBytesOfAStepFollowTheRowsTouchedNotTheTableSize) {
     config.negatives = 2;
     // Negatives over the whole table: the rows a step touches stay about as many.
     auto make = [&] { return std::make_unique<ml::KgeWorkload>(graph, config, 3); };
-    const ClusterRun run = trainCluster(2, make, trainOptions(1, 8, 0.1), "2", "sparse-bytes");
+    const ClusterRun run =
+        trainCluster(2, make, sparseTrainOptions(1, 8, 0.1), "2", "sparse-bytes");
     const SparsePsReport& r = run.reports[0];
     return std::pair(r.clock_bytes_in + r.clock_bytes_out, r.rows_pulled);
   };
@@ -311,11 +262,11 @@ TEST(SparsePs, TwoNodesFactorizeAsWellAsOne) {
   mf.reg = 0.01;
   mf.seed = 4;
   auto make = [&] { return std::make_unique<ml::MfWorkload>(data, mf); };
-  ml::SparseTrainOptions train = trainOptions(8, 200, 0.1);
-  const auto alone = trainAlone(make, train);
+  ml::SparseTrainOptions train = sparseTrainOptions(8, 200, 0.1);
+  const auto alone = trainAlone(*make(), train);
   const ClusterRun run = trainCluster(2, make, train, "2", "sparse-mf");
-  const double single = metric(alone, "test", "rmse");
-  const double ps = metric(run.reports[0].final, "test", "rmse");
+  const double single = finalMetric(alone, "test", "rmse");
+  const double ps = finalMetric(run.reports[0].final, "test", "rmse");
   EXPECT_LT(single, 0.6);  // the planted signal has variance 1
   EXPECT_NEAR(ps, single, 0.1 * single);
 }
@@ -327,13 +278,13 @@ TEST(SparsePs, TwoNodesFactorizeAsWellAsOne) {
 TEST(SparsePsLapse, ThreeNodesReachTheSingleNodeMrr) {
   const ml::KgData graph = testsupport::makePlantedGraph({});
   auto make = [&] { return std::make_unique<ml::KgeWorkload>(graph, smallComplEx(), 11); };
-  const ml::SparseTrainOptions train = trainOptions(12, 32, 0.1);
-  const auto alone = trainAlone(make, train);
+  const ml::SparseTrainOptions train = sparseTrainOptions(12, 32, 0.1);
+  const auto alone = trainAlone(*make(), train);
   const ClusterRun lapse =
       trainCluster(3, make, train, "0", "lapse-kge", std::nullopt, SparseTechnique::kLapse);
   ASSERT_EQ(lapse.reports[0].final.size(), 2u);
-  const double single = metric(alone, "test", "mrr");
-  const double mrr = metric(lapse.reports[0].final, "test", "mrr");
+  const double single = finalMetric(alone, "test", "mrr");
+  const double mrr = finalMetric(lapse.reports[0].final, "test", "mrr");
   EXPECT_GT(single, 0.08);
   EXPECT_NEAR(mrr, single, 0.5 * single);
   for (size_t i = 0; i < 3; ++i) {
@@ -360,7 +311,7 @@ TEST(SparsePsLapse, MoreOfTheRowAccessesAreLocalThanUnderClassic) {
   ml::KgeConfig config = smallComplEx();
   config.sharedNegatives = true;
   auto make = [&] { return std::make_unique<ml::KgeWorkload>(graph, config, 11); };
-  const ml::SparseTrainOptions train = trainOptions(2, 32, 0.1);
+  const ml::SparseTrainOptions train = sparseTrainOptions(2, 32, 0.1);
   const ClusterRun classic = trainCluster(3, make, train, "0", "local-classic");
   const ClusterRun lapse =
       trainCluster(3, make, train, "0", "local-lapse", std::nullopt, SparseTechnique::kLapse);
@@ -390,16 +341,16 @@ TEST(SparsePsLapse, TwoNodesFactorizeAsWellAsOneWithRowBlocks) {
   mf.reg = 0.01;
   mf.seed = 4;
   auto make = [&] { return std::make_unique<ml::MfWorkload>(data, mf); };
-  ml::SparseTrainOptions train = trainOptions(8, 200, 0.1);
-  const auto alone = trainAlone(make, train);
+  ml::SparseTrainOptions train = sparseTrainOptions(8, 200, 0.1);
+  const auto alone = trainAlone(*make(), train);
   ml::Shards blocks(2);
   for (size_t i = 0; i < data.train.size(); ++i)
     blocks[data.train[i].row * 2 / data.rows].push_back(i);
   const ClusterRun classic = trainCluster(2, make, train, "2", "lapse-mf-classic");
   const ClusterRun run =
       trainCluster(2, make, train, "2", "lapse-mf", std::nullopt, SparseTechnique::kLapse, blocks);
-  const double single = metric(alone, "test", "rmse");
-  const double ps = metric(run.reports[0].final, "test", "rmse");
+  const double single = finalMetric(alone, "test", "rmse");
+  const double ps = finalMetric(run.reports[0].final, "test", "rmse");
   EXPECT_LT(single, 0.6);
   EXPECT_NEAR(ps, single, 0.1 * single);
   for (size_t i = 0; i < 2; ++i) {
@@ -422,7 +373,7 @@ TEST(SparsePsLapse, ANodeKilledHoldingRelocatedRowsDoesNotHangTheOthers) {
     SparsePsOptions options;
     options.ps.tick_every = 20ms;
     options.ps.staleness = run::StalenessBound::parse("0");
-    options.train = trainOptions(6, 32, 0.1);
+    options.train = sparseTrainOptions(6, 32, 0.1);
     options.technique = SparseTechnique::kLapse;
     if (i == 2) {
       // Node 2 dies at its clock 20, holding the rows it localized for its steps.
@@ -453,7 +404,7 @@ TEST(SparsePs, StopEndsEveryNodesRunEarly) {
   for (size_t i = 0; i < 2; ++i) {
     workloads.push_back(make());
     SparsePsOptions options;
-    options.train = trainOptions(1000, 32, 0.1);
+    options.train = sparseTrainOptions(1000, 32, 0.1);
     if (i == 0) {
       // Node 0 stops both runs (any thread may) at its clock 5.
       options.on_pull = [&cluster](Clock clock, std::span<const Key>) {

@@ -71,7 +71,10 @@ TEST_F(TopoCommand, GenWritesAFileThatChecksOk) {
   options.kind = GraphKind::kRing;
   options.nodes = 4;
   options.base_port = 7700;
-  EXPECT_TRUE(equivalent(parseTopology(run.out, "stdout"), generate(options))) << run.out;
+  const node::Result<Topology> printed = parseTopology(run.out, "stdout");
+  const node::Result<Topology> made = generate(options);
+  ASSERT_TRUE(printed.ok() && made.ok()) << run.out;
+  EXPECT_TRUE(equivalent(*printed, *made)) << run.out;
   EXPECT_THAT(run.out, HasSubstr("# chorus topo gen ring --nodes 4 --base-port 7700"));
 }
 
@@ -86,7 +89,9 @@ TEST_F(TopoCommand, GenRefusesToOverwriteWithoutForce) {
   CommandResult forced = chorus("topo gen ring --nodes 5 -o '" + file + "' --force");
   EXPECT_EQ(forced.status, 0) << forced.err;
   EXPECT_THAT(forced.err, HasSubstr("wrote " + file + " (5 nodes, 5 edges"));
-  EXPECT_EQ(loadTopology(file).name, "ring5");
+  const node::Result<Topology> written = loadTopology(file);
+  ASSERT_TRUE(written.ok()) << written.message();
+  EXPECT_EQ(written->name, "ring5");
 }
 
 TEST_F(TopoCommand, GenExplainsImpossibleRequests) {
@@ -119,7 +124,9 @@ TEST_F(TopoCommand, GenRefusesANameThatWouldBreakTheFile) {
 TEST_F(TopoCommand, GenHeaderReproducesTheFile) {
   CommandResult first = chorus("topo gen ring -n 3 --host '[::1]' --name \"it's a \\\"lab\\\"\"");
   ASSERT_EQ(first.status, 0) << first.err;
-  EXPECT_EQ(parseTopology(first.out, "stdout").name, "it's a \"lab\"");
+  const node::Result<Topology> named = parseTopology(first.out, "stdout");
+  ASSERT_TRUE(named.ok()) << named.message();
+  EXPECT_EQ(named->name, "it's a \"lab\"");
   // The header's first line, run through the shell again, writes the same file.
   const std::string header = first.out.substr(0, first.out.find('\n'));
   ASSERT_THAT(header, ::testing::StartsWith("# chorus "));

@@ -24,15 +24,24 @@ std::filesystem::path badFile(const std::string& name) {
   return kData / "bad" / name;
 }
 
-// The diagnostics loadTopology() throws for a file that must be refused.
+// The diagnostics of a file that must be refused (loadTopology's error lists them).
 std::vector<Diagnostic> diagnosticsOf(const std::string& name) {
-  try {
-    loadTopology(badFile(name));
-  } catch (const TopologyError& error) {
-    return error.diagnostics();
+  EXPECT_FALSE(loadTopology(badFile(name)).ok()) << name << " was accepted";
+  std::vector<Diagnostic> found = diagnoseTopologyFile(badFile(name));
+  if (found.empty()) ADD_FAILURE() << name << " was accepted";
+  return found;
+}
+
+// The value of `result`; a test failure naming its error (and an empty value) without one.
+Topology valueOf(node::Result<Topology> result) {
+  if (!result.ok()) {
+    ADD_FAILURE() << result.message();
+    return {};
   }
-  ADD_FAILURE() << name << " was accepted";
-  return {};
+  return std::move(result).value();
+}
+Topology parsed(std::string_view text, const std::string& source) {
+  return valueOf(parseTopology(text, source));
 }
 
 struct Expected {
@@ -257,10 +266,9 @@ TEST(TopologyValidation, LinkDelayAttribute) {
   EXPECT_EQ(found[2].line, 15);
   EXPECT_THAT(found[2].message, HasSubstr("bad link delay '20001'"));
 
-  Topology topology =
-      parseTopology(head + "[[node]]\nid = 0\naddress = \"h:1\"\nlink_delay = \"20,5\"\n" +
-                        "[[node]]\nid = 1\naddress = \"h:2\"\n",
-                    "delay");
+  Topology topology = parsed(head + "[[node]]\nid = 0\naddress = \"h:1\"\nlink_delay = \"20,5\"\n" +
+                                 "[[node]]\nid = 1\naddress = \"h:2\"\n",
+                             "delay");
   EXPECT_EQ(topology.nodes[0].link_delay.text, "20,5");
   EXPECT_EQ(topology.nodes[0].link_delay.delay, std::chrono::milliseconds(20));
   EXPECT_EQ(topology.nodes[1].link_delay.text, "");
@@ -319,9 +327,9 @@ TEST(TopologyValidation, CheckTopologyReturnsEveryProblemWithoutThrowing) {
   EXPECT_EQ(found[2].line, 3);
   EXPECT_THAT(found[2].message, HasSubstr("[cluster] mode must be a string, not an integer"));
   EXPECT_TRUE(
-      checkTopology(toToml(parseTopology(
-                        "[cluster]\nname='a'\nmode='ps'\n[[node]]\nid=0\naddress='h:1'\n", "x")),
-                    "y")
+      checkTopology(
+          toToml(parsed("[cluster]\nname='a'\nmode='ps'\n[[node]]\nid=0\naddress='h:1'\n", "x")),
+          "y")
           .empty());
 }
 
@@ -350,15 +358,15 @@ TEST(TopologyValidation, SecretFileIsReadRelativeToTheTopologysFolder) {
   const std::string text =
       "[cluster]\nname = \"a\"\nmode = \"ps\"\nsecret_file = \"lab.secret\"\n"
       "[[node]]\nid = 0\naddress = \"h:1\"\n";
-  Topology topology = parseTopology(text, "/etc/chorus/lab.toml");
+  Topology topology = parsed(text, "/etc/chorus/lab.toml");
   EXPECT_EQ(topology.secret_file, "lab.secret");
   EXPECT_EQ(topology.secretPath(), "/etc/chorus/lab.secret");
   topology.secret_file = "/run/keys/lab.secret";
   EXPECT_EQ(topology.secretPath(), "/run/keys/lab.secret");
-  EXPECT_TRUE(equivalent(parseTopology(toToml(topology), "round-trip"), topology));
-  EXPECT_EQ(parseTopology("[cluster]\nname = \"a\"\nmode = \"ps\"\n[[node]]\nid = 0\n"
-                          "address = \"h:1\"\n",
-                          "none")
+  EXPECT_TRUE(equivalent(parsed(toToml(topology), "round-trip"), topology));
+  EXPECT_EQ(parsed("[cluster]\nname = \"a\"\nmode = \"ps\"\n[[node]]\nid = 0\n"
+                   "address = \"h:1\"\n",
+                   "none")
                 .secretPath(),
             "");
 
@@ -378,41 +386,32 @@ TEST(TopologyValidation, SecretFileIsReadRelativeToTheTopologysFolder) {
 }
 
 TEST(TopologyValidation, TopologyErrorListsEveryDiagnostic) {
-  try {
-    loadTopology(badFile("bad_ids.toml"));
-    FAIL() << "accepted";
-  } catch (const TopologyError& error) {
-    std::string what = error.what();
-    EXPECT_THAT(what, HasSubstr("bad_ids.toml:6:6: error: node id -1"));
-    EXPECT_THAT(what,
-                HasSubstr("\n" + badFile("bad_ids.toml").string() + ":10:6: error: node id 7"));
-  }
+  const node::Result<Topology> loaded = loadTopology(badFile("bad_ids.toml"));
+  ASSERT_FALSE(loaded.ok()) << "accepted";
+  const std::string& what = loaded.message();
+  EXPECT_THAT(what, HasSubstr("bad_ids.toml:6:6: error: node id -1"));
+  EXPECT_THAT(what, HasSubstr("\n" + badFile("bad_ids.toml").string() + ":10:6: error: node id 7"));
 }
 
 TEST(TopologyValidation, MissingFileIsATopologyErrorNamingThePath) {
   const std::filesystem::path missing = kData / "no_such_file.toml";
-  try {
-    loadTopology(missing);
-    FAIL() << "accepted";
-  } catch (const TopologyError& error) {
-    ASSERT_EQ(error.diagnostics().size(), 1u);
-    EXPECT_EQ(error.diagnostics()[0].file, missing.string());
-    EXPECT_THAT(error.what(),
-                HasSubstr(missing.string() + ": error: topology file does not exist"));
-  }
-  try {
-    loadTopology(kData);
-    FAIL() << "accepted a directory";
-  } catch (const TopologyError& error) {
-    EXPECT_THAT(error.what(), HasSubstr("is a directory"));
-  }
+  const node::Result<Topology> loaded = loadTopology(missing);
+  ASSERT_FALSE(loaded.ok()) << "accepted";
+  const std::vector<Diagnostic> diagnostics = diagnoseTopologyFile(missing);
+  ASSERT_EQ(diagnostics.size(), 1u);
+  EXPECT_EQ(diagnostics[0].file, missing.string());
+  EXPECT_THAT(loaded.message(),
+              HasSubstr(missing.string() + ": error: topology file does not exist"));
+  const node::Result<Topology> folder = loadTopology(kData);
+  ASSERT_FALSE(folder.ok()) << "accepted a directory";
+  EXPECT_THAT(folder.message(), HasSubstr("is a directory"));
   FileCheck check = checkTopologyFile(missing);
   EXPECT_FALSE(check.ok);
   EXPECT_THAT(check.report, HasSubstr("does not exist"));
 }
 
 TEST(TopologyValidation, PsModeWithoutNeighborsIsComplete) {
-  Topology topology = loadTopology(kData / "good" / "ps_implicit_complete.toml");
+  Topology topology = valueOf(loadTopology(kData / "good" / "ps_implicit_complete.toml"));
   EXPECT_EQ(topology.name, "shards");
   EXPECT_EQ(topology.mode, Mode::kPs);
   EXPECT_EQ(topology.source, (kData / "good" / "ps_implicit_complete.toml").string());
@@ -437,7 +436,7 @@ TEST(TopologyValidation, PsModeWithoutNeighborsIsComplete) {
   EXPECT_EQ(topology.find(3), nullptr);
   EXPECT_EQ(summarize(topology), "3 nodes, 3 edges, mode ps, connected");
   // Written back with explicit neighbors, it reads back the same.
-  EXPECT_TRUE(equivalent(parseTopology(toToml(topology), "round-trip"), topology));
+  EXPECT_TRUE(equivalent(parsed(toToml(topology), "round-trip"), topology));
 }
 
 // A ps file of `nodes` nodes without neighbor lists, node i on 10.x.y.z:7100 (z = i % 256...).
@@ -462,7 +461,7 @@ TEST(TopologyValidation, ImplicitCompleteGraphIsCappedLikeTheGenerators) {
   EXPECT_THAT(found[0].fix, HasSubstr("give every node a neighbors list"));
   EXPECT_THAT(found[0].fix, HasSubstr("at most 2000 nodes"));
   // 2000 x 1999 is within the cap and still loads as the complete graph.
-  Topology largest = parseTopology(psFileWithoutNeighbors(2000), "largest.toml");
+  Topology largest = parsed(psFileWithoutNeighbors(2000), "largest.toml");
   EXPECT_EQ(edgeCount(largest), 2000u * 1999u / 2u);
 }
 
@@ -490,7 +489,7 @@ TEST(TopologyValidation, MutatedFilesNeverThrowAndAlwaysExplain) {
   GenerateOptions options;
   options.kind = GraphKind::kTorus;
   options.nodes = 8;
-  const std::string valid = toToml(generate(options));
+  const std::string valid = toToml(valueOf(generate(options)));
   const std::string alphabet = "[]=\"',.#:-0123456789abcdefghijklmnopqrstuvwxyz \n";
   std::mt19937_64 random(20261121);
   int refused = 0;
@@ -519,7 +518,7 @@ TEST(TopologyValidation, MutatedFilesNeverThrowAndAlwaysExplain) {
       EXPECT_GE(diagnostic.line, 0);
     }
     if (found.empty()) {
-      EXPECT_NO_THROW(parseTopology(text, "mutated")) << text;
+      EXPECT_TRUE(parseTopology(text, "mutated").ok()) << text;
     } else {
       ++refused;
     }
