@@ -31,6 +31,7 @@
 #include "node/node.h"
 #include "node/secret.h"
 #include "ps/ps_peer.h"
+#include "report/conclusion.h"
 #include "report/report.h"
 #include "report/sparse_table.h"
 #include "run/cli_checks.h"
@@ -613,6 +614,7 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
   const double minutes =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - compare_start).count() / 60;
   fmt::print("\n{}\n", report::markdownTable(built));
+  if (const std::string said = report::conclusion(built); !said.empty()) fmt::print("{}\n\n", said);
   fmt::print("[compare] done in {:.1f} min: table {}, per run {}\n", minutes,
              (out / "report.md").string(), (out / "summary.csv").string());
   for (const auto& png : plots.pngs)

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "report/conclusion.h"
 #include "report/report.h"
 
 namespace chorus::cli {
@@ -36,6 +37,7 @@ void runReport(const ReportArgs& args) {
     throw CommandFailure(1, e.what());
   }
   fmt::print("{}\n", report::markdownTable(built));
+  if (const std::string said = report::conclusion(built); !said.empty()) fmt::print("{}\n\n", said);
   fmt::print("table: {}/report.md, per run: {}/summary.csv\n", args.folder, args.folder);
   for (const auto& png : plots.pngs)
     fmt::print("plot: {}\n", png.string());
