@@ -116,14 +116,14 @@ def name(s):
     return names.get(s, "SSP s=" + s)
 summaries = [(s, summarize_variant(os.path.join(out, f"s-{s}"), nodes)) for s in variants]
 pct = f"{100 * target:g}%"
-lines = [f"| staleness | reached {pct} | time to {pct} at node 0, per seed | median | updates to {pct} (all workers) | final accuracy node 0 | owners' model | clocks/s (node 0) | waiting share | training time |",
-         "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+lines = [f"| staleness | reached {pct} | time to {pct} at node 0, per seed | median | updates to {pct} (all workers) | final accuracy node 0 | owners' model | clocks/s (node 0) | waiting share | training time | reads from cache (node 0) |",
+         "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
 for s, v in summaries:
     lines.append(f"| {name(s)} | {v['reached']}/{v['runs']} | {per_seed_times(v)} s | "
                  f"{show(v['time_to_target'], '.1f')} s | {show(v['updates'], '.0f')} | "
                  f"{show(v['test_accuracy'], '.2f', 100)}% | {show(v['owner_accuracy'], '.2f', 100)}% | "
                  f"{show(v['clocks_per_s'], '.2f')} | {show(v['wait_share'], '.0f', 100)}% | "
-                 f"{show(v['span'], '.1f')} s |")
+                 f"{show(v['span'], '.1f')} s | {show(v['cache_hit_rate'], '.0f', 100)}% |")
 table = "\n".join(lines)
 with open(os.path.join(out, "table.md"), "w") as f:
     f.write(table + "\n")
