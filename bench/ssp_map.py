@@ -116,7 +116,7 @@ set yrange [0:*]
 set grid ytics
 set xtics rotate by -20 font ',9'
 set arrow from graph 0, first 1.3 to graph 1, first 1.3 nohead dt 2 lc rgb 'red'
-set label 'issue 29: 1.3x over BSP' at graph 0.01, first 1.36 tc rgb 'red'
+set label 'dashed: issue 29, 1.3x over BSP' at graph 0.01, graph 0.95 tc rgb 'red'
 set arrow from graph 0, first 1 to graph 1, first 1 nohead lc rgb 'black'
 set key top right
 plot '{data}' using 3:xtic(2) title 'best SSP' lc rgb '#1f77b4', \\
