@@ -638,7 +638,9 @@ void addCompareCommand(CLI::App& app) {
       fmt::format(
           "Run training variants one after another on the same data, shards, model, initial\n"
           "model, stragglers and budget, and compare them: summary.csv, report.md (table) and\n"
-          "plots/*.png. Variants (each mode's own, from the mode registry): {}.\n"
+          "plots/*.png; with a target, a conclusion after the table says which variant reached it\n"
+          "first and why (pace and waiting, updates to target, staleness, bytes). Variants (each "
+          "mode's own, from the mode registry): {}.\n"
           "A PS variant names a staleness bound (ps:bsp, ps:ssp:N, ps:async), a technique of the\n"
           "sparse models (ps:lapse: PS mode's default bound), or both (ps:lapse:ssp:2); the\n"
           "consensus variants' tau is --staleness. Seeds are --seed, --seed+1, ... Every\n"

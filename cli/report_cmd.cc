@@ -54,7 +54,8 @@ void addReportCommand(CLI::App& app) {
       "report",
       "Rebuild the results table (report.md, summary.csv) and the plots (plots/*.png, drawn by\n"
       "gnuplot) of a `chorus compare --out` folder, or of the --out folder of one\n"
-      "`chorus launch` run. See docs/compare.md.");
+      "`chorus launch` run, and print the table and, with a target, which variant reached it\n"
+      "first and why. See docs/compare.md.");
   cmd->add_option("folder", args->folder, "The folder to report on")->required();
   cmd->add_option("--gnuplot", args->gnuplot, "The gnuplot executable")->capture_default_str();
   cmd->callback([args] { runReport(*args); });
