@@ -10,8 +10,9 @@
 # Usage: bench/managed_comm.sh [--nodes N] [--seeds N] [--first-seed S] [--out DIR]
 #          [--rounds R] [--variants "0 1 1m 3 3m inf"] [--bandwidth MBPS]
 #          [--link-delay MS[,JITTER]] [--stragglers PROFILE] [--lr LR] [--momentum M]
-#          [--chorus PATH] [--summarize-only]
+#          [--target ACC] [--chorus PATH] [--summarize-only]
 # A variant is a staleness bound (0 = BSP, inf = async); a trailing "m" adds --bandwidth.
+# The metrics are read by bench/ps_runs.py (shared with bench/ps_experiment.sh).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -48,7 +49,7 @@ while [[ $# -gt 0 ]]; do
     --target) target="$2"; shift 2 ;;
     --chorus) chorus="$2"; shift 2 ;;
     --summarize-only) summarize_only=1; shift ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "managed_comm.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -95,79 +96,29 @@ if [[ $summarize_only -eq 0 ]]; then
 fi
 
 PYTHONPATH="$here/bench${PYTHONPATH:+:$PYTHONPATH}" python3 - "$out" "$variants" "$target" "$nodes" <<'PY'
-import glob, os, statistics, sys
-from metrics_lines import load  # bench/metrics_lines.py
+import os, sys
+from ps_runs import summarize_variant, show, per_seed_times, write_curves  # bench/ps_runs.py
 out, variants, target, nodes = sys.argv[1], sys.argv[2].split(), float(sys.argv[3]), int(sys.argv[4])
 def name(v):
     managed = v.endswith("m")
     s = v.rstrip("m")
     base = {"0": "BSP", "inf": "async"}.get(s, f"SSP s={s}")
     return base + (" + managed" if managed else "")
-def med(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
-def med_time(xs):
-    # A run that missed the target counts as slower than any that reached it.
-    if not xs:
-        return None
-    m = statistics.median([float("inf") if x is None else x for x in xs])
-    return None if m == float("inf") else m
-def show(x, spec):
-    return "n/a" if x is None else format(x, spec)
-def steps(events):
-    return [e for e in events if e["event"] in ("step", "clock")]
-rows, curves = [], []
-for v in variants:
-    t0, per_seed, updates, mbytes, hits, cps, wait, managed, runs, reached = [], [], [], [], [], [], [], [], 0, 0
-    for run in sorted(glob.glob(os.path.join(out, f"v-{v}", "seed-*"))):
-        files = sorted(glob.glob(os.path.join(run, "node-*.jsonl")))
-        if len(files) != nodes:
-            continue
-        node0 = load(os.path.join(run, "node-0.jsonl"))
-        final = [e for e in node0 if e["event"] == "final"]
-        if not final:
-            continue
-        runs += 1
-        f = final[0]
-        t = f["time_to_target"]
-        if t >= 0:
-            reached += 1
-            # Updates (one push per clock of each worker) and bytes (every node's frames) spent
-            # until node 0 reached the target.
-            updates.append(sum(1 for p in files for e in steps(load(p)) if e["time"] <= t))
-            mbytes.append(sum(e.get("bytes_sent", 0) for p in files for e in steps(load(p))
-                              if e["time"] <= t) / 1e6)
-        t0.append(t if t >= 0 else None)
-        per_seed.append("—" if t < 0 else f"{t:.1f}")
-        hits.append(f.get("cache_hit_rate"))
-        clocks = f.get("steps", f.get("clocks"))
-        cps.append(clocks / f["seconds"])
-        wait.append(f["wait_s"] / f["seconds"])
-        managed.append(sum(load(p)[-1].get("managed_bytes", 0) for p in files
-                           if load(p) and load(p)[-1]["event"] == "final") / 1e6)
-        pts = [(e["time"], e["test_accuracy"]) for e in steps(node0) if "test_accuracy" in e]
-        curves.append((v, os.path.basename(run), pts))
-    rows.append((v, runs, reached, med_time(t0), " / ".join(per_seed), med(updates), med(mbytes),
-                 med(hits), med(cps), med(wait), med(managed)))
+summaries = [(v, summarize_variant(os.path.join(out, f"v-{v}"), nodes)) for v in variants]
 pct = f"{100 * target:g}%"
 lines = [f"| variant | reached {pct} | time to {pct} at node 0, per seed | median | updates to {pct} | MB sent to {pct} (all nodes) | reads from cache (node 0) | clocks/s (node 0) | waiting share | managed MB (all nodes, whole run) |",
          "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-for v, runs, reached, t, seeds, u, mb, h, c, w, m in rows:
-    lines.append(f"| {name(v)} | {reached}/{runs} | {seeds} s | {show(t, '.1f')} s | {show(u, '.0f')} | "
-                 f"{show(mb, '.0f')} | {show(h and 100 * h, '.0f')}% | {show(c, '.2f')} | "
-                 f"{show(w and 100 * w, '.0f')}% | {show(m, '.0f')} |")
+for v, r in summaries:
+    lines.append(f"| {name(v)} | {r['reached']}/{r['runs']} | {per_seed_times(r)} s | "
+                 f"{show(r['time_to_target'], '.1f')} s | {show(r['updates'], '.0f')} | "
+                 f"{show(r['mbytes'], '.0f')} | {show(r['cache_hit_rate'], '.0f', 100)}% | "
+                 f"{show(r['clocks_per_s'], '.2f')} | {show(r['wait_share'], '.0f', 100)}% | "
+                 f"{show(r['managed_mb'], '.0f')} |")
 table = "\n".join(lines)
 with open(os.path.join(out, "table.md"), "w") as f:
     f.write(table + "\n")
 print(table)
-with open(os.path.join(out, "accuracy.dat"), "w") as f:
-    for v, seed, pts in curves:
-        if seed != "seed-1":
-            continue
-        f.write(f"# {name(v)}\n")
-        for t, a in pts:
-            f.write(f"{t:.3f} {100 * a:.3f}\n")
-        f.write("\n\n")
+write_curves(os.path.join(out, "accuracy.dat"), summaries, name)
 PY
 
 blocks=$(grep -c '^#' "$out/accuracy.dat" || true)

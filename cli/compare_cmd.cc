@@ -32,6 +32,7 @@
 #include "node/node.h"
 #include "node/secret.h"
 #include "ps/ps_peer.h"
+#include "report/conclusion.h"
 #include "report/report.h"
 #include "report/sparse_table.h"
 #include "run/cli_checks.h"
@@ -623,6 +624,7 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
   const double minutes =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - compare_start).count() / 60;
   fmt::print("\n{}\n", report::markdownTable(built));
+  if (const std::string said = report::conclusion(built); !said.empty()) fmt::print("{}\n\n", said);
   fmt::print("[compare] done in {:.1f} min: table {}, per run {}\n", minutes,
              (out / "report.md").string(), (out / "summary.csv").string());
   for (const auto& png : plots.pngs)
@@ -646,7 +648,9 @@ void addCompareCommand(CLI::App& app) {
       fmt::format(
           "Run training variants one after another on the same data, shards, model, initial\n"
           "model, stragglers and budget, and compare them: summary.csv, report.md (table) and\n"
-          "plots/*.png. Variants (each mode's own, from the mode registry): {}.\n"
+          "plots/*.png; with a target, a conclusion after the table says which variant reached it\n"
+          "first and why (pace and waiting, updates to target, staleness, bytes). Variants (each "
+          "mode's own, from the mode registry): {}.\n"
           "A PS variant names a staleness bound (ps:bsp, ps:ssp:N, ps:async), a technique of the\n"
           "sparse models (ps:lapse: PS mode's default bound), or both (ps:lapse:ssp:2); the\n"
           "consensus variants' tau is --staleness. Seeds are --seed, --seed+1, ... Every\n"

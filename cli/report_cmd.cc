@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "report/conclusion.h"
 #include "report/report.h"
 
 namespace chorus::cli {
@@ -36,6 +37,7 @@ void runReport(const ReportArgs& args) {
     throw CommandFailure(1, e.what());
   }
   fmt::print("{}\n", report::markdownTable(built));
+  if (const std::string said = report::conclusion(built); !said.empty()) fmt::print("{}\n\n", said);
   fmt::print("table: {}/report.md, per run: {}/summary.csv\n", args.folder, args.folder);
   for (const auto& png : plots.pngs)
     fmt::print("plot: {}\n", png.string());
@@ -52,7 +54,8 @@ void addReportCommand(CLI::App& app) {
       "report",
       "Rebuild the results table (report.md, summary.csv) and the plots (plots/*.png, drawn by\n"
       "gnuplot) of a `chorus compare --out` folder, or of the --out folder of one\n"
-      "`chorus launch` run. See docs/compare.md.");
+      "`chorus launch` run, and print the table and, with a target, which variant reached it\n"
+      "first and why. See docs/compare.md.");
   cmd->add_option("folder", args->folder, "The folder to report on")->required();
   cmd->add_option("--gnuplot", args->gnuplot, "The gnuplot executable")->capture_default_str();
   cmd->callback([args] { runReport(*args); });

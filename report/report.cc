@@ -8,6 +8,7 @@
 #include <system_error>
 
 #include "ml/metrics.h"
+#include "report/conclusion.h"
 #include "report/json_line.h"
 #include "report/sparse_table.h"
 #include "report/text_format.h"
@@ -383,6 +384,18 @@ std::string summaryCsv(const Report& report) {
   return out;
 }
 
+std::string targetCell(const VariantSummary& v) {
+  std::string ttt = "—";
+  if (v.ttt_median) {
+    ttt = v.reached > 1 ? fmt::format("{} [{}, {}]", shortNumber(*v.ttt_median),
+                                      shortNumber(*v.ttt_min), shortNumber(*v.ttt_max))
+                        : shortNumber(*v.ttt_median);
+  } else if (v.ok_runs > 0) {
+    ttt = "not reached";
+  }
+  return fmt::format(" {}/{} | {} |", v.reached, v.ok_runs, ttt);
+}
+
 std::string markdownTable(const Report& report) {
   if (isSparseReport(report)) return sparseMarkdownTable(report);
   // Without a target there is nothing to reach: the two target columns are left out rather than
@@ -404,15 +417,7 @@ std::string markdownTable(const Report& report) {
   for (const auto& v : report.variants) {
     out += fmt::format("| {} | {}/{} |", v.variant, v.ok_runs, v.runs);
     if (target) {
-      std::string ttt = dash;
-      if (v.ttt_median) {
-        ttt = v.reached > 1 ? fmt::format("{} [{}, {}]", shortNumber(*v.ttt_median),
-                                          shortNumber(*v.ttt_min), shortNumber(*v.ttt_max))
-                            : shortNumber(*v.ttt_median);
-      } else if (v.ok_runs > 0) {
-        ttt = "not reached";
-      }
-      out += fmt::format(" {}/{} | {} |", v.reached, v.ok_runs, ttt);
+      out += targetCell(v);
     }
     std::string staleness = dash;
     if (v.mean_staleness) {
@@ -441,6 +446,7 @@ std::string reportMarkdown(const Report& report, const PlotSet& plots) {
     out += fmt::format("Made by:\n\n```\n{}\n```\n\n", report.input.command);
   }
   out += markdownTable(report);
+  if (const std::string said = conclusion(report); !said.empty()) out += "\n" + said + "\n";
   out += "\nHow to read it (medians over the seeds that finished; summary.csv has every run):\n\n";
   if (isSparseReport(report)) {
     out += sparseReadingNotes(report);

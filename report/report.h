@@ -107,6 +107,11 @@ std::string referenceNodeName(const Report& report);
 // summary.csv: a header and one row per run (variant and seed).
 std::string summaryCsv(const Report& report);
 
+// The two target cells of a variant's row in either table (this one's and the sparse models'):
+// " reached/finished | median [min, max] |", the time "not reached" when no run reached it,
+// "—" when no run finished; the range only when more than one run reached it.
+std::string targetCell(const VariantSummary& v);
+
 // The Markdown table: one row per variant.
 std::string markdownTable(const Report& report);
 

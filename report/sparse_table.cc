@@ -61,15 +61,7 @@ std::string sparseMarkdownTable(const Report& report) {
   for (const VariantSummary& v : report.variants) {
     out += fmt::format("| {} | {}/{} |", v.variant, v.ok_runs, v.runs);
     if (target) {
-      std::string ttt = kDash;
-      if (v.ttt_median) {
-        ttt = v.reached > 1 ? fmt::format("{} [{}, {}]", shortNumber(*v.ttt_median),
-                                          shortNumber(*v.ttt_min), shortNumber(*v.ttt_max))
-                            : shortNumber(*v.ttt_median);
-      } else if (v.ok_runs > 0) {
-        ttt = "not reached";
-      }
-      out += fmt::format(" {}/{} | {} |", v.reached, v.ok_runs, ttt);
+      out += targetCell(v);
     }
     out += fmt::format(" {} |", qualityText(v.final_quality));
     if (hits) out += fmt::format(" {} |", qualityText(v.final_hits10));
