@@ -1,5 +1,5 @@
 // Orion's dependence-preserving schedule for matrix factorization (Wei et al., EuroSys 2019;
-// `--schedule rotation`, docs/orion.md), as a pure plan: no network, no clock.
+// `--mf-schedule rotation`, docs/orion.md), as a pure plan: no network, no clock.
 //
 // The rating matrix is cut into N x N blocks: N row blocks (contiguous ranges of row ids) and N
 // column blocks (contiguous ranges of column ids). An epoch is N sub-epochs; at sub-epoch t the

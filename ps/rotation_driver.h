@@ -1,4 +1,4 @@
-// The moving half of `--schedule rotation` (docs/orion.md): one worker's clocks of a
+// The moving half of `--mf-schedule rotation` (docs/orion.md): one worker's clocks of a
 // RotationPlan (ps/rotation.h) over sparse PS mode's data path, which must be the relocation
 // shell's (`--technique lapse`): it moves whole column blocks with `localize`, their AdaGrad
 // state with them.

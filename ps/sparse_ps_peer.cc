@@ -72,7 +72,7 @@ void validateSparsePsOptions(const SparsePsOptions& options) {
   }
   if (options.rotation_blocks > 0 && options.technique != SparseTechnique::kLapse) {
     throw std::invalid_argument(fmt::format(
-        "--schedule rotation moves whole column blocks by relocation and runs with --technique "
+        "--mf-schedule rotation moves whole column blocks by relocation and runs with --technique "
         "lapse, not {}{}",
         sparseTechniqueName(options.technique),
         options.technique == SparseTechnique::kNups
@@ -139,7 +139,7 @@ SparsePsPeer::SparsePsPeer(node::Node& node, ml::SparseWorkload& workload,
     if (tables_.size() != 2 || point_rows[0].size() != all.size() ||
         point_rows[1].size() != all.size()) {
       throw std::invalid_argument(fmt::format(
-          "--schedule rotation applies to matrix factorization (one row and one column per "
+          "--mf-schedule rotation applies to matrix factorization (one row and one column per "
           "point); {} is not",
           workload_.spec()));
     }
@@ -150,7 +150,7 @@ SparsePsPeer::SparsePsPeer(node::Node& node, ml::SparseWorkload& workload,
                                        options_.rotation_blocks, options_.train.batchSize);
     if (!rotation_plan_->fitsWorkers(members_.size())) {
       throw std::invalid_argument(
-          fmt::format("--schedule rotation: {} blocks cannot be shared by {} workers",
+          fmt::format("--mf-schedule rotation: {} blocks cannot be shared by {} workers",
                       options_.rotation_blocks, members_.size()));
     }
     shard_ = rotation_plan_->shardOf(rank, members_.size());

@@ -65,7 +65,7 @@ struct SparsePsOptions {
   // Lapse: the rows of the data points of the clock this many clocks ahead are localized at the
   // start of each clock (0: none). One clock is Lapse's "one data point ahead" for a step.
   int64_t localize_ahead = 1;
-  // --schedule rotation (MF only; docs/orion.md): 0 runs the data-parallel loop above; N > 0
+  // --mf-schedule rotation (MF only; docs/orion.md): 0 runs the data-parallel loop above; N > 0
   // trains by Orion's rotation of N x N blocks (ps/rotation.h; N a multiple of the workers: the
   // CLI gives one block per worker, the tests' serial reference N blocks to one worker). Needs
   // --technique lapse (the column blocks move by relocation); the worker's shard is then its row
@@ -111,7 +111,7 @@ struct SparsePsReport {
   std::optional<SampleWorkerStats> sampling;
   WorkerStats worker;
   ServerSummary server;
-  // --schedule rotation: the plan (RotationPlan::describe) and the seconds and count of the
+  // --mf-schedule rotation: the plan (RotationPlan::describe) and the seconds and count of the
   // sub-epoch barriers (part of wait_seconds).
   std::string rotation;
   double barrier_seconds = 0;
@@ -197,7 +197,7 @@ class SparsePsPeer {
   run::Membership membership_;
   // TrainingDone and peer events, the owner's ticker, the end of the run.
   std::unique_ptr<PsRunBarrier> barrier_;
-  // --schedule rotation: the blocks and this worker's driver over access_ (null otherwise).
+  // --mf-schedule rotation: the blocks and this worker's driver over access_ (null otherwise).
   std::unique_ptr<RotationPlan> rotation_plan_;
   std::unique_ptr<RotationDriver> rotation_;
   std::optional<SparseRowAccess::Handle> pending_push_;

@@ -1,4 +1,4 @@
-// --schedule rotation (Orion's block schedule for MF; ps/rotation.h, ps/rotation_driver.h,
+// --mf-schedule rotation (Orion's block schedule for MF; ps/rotation.h, ps/rotation_driver.h,
 // docs/orion.md): the plan as a pure function (cuts, blocks, the rotation, the clocks), and on a
 // real loopback cluster the property the schedule exists for: N workers produce the factors that
 // one worker produces visiting the same blocks in the same order, bit for bit.
@@ -189,7 +189,7 @@ struct RotationRun {
   std::vector<float> rows, cols;  // node 0's tables after the final read: the owners' model
 };
 
-// `nodes` loopback nodes under --schedule rotation with `blocks` blocks per dimension (1 node:
+// `nodes` loopback nodes under --mf-schedule rotation with `blocks` blocks per dimension (1 node:
 // the serial reference, visiting every block of a sub-epoch in row-block order).
 RotationRun trainRotation(const ml::RatingsData& data, size_t nodes, size_t blocks,
                           const std::string& name,
