@@ -385,7 +385,8 @@ TEST(ChorusSparsePs, RotationIsRefusedWhereItCannotWork) {
        "--staleness does not apply to --mf-schedule rotation"},
       {{"--mode", "consensus", "--model", "mf", "--mf-schedule", "rotation"},
        "--mf-schedule rotation is a PS mode schedule"},
-      {{"--model", "mlp", "--mf-schedule", "rotation"}, "--schedule does not apply to --model mlp"},
+      {{"--model", "mlp", "--mf-schedule", "rotation"},
+       "--mf-schedule does not apply to --model mlp"},
       {{"--model", "mf", "--mf-schedule", "orion"}, "--mf-schedule: orion not in {data-parallel,"},
   };
   for (const auto& [flags, message] : cases) {
