@@ -154,6 +154,9 @@ SparsePsPeer::SparsePsPeer(node::Node& node, ml::SparseWorkload& workload,
                       options_.rotation_blocks, members_.size()));
     }
     shard_ = rotation_plan_->shardOf(rank, members_.size());
+    // No two workers share a row within a sub-epoch: reads need no bound, and the sub-epoch
+    // barrier (ps/rotation_driver.h) is the synchronization. The start event says so ("inf").
+    staleness_ = Staleness{Staleness::kInfinite};
     clocks_per_epoch_ = rotation_plan_->clocksPerEpoch(members_.size());
   } else {
     clocks_per_epoch_ =
@@ -181,9 +184,7 @@ SparsePsPeer::SparsePsPeer(node::Node& node, ml::SparseWorkload& workload,
   RowAccessSetup setup;
   setup.map = &map_;
   setup.members = members_;
-  // Under rotation no two workers share a row within a sub-epoch: reads need no bound, and the
-  // sub-epoch barrier (ps/rotation_driver.h) is the synchronization.
-  setup.staleness = rotation_plan_ ? Staleness{Staleness::kInfinite} : staleness_;
+  setup.staleness = staleness_;
   setup.max_clock = total_clocks + 1;
   setup.ps = &options_.ps;
   if (options_.technique == SparseTechnique::kNups) setup.replicas = replicaSetup(policy);
