@@ -33,7 +33,7 @@ namespace fb = chorus::spec;
 // the option structs it holds changes their size and stops the build here: carry it in
 // run_spec.fbs, encodeRunSpec() and decodeRunSpec() (and the round-trip test), then update the
 // size. (The test hooks of the mode options, std::function members, are not settings.)
-static_assert(sizeof(void*) != 8 || sizeof(NodeArgs) == 2072,
+static_assert(sizeof(void*) != 8 || sizeof(NodeArgs) == 2104,
               "NodeArgs changed: carry the new setting in the run spec (cli/run_spec.fbs)");
 
 std::string text(const flatbuffers::String* s) {
@@ -156,7 +156,7 @@ flatbuffers::Offset<fb::Sparse> encodeSparse(flatbuffers::FlatBufferBuilder& b,
       f.keepBest, f.adagradInitial, s.logEvery, &given, s.sampleScheme.c_str(), s.sampleReuse,
       s.gossip.cold_every, s.gossip.round_bytes, s.gossip.hot_bytes, s.gossip.relay_hops,
       s.gossip.dense_exchange, s.technique.c_str(), s.replicate, s.replicaBytes,
-      s.replicaSyncsPerSecond);
+      s.replicaSyncsPerSecond, s.mfSchedule.c_str());
 }
 
 SparseNodeArgs decodeSparse(const fb::Sparse& s) {
@@ -225,6 +225,8 @@ SparseNodeArgs decodeSparse(const fb::Sparse& s) {
   out.replicate = s.replicate();
   out.replicaBytes = s.replica_bytes();
   out.replicaSyncsPerSecond = s.replica_syncs_per_s();
+  if (s.mf_schedule() != nullptr && s.mf_schedule()->size() > 0)
+    out.mfSchedule = s.mf_schedule()->str();
   if (s.given() != nullptr) {
     for (const flatbuffers::String* flag : *s.given())
       out.given.insert(flag->str());

@@ -107,6 +107,38 @@ ml::SparseTrainOptions trainOptions(const run::RunOptions& run, const SparseNode
   return train;
 }
 
+// --mf-schedule rotation's conditions (docs/orion.md): MF in PS mode over relocation, without a
+// per-clock bound.
+void checkRotation(const run::RunOptions& run, const SparseNodeArgs& sparse, bool gossip) {
+  if (!isMf(run.model.name)) {
+    throw CommandFailure(
+        2, fmt::format("--mf-schedule rotation applies to --model mf (Orion's blocks of a rating "
+                       "matrix: rows and columns); --model {} has no such blocks",
+                       run.model.name));
+  }
+  if (gossip) {
+    throw CommandFailure(2,
+                         "--mf-schedule rotation is a PS mode schedule (the column blocks move "
+                         "between owners): use --mode ps");
+  }
+  if (given(sparse, "--technique") && sparse.technique != "lapse") {
+    throw CommandFailure(
+        2, fmt::format("--mf-schedule rotation moves whole column blocks by relocation and runs "
+                       "with --technique lapse, not {}{}",
+                       sparse.technique,
+                       sparse.technique == "nups"
+                           ? " (a replicated hot column would be updated by every worker at "
+                             "once, which the schedule exists to prevent)"
+                           : ""));
+  }
+  if (given(sparse, "--staleness")) {
+    throw CommandFailure(2,
+                         "--staleness does not apply to --mf-schedule rotation: its workers "
+                         "meet at every sub-epoch (a bound of 0 on sub-epochs) and share no "
+                         "row within one, so a per-clock bound changes nothing");
+  }
+}
+
 }  // namespace
 
 static std::vector<size_t> mfRowBlockShard(const ml::RatingsData& ratings, size_t workers,
@@ -130,6 +162,8 @@ struct SparseNodeJob {
   ml::SparseTrainOptions train;
   std::optional<sampling::SampleSchemeOptions> sampling;
   ps::SparseTechnique technique = ps::SparseTechnique::kClassic;
+  // --mf-schedule rotation: the blocks per dimension (one per worker); 0: data-parallel.
+  size_t rotation_blocks = 0;
   ps::ReplicationOptions
       replication;  // nups, auto: the flags (the accesses are filled in by the PS session)
   // auto: every member's training points (member order; shard is this node's), for each node's
@@ -173,6 +207,16 @@ void addSparseNodeOptions(CLI::App& node, SparseNodeArgs& args) {
           "replica on every node, read and pushed locally and synced in the background; the "
           "others are relocated as under lapse); see docs/sparse-ps.md and "
           "docs/ps-replication.md")
+      ->capture_default_str();
+  node.add_option("--mf-schedule", args.mfSchedule,
+                  "--model mf in PS mode: data-parallel (every worker trains its shard under "
+                  "SSP) or rotation (Orion: the matrix is cut into N x N blocks of near-equal "
+                  "rating counts for N workers; worker w keeps row block w and at sub-epoch t "
+                  "trains it with column block (w + t) mod N, the column blocks moving by "
+                  "relocation after a barrier, so no two workers update a row at once and the "
+                  "result is the serial algorithm's; runs with --technique lapse; see "
+                  "docs/orion.md)")
+      ->check(CLI::IsMember({"data-parallel", "rotation"}))
       ->capture_default_str();
   node.add_option("--replicate", args.replicate,
                   "--technique nups: replicate the N keys with the most expected accesses (the "
@@ -232,6 +276,8 @@ void checkImageModelFlags(const run::RunOptions& run, const SparseNodeArgs& spar
          "sparse gossip sends a sparse model's changed rows; dense consensus sends whole models");
   refuse(sparse, {"--technique"}, run.model.name,
          "the techniques manage a sparse model's embedding rows in PS mode");
+  refuse(sparse, {"--mf-schedule"}, run.model.name,
+         "the schedules order matrix factorization's ratings in PS mode");
   refuse(sparse, kReplicaFlags, run.model.name,
          "--technique nups replicates a sparse model's hot embedding rows in PS mode");
 }
@@ -323,6 +369,7 @@ void checkSparseNodeArgs(const run::RunOptions& run, const SparseNodeArgs& spars
                          "--replicate N and --replica-bytes both choose the hot set: give one "
                          "(--replicate takes the top N whatever their memory)");
   }
+  if (sparse.mfSchedule == "rotation") checkRotation(run, sparse, gossip);
   for (const auto& [flag, why] : kNotForSparse) {
     if (gossip && flag == "--rejoin") continue;  // it takes a neighbor's tables
     refuse(sparse, {flag}, model, why);
@@ -428,6 +475,7 @@ std::vector<std::pair<std::string, std::string>> sparseFingerprint(const run::Ru
                                          given(sparse, "--sample-reuse") ? sparse.sampleReuse : 0));
   }
   s.emplace_back("technique", sparse.technique);
+  s.emplace_back("schedule", sparse.mfSchedule);
   s.emplace_back("replicas", fmt::format("replicate={} bytes={} syncs-per-s={}", sparse.replicate,
                                          sparse.replicaBytes, sparse.replicaSyncsPerSecond));
   const consensus::SparseGossipFlags& g = sparse.gossip;
@@ -449,7 +497,9 @@ std::shared_ptr<SparseNodeJob> loadSparseNodeJob(const run::RunOptions& run,
   try {
     job->train = trainOptions(run, sparse);
     job->sampling = sampleSchemeOf(sparse);
-    job->technique = techniqueOf(sparse);
+    // Rotation moves its column blocks by relocation (checkRotation refused another technique).
+    job->technique =
+        sparse.mfSchedule == "rotation" ? ps::SparseTechnique::kLapse : techniqueOf(sparse);
     job->replication = replicationOf(sparse);
     if (isMf(run.model.name)) {
       ml::MfOptions mf = mfModelOptions(f);
@@ -495,6 +545,7 @@ std::shared_ptr<SparseNodeJob> loadSparseNodeJob(const run::RunOptions& run,
   std::sort(sorted.begin(), sorted.end());
   const auto rank =
       static_cast<size_t>(std::find(sorted.begin(), sorted.end(), self) - sorted.begin());
+  if (sparse.mfSchedule == "rotation") job->rotation_blocks = sorted.size();
   if (job->technique != ps::SparseTechnique::kClassic && isMf(run.model.name)) {
     // Lapse's MF partition (nups relocates the same way): worker r takes the ratings of the
     // matrix rows of block r, so that the row factors it localizes stay with it (only the
@@ -578,6 +629,10 @@ class SparsePsSession : public NodeSession {
         line += fmt::format(" {} {:.4f}", m.name, m.value);
       fmt::print("node {}: {} of the owners' model:{}\n", self, split, line);
     }
+    if (!r.rotation.empty()) {
+      fmt::print("node {}: rotation: {}; {:.1f} s in {} sub-epoch barriers\n", self, r.rotation,
+                 r.barrier_seconds, r.barriers);
+    }
     if (r.technique == ps::SparseTechnique::kNups || r.technique == ps::SparseTechnique::kAuto) {
       const ps::RowAccessStats& a = r.access;
       fmt::print(
@@ -613,6 +668,7 @@ class SparsePsSession : public NodeSession {
     options.train = job.train;
     options.sampling = job.sampling;
     options.technique = job.technique;
+    options.rotation_blocks = job.rotation_blocks;
     if (job.technique == ps::SparseTechnique::kNups) {
       options.replication = job.replication;
       options.replication.accesses = expectedAccesses(job);

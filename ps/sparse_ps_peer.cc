@@ -13,6 +13,8 @@
 #include "ml/metrics.h"
 #include "ml/rng.h"
 #include "node/node.h"
+#include "ps/rotation.h"
+#include "ps/rotation_driver.h"
 
 namespace chorus::ps {
 
@@ -68,6 +70,16 @@ void validateSparsePsOptions(const SparsePsOptions& options) {
     throw std::invalid_argument(fmt::format(
         "--replica-syncs-per-s {}: a rate from 0 (sync only at the end) to 1000", syncs));
   }
+  if (options.rotation_blocks > 0 && options.technique != SparseTechnique::kLapse) {
+    throw std::invalid_argument(fmt::format(
+        "--mf-schedule rotation moves whole column blocks by relocation and runs with --technique "
+        "lapse, not {}{}",
+        sparseTechniqueName(options.technique),
+        options.technique == SparseTechnique::kNups
+            ? " (a replicated hot column would be updated by every worker at once, which the "
+              "schedule exists to prevent)"
+            : ""));
+  }
   if (options.sampling) {
     if (std::optional<std::string> error = sampling::checkSampleOptions(*options.sampling)) {
       throw std::invalid_argument(fmt::format("--sample-scheme: {}", *error));
@@ -116,8 +128,40 @@ SparsePsPeer::SparsePsPeer(node::Node& node, ml::SparseWorkload& workload,
       space_(sparseKeySpace(tables_)),
       membership_(node.id(), members_) {
   std::sort(members_.begin(), members_.end());
-  clocks_per_epoch_ =
-      sparseClocksPerEpoch(workload_.trainPoints(), members_.size(), options_.train.batchSize);
+  const size_t rank = static_cast<size_t>(std::find(members_.begin(), members_.end(), node_.id()) -
+                                          members_.begin());
+  if (options_.rotation_blocks > 0) {
+    // The blocks from the data: table 0's row and table 1's column of every training point.
+    std::vector<std::vector<ml::RowKey>> point_rows(tables_.size());
+    std::vector<size_t> all(workload_.trainPoints());
+    std::iota(all.begin(), all.end(), size_t{0});
+    workload_.pointRows(all, point_rows);
+    if (tables_.size() != 2 || point_rows[0].size() != all.size() ||
+        point_rows[1].size() != all.size()) {
+      throw std::invalid_argument(fmt::format(
+          "--mf-schedule rotation applies to matrix factorization (one row and one column per "
+          "point); {} is not",
+          workload_.spec()));
+    }
+    const std::vector<uint64_t> rows(point_rows[0].begin(), point_rows[0].end());
+    const std::vector<uint64_t> cols(point_rows[1].begin(), point_rows[1].end());
+    rotation_plan_ =
+        std::make_unique<RotationPlan>(rows, cols, tables_[0]->rows(), tables_[1]->rows(),
+                                       options_.rotation_blocks, options_.train.batchSize);
+    if (!rotation_plan_->fitsWorkers(members_.size())) {
+      throw std::invalid_argument(
+          fmt::format("--mf-schedule rotation: {} blocks cannot be shared by {} workers",
+                      options_.rotation_blocks, members_.size()));
+    }
+    shard_ = rotation_plan_->shardOf(rank, members_.size());
+    // No two workers share a row within a sub-epoch: reads need no bound, and the sub-epoch
+    // barrier (ps/rotation_driver.h) is the synchronization. The start event says so ("inf").
+    staleness_ = Staleness{Staleness::kInfinite};
+    clocks_per_epoch_ = rotation_plan_->clocksPerEpoch(members_.size());
+  } else {
+    clocks_per_epoch_ =
+        sparseClocksPerEpoch(workload_.trainPoints(), members_.size(), options_.train.batchSize);
+  }
   const Clock total_clocks = options_.train.epochs * clocks_per_epoch_;
 
   // This node's rows, from its copy of the model (every node's is the seed's).
@@ -172,6 +216,11 @@ SparsePsPeer::SparsePsPeer(node::Node& node, ml::SparseWorkload& workload,
   ahead_keys_ = std::make_unique<StepKeys>(space_);
   barrier_ = std::make_unique<PsRunBarrier>(node_, access_->runHooks(), membership_,
                                             options_.ps.tick_every);
+  if (rotation_plan_) {
+    rotation_ =
+        std::make_unique<RotationDriver>(*rotation_plan_, *access_, space_, rank, members_.size(),
+                                         options_.train.seed, node_.logger());
+  }
 
   if (options_.sampling) {
     const std::optional<size_t> sampled = workload_.sampledTable();
@@ -339,6 +388,16 @@ SparsePsReport SparsePsPeer::run() {
       .add("clocks_per_epoch", clocks_per_epoch_)
       .add("keys", static_cast<uint64_t>(space_.numKeys()))
       .add("owned_keys", static_cast<uint64_t>(owned));
+  start.add("schedule", rotation_ ? "rotation" : "data-parallel");
+  if (rotation_) {
+    const RotationBalance balance = rotation_plan_->balance(members_.size());
+    start.add("rotation_blocks", static_cast<uint64_t>(rotation_plan_->blocks()))
+        .add("rotation_min_block", balance.min_block)
+        .add("rotation_max_block", balance.max_block)
+        .add("rotation_idle_share", balance.idle_share);
+    report_.rotation = rotation_plan_->describe(members_.size());
+    log.info("rotation: {}", report_.rotation);
+  }
   if (replicates()) {
     start.add("replicated_keys", access_->stats().replicated_keys)
         .add("replica_share", replica_share_)
@@ -371,7 +430,7 @@ SparsePsReport SparsePsPeer::run() {
   const std::vector<std::string> splits = workload_.evalSplits();
 
   const int64_t localize_ahead =
-      options_.technique == SparseTechnique::kClassic ? 0 : options_.localize_ahead;
+      options_.technique == SparseTechnique::kClassic || rotation_ ? 0 : options_.localize_ahead;
   Clock clock = 0;
   double window_loss = 0;
   size_t window_points = 0;
@@ -394,7 +453,14 @@ SparsePsReport SparsePsPeer::run() {
     double epoch_loss = 0;
     size_t epoch_points = 0;
     for (int64_t c = 0; c < clocks_per_epoch_; ++c, ++clock) {
-      const std::span<const size_t> batch = sparseClockBatch(order, c, clocks_per_epoch_);
+      // Rotation: the clock's slice of its block, after the sub-epoch barrier and the start of the
+      // column blocks' move at a sub-epoch's first clock (ps/rotation_driver.h).
+      const double barrier_before = rotation_ ? rotation_->barrierSeconds() : 0.0;
+      const std::span<const size_t> batch = rotation_
+                                                ? rotation_->beginClock(epoch, c, clock)
+                                                : sparseClockBatch(order, c, clocks_per_epoch_);
+      if (rotation_) epoch_wait += rotation_->barrierSeconds() - barrier_before;
+      if (membership_.stopped()) break;
       // 0. Localize ahead (lapse): the rows of the data points of the clock localize_ahead
       // clocks on start moving here now, so that they are local when that clock reads them
       // (at the start of an epoch, the clocks before it as well).
@@ -578,6 +644,11 @@ SparsePsReport SparsePsPeer::run() {
   if (const KvWorker* worker = access_->kvWorker()) report_.worker = worker->stats();
   if (const KvServer* server = access_->kvServer()) report_.server = server->summary();
   if (sampler_) report_.sampling = sampler_->stats();
+  if (rotation_) {
+    report_.barrier_seconds = rotation_->barrierSeconds();
+    report_.barriers = rotation_->barriers();
+    summary.add("barrier_seconds", report_.barrier_seconds).add("barriers", report_.barriers);
+  }
   const node::PeerStats bytes = traffic();
   report_.bytes_out = bytes.bytes_out;
   report_.bytes_in = bytes.bytes_in;

@@ -40,6 +40,9 @@ class Node;
 
 namespace chorus::ps {
 
+class RotationPlan;
+class RotationDriver;
+
 struct SparsePsOptions {
   // --staleness, --down-timeout and the time-outs and test hooks of dense PS mode (--key-floats,
   // --no-cache, --owner-momentum and --async-rounds do not apply: a key is a row, and a row
@@ -64,6 +67,12 @@ struct SparsePsOptions {
   // Lapse: the rows of the data points of the clock this many clocks ahead are localized at the
   // start of each clock (0: none). One clock is Lapse's "one data point ahead" for a step.
   int64_t localize_ahead = 1;
+  // --mf-schedule rotation (MF only; docs/orion.md): 0 runs the data-parallel loop above; N > 0
+  // trains by Orion's rotation of N x N blocks (ps/rotation.h; N a multiple of the workers: the
+  // CLI gives one block per worker, the tests' serial reference N blocks to one worker). Needs
+  // --technique lapse (the column blocks move by relocation); the worker's shard is then its row
+  // blocks' ratings (the `shard` given to the constructor is not used) and localize_ahead is off.
+  size_t rotation_blocks = 0;
   // Tests: called on the trainer thread after each step's pull with the keys it pulled.
   std::function<void(int64_t clock, std::span<const Key> pulled)> on_pull;
 };
@@ -104,6 +113,11 @@ struct SparsePsReport {
   std::optional<SampleWorkerStats> sampling;
   WorkerStats worker;
   ServerSummary server;
+  // --mf-schedule rotation: the plan (RotationPlan::describe) and the seconds and count of the
+  // sub-epoch barriers (part of wait_seconds).
+  std::string rotation;
+  double barrier_seconds = 0;
+  uint64_t barriers = 0;
   std::vector<uint32_t> finished_peers;
   std::vector<uint32_t> departed_peers;
 
@@ -192,6 +206,9 @@ class SparsePsPeer {
   run::Membership membership_;
   // TrainingDone and peer events, the owner's ticker, the end of the run.
   std::unique_ptr<PsRunBarrier> barrier_;
+  // --mf-schedule rotation: the blocks and this worker's driver over access_ (null otherwise).
+  std::unique_ptr<RotationPlan> rotation_plan_;
+  std::unique_ptr<RotationDriver> rotation_;
   std::optional<SparseRowAccess::Handle> pending_push_;
   std::string last_pull_error_;
   SparsePsReport report_;

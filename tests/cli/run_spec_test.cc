@@ -134,6 +134,7 @@ NodeArgs everySettingChanged() {
   a.sparse.replicate = 900;
   a.sparse.replicaBytes = 12345;
   a.sparse.replicaSyncsPerSecond = 7.5;
+  a.sparse.mfSchedule = "rotation";
   a.sparse.gossip.cold_every = 3;
   a.sparse.gossip.round_bytes = 12345;
   a.sparse.gossip.hot_bytes = 777;
@@ -260,6 +261,7 @@ void expectSameSettings(const NodeArgs& a, const NodeArgs& b) {
   EXPECT_EQ(a.sparse.replicate, b.sparse.replicate);
   EXPECT_EQ(a.sparse.replicaBytes, b.sparse.replicaBytes);
   EXPECT_EQ(a.sparse.replicaSyncsPerSecond, b.sparse.replicaSyncsPerSecond);
+  EXPECT_EQ(a.sparse.mfSchedule, b.sparse.mfSchedule);
   EXPECT_EQ(a.sparse.gossip.cold_every, b.sparse.gossip.cold_every);
   EXPECT_EQ(a.sparse.gossip.round_bytes, b.sparse.gossip.round_bytes);
   EXPECT_EQ(a.sparse.gossip.hot_bytes, b.sparse.gossip.hot_bytes);

@@ -349,6 +349,66 @@ TEST(ChorusSparsePs, ANodeAloneAndALaunchedPairFactorizeLikeChorusTrain) {
       << two.out;
 }
 
+// --mf-schedule rotation through the run spec (docs/orion.md): two launched nodes train by Orion's
+// rotation, reach chorus train's RMSE, record the schedule and report the plan and barriers.
+TEST(ChorusSparsePs, RotationTrainsMfOnLaunchedNodes) {
+  TempDir dir("chorus-sparse-rotation");
+  const std::vector<std::string> flags = {
+      "--model",    "mf",    "--mf-rows",         "400", "--mf-cols", "200",
+      "--mf-cells", "30000", "--mf-planted-rank", "4",   "--rank",    "4",
+      "--epochs",   "6",     "--batch",           "200", "--seed",    "2"};
+  std::vector<std::string> train = {chorusBinary(), "train"};
+  train.insert(train.end(), flags.begin(), flags.end());
+  const CommandResult alone = runCommand(train);
+  ASSERT_EQ(alone.exit_code, 0) << alone.err;
+  const double single = numberAfter(alone.out, "test: RMSE ");
+  std::vector<std::string> launch = {chorusBinary(), "launch",        writeTopology(dir, 2),
+                                     "--out",        dir.file("out"), "--mf-schedule",
+                                     "rotation"};
+  launch.insert(launch.end(), flags.begin(), flags.end());
+  const CommandResult two = runCommand(launch);
+  ASSERT_EQ(two.exit_code, 0) << two.out << two.err;
+  EXPECT_NEAR(numberAfter(two.out, "test of the owners' model: rmse "), single, 0.1 * single)
+      << two.out;
+  EXPECT_TRUE(contains(two.out, "rotation: 2x2 blocks of ")) << two.out;
+  EXPECT_TRUE(contains(two.out, "11 sub-epoch barriers")) << two.out;  // 6 epochs x 2 - 1
+  for (int node = 0; node < 2; ++node) {
+    std::ifstream metrics(dir.file("out/node-" + std::to_string(node) + ".jsonl"));
+    const std::string lines((std::istreambuf_iterator<char>(metrics)), {});
+    EXPECT_TRUE(contains(lines, "\"schedule\":\"rotation\"")) << lines;
+    EXPECT_TRUE(contains(lines, "\"technique\":\"lapse\"")) << lines;
+  }
+}
+
+TEST(ChorusSparsePs, RotationIsRefusedWhereItCannotWork) {
+  TempDir dir("chorus-sparse-rotation");
+  const std::string topology = writeTopology(dir, 2);
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--model", "complex", "--mf-schedule", "rotation"},
+       "--mf-schedule rotation applies to --model mf"},
+      {{"--model", "mf", "--mf-schedule", "rotation", "--technique", "nups"},
+       "--mf-schedule rotation moves whole column blocks by relocation and runs with --technique "
+       "lapse, not nups (a replicated hot column"},
+      {{"--model", "mf", "--mf-schedule", "rotation", "--technique", "classic"},
+       "runs with --technique lapse, not classic"},
+      {{"--model", "mf", "--mf-schedule", "rotation", "--staleness", "2"},
+       "--staleness does not apply to --mf-schedule rotation"},
+      {{"--mode", "consensus", "--model", "mf", "--mf-schedule", "rotation"},
+       "--mf-schedule rotation is a PS mode schedule"},
+      {{"--model", "mlp", "--mf-schedule", "rotation"},
+       "--mf-schedule does not apply to --model mlp"},
+      {{"--model", "mf", "--mf-schedule", "orion"}, "--mf-schedule: orion not in {data-parallel,"},
+  };
+  for (const auto& [flags, message] : cases) {
+    std::vector<std::string> argv = {chorusBinary(), "launch", topology};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    const CommandResult r = runCommand(argv, 60);
+    EXPECT_EQ(r.exit_code, 2) << message << "\n" << r.out << r.err;
+    EXPECT_TRUE(contains(r.err, message)) << r.err;
+    EXPECT_FALSE(contains(r.out, "[node 0]")) << "a node started: " << r.out;
+  }
+}
+
 TEST(ChorusSparsePs, BadFlagsAreRefusedBeforeAnyNodeStarts) {
   TempDir dir("chorus-sparse-ps");
   const std::string topology = writeTopology(dir, 2);
