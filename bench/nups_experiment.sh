@@ -20,11 +20,14 @@
 # `single` sends nothing, so it runs once per workload and seed and stands in every cell.
 #
 # Usage: bench/nups_experiment.sh [--short] [--out DIR] [--cells "kge-n4-d0 ..."]
-#          [--max-seeds N] [--link-delay MS] [--chorus PATH] [--summarize-only]
+#          [--max-seeds N] [--seeds N] [--link-delay MS] [--chorus PATH] [--summarize-only]
 #   --short           two epochs of a small Zipf MF and one of WN18RR on 2 nodes, one seed, in
 #                     about a minute (a check that every variant runs and the summary is whole)
-#   --cells           run only these cells of the grid (names as in the table below)
+#   --cells           run only these cells of the grid: WORKLOAD-nNODES-dDELAYED, kge or mf,
+#                     4 or 8 nodes, d0 no delay or d1 the link delay (kge-n4-d0 ... mf-n8-d1)
 #   --max-seeds N     at most N seeds per cell (the grid says 3 for some, 1 for the others)
+#   --seeds N         N seeds in every cell run (seeds 1..N; runs already in OUT are kept), e.g.
+#                     to add seeds 2 and 3 to the 1-seed cells: --cells "kge-n8-d0" --seeds 3
 #   --link-delay MS   the delay of the *-d1 cells (default 1: every frame waits 1 ms before it
 #                     is sent, a data-centre round trip of 2 ms)
 #   --summarize-only  only merge and summarize what OUT holds
@@ -37,6 +40,7 @@ short=0
 summarize_only=0
 only_cells=""
 max_seeds=3
+all_seeds=0
 link_delay=1
 
 while [[ $# -gt 0 ]]; do
@@ -45,10 +49,11 @@ while [[ $# -gt 0 ]]; do
     --out) out="$2"; shift 2 ;;
     --cells) only_cells="$2"; shift 2 ;;
     --max-seeds) max_seeds="$2"; shift 2 ;;
+    --seeds) all_seeds="$2"; shift 2 ;;
     --link-delay) link_delay="$2"; shift 2 ;;
     --chorus) chorus="$2"; shift 2 ;;
     --summarize-only) summarize_only=1; shift ;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
     *) echo "nups_experiment.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -97,6 +102,10 @@ if [[ $short -eq 1 ]]; then
   mf_target=(--target-rmse 1.0)
   cells=("kge-n2-d0 kge 2 0 1" "mf-n2-d1 mf 2 1 1")
   max_seeds=1
+fi
+if ((all_seeds > 0)); then
+  for i in "${!cells[@]}"; do cells[i]="${cells[i]% *} $all_seeds"; done
+  max_seeds=$all_seeds
 fi
 if [[ -n "$only_cells" ]]; then
   kept=()

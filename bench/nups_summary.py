@@ -72,15 +72,14 @@ def run_folders(out, cell, workload, name):
     return sorted(found)
 
 
-def merge_cell(out, cell, workload, max_seeds):
-    """Writes OUT/CELL/runs.jsonl; returns [(name, seed, run dir, error)]."""
+def merge_cell(out, cell, workload):
+    """Writes OUT/CELL/runs.jsonl with every seed OUT holds; returns [(name, seed, run dir,
+    error)]."""
     merged = os.path.join(out, cell)
     os.makedirs(merged, exist_ok=True)
     header, runs = None, []
     for name in NAMES:
         for seed, folder in run_folders(out, cell, workload, name):
-            if seed > max_seeds:
-                continue
             lines = read_jsonl(os.path.join(folder, "runs.jsonl"))
             for line in lines:
                 if line.get("event") == "compare" and header is None:
@@ -190,8 +189,8 @@ def mb(v):
     return f"{v / 1e6:.1f} MB" if v < 1e9 else f"{v / 1e9:.2f} GB"
 
 
-def summarize_cell(out, chorus, cell, workload, nodes, delayed, max_seeds, link_delay):
-    runs = merge_cell(out, cell, workload, max_seeds)
+def summarize_cell(out, chorus, cell, workload, nodes, delayed):
+    runs = merge_cell(out, cell, workload)
     if not runs:
         return None
     merged = os.path.join(out, cell)
@@ -373,7 +372,8 @@ def main():
     parser.add_argument("--out", required=True)
     parser.add_argument("--chorus", required=True)
     parser.add_argument("--cell", action="append", default=[],
-                        help="NAME WORKLOAD NODES DELAYED SEEDS, as the script's grid")
+                        help="NAME WORKLOAD NODES DELAYED SEEDS, as the script's grid (every "
+                             "seed found is summarized)")
     parser.add_argument("--link-delay", default="1")
     parser.add_argument("--require-all", action="store_true")
     args = parser.parse_args()
@@ -383,7 +383,7 @@ def main():
         if len(parts) != 5 or parts[1] not in ("kge", "mf"):
             parser.error(f"--cell '{text}': want NAME kge|mf NODES DELAYED SEEDS")
         c = summarize_cell(args.out, args.chorus, parts[0], parts[1], int(parts[2]),
-                           parts[3] == "1", int(parts[4]), args.link_delay)
+                           parts[3] == "1")
         if c is None:
             print(f"nups_summary: cell {parts[0]}: no runs in {args.out}/runs", file=sys.stderr)
             continue
