@@ -20,7 +20,8 @@
 # `single` sends nothing, so it runs once per workload and seed and stands in every cell.
 #
 # Usage: bench/nups_experiment.sh [--short] [--out DIR] [--cells "kge-n4-d0 ..."]
-#          [--max-seeds N] [--seeds N] [--link-delay MS] [--chorus PATH] [--summarize-only]
+#          [--max-seeds N] [--seeds N] [--link-delay MS] [--base-port P] [--chorus PATH]
+#          [--summarize-only]
 #   --short           two epochs of a small Zipf MF and one of WN18RR on 2 nodes, one seed, in
 #                     about a minute (a check that every variant runs and the summary is whole)
 #   --cells           run only these cells of the grid: WORKLOAD-nNODES-dDELAYED, kge or mf,
@@ -30,6 +31,7 @@
 #                     to add seeds 2 and 3 to the 1-seed cells: --cells "kge-n8-d0" --seeds 3
 #   --link-delay MS   the delay of the *-d1 cells (default 1: every frame waits 1 ms before it
 #                     is sent, a data-centre round trip of 2 ms)
+#   --base-port P     the N-node topology listens on P + 20 N ... (default 28600)
 #   --summarize-only  only merge and summarize what OUT holds
 set -euo pipefail
 
@@ -42,6 +44,7 @@ only_cells=""
 max_seeds=3
 all_seeds=0
 link_delay=1
+base_port=28600
 
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -51,9 +54,10 @@ while [[ $# -gt 0 ]]; do
     --max-seeds) max_seeds="$2"; shift 2 ;;
     --seeds) all_seeds="$2"; shift 2 ;;
     --link-delay) link_delay="$2"; shift 2 ;;
+    --base-port) base_port="$2"; shift 2 ;;
     --chorus) chorus="$2"; shift 2 ;;
     --summarize-only) summarize_only=1; shift ;;
-    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
     *) echo "nups_experiment.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -142,12 +146,13 @@ mkdir -p "$out/runs" "$out/topologies"
 log="$out/runs.log"
 
 # run CELL NAME SEED WORKLOAD NODES DELAYED: one chorus compare of one variant and seed into
-# OUT/runs/CELL/NAME/seed-SEED (single: OUT/runs/single-WORKLOAD/single/seed-SEED). Skips what
-# finished before (a folder with a report), so an interrupted grid can be continued.
+# OUT/runs/CELL/NAME/seed-SEED (single: OUT/runs/single-WORKLOAD/single/seed-SEED). Skips a run
+# that finished before (its manifest says ok), so an interrupted grid can be continued and a
+# failed run is run again.
 run_one() {
   local cell=$1 name=$2 seed=$3 workload=$4 nodes=$5 delayed=$6
   local dir="$out/runs/$cell/$name/seed-$seed"
-  [[ -f "$dir/report.md" ]] && return 0
+  grep -qs '"event":"run".*"status":"ok"' "$dir/runs.jsonl" && return 0
   local topo="$out/topologies/n$nodes.toml"
   local cmd=("$chorus" compare --topology "$topo" --seed "$seed" --seeds 1 --force
              --run-timeout 900 --progress-every 30 --out "$dir")
@@ -175,8 +180,9 @@ run_one() {
 
 if [[ $summarize_only -eq 0 ]]; then
   for n in 2 4 8; do
-    # Ports of their own, away from the repository's examples and the other experiments.
-    "$chorus" topo gen complete --nodes "$n" --base-port $((41700 + 20 * n)) --name "nups-n$n" \
+    # Ports of their own, away from the other experiments' (27100-27500) and below Linux's
+    # ephemeral range (32768-60999), where an outgoing connection can hold a port for a while.
+    "$chorus" topo gen complete --nodes "$n" --base-port $((base_port + 20 * n)) --name "nups-n$n" \
       -o "$out/topologies/n$n.toml" --force > /dev/null
   done
   {
