@@ -207,6 +207,9 @@ std::optional<std::string> requestKeys(const char* what, const flatbuffers::Vect
                                        const flatbuffers::Vector<uint8_t>* slots, size_t max_keys,
                                        std::vector<Key>& key_buffer, std::span<const Key>& out,
                                        std::span<const uint8_t>& slot_bytes, bool& by_slots) {
+  out = {};  // a request reused for the next message keeps nothing of the last
+  slot_bytes = {};
+  by_slots = false;
   if ((keys != nullptr) + (runs != nullptr) + (slots != nullptr) > 1)
     return fmt::format("{} with more than one of keys, key runs and slot runs", what);
   if (slots != nullptr) {
