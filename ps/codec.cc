@@ -38,14 +38,41 @@ size_t keyRunsHint(size_t keys) {
 
 }  // namespace
 
-PsMessage pullRequest(uint64_t request, Clock clock, Clock min_clock, std::span<const Key> keys) {
+PsMessage pullRequest(uint64_t request, Clock clock, Clock min_clock, std::span<const Key> keys,
+                      bool want_slots) {
+  return {
+      wire::Body::PsPull,
+      [=](flatbuffers::FlatBufferBuilder& b) {
+        auto runs = keyRunsVector(b, keys);
+        return wire::CreatePsPull(b, request, clock, min_clock, 0, runs, 0, 0, want_slots).Union();
+      },
+      keyRunsHint(keys.size()) + 128,
+      {}};
+}
+
+PsMessage pullBySlots(uint64_t request, Clock clock, Clock min_clock,
+                      std::span<const uint8_t> slot_runs, uint64_t layout) {
   return {wire::Body::PsPull,
           [=](flatbuffers::FlatBufferBuilder& b) {
-            auto runs = keyRunsVector(b, keys);
-            return wire::CreatePsPull(b, request, clock, min_clock, 0, runs).Union();
+            auto slots = b.CreateVector(slot_runs.data(), slot_runs.size());
+            return wire::CreatePsPull(b, request, clock, min_clock, 0, 0, slots, layout).Union();
           },
-          keyRunsHint(keys.size()) + 128,
+          slot_runs.size() + 128,
           {}};
+}
+
+PsMessage pushBySlots(uint64_t request, Clock clock, std::span<const uint8_t> slot_runs,
+                      uint64_t layout, std::span<const std::span<const float>> pieces) {
+  node::Attachment attachment;
+  attachment.reserve(pieces.size());
+  for (std::span<const float> piece : pieces)
+    node::appendPiece(attachment, node::bytesOf(piece));
+  return {wire::Body::PsPush,
+          [=](flatbuffers::FlatBufferBuilder& b) {
+            auto slots = b.CreateVector(slot_runs.data(), slot_runs.size());
+            return wire::CreatePsPush(b, request, clock, 0, 0, 0, slots, layout).Union();
+          },
+          slot_runs.size() + 128, std::move(attachment)};
 }
 
 PsMessage pushRequest(uint64_t request, Clock clock, std::span<const Key> keys,
@@ -84,19 +111,24 @@ PsMessage clockAnnouncement(Clock clock) {
 }
 
 PsMessage pullReply(uint64_t request, Clock min_clock, std::span<const std::span<const float>> rows,
-                    size_t floats) {
+                    size_t floats, std::span<const uint8_t> slot_runs, uint64_t layout) {
+  auto slotVector = [=](flatbuffers::FlatBufferBuilder& b) {
+    return slot_runs.empty() ? flatbuffers::Offset<flatbuffers::Vector<uint8_t>>()
+                             : b.CreateVector(slot_runs.data(), slot_runs.size());
+  };
   if (floats <= kSmallRowFloats * rows.size()) {
     return {wire::Body::PsReply,
             [=](flatbuffers::FlatBufferBuilder& b) {
+              auto slots = slotVector(b);
               float* out = nullptr;
               auto value_vector = b.CreateUninitializedVector(floats, &out);
               for (std::span<const float> row : rows)
                 out = std::copy(row.begin(), row.end(), out);
               return wire::CreatePsReply(b, request, wire::PsOp::Pull, 0, min_clock, 0,
-                                         value_vector)
+                                         value_vector, slots, layout)
                   .Union();
             },
-            floats * sizeof(float) + 256,
+            floats * sizeof(float) + slot_runs.size() + 256,
             {}};
   }
   node::Attachment attachment;
@@ -105,9 +137,12 @@ PsMessage pullReply(uint64_t request, Clock min_clock, std::span<const std::span
     node::appendPiece(attachment, node::bytesOf(row));
   return {wire::Body::PsReply,
           [=](flatbuffers::FlatBufferBuilder& b) {
-            return wire::CreatePsReply(b, request, wire::PsOp::Pull, 0, min_clock).Union();
+            auto slots = slotVector(b);
+            return wire::CreatePsReply(b, request, wire::PsOp::Pull, 0, min_clock, 0, 0, slots,
+                                       layout)
+                .Union();
           },
-          256, std::move(attachment)};
+          slot_runs.size() + 256, std::move(attachment)};
 }
 
 PsMessage pushAck(uint64_t request) {
@@ -123,6 +158,16 @@ PsMessage errorReply(uint64_t request, wire::PsOp op, std::string_view error) {
   return {wire::Body::PsReply,
           [=](flatbuffers::FlatBufferBuilder& b) {
             return wire::CreatePsReply(b, request, op, b.CreateString(error)).Union();
+          },
+          0,
+          {}};
+}
+
+PsMessage staleReply(uint64_t request, wire::PsOp op, std::string_view error) {
+  return {wire::Body::PsReply,
+          [=](flatbuffers::FlatBufferBuilder& b) {
+            auto text = b.CreateString(error);
+            return wire::CreatePsReply(b, request, op, text, 0, 0, 0, 0, 0, true).Union();
           },
           0,
           {}};
@@ -155,12 +200,23 @@ std::span<const Key> keysOf(const flatbuffers::Vector<uint64_t>* keys) {
 
 namespace {
 
-// The keys of a request: its `keys` (older builds) or its decoded `key_runs`, exactly one of them.
+// The keys of a request: its `keys` (older builds) or its decoded `key_runs`, exactly one of them,
+// or neither with `slot_runs` instead (then `by_slots` is set and `slot_bytes` names them).
 std::optional<std::string> requestKeys(const char* what, const flatbuffers::Vector<uint64_t>* keys,
-                                       const flatbuffers::Vector<uint8_t>* runs, size_t max_keys,
-                                       std::vector<Key>& key_buffer, std::span<const Key>& out) {
-  if (keys != nullptr && runs != nullptr)
-    return fmt::format("{} with both keys and key runs", what);
+                                       const flatbuffers::Vector<uint8_t>* runs,
+                                       const flatbuffers::Vector<uint8_t>* slots, size_t max_keys,
+                                       std::vector<Key>& key_buffer, std::span<const Key>& out,
+                                       std::span<const uint8_t>& slot_bytes, bool& by_slots) {
+  out = {};  // a request reused for the next message keeps nothing of the last
+  slot_bytes = {};
+  by_slots = false;
+  if ((keys != nullptr) + (runs != nullptr) + (slots != nullptr) > 1)
+    return fmt::format("{} with more than one of keys, key runs and slot runs", what);
+  if (slots != nullptr) {
+    slot_bytes = {slots->data(), slots->size()};
+    by_slots = true;
+    return std::nullopt;
+  }
   if (keys != nullptr) {
     out = keysOf(keys);
     return std::nullopt;
@@ -178,12 +234,14 @@ std::optional<std::string> requestKeys(const char* what, const flatbuffers::Vect
 std::optional<std::string> decodePull(const wire::PsPull& body, size_t max_keys,
                                       std::vector<Key>& key_buffer, PullRequest& out) {
   out.request = body.request();
-  if (auto error =
-          requestKeys("pull", body.keys(), body.key_runs(), max_keys, key_buffer, out.keys)) {
+  if (auto error = requestKeys("pull", body.keys(), body.key_runs(), body.slot_runs(), max_keys,
+                               key_buffer, out.keys, out.slot_runs, out.by_slots)) {
     return error;
   }
   out.clock = body.clock();
   out.min_clock = body.min_clock();
+  out.layout = body.layout();
+  out.want_slots = body.want_slots() && !out.by_slots;
   return std::nullopt;
 }
 
@@ -200,11 +258,13 @@ std::optional<std::string> decodePush(const wire::PsPush& body, std::span<const 
   }
   // Every key holds at least one float: more keys than floats is a wrong request whatever
   // the store holds, and bounds what the runs may expand to by the frame's own size.
-  if (auto error = requestKeys("push", body.keys(), body.key_runs(),
-                               std::min(max_keys, values->size()), key_buffer, out.keys)) {
+  if (auto error = requestKeys("push", body.keys(), body.key_runs(), body.slot_runs(),
+                               std::min(max_keys, values->size()), key_buffer, out.keys,
+                               out.slot_runs, out.by_slots)) {
     return error;
   }
   out.clock = body.clock();
+  out.layout = body.layout();
   out.grads = *values;
   return std::nullopt;
 }
@@ -216,6 +276,10 @@ ReplyView decodeReply(const wire::PsReply& body) {
   if (body.error() != nullptr) view.error = body.error()->str();
   view.min_clock = body.min_clock();
   view.keys = keysOf(body.keys());
+  if (body.slot_runs() != nullptr)
+    view.slot_runs = {body.slot_runs()->data(), body.slot_runs()->size()};
+  view.layout = body.layout();
+  view.stale = body.stale();
   return view;
 }
 

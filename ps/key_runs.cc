@@ -44,11 +44,11 @@ inline VarintRead getVarint(std::span<const uint8_t> bytes, size_t& pos, uint64_
 }
 
 // The error of a varint that starts at byte `start` and could not be read.
-std::string varintError(VarintRead read, size_t start, size_t size) {
+std::string varintError(VarintRead read, size_t start, size_t size, const char* what = "key runs") {
   if (read == VarintRead::kTooLong) {
-    return fmt::format("key runs: the varint at byte {} is longer than 64 bits", start);
+    return fmt::format("{}: the varint at byte {} is longer than 64 bits", what, start);
   }
-  return fmt::format("key runs: the varint at byte {} is cut off by the end ({} bytes)", start,
+  return fmt::format("{}: the varint at byte {} is cut off by the end ({} bytes)", what, start,
                      size);
 }
 
@@ -122,6 +122,54 @@ std::optional<std::string> decodeKeyRuns(std::span<const uint8_t> bytes, size_t 
     } else {
       next = last + 1;
     }
+  }
+  return std::nullopt;
+}
+
+void encodeSlotRuns(std::span<const SlotRun> runs, std::vector<uint8_t>& out) {
+  const size_t at = out.size();
+  out.resize(at + slotRunsBound(runs.size()));
+  uint8_t* p = out.data() + at;
+  for (const SlotRun& run : runs) {
+    p = putVarint(run.table, p);
+    p = putVarint(run.slot, p);
+    p = putVarint(run.rows - 1, p);
+  }
+  out.resize(static_cast<size_t>(p - out.data()));
+}
+
+std::optional<std::string> decodeSlotRuns(std::span<const uint8_t> bytes, size_t max_rows,
+                                          std::vector<SlotRun>& runs) {
+  runs.clear();
+  constexpr uint64_t kMax32 = UINT32_MAX;
+  size_t pos = 0, rows = 0;
+  while (pos < bytes.size()) {
+    const size_t at = pos;
+    uint64_t field[3] = {0, 0, 0};
+    for (uint64_t& v : field) {
+      const size_t start = pos;
+      if (const VarintRead read = getVarint(bytes, pos, v); read != VarintRead::kOk) {
+        return varintError(read, start, bytes.size(), "slot runs");
+      }
+      if (v > kMax32) {
+        return fmt::format("slot runs: the varint at byte {} ({}) is past 2^32 - 1", start, v);
+      }
+    }
+    const uint64_t count = field[2] + 1;
+    if (field[1] + count > kMax32 + 1) {
+      return fmt::format("slot runs: the run at byte {} (slot {} and {} more) passes slot 2^32 - 1",
+                         at, field[1], field[2]);
+    }
+    if (count > max_rows - rows) {
+      return fmt::format(
+          "slot runs: the run at byte {} ({} rows) makes more than the {} rows a request can name "
+          "here",
+          at, count, max_rows);
+    }
+    rows += count;
+    runs.push_back(SlotRun{.table = static_cast<uint32_t>(field[0]),
+                           .slot = static_cast<uint32_t>(field[1]),
+                           .rows = static_cast<uint32_t>(count)});
   }
   return std::nullopt;
 }

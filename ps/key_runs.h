@@ -35,4 +35,27 @@ size_t encodeKeyRuns(std::span<const Key> keys, uint8_t* out);
 std::optional<std::string> decodeKeyRuns(std::span<const uint8_t> bytes, size_t max_keys,
                                          std::vector<Key>& keys);
 
+// Rows named by their place in an owner's store instead of by key (issue 25: the owner then
+// reads and updates them without a lookup per key): `rows` rows from slot `slot` of table
+// `table`'s slab (KeyStore). On the wire each run is three LEB128 varints, the table, the slot
+// and the rows minus one; a worker learns them from the owner (PsReply.slot_runs) and they
+// hold only while the owner's store keeps that layout (KeyStore::layout()).
+struct SlotRun {
+  uint32_t table = 0;
+  uint32_t slot = 0;
+  uint32_t rows = 0;
+  bool operator==(const SlotRun&) const = default;
+};
+// Most bytes encodeSlotRuns() writes for `runs` runs.
+constexpr size_t slotRunsBound(size_t runs) {
+  return runs * 15;
+}
+// Appends the encoding of `runs` (each of at least one row) to `out`.
+void encodeSlotRuns(std::span<const SlotRun> runs, std::vector<uint8_t>& out);
+// Replaces `runs` with the runs `bytes` encode. Errors (naming the byte): a varint cut off or
+// longer than 32 bits, a run past slot 2^32 - 1, or more than `max_rows` rows in all (checked
+// before anything is sized).
+std::optional<std::string> decodeSlotRuns(std::span<const uint8_t> bytes, size_t max_rows,
+                                          std::vector<SlotRun>& runs);
+
 }  // namespace chorus::ps

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <random>
 #include <stdexcept>
 
 namespace chorus::ps {
@@ -16,7 +17,7 @@ const char* keyTechniqueName(KeyTechnique technique) {
 }
 
 KeyStore::KeyStore(KeySpace space, std::shared_ptr<const UpdatePolicy> policy)
-    : space_(std::move(space)) {
+    : space_(std::move(space)), layout_(std::random_device{}() * uint64_t{0x9E3779B97F4A7C15}) {
   if (!policy) throw std::invalid_argument("a key store needs an update policy");
   policies_.fill(std::move(policy));
   for (const KeyTable& table : space_.tables()) {
@@ -139,6 +140,7 @@ std::optional<std::string> KeyStore::insert(Key key, KeyEntry row) {
   std::copy(row.state.begin(), row.state.end(), held_state.begin());
   setSlot(key, slot);
   ++held_;
+  ++s.held;
   return std::nullopt;
 }
 
@@ -178,6 +180,8 @@ std::optional<KeyEntry> KeyStore::extract(Key key) {
   s.free.push_back(slot);
   setSlot(key, kNoSlot);
   --held_;
+  --s.held;
+  ++layout_;  // the slot may hold another key later: slots handed out before no longer hold
   // Slots taken after their predecessor's stay in the free list until popped: drop them when
   // the list holds more entries than free slots, so that it stays bounded.
   if (s.free.size() > 2 * (s.keys.size() - held_) + 16) {
@@ -268,6 +272,115 @@ std::optional<std::string> KeyStore::locate(std::span<const uint64_t> keys,
     return check(keys, std::nullopt, directory);
   }
   return std::nullopt;
+}
+
+std::optional<std::string> KeyStore::locateSlots(std::span<const SlotRun> named,
+                                                 std::optional<size_t> values,
+                                                 std::vector<Run>& runs) const {
+  runs.clear();
+  size_t floats = 0;
+  bool ascending = true;  // runs in slab order do not overlap if each starts past the last
+  for (size_t i = 0; i < named.size(); ++i) {
+    const SlotRun& r = named[i];
+    if (r.table >= slabs_.size()) {
+      return fmt::format("slot run {} names table {}, but the key space has {}", i, r.table,
+                         slabs_.size());
+    }
+    const Slab& s = slabs_[r.table];
+    if (r.rows == 0 || size_t{r.slot} + r.rows > s.keys.size()) {
+      return fmt::format("slot run {} (table {}, slots {}-{}) is outside the {} slots held", i,
+                         r.table, r.slot, size_t{r.slot} + r.rows, s.keys.size());
+    }
+    if (i > 0) {
+      const SlotRun& p = named[i - 1];
+      ascending =
+          ascending && (r.table > p.table || (r.table == p.table && r.slot >= p.slot + p.rows));
+    }
+    // Free slots or several techniques: per slot (a slab with every slot held and one
+    // technique, the common case, costs nothing per row).
+    const bool full = s.held == s.keys.size();
+    size_t len = size_t{r.rows} * s.row_floats;
+    const Key last = s.end - 1;  // a chunked table's last row may be shorter
+    if (const size_t short_len = lengthIn(s, last); short_len != s.row_floats) {
+      const uint32_t at = slotOf(last);
+      if (at != kNoSlot && at >= r.slot && at < r.slot + r.rows) len -= s.row_floats - short_len;
+    }
+    if (full && kKeyTechniques == 1) {
+      runs.push_back(Run{.table = r.table,
+                         .slot = r.slot,
+                         .rows = r.rows,
+                         .technique = s.techniques[r.slot],
+                         .floats = len});
+    } else {
+      for (uint32_t slot = r.slot; slot < r.slot + r.rows; ++slot) {
+        if (s.keys[slot] == kFreeKey) {
+          return fmt::format("slot run {} names slot {} of table {}, which holds no row", i, slot,
+                             r.table);
+        }
+        const size_t row = lengthIn(s, s.keys[slot]);
+        Run* open = runs.empty() ? nullptr : &runs.back();
+        if (open != nullptr && open->table == r.table && open->slot + open->rows == slot &&
+            open->technique == s.techniques[slot]) {
+          ++open->rows;
+          open->floats += row;
+        } else {
+          runs.push_back(Run{.table = r.table,
+                             .slot = slot,
+                             .rows = 1,
+                             .technique = s.techniques[slot],
+                             .floats = row});
+        }
+      }
+    }
+    floats += len;
+  }
+  if (!ascending) {
+    std::vector<SlotRun> sorted(named.begin(), named.end());
+    std::sort(sorted.begin(), sorted.end(), [](const SlotRun& a, const SlotRun& b) {
+      return a.table != b.table ? a.table < b.table : a.slot < b.slot;
+    });
+    for (size_t i = 1; i < sorted.size(); ++i) {
+      const SlotRun& p = sorted[i - 1];
+      if (sorted[i].table == p.table && sorted[i].slot < p.slot + p.rows) {
+        runs.clear();
+        return fmt::format("slot runs name slot {} of table {} twice", sorted[i].slot,
+                           sorted[i].table);
+      }
+    }
+  }
+  if (values && *values != floats) {
+    runs.clear();
+    return fmt::format("{} values for slot runs of {} floats", *values, floats);
+  }
+  return std::nullopt;
+}
+
+void KeyStore::slotRunsOf(std::span<const Run> runs, std::vector<SlotRun>& out) {
+  out.clear();
+  for (const Run& run : runs) {
+    if (!out.empty() && out.back().table == run.table &&
+        out.back().slot + out.back().rows == run.slot) {
+      out.back().rows += run.rows;  // runs split by technique only
+    } else {
+      out.push_back(SlotRun{.table = run.table, .slot = run.slot, .rows = run.rows});
+    }
+  }
+}
+
+void KeyStore::rowsOfRuns(std::span<const Run> runs,
+                          std::vector<std::span<const float>>& out) const {
+  out.clear();
+  for (const Run& run : runs) {
+    const Slab& s = slabs_[run.table];
+    out.emplace_back(s.values.data() + run.slot * s.row_floats, run.floats);
+  }
+}
+
+void KeyStore::keysOf(std::span<const Run> runs, std::vector<Key>& out) const {
+  for (const Run& run : runs) {
+    const Slab& s = slabs_[run.table];
+    out.insert(out.end(), s.keys.begin() + run.slot, s.keys.begin() + run.slot + run.rows);
+  }
 }
 
 void KeyStore::applyRuns(std::span<const Run> runs, std::span<const float> grads, int64_t clock) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ps/key_directory.h"
+#include "ps/key_runs.h"
 #include "ps/key_space.h"
 #include "ps/shard_map.h"
 #include "ps/update_policy.h"
@@ -103,6 +104,25 @@ class KeyStore {
   // once): on success `runs` holds them in key order, for applyRuns() before the store changes.
   std::optional<std::string> locate(std::span<const uint64_t> keys, std::optional<size_t> values,
                                     const KeyDirectory* directory, std::vector<Run>& runs) const;
+  // Rows named by slot instead of key (issue 25, ps/key_runs.h SlotRun): the same check as
+  // locate()'s, per run instead of per key (every slot in its slab and held, `values`, when
+  // given, exactly their floats, no row named twice), and the runs with their techniques and
+  // floats in `runs`, in the order named. Only meaningful while layout() is what it was when
+  // the slots were handed out (the caller checks that first).
+  std::optional<std::string> locateSlots(std::span<const SlotRun> named,
+                                         std::optional<size_t> values,
+                                         std::vector<Run>& runs) const;
+  // The slot runs of `runs` (what a worker names next time instead of the keys).
+  static void slotRunsOf(std::span<const Run> runs, std::vector<SlotRun>& out);
+  // The values of `runs` where they live, one span per run (valid as rowsOf's).
+  void rowsOfRuns(std::span<const Run> runs, std::vector<std::span<const float>>& out) const;
+  // Appends the keys of the rows of `runs` to `out`, in run order.
+  void keysOf(std::span<const Run> runs, std::vector<Key>& out) const;
+  // Changes whenever a key's slot may no longer be what it was: when a row leaves (extract; its
+  // slot may then hold another key). Starts at a random value per store, so that slots handed
+  // out by another store (an owner that restarted) do not match. Rows that arrive keep every
+  // other row where it is, and leave it unchanged.
+  uint64_t layout() const { return layout_; }
   // apply() on runs that locate() found: one policy call per technique for the whole push,
   // with one RowUpdate per run when the policy is elementwise (UpdatePolicy::elementwise).
   void applyRuns(std::span<const Run> runs, std::span<const float> grads, int64_t clock);
@@ -156,6 +176,7 @@ class KeyStore {
     std::vector<KeyTechnique> techniques;
     std::vector<uint64_t> updates;
     std::vector<uint32_t> free;  // freed slots, possibly taken since (checked when popped)
+    size_t held = 0;             // slots holding a row
   };
   static constexpr Key kFreeKey = UINT64_MAX;  // never a key of a slab (its end is past it)
 
@@ -200,6 +221,7 @@ class KeyStore {
   std::unordered_map<Key, uint32_t> slots_;
   size_t held_ = 0;
   uint64_t updates_ = 0;
+  uint64_t layout_ = 0;
   std::array<std::vector<RowUpdate>, kKeyTechniques> scratch_;  // applyRuns()'s per technique
   std::vector<Run> located_;                                    // apply()'s runs
 };

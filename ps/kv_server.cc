@@ -101,11 +101,7 @@ void KvServer::pull(WorkerId worker, Clock clock, Clock min_clock, std::vector<u
         });
     return;
   }
-  std::optional<std::string> error = gate_.checkWithinRun(clock, "pull");
-  if (!error) error = gate_.checkNotBehind(worker, clock, "pull");
-  if (!error && min_clock > clock) {
-    error = fmt::format("pull at clock {} asks for min clock {}, above its own", clock, min_clock);
-  }
+  std::optional<std::string> error = checkPull(worker, clock, min_clock);
   if (!error) error = store_.check(keys, std::nullopt, &directory_);
   if (error) {
     countError();
@@ -131,6 +127,15 @@ void KvServer::pull(WorkerId worker, Clock clock, Clock min_clock, std::vector<u
   }
 }
 
+std::optional<std::string> KvServer::checkPull(WorkerId worker, Clock clock, Clock min_clock) {
+  std::optional<std::string> error = gate_.checkWithinRun(clock, "pull");
+  if (!error) error = gate_.checkNotBehind(worker, clock, "pull");
+  if (!error && min_clock > clock) {
+    error = fmt::format("pull at clock {} asks for min clock {}, above its own", clock, min_clock);
+  }
+  return error;
+}
+
 std::optional<std::string> KvServer::push(WorkerId worker, Clock clock,
                                           std::span<const uint64_t> keys,
                                           std::span<const float> grads) {
@@ -139,7 +144,18 @@ std::optional<std::string> KvServer::push(WorkerId worker, Clock clock,
   if (!error) error = gate_.checkNotBehind(worker, clock, "push");
   // The rows are looked up once, here, and applied below without a second lookup.
   if (!error) error = store_.locate(keys, grads.size(), &directory_, located_);
-  if (!error) {
+  if (error) {
+    countError();
+    return error;
+  }
+  return pushLocated(worker, clock, keys, grads);
+}
+
+std::optional<std::string> KvServer::pushLocated(WorkerId worker, Clock clock,
+                                                 std::span<const uint64_t> keys,
+                                                 std::span<const float> grads) {
+  std::optional<std::string> error;
+  {
     // One vectorizable pass; a NaN applied here would reach every worker's next read.
     if (const std::optional<size_t> bad = node::firstNonFinite(grads)) {
       error = fmt::format(
@@ -153,8 +169,9 @@ std::optional<std::string> KvServer::push(WorkerId worker, Clock clock,
     return error;
   }
   if (options_.bsp) {
-    gate_.hold(worker, clock,
-               SspGate::HeldPush{{keys.begin(), keys.end()}, {grads.begin(), grads.end()}});
+    std::vector<Key> held(keys.begin(), keys.end());
+    if (keys.empty()) store_.keysOf(located_, held);
+    gate_.hold(worker, clock, SspGate::HeldPush{std::move(held), {grads.begin(), grads.end()}});
     applyDue();  // the push may already be due (a worker excluded meanwhile)
     return std::nullopt;
   }
@@ -256,10 +273,15 @@ void KvServer::onPullFrame(WorkerId from, const node::InboundFrame& frame) {
     replyError(from, request.request, wire::PsOp::Pull, *malformed);
     return;
   }
+  if (request.by_slots) {
+    onSlotPull(from, request);
+    return;
+  }
   const uint64_t id = request.request;
+  const bool want_slots = request.want_slots;
   pull(from, request.clock, request.min_clock, {request.keys.begin(), request.keys.end()},
-       [this, from, id](const std::string& error, Clock min_clock, std::span<const uint64_t> keys,
-                        const KeyStore* store) {
+       [this, from, id, want_slots](const std::string& error, Clock min_clock,
+                                    std::span<const uint64_t> keys, const KeyStore* store) {
          if (!error.empty()) {
            replyError(from, id, wire::PsOp::Pull, error);
            return;
@@ -267,12 +289,89 @@ void KvServer::onPullFrame(WorkerId from, const node::InboundFrame& frame) {
          // The values travel as the frame's attachment, straight from the rows: what the
          // socket does not take before the next push may change them is copied
          // (Node::sendTransient), and the worker reads them straight into its buffer.
-         store->rowsOf(keys, row_buffer_);
+         slot_bytes_.clear();
+         if (want_slots) {
+           // The same rows, and their slots for the worker's next request of these keys.
+           store->locate(keys, std::nullopt, nullptr, reply_runs_);
+           store->rowsOfRuns(reply_runs_, row_buffer_);
+           KeyStore::slotRunsOf(reply_runs_, slot_buffer_);
+           encodeSlotRuns(slot_buffer_, slot_bytes_);
+         } else {
+           store->rowsOf(keys, row_buffer_);
+         }
          size_t floats = 0;
          for (std::span<const float> row : row_buffer_)
            floats += row.size();
-         node_.sendTransient(from, encode(node_, pullReply(id, min_clock, row_buffer_, floats)));
+         node_.sendTransient(from, encode(node_, pullReply(id, min_clock, row_buffer_, floats,
+                                                           slot_bytes_, store->layout())));
        });
+}
+
+void KvServer::onSlotPull(WorkerId from, const PullRequest& request) {
+  std::optional<std::string> error = decodeSlotRuns(request.slot_runs, store_.size(), slot_buffer_);
+  if (!error && request.layout != store_.layout()) {
+    countError();
+    node_.send(from, encode(node_, staleReply(request.request, wire::PsOp::Pull,
+                                              "the rows named by slot have moved: ask by keys")));
+    return;
+  }
+  std::vector<KeyStore::Run> runs;
+  if (!error) error = store_.locateSlots(slot_buffer_, std::nullopt, runs);
+  if (error) {
+    countError();
+    replyError(from, request.request, wire::PsOp::Pull, *error);
+    return;
+  }
+  pullRuns(from, request.request, request.clock, request.min_clock, request.layout,
+           std::move(runs));
+}
+
+void KvServer::pullRuns(WorkerId worker, uint64_t id, Clock clock, Clock min_clock, uint64_t layout,
+                        std::vector<KeyStore::Run> runs) {
+  if (auto error = gate_.checkSender(worker, clock, "pull")) {
+    countError();
+    replyError(worker, id, wire::PsOp::Pull, *error);
+    return;
+  }
+  checkRunningJob(worker, clock, 0);
+  if (holding_) {
+    held_requests_.push_back([this, worker, id, clock, min_clock, layout, runs = std::move(runs)] {
+      pullRuns(worker, id, clock, min_clock, layout, runs);
+    });
+    return;
+  }
+  if (auto error = checkPull(worker, clock, min_clock)) {
+    countError();
+    replyError(worker, id, wire::PsOp::Pull, *error);
+    return;
+  }
+  const bool parked = gate_.whenReady(
+      min_clock,
+      [this, worker, id, layout, runs = std::move(runs)] {
+        applyDue();
+        if (store_.layout() != layout) {  // rows left while the pull waited
+          countError();
+          node_.send(worker, encode(node_, staleReply(id, wire::PsOp::Pull,
+                                                      "the rows named by slot have moved: ask "
+                                                      "by keys")));
+          return;
+        }
+        {
+          std::lock_guard lock(mu_);
+          ++summary_.pulls;
+        }
+        store_.rowsOfRuns(runs, row_buffer_);
+        size_t floats = 0;
+        for (const KeyStore::Run& run : runs)
+          floats += run.floats;
+        node_.sendTransient(worker,
+                            encode(node_, pullReply(id, gate_.minClock(), row_buffer_, floats)));
+      },
+      SteadyClock::now());
+  if (parked) {
+    std::lock_guard lock(mu_);
+    ++summary_.parked;
+  }
 }
 
 void KvServer::onPushFrame(WorkerId from, const node::InboundFrame& frame) {
@@ -283,6 +382,10 @@ void KvServer::onPushFrame(WorkerId from, const node::InboundFrame& frame) {
   if (error) {
     countError();
     replyError(from, request.request, wire::PsOp::Push, *error);
+    return;
+  }
+  if (request.by_slots) {
+    onSlotPush(from, request);
     return;
   }
   checkRunningJob(from, request.clock, 0);
@@ -297,6 +400,48 @@ void KvServer::onPushFrame(WorkerId from, const node::InboundFrame& frame) {
     return;
   }
   handlePush(from, request.request, request.clock, request.keys, request.grads);
+}
+
+void KvServer::onSlotPush(WorkerId from, const PushRequest& request) {
+  const uint64_t id = request.request;
+  std::optional<std::string> error = decodeSlotRuns(
+      request.slot_runs, std::min(store_.size(), request.grads.size()), slot_buffer_);
+  if (!error && request.layout != store_.layout()) {
+    countError();
+    node_.send(from, encode(node_, staleReply(id, wire::PsOp::Push,
+                                              "the rows named by slot have moved: ask by keys")));
+    return;
+  }
+  if (!error) error = store_.locateSlots(slot_buffer_, request.grads.size(), located_);
+  if (error) {
+    countError();
+    replyError(from, id, wire::PsOp::Push, *error);
+    return;
+  }
+  checkRunningJob(from, request.clock, 0);
+  if (holding_) {
+    // Rare (a restarted owner before its restore): held by keys, as a push by keys would be.
+    std::vector<Key> keys;
+    store_.keysOf(located_, keys);
+    held_requests_.push_back(
+        [this, from, id, clock = request.clock, keys = std::move(keys),
+         grads = std::vector<float>(request.grads.begin(), request.grads.end())] {
+          handlePush(from, id, clock, keys, grads);
+        });
+    return;
+  }
+  error = gate_.checkWithinRun(request.clock, "push");
+  if (!error) error = gate_.checkNotBehind(from, request.clock, "push");
+  if (error) {
+    countError();
+  } else {
+    error = pushLocated(from, request.clock, {}, request.grads);
+  }
+  if (error) {
+    replyError(from, id, wire::PsOp::Push, *error);
+    return;
+  }
+  node_.send(from, encode(node_, pushAck(id)));
 }
 
 void KvServer::handlePush(WorkerId from, uint64_t request, Clock clock,

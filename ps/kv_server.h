@@ -18,6 +18,7 @@
 
 #include "node/frame.h"
 #include "node/refusal_log.h"
+#include "ps/codec.h"
 #include "ps/key_directory.h"
 #include "ps/key_store.h"
 #include "ps/ps_service.h"
@@ -157,6 +158,19 @@ class KvServer {
   // Applies one push and acknowledges it (or replies with the error).
   void handlePush(WorkerId from, uint64_t request, Clock clock, std::span<const uint64_t> keys,
                   std::span<const float> grads);
+  // The checks of a pull after the sender's: the run's clocks and the worker's own.
+  std::optional<std::string> checkPull(WorkerId worker, Clock clock, Clock min_clock);
+  // A push whose rows are in located_ (in the order of `grads`): the finite check, then held
+  // (BSP, by `keys`, or the rows' keys when empty) or applied.
+  std::optional<std::string> pushLocated(WorkerId worker, Clock clock,
+                                         std::span<const uint64_t> keys,
+                                         std::span<const float> grads);
+  // Requests that name rows by slot (issue 25, ps/key_runs.h SlotRun): no lookup per key. A
+  // request for a layout the store no longer has gets a stale reply (the worker asks by keys).
+  void onSlotPull(WorkerId from, const PullRequest& request);
+  void pullRuns(WorkerId worker, uint64_t id, Clock clock, Clock min_clock, uint64_t layout,
+                std::vector<KeyStore::Run> runs);
+  void onSlotPush(WorkerId from, const PushRequest& request);
   // Applies the held BSP pushes of every clock below the live workers' minimum.
   void applyDue();
   void replyError(WorkerId to, uint64_t request, wire::PsOp op, const std::string& error);
@@ -183,7 +197,10 @@ class KvServer {
   // request's runs decode to, and the rows of a pull reply.
   std::vector<Key> key_buffer_;
   std::vector<std::span<const float>> row_buffer_;
-  std::vector<KeyStore::Run> located_;  // the rows of the push being applied, run by run
+  std::vector<KeyStore::Run> located_;     // the rows of the push being applied, run by run
+  std::vector<SlotRun> slot_buffer_;       // the slot runs a request names, decoded
+  std::vector<uint8_t> slot_bytes_;        // the slot runs a reply hands out, encoded
+  std::vector<KeyStore::Run> reply_runs_;  // the rows of the pull being answered
 };
 
 }  // namespace chorus::ps

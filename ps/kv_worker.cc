@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <stdexcept>
@@ -101,19 +102,120 @@ KvWorker::Handle KvWorker::begin(size_t parts, const Callback& done,
   return handle;
 }
 
+namespace {
+
+// Kept plans: at most this many keys together (8 bytes each, twice), and this many plans.
+constexpr size_t kPlannedKeys = size_t{1} << 22;
+constexpr size_t kPlans = 256;
+// Hashes of key sets seen once, remembered to recognize the second sight.
+constexpr size_t kSeenSets = 64;
+
+uint64_t hashKeys(std::span<const Key> keys) {
+  return XXH3_64bits(keys.data(), keys.size_bytes());
+}
+
+}  // namespace
+
+template <typename Skip>
+void KvWorker::groupKeys(std::span<const Key> keys, Skip&& skip, KeyPlan& plan) const {
+  std::map<NodeId, OwnerPart> parts;
+  std::map<NodeId, std::shared_ptr<std::vector<Key>>> part_keys;
+  // Consecutive keys mostly share an owner (or alternate between few): the last part is kept
+  // so that most keys cost no map lookup.
+  NodeId last_owner = 0;
+  OwnerPart* last = nullptr;
+  std::vector<Key>* last_keys = nullptr;
+  size_t offset = 0;
+  for (Key key : keys) {
+    const size_t len = space().length(key);
+    if (skip(key, offset)) {
+      offset += len;
+      continue;
+    }
+    const NodeId owner = directory_.owner(key);
+    if (last == nullptr || owner != last_owner) {
+      last = &parts[owner];
+      last->owner = owner;
+      auto& k = part_keys[owner];
+      if (!k) k = std::make_shared<std::vector<Key>>();
+      last_keys = k.get();
+      last_owner = owner;
+    }
+    last_keys->push_back(key);
+    // Keys whose floats follow each other in the caller's buffer share one run (one copy, one
+    // piece).
+    if (!last->runs.empty() && last->runs.back().offset + last->runs.back().floats == offset) {
+      last->runs.back().floats += len;
+      ++last->runs.back().keys;
+    } else {
+      last->runs.push_back(PartRun{.offset = offset, .floats = len, .keys = 1});
+    }
+    last->floats += len;
+    offset += len;
+  }
+  plan.parts.reserve(parts.size());
+  for (auto& [owner, part] : parts) {
+    part.keys = std::move(part_keys[owner]);
+    plan.parts.push_back(std::move(part));
+  }
+}
+
+std::shared_ptr<KvWorker::KeyPlan> KvWorker::planFor(std::span<const Key> keys) {
+  const uint64_t hash = hashKeys(keys);
+  const uint64_t version = directory_.version();
+  if (auto it = plans_.find(hash); it != plans_.end()) {
+    const KeyPlan& kept = *it->second;
+    if (kept.directory_version == version &&
+        std::equal(keys.begin(), keys.end(), kept.keys.begin(), kept.keys.end())) {
+      return it->second;
+    }
+    // Another set with the same hash, or keys that moved since: resolved again below.
+    planned_keys_ -= it->second->keys.size();
+    plans_.erase(it);
+  }
+  auto plan = std::make_shared<KeyPlan>();
+  plan->directory_version = version;
+  groupKeys(
+      keys, [](Key, size_t) { return false; }, *plan);
+  const bool seen = std::find(seen_.begin(), seen_.end(), hash) != seen_.end();
+  if (!seen) {
+    if (seen_.size() < kSeenSets) {
+      seen_.push_back(hash);
+    } else {
+      seen_[seen_next_++ % kSeenSets] = hash;
+    }
+    return plan;
+  }
+  if (keys.size() > kPlannedKeys) return plan;
+  if (plans_.size() >= kPlans || planned_keys_ + keys.size() > kPlannedKeys) {
+    plans_.clear();  // simple and rare: a workload with that many distinct repeating sets
+    planned_keys_ = 0;
+  }
+  plan->keys.assign(keys.begin(), keys.end());
+  plan->cached = true;
+  planned_keys_ += keys.size();
+  plans_[hash] = plan;
+  return plan;
+}
+
+void KvWorker::learnSlotsLocked(const SubRequest& sub, std::span<const uint8_t> slots,
+                                uint64_t layout) {
+  if (!sub.plan || !sub.plan->cached || slots.empty()) return;
+  OwnerPart& part = sub.plan->parts[sub.part];
+  part.slots.assign(slots.begin(), slots.end());
+  part.layout = layout;
+}
+
 KvWorker::Handle KvWorker::pullImpl(std::optional<Clock> min_clock, std::span<const Key> keys,
                                     std::span<float> out, const Callback& done) {
   checkRequest(keys, out.size(), "pull");
-  struct Group {
-    std::shared_ptr<std::vector<Key>> keys = std::make_shared<std::vector<Key>>();
-    std::vector<DestRun> dest;
-    size_t floats = 0;
-  };
-  std::map<NodeId, Group> groups;
   struct Send {
     uint64_t id;
     NodeId owner;
     std::shared_ptr<const std::vector<Key>> keys;
+    std::vector<uint8_t> slots;  // by slots when not empty (copied: the plan may change)
+    uint64_t layout;
+    bool want_slots;
   };
   std::vector<Send> sends;
   Clock reader = 0, required = 0;
@@ -122,68 +224,72 @@ KvWorker::Handle KvWorker::pullImpl(std::optional<Clock> min_clock, std::span<co
   // Set when cancelAll() ran before these requests were registered (its list then lacks them;
   // a later cancelAll() finds them in requests_).
   std::optional<node::Status> cancelled;
+  size_t parts = 0;
   {
     std::unique_lock lock(mu_);
     cancelled = cancelled_;
     reader = clock_;
     required = min_clock ? *min_clock : options_.staleness.requiredMinStep(reader);
     const bool use_cache = !min_clock && options_.cache;
-    float* p = out.data();
-    // Consecutive keys mostly share an owner (or alternate between few): the last group is
-    // kept so that most keys cost no map lookup.
-    NodeId last_owner = 0;
-    Group* last = nullptr;
-    const bool cached_rows = use_cache && !cache_.empty();
+    std::shared_ptr<KeyPlan> plan;
     size_t hits = 0;
-    for (Key key : keys) {
-      const size_t len = space().length(key);
-      if (cached_rows) {
-        auto it = cache_.find(key);
-        if (it != cache_.end() && fresh_.fresh(it->second.stamp, reader)) {
-          std::copy(it->second.values.begin(), it->second.values.end(), p);
-          if (inModelView(p)) read_stamps_[key] = it->second.stamp;
-          ++hits;
-          p += len;
-          continue;
-        }
-      }
-      const NodeId owner = directory_.owner(key);
-      if (last == nullptr || owner != last_owner) {
-        last = &groups[owner];
-        last_owner = owner;
-      }
-      last->keys->push_back(key);
-      // Keys whose floats follow each other in `out` share one run (one copy, one piece).
-      if (!last->dest.empty() && last->dest.back().at + last->dest.back().floats == p) {
-        last->dest.back().floats += len;
-        ++last->dest.back().keys;
-      } else {
-        last->dest.push_back(DestRun{.at = p, .floats = len, .keys = 1});
-      }
-      last->floats += len;
-      p += len;
+    if (use_cache && !cache_.empty()) {
+      // Fresh cached rows are served here; the rest is grouped for this call only.
+      plan = std::make_shared<KeyPlan>();
+      groupKeys(
+          keys,
+          [&](Key key, size_t offset) {
+            auto it = cache_.find(key);
+            if (it == cache_.end() || !fresh_.fresh(it->second.stamp, reader)) return false;
+            float* p = out.data() + offset;
+            std::copy(it->second.values.begin(), it->second.values.end(), p);
+            if (inModelView(p)) read_stamps_[key] = it->second.stamp;
+            ++hits;
+            return true;
+          },
+          *plan);
+    } else {
+      plan = planFor(keys);
     }
     stats_.cache_hits += hits;
     if (!min_clock) stats_.cache_misses += keys.size() - hits;
-    handle = begin(groups.size(), done, lock);
-    for (auto& [owner, group] : groups) {
+    parts = plan->parts.size();
+    handle = begin(parts, done, lock);
+    for (size_t i = 0; i < parts; ++i) {
+      const OwnerPart& part = plan->parts[i];
+      const NodeId owner = part.owner;
       const uint64_t id = next_request_++;
-      (owner == self_ ? stats_.keys_local : stats_.keys_remote) += group.keys->size();
+      (owner == self_ ? stats_.keys_local : stats_.keys_remote) += part.keys->size();
       if (owner != self_ && !down_owners_.count(owner)) ++stats_.messages_sent;
       if (owner != self_ && down_owners_.count(owner)) failed.push_back(id);
-      requests_[id] = SubRequest{.handle = handle,
-                                 .owner = owner,
-                                 .pull = true,
-                                 .keys = group.keys,
-                                 .dest = std::move(group.dest),
-                                 .floats = group.floats,
-                                 .busy = false,
-                                 .outcome = std::nullopt};
-      sends.push_back(Send{id, owner, std::move(group.keys)});
+      SubRequest& sub = requests_[id];
+      sub.handle = handle;
+      sub.owner = owner;
+      sub.pull = true;
+      sub.keys = part.keys;
+      sub.dest.reserve(part.runs.size());
+      for (const PartRun& run : part.runs) {
+        sub.dest.push_back(
+            DestRun{.at = out.data() + run.offset, .floats = run.floats, .keys = run.keys});
+      }
+      sub.floats = part.floats;
+      sub.plan = plan;
+      sub.part = i;
+      sub.clock = reader;
+      sub.min_clock = required;
+      const bool by_slots = owner != self_ && !part.slots.empty();
+      sub.by_slots = by_slots;
+      if (by_slots) ++stats_.by_slots;
+      sends.push_back(Send{.id = id,
+                           .owner = owner,
+                           .keys = part.keys,
+                           .slots = by_slots ? part.slots : std::vector<uint8_t>{},
+                           .layout = part.layout,
+                           .want_slots = plan->cached && !by_slots});
     }
-    if (groups.empty() && done) operations_.erase(handle);
+    if (parts == 0 && done) operations_.erase(handle);
   }
-  if (groups.empty() && done) done({});
+  if (parts == 0 && done) done({});
   for (Send& send : sends) {
     const uint64_t id = send.id;
     const NodeId owner = send.owner;
@@ -217,7 +323,10 @@ KvWorker::Handle KvWorker::pullImpl(std::optional<Clock> min_clock, std::span<co
       }
       continue;
     }
-    node::SharedFrame frame = encode(node_, pullRequest(id, reader, required, *send.keys));
+    node::SharedFrame frame =
+        send.slots.empty()
+            ? encode(node_, pullRequest(id, reader, required, *send.keys, send.want_slots))
+            : encode(node_, pullBySlots(id, reader, required, send.slots, send.layout));
     node_.send(owner, frame, [this, id](node::NodeId, const node::Status& status) {
       if (!status.ok()) finishSub(id, status, 0, {}, {});
     });
@@ -238,36 +347,32 @@ KvWorker::Handle KvWorker::pushInPlace(std::span<const Key> keys, std::span<cons
 KvWorker::Handle KvWorker::pushImpl(std::span<const Key> keys, std::span<const float> grads,
                                     const Callback& done, bool in_place) {
   checkRequest(keys, grads.size(), "push");
-  struct Group {
-    std::vector<Key> keys;
-    std::vector<float> values;  // for this node's own server (it outlives the call)
-    // For other owners: the keys' floats in `grads`, keys next to each other in one piece.
-    std::vector<std::span<const float>> pieces;
-    size_t floats = 0;
-  };
-  std::map<NodeId, Group> groups;
   struct Send {
     uint64_t id;
     NodeId owner;
-    Group* group;
+    std::shared_ptr<const std::vector<Key>> keys;
+    std::vector<float> values;  // for this node's own server (it outlives the call)
+    std::vector<std::span<const float>> pieces;  // for other owners (the sub-request's)
+    size_t floats;
+    std::vector<uint8_t> slots;  // by slots when not empty
+    uint64_t layout;
   };
   std::vector<Send> sends;
   Clock clock = 0;
   Handle handle = 0;
   std::optional<node::Status> cancelled;  // as in pullImpl
+  size_t parts = 0;
   {
     std::unique_lock lock(mu_);
     cancelled = cancelled_;
     clock = clock_;
-    size_t offset = 0;
-    NodeId last_owner = 0;  // as in pullImpl: most keys cost no map lookup
-    Group* last = nullptr;
-    for (Key key : keys) {
-      const size_t len = space().length(key);
-      const std::span<const float> grad = grads.subspan(offset, len);
-      offset += len;
-      // Read-my-writes for cached rows: the owner will apply exactly this update.
-      if (!cache_.empty()) {
+    // Read-my-writes for cached rows: the owner will apply exactly this update.
+    if (!cache_.empty()) {
+      size_t offset = 0;
+      for (Key key : keys) {
+        const size_t len = space().length(key);
+        const std::span<const float> grad = grads.subspan(offset, len);
+        offset += len;
         if (auto it = cache_.find(key); it != cache_.end()) {
           if (optimizer_.stateless()) {
             ml::sgdUpdate(optimizer_.sgd, optimizer_.pushLr(clock), it->second.values, grad, {});
@@ -276,52 +381,76 @@ KvWorker::Handle KvWorker::pushImpl(std::span<const Key> keys, std::span<const f
           }
         }
       }
-      const NodeId home = directory_.owner(key);
-      if (last == nullptr || home != last_owner) {
-        last = &groups[home];
-        last_owner = home;
-      }
-      Group& g = *last;
-      g.keys.push_back(key);
-      g.floats += len;
-      if (home == self_) {
-        g.values.insert(g.values.end(), grad.begin(), grad.end());
-      } else {
-        node::appendPiece(g.pieces, grad);
-      }
     }
-    handle = begin(groups.size(), done, lock);
-    for (auto& [owner, group] : groups) {
+    const std::shared_ptr<KeyPlan> plan = planFor(keys);
+    parts = plan->parts.size();
+    handle = begin(parts, done, lock);
+    for (size_t i = 0; i < parts; ++i) {
+      const OwnerPart& part = plan->parts[i];
+      const NodeId owner = part.owner;
       const uint64_t id = next_request_++;
-      (owner == self_ ? stats_.keys_local : stats_.keys_remote) += group.keys.size();
-      requests_[id] = SubRequest{.handle = handle,
-                                 .owner = owner,
-                                 .pull = false,
-                                 .keys = nullptr,
-                                 .dest = {},
-                                 .floats = 0,
-                                 .busy = false,
-                                 .outcome = std::nullopt};
-      // From here until its frame is written (or never will be), this sub-request points
-      // into the caller's gradients: nothing may complete it and let the caller reuse them.
-      requests_[id].busy = in_place && owner != self_;
-      if (owner != self_ && !down_owners_.count(owner)) ++stats_.messages_sent;
-      sends.push_back(Send{id, owner, &group});
+      (owner == self_ ? stats_.keys_local : stats_.keys_remote) += part.keys->size();
+      SubRequest& sub = requests_[id];
+      sub.handle = handle;
+      sub.owner = owner;
+      sub.keys = part.keys;
+      sub.floats = part.floats;
+      sub.plan = plan;
+      sub.part = i;
+      sub.clock = clock;
+      Send send{.id = id,
+                .owner = owner,
+                .keys = part.keys,
+                .values = {},
+                .pieces = {},
+                .floats = part.floats,
+                .slots = {},
+                .layout = part.layout};
+      if (owner == self_) {
+        send.values.reserve(part.floats);
+        for (const PartRun& run : part.runs) {
+          const auto grad = grads.subspan(run.offset, run.floats);
+          send.values.insert(send.values.end(), grad.begin(), grad.end());
+        }
+      } else {
+        // The frames are written from the gradients (in place: the caller's; otherwise this
+        // sub-request's copy, which also outlives a resend by keys).
+        if (in_place) {
+          sub.pieces.reserve(part.runs.size());
+          for (const PartRun& run : part.runs)
+            sub.pieces.push_back(grads.subspan(run.offset, run.floats));
+        } else {
+          sub.values.reserve(part.floats);
+          for (const PartRun& run : part.runs) {
+            const auto grad = grads.subspan(run.offset, run.floats);
+            sub.values.insert(sub.values.end(), grad.begin(), grad.end());
+          }
+          sub.pieces.emplace_back(sub.values);
+        }
+        send.pieces = sub.pieces;
+        if (!part.slots.empty()) send.slots = part.slots;
+        sub.by_slots = !send.slots.empty();
+        if (sub.by_slots) ++stats_.by_slots;
+        // From here until its frame is written (or never will be), this sub-request points
+        // into the gradients: nothing may complete it and let them go.
+        sub.busy = 1;
+        if (!down_owners_.count(owner)) ++stats_.messages_sent;
+      }
+      sends.push_back(std::move(send));
     }
-    if (groups.empty() && done) operations_.erase(handle);
+    if (parts == 0 && done) operations_.erase(handle);
   }
-  if (groups.empty() && done) done({});
-  for (const Send& send : sends) {
+  if (parts == 0 && done) done({});
+  for (Send& send : sends) {
     const uint64_t id = send.id;
     const NodeId owner = send.owner;
-    Group* group = send.group;
     bool owner_down = false;
     {
       std::lock_guard lock(mu_);
       owner_down = down_owners_.count(owner) > 0;
     }
     auto fail = [&](const node::Status& status) {
-      if (in_place && owner != self_) {
+      if (owner != self_) {
         release(id, status);
       } else {
         finishSub(id, status, 0, {}, {});
@@ -337,8 +466,8 @@ KvWorker::Handle KvWorker::pushImpl(std::span<const Key> keys, std::span<const f
     }
     if (owner == self_) {
       const bool posted = node_.post(
-          [this, id, clock, keys = std::move(group->keys), values = std::move(group->values)] {
-            if (auto error = local_.push(self_, clock, keys, values)) {
+          [this, id, clock, keys = std::move(send.keys), values = std::move(send.values)] {
+            if (auto error = local_.push(self_, clock, *keys, values)) {
               finishSub(id, {node::ErrorCode::kProtocol, *error}, 0, {}, {});
             } else {
               finishSub(id, {}, 0, {}, {});
@@ -349,20 +478,57 @@ KvWorker::Handle KvWorker::pushImpl(std::span<const Key> keys, std::span<const f
       }
       continue;
     }
-    // In place, the gradients travel as the frame's attachment, written from the caller's
-    // buffer; otherwise they are copied into the frame.
+    // The gradients travel as the frame's attachment, written from where they are.
     node::SharedFrame frame =
-        encode(node_, pushRequest(id, clock, group->keys, group->pieces, group->floats, in_place));
-    if (in_place) {
-      node_.send(owner, frame,
-                 [this, id](node::NodeId, const node::Status& status) { release(id, status); });
-      continue;
-    }
-    node_.send(owner, frame, [this, id](node::NodeId, const node::Status& status) {
-      if (!status.ok()) finishSub(id, status, 0, {}, {});
-    });
+        send.slots.empty()
+            ? encode(node_, pushRequest(id, clock, *send.keys, send.pieces, send.floats, true))
+            : encode(node_, pushBySlots(id, clock, send.slots, send.layout, send.pieces));
+    node_.send(owner, frame,
+               [this, id](node::NodeId, const node::Status& status) { release(id, status); });
   }
   return handle;
+}
+
+bool KvWorker::resendByKeys(uint64_t request) {
+  std::shared_ptr<const std::vector<Key>> keys;
+  std::vector<std::span<const float>> pieces;
+  bool pull = false;
+  NodeId owner = 0;
+  Clock clock = 0, min_clock = 0;
+  size_t floats = 0;
+  {
+    std::lock_guard lock(mu_);
+    auto it = requests_.find(request);
+    if (it == requests_.end()) return true;  // ended meanwhile (owner down, cancelled)
+    SubRequest& sub = it->second;
+    if (!sub.by_slots || sub.resent || !sub.keys) return false;
+    if (sub.plan) {
+      OwnerPart& part = sub.plan->parts[sub.part];
+      part.slots.clear();  // learned again from the answer to this pull, or the next one
+    }
+    sub.resent = true;
+    sub.by_slots = false;
+    ++stats_.resent_by_keys;
+    keys = sub.keys;
+    pieces = sub.pieces;
+    pull = sub.pull;
+    owner = sub.owner;
+    clock = sub.clock;
+    min_clock = sub.min_clock;
+    floats = sub.floats;
+    if (!pull) ++sub.busy;  // the new frame is written from the same gradients
+  }
+  if (pull) {
+    node_.send(owner, encode(node_, pullRequest(request, clock, min_clock, *keys, true)),
+               [this, request](node::NodeId, const node::Status& status) {
+                 if (!status.ok()) finishSub(request, status, 0, {}, {});
+               });
+  } else {
+    node_.send(
+        owner, encode(node_, pushRequest(request, clock, *keys, pieces, floats, true)),
+        [this, request](node::NodeId, const node::Status& status) { release(request, status); });
+  }
+  return true;
 }
 
 void KvWorker::clock() {
@@ -548,9 +714,10 @@ void KvWorker::release(uint64_t request, const node::Status& status) {
     auto it = requests_.find(request);
     if (it == requests_.end()) return;
     SubRequest& sub = it->second;
-    sub.busy = false;
+    if (sub.busy > 0) --sub.busy;
     if (!status.ok() && !sub.outcome) sub.outcome = status;
-    if (!sub.outcome) return;  // written; the owner's answer is still to come
+    // Still written (a resend) or read; or written and the owner's answer is still to come.
+    if (sub.busy > 0 || !sub.outcome) return;
     // A pull released here never had its values handled (onReply settles the ones that did).
     const node::Status result = sub.pull && sub.outcome->ok() ? status : *sub.outcome;
     callback = settleLocked(request, result, &final_status);
@@ -570,7 +737,7 @@ std::unique_ptr<node::AttachmentLanding> KvWorker::placeReply(NodeId from,
   if (it == requests_.end()) return nullptr;
   SubRequest& sub = it->second;
   // The request id names the keys; an older owner also sent them, and they must match.
-  if (sub.owner != from || !sub.pull || sub.busy ||
+  if (sub.owner != from || !sub.pull || sub.busy > 0 ||
       (reply.keys() != nullptr && !std::equal(reply.keys()->begin(), reply.keys()->end(),
                                               sub.keys->begin(), sub.keys->end()))) {
     return nullptr;
@@ -582,7 +749,7 @@ std::unique_ptr<node::AttachmentLanding> KvWorker::placeReply(NodeId from,
   for (const DestRun& run : sub.dest) {
     pieces.emplace_back(reinterpret_cast<uint8_t*>(run.at), run.floats * sizeof(float));
   }
-  sub.busy = true;
+  sub.busy = 1;
   return std::make_unique<ReplyLanding>(std::move(pieces), *this, reply.request(), from);
 }
 
@@ -604,10 +771,11 @@ void KvWorker::onReply(NodeId from, const node::InboundFrame& frame) {
       auto it = requests_.find(reply.request);
       if (it == requests_.end()) return;
       SubRequest& sub = it->second;
-      sub.busy = false;
+      sub.busy = 0;
       node::Status result = sub.outcome.value_or(node::Status{});
       if (result.ok()) result = checkLandedLocked(sub);
       if (result.ok()) recordPullLocked(sub, reply.min_clock);
+      if (result.ok()) learnSlotsLocked(sub, reply.slot_runs, reply.layout);
       callback = settleLocked(reply.request, result, &final_status);
     }
     completed_.notify_all();
@@ -623,7 +791,11 @@ void KvWorker::onReply(NodeId from, const node::InboundFrame& frame) {
                           wire::EnumNamePsOp(reply.op), reply.request);
       return;
     }
+    if (error.empty()) learnSlotsLocked(it->second, reply.slot_runs, reply.layout);
   }
+  // Rows named by slot moved at the owner (relocation, a restarted owner): the same request
+  // again by keys, once.
+  if (!error.empty() && reply.stale && resendByKeys(reply.request)) return;
   if (!error.empty()) {
     finishSub(reply.request,
               {node::ErrorCode::kProtocol, fmt::format("node {} refused the {}: {}", from,

@@ -59,6 +59,8 @@ struct WorkerStats {
   uint64_t cache_hits = 0;       // key reads served from the row cache
   uint64_t cache_misses = 0;     // key reads sent to an owner
   uint64_t failed_requests = 0;  // owner sub-requests that ended in an error
+  uint64_t by_slots = 0;         // sub-requests that named their rows by slot (no key sent)
+  uint64_t resent_by_keys = 0;   // of those, sent again by keys (the owner's rows had moved)
 };
 
 class KvWorker {
@@ -152,21 +154,56 @@ class KvWorker {
     size_t floats = 0;
     size_t keys = 0;
   };
+  // One owner's part of a key set: its keys, where their floats lie in the caller's buffer (as
+  // offsets: the same for a pull's destination and a push's gradients), and, once the owner
+  // handed them out, the slot runs that name the same rows in its store (issue 25).
+  struct PartRun {
+    size_t offset = 0;
+    size_t floats = 0;
+    size_t keys = 0;
+  };
+  struct OwnerPart {
+    NodeId owner = 0;
+    std::shared_ptr<const std::vector<Key>> keys;
+    std::vector<PartRun> runs;
+    size_t floats = 0;
+    std::vector<uint8_t> slots;  // encoded SlotRuns, empty until learned; valid at `layout`
+    uint64_t layout = 0;
+  };
+  // A key set resolved to owners once (KvWorker::planFor): kept while its keys repeat (a dense
+  // model's every clock, the benchmark's messages), so that a repeated request does no work per
+  // key on this side and names no key on the wire.
+  struct KeyPlan {
+    std::vector<Key> keys;           // kept (to compare) only when `cached`
+    uint64_t directory_version = 0;  // the directory it was resolved with
+    bool cached = false;
+    std::vector<OwnerPart> parts;  // by owner
+  };
   struct SubRequest {
     Handle handle = 0;
     NodeId owner = 0;
     bool pull = false;
-    // Pull: the keys asked for (shared with the encoding of the request, which runs unlocked),
-    // where their floats go, run by run in key order, and how many floats they hold. A push
-    // keeps none of these: nothing comes back but an acknowledgement.
+    // The keys asked for (shared with the encoding of the request, which runs unlocked); for a
+    // pull, where their floats go, run by run in key order, and how many floats they hold.
     std::shared_ptr<const std::vector<Key>> keys;
     std::vector<DestRun> dest;
     size_t floats = 0;
-    // The caller's memory is in use on the loop thread: a frame is written from it (pushInPlace)
-    // or a reply is read into it. The sub-request cannot complete before that ends (release()):
+    // The caller's memory is in use on the loop thread: frames are written from it (pushes) or
+    // a reply is read into it. The sub-request cannot complete before that ends (release()):
     // an ending that comes first is kept in `outcome`.
-    bool busy = false;
+    uint32_t busy = 0;
     std::optional<node::Status> outcome;
+    // What a request by slots needs to be sent again by keys when the owner's rows moved
+    // (a stale reply): its plan part, clocks, and for a push the gradients' pieces (the
+    // caller's, or `values`, this sub-request's copy).
+    std::shared_ptr<KeyPlan> plan;
+    size_t part = 0;
+    Clock clock = 0;
+    Clock min_clock = 0;
+    std::vector<std::span<const float>> pieces;
+    std::vector<float> values;
+    bool by_slots = false;
+    bool resent = false;
   };
   class ReplyLanding;
   struct CachedRow {
@@ -205,6 +242,17 @@ class KvWorker {
   // Under mu_: the values of a pull are in the caller's buffer (copied or landed); updates the
   // stamps and the cache.
   void recordPullLocked(const SubRequest& sub, Clock min_clock);
+  // Under mu_: the plan of `keys` (from plans_ when they were resolved before with the current
+  // directory); keys for which skip(key, float offset) is true (rows served from the cache)
+  // are left out, and such a plan is never kept.
+  std::shared_ptr<KeyPlan> planFor(std::span<const Key> keys);
+  template <typename Skip>
+  void groupKeys(std::span<const Key> keys, Skip&& skip, KeyPlan& plan) const;
+  // Under mu_: a pull reply handed out its keys' slot runs: kept in the sub-request's plan.
+  void learnSlotsLocked(const SubRequest& sub, std::span<const uint8_t> slots, uint64_t layout);
+  // The owner's rows named by slot moved (a stale reply): forgets the slots and sends the
+  // request again by keys (once); false when it cannot (then it fails as a refusal).
+  bool resendByKeys(uint64_t request);
   // Under mu_: removes the sub-request and counts `result` into its operation; the callback to
   // run once unlocked (set when the operation completed with one) and its status.
   Callback settleLocked(uint64_t request, const node::Status& result, node::Status* final_status);
@@ -232,6 +280,13 @@ class KvWorker {
   std::map<Handle, Operation> operations_;
   std::unordered_map<uint64_t, SubRequest> requests_;
   std::unordered_map<Key, CachedRow> cache_;
+  // Key sets seen twice are kept resolved (planFor): by a hash of their keys; `seen_` holds the
+  // hashes of the last sets seen once, so that key sets that never repeat (sampled batches)
+  // are not copied.
+  std::unordered_map<uint64_t, std::shared_ptr<KeyPlan>> plans_;
+  size_t planned_keys_ = 0;  // keys of every kept plan together
+  std::vector<uint64_t> seen_;
+  size_t seen_next_ = 0;
   // Where pulls of every key land (setModelView): what a restarted owner gets its keys back
   // from. Read, never copied per pull.
   std::span<const float> model_view_;

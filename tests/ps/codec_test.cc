@@ -7,6 +7,8 @@
 #include <cstring>
 #include <vector>
 
+#include "ps/key_runs.h"
+
 namespace chorus::ps {
 namespace {
 
@@ -70,6 +72,44 @@ TEST(Codec, APullRequestCarriesItsClocksAndKeys) {
   EXPECT_EQ(pull.clock, 5);
   EXPECT_EQ(pull.min_clock, 3);
   EXPECT_EQ(std::vector<Key>(pull.keys.begin(), pull.keys.end()), keys);
+}
+
+// Issue 25, rows named by slot: a pull asking for the slots, the reply handing them out, pulls
+// and pushes naming rows by slot (no keys), and the stale refusal.
+TEST(Codec, RequestsBySlotCarryTheirRunsAndLayout) {
+  std::vector<uint8_t> slots;
+  encodeSlotRuns(std::vector<SlotRun>{{.table = 0, .slot = 3, .rows = 40}}, slots);
+  PullRequest pull;
+  std::vector<Key> buffer;
+  const std::vector<Key> keys{4, 5};
+  Received r = roundTrip(pullRequest(1, 0, 0, keys, true));
+  ASSERT_EQ(decodePull(*r.message().body_as_PsPull(), kAnyKeys, buffer, pull), std::nullopt);
+  EXPECT_TRUE(pull.want_slots);
+  EXPECT_FALSE(pull.by_slots);
+  r = roundTrip(pullBySlots(2, 4, 3, slots, 77));
+  ASSERT_EQ(decodePull(*r.message().body_as_PsPull(), kAnyKeys, buffer, pull), std::nullopt);
+  EXPECT_TRUE(pull.by_slots);
+  EXPECT_TRUE(pull.keys.empty());
+  EXPECT_EQ(std::vector<uint8_t>(pull.slot_runs.begin(), pull.slot_runs.end()), slots);
+  EXPECT_EQ(pull.layout, 77u);
+  const std::vector<float> grads(40, 1.0f);
+  const std::vector<std::span<const float>> pieces{grads};
+  r = roundTrip(pushBySlots(3, 4, slots, 78, pieces));
+  PushRequest push;
+  ASSERT_EQ(decodePush(*r.message().body_as_PsPush(), r.attached(), kAnyKeys, buffer, push),
+            std::nullopt);
+  EXPECT_TRUE(push.by_slots);
+  EXPECT_EQ(push.layout, 78u);
+  EXPECT_EQ(push.grads.size(), 40u);
+  r = roundTrip(pullReply(5, 2, pieces, 40, slots, 79));
+  ReplyView reply = decodeReply(*r.message().body_as_PsReply());
+  EXPECT_EQ(std::vector<uint8_t>(reply.slot_runs.begin(), reply.slot_runs.end()), slots);
+  EXPECT_EQ(reply.layout, 79u);
+  EXPECT_FALSE(reply.stale);
+  r = roundTrip(staleReply(6, wire::PsOp::Push, "moved"));
+  reply = decodeReply(*r.message().body_as_PsReply());
+  EXPECT_TRUE(reply.stale);
+  EXPECT_EQ(reply.error, "moved");
 }
 
 // Issue 25: the keys cost bytes by their runs, not 8 bytes each.

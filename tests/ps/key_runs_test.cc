@@ -115,5 +115,31 @@ TEST(KeyRuns, AHugeRunIsRefusedBeforeAnythingIsSized) {
   EXPECT_TRUE(decode({0x00, 0x00}, 0));
 }
 
+// Rows named by slot (issue 25): runs survive the round trip; malformed ones are refused with
+// the byte they start at, before anything is sized by them.
+TEST(SlotRuns, RoundTripAndRefuseWhatCannotBeARun) {
+  const std::vector<SlotRun> runs{{.table = 0, .slot = 0, .rows = 1},
+                                  {.table = 2, .slot = 300, .rows = 70000},
+                                  {.table = 0, .slot = UINT32_MAX, .rows = 1}};
+  std::vector<uint8_t> bytes;
+  encodeSlotRuns(runs, bytes);
+  EXPECT_LE(bytes.size(), slotRunsBound(runs.size()));
+  std::vector<SlotRun> out{{.table = 9, .slot = 9, .rows = 9}};  // replaced, not appended to
+  ASSERT_EQ(decodeSlotRuns(bytes, 70002, out), std::nullopt);
+  EXPECT_EQ(out, runs);
+  // One row more than the request may name.
+  EXPECT_NE(decodeSlotRuns(bytes, 70001, out)->find("more than the 70001 rows"), std::string::npos);
+  // Cut off inside the last run's third varint.
+  EXPECT_NE(decodeSlotRuns(std::span(bytes).first(bytes.size() - 1), 70002, out)
+                ->find("cut off by the end"),
+            std::string::npos);
+  // A slot past 2^32 - 1, and a run that passes it.
+  std::vector<uint8_t> big{0, 0x80, 0x80, 0x80, 0x80, 0x10, 0};
+  EXPECT_NE(decodeSlotRuns(big, 10, out)->find("past 2^32 - 1"), std::string::npos);
+  std::vector<uint8_t> passes;
+  encodeSlotRuns(std::vector<SlotRun>{{.table = 0, .slot = UINT32_MAX, .rows = 2}}, passes);
+  EXPECT_NE(decodeSlotRuns(passes, 10, out)->find("passes slot 2^32 - 1"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace chorus::ps

@@ -320,6 +320,66 @@ TEST(KeyStore, KeysNextToEachOtherHereAreOneRun) {
   EXPECT_EQ(store.copyRow(33)->values, (std::vector<float>{7, 7}));
 }
 
+// Rows named by slot (issue 25): the runs locate() finds, handed out as slot runs, name the same
+// rows with the same floats; a slot that holds no row, a row named twice or a wrong count of
+// values is refused; and the layout changes when a row leaves (its slot may hold another key
+// later), not when one arrives (every other row stays where it is).
+TEST(KeyStore, RowsNamedBySlotAreTheRowsOfTheirKeysUntilARowLeaves) {
+  KeySpace space;
+  space.addTable("entity", 100, 2);
+  space.addTable("chunks", 10, 3);
+  KeyStore store(space, std::make_shared<AdagradPolicy>(AdagradConfig{}));
+  std::vector<Key> held;
+  for (Key key = 0; key < space.keyEnd(); key += 3) {
+    ASSERT_EQ(store.insert(key, KeyEntry{.values = std::vector<float>(space.length(key),
+                                                                      static_cast<float>(key)),
+                                         .state = {}}),
+              std::nullopt);
+    held.push_back(key);
+  }
+  std::vector<KeyStore::Run> runs, by_slot;
+  ASSERT_EQ(store.locate(held, std::nullopt, nullptr, runs), std::nullopt);
+  std::vector<SlotRun> slots;
+  KeyStore::slotRunsOf(runs, slots);
+  ASSERT_EQ(store.locateSlots(slots, store.floatsOf(held), by_slot), std::nullopt);
+  ASSERT_EQ(by_slot.size(), runs.size());
+  for (size_t i = 0; i < runs.size(); ++i) {
+    EXPECT_EQ(by_slot[i].slot, runs[i].slot);
+    EXPECT_EQ(by_slot[i].rows, runs[i].rows);
+    EXPECT_EQ(by_slot[i].floats, runs[i].floats);
+  }
+  std::vector<std::span<const float>> a, b;
+  store.rowsOf(held, a);
+  store.rowsOfRuns(by_slot, b);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_EQ(a[i].data(), b[i].data());
+  std::vector<Key> keys;
+  store.keysOf(by_slot, keys);
+  EXPECT_EQ(keys, held);
+  EXPECT_NE(store.locateSlots(slots, store.floatsOf(held) + 1, by_slot)->find("values"),
+            std::string::npos);
+  const std::vector<SlotRun> twice{{.table = 0, .slot = 4, .rows = 3},
+                                   {.table = 0, .slot = 2, .rows = 3}};
+  EXPECT_NE(store.locateSlots(twice, std::nullopt, by_slot)->find("twice"), std::string::npos);
+  const std::vector<SlotRun> outside{{.table = 0, .slot = 30, .rows = 10}};
+  EXPECT_NE(store.locateSlots(outside, std::nullopt, by_slot)->find("outside"), std::string::npos);
+  const std::vector<SlotRun> no_table{{.table = 5, .slot = 0, .rows = 1}};
+  EXPECT_NE(store.locateSlots(no_table, std::nullopt, by_slot)->find("table 5"), std::string::npos);
+
+  const uint64_t before = store.layout();
+  ASSERT_EQ(store.insert(1, KeyEntry{.values = {1, 1}, .state = {}}), std::nullopt);
+  EXPECT_EQ(store.layout(), before);
+  ASSERT_TRUE(store.extract(3));  // slot 1 of the entity slab
+  EXPECT_NE(store.layout(), before);
+  const std::vector<SlotRun> freed{{.table = 0, .slot = 1, .rows = 1}};
+  EXPECT_NE(store.locateSlots(freed, std::nullopt, by_slot)->find("holds no row"),
+            std::string::npos);
+  // Another store over the same keys does not take this one's slots for its own.
+  KeyStore other(space, std::make_shared<AdagradPolicy>(AdagradConfig{}));
+  EXPECT_NE(other.layout(), store.layout());
+}
+
 // The lapse shell moves rows in and out of the store at any time: under random inserts,
 // extracts and pushes (AdaGrad, two tables of different lengths, a chunked last row), the
 // store holds exactly what a map of rows updated one by one holds, and runs of rows updated

@@ -13,6 +13,7 @@
 #include <future>
 #include <limits>
 #include <mutex>
+#include <numeric>
 #include <random>
 #include <thread>
 
@@ -209,6 +210,99 @@ TEST(KvWorker, PushInPlaceAppliesWhatPushApplies) {
     EXPECT_FLOAT_EQ(after_copy[i] - after_in_place[i], after_in_place[i] - before[i]);
   }
   EXPECT_GT(worker.stats().keys_remote, 0u);
+}
+
+// Issue 25: a key set that repeats is resolved once and, after the owner handed out its slots in
+// a pull's reply, named by slot (no key on the wire); pulls and pushes by slot read and update
+// exactly the rows the keys name, and the ragged last chunk keeps its length.
+TEST(KvWorker, ARepeatedKeySetNamesItsRowsBySlotWithTheSameResults) {
+  KvCluster::Config config;
+  config.members = 2;
+  config.served = 2;
+  config.layout = ChunkLayout(63, 2);  // 32 keys, the last of 1 float
+  config.initial.resize(63);
+  std::iota(config.initial.begin(), config.initial.end(), 0.0f);
+  config.optimizer.sgd.momentum = 0;
+  config.optimizer.schedule.baseLr = 0.5;
+  config.staleness = Staleness{Staleness::kInfinite};
+  KvCluster cluster(config);
+  KvWorker& worker = cluster.worker(0);
+  const std::vector<Key> keys = allKeys(config.layout);
+  std::vector<float> expected = config.initial, read(63), grads(63);
+  for (int round = 0; round < 4; ++round) {
+    ASSERT_TRUE(worker.wait(worker.pull(keys, read)).ok());
+    for (size_t i = 0; i < read.size(); ++i)
+      ASSERT_FLOAT_EQ(read[i], expected[i]) << "round " << round << " float " << i;
+    for (size_t i = 0; i < grads.size(); ++i) {
+      grads[i] = static_cast<float>((i + static_cast<size_t>(round)) % 5);
+      expected[i] -= 0.5f * grads[i];
+    }
+    // Both kinds of push: the copy and the in-place one.
+    const KvWorker::Handle push =
+        round % 2 == 0 ? worker.push(keys, grads) : worker.pushInPlace(keys, grads);
+    ASSERT_TRUE(worker.wait(push).ok());
+  }
+  ASSERT_TRUE(worker.wait(worker.pull(keys, read)).ok());
+  for (size_t i = 0; i < read.size(); ++i)
+    EXPECT_FLOAT_EQ(read[i], expected[i]) << "float " << i;
+  // Pull 1 by keys (seen once), push 1 by keys (kept, no slots yet), pull 2 by keys asking for
+  // the slots, and every later remote request by slot: 3 pushes and 3 pulls.
+  EXPECT_EQ(worker.stats().by_slots, 6u);
+  EXPECT_EQ(worker.stats().resent_by_keys, 0u);
+  EXPECT_EQ(worker.stats().failed_requests, 0u);
+}
+
+// Rows that moved at their owner (a row that left the store, or an owner whose store was built
+// again: here a new server with the rows in reverse slot order takes over node 1's requests)
+// invalidate the slots a worker learned: the owner answers stale, the worker asks again by
+// keys, and reads and pushes land on the right rows.
+TEST(KvWorker, RowsThatMovedAtTheirOwnerAreAskedForAgainByKeys) {
+  std::vector<std::unique_ptr<KvServer>> replacements;  // outlive the cluster's nodes
+  KvCluster::Config config;
+  config.members = 2;
+  config.served = 2;
+  config.layout = ChunkLayout(40, 2);
+  config.initial.resize(40);
+  std::iota(config.initial.begin(), config.initial.end(), 0.0f);
+  config.optimizer.sgd.momentum = 0;
+  config.optimizer.schedule.baseLr = 0.5;
+  config.staleness = Staleness{Staleness::kInfinite};
+  KvCluster cluster(config);
+  KvWorker& worker = cluster.worker(0);
+  const std::vector<Key> keys = allKeys(config.layout);
+  std::vector<float> read(40);
+  const std::vector<float> grads(40, 1.0f);
+  const std::vector<NodeId> members{0, 1};
+  // Node 1's rows in a new store, in reverse key order (so every slot differs), with the
+  // values they hold now.
+  auto replaceOwner = [&] {
+    cluster.onLoop(1, [&] {
+      const KvServer& current = replacements.empty() ? cluster.server(1) : *replacements.back();
+      KeyStore store(config.layout, std::make_shared<SgdPolicy>(config.optimizer));
+      std::vector<Key> mine = current.store().ownedKeys();
+      std::reverse(mine.begin(), mine.end());
+      for (Key key : mine)
+        ASSERT_EQ(store.insert(key, *current.store().copyRow(key)), std::nullopt);
+      replacements.push_back(
+          std::make_unique<KvServer>(cluster.node(1), std::move(store), members, ServerOptions{}));
+    });
+  };
+  for (int i = 0; i < 3; ++i) {  // learns node 1's slots
+    ASSERT_TRUE(worker.wait(worker.pull(keys, read)).ok());
+    ASSERT_TRUE(worker.wait(worker.push(keys, grads)).ok());
+  }
+  ASSERT_GT(worker.stats().by_slots, 0u);
+  replaceOwner();
+  ASSERT_TRUE(worker.wait(worker.pushInPlace(keys, grads)).ok());  // stale, then by keys
+  EXPECT_EQ(worker.stats().resent_by_keys, 1u);
+  ASSERT_TRUE(worker.wait(worker.pull(keys, read)).ok());  // by keys, learning the new slots
+  ASSERT_TRUE(worker.wait(worker.pull(keys, read)).ok());  // by the new slots
+  replaceOwner();
+  ASSERT_TRUE(worker.wait(worker.pull(keys, read)).ok());  // stale, then by keys
+  EXPECT_EQ(worker.stats().resent_by_keys, 2u);
+  for (size_t i = 0; i < read.size(); ++i)
+    EXPECT_FLOAT_EQ(read[i], config.initial[i] - 0.5f * 4) << "float " << i;  // 4 pushes
+  EXPECT_EQ(worker.stats().failed_requests, 0u);
 }
 
 // An owner whose connection ends in the middle of a reply's values: the pull fails, naming the
