@@ -356,7 +356,7 @@ TEST(SparseConsensus, AWrongWidthPartIsRefusedBeforeAnythingIsKept) {
   ml::KgeWorkload workload(graph, smallComplEx(), 11);
   LocalCluster cluster(2, 0, {.cluster = "sparse-wide-part"});
   SparseConsensusOptions options;
-  options.train = trainOptions(1000, 32, 0.1);
+  options.train = sparseTrainOptions(1000, 32, 0.1);
   options.backup = chorus::consensus::BackupRuleSpec::read("wait-all").value();
   cluster.attach<SparseConsensusPeer>(0, workload, ml::shardIid(graph.train.size(), 2, 1)[0],
                                       sparseLayout(testsupport::complete(2), 0), options);
