@@ -18,6 +18,7 @@
 #include "ps/sparse_ps_peer.h"
 #include "tests/support/local_cluster.h"
 #include "tests/support/planted_graph.h"
+#include "tests/support/sparse_cluster.h"
 
 namespace chorus::ps {
 namespace {
@@ -25,50 +26,10 @@ namespace {
 using namespace std::chrono_literals;
 using testsupport::LocalCluster;
 
-ml::KgeConfig smallComplEx() {
-  ml::KgeConfig config;
-  config.model = ml::KgeModelKind::kComplEx;
-  config.dim = 32;
-  config.negatives = 16;
-  config.regularizer = ml::KgeRegularizerKind::kNone;
-  config.initScale = 0.1;
-  return config;
-}
-
-ml::SparseTrainOptions trainOptions(int64_t epochs, size_t batch, double lr) {
-  ml::SparseTrainOptions train;
-  train.epochs = epochs;
-  train.batchSize = batch;
-  train.optimizer.kind = ml::SparseOptimizerKind::kAdagrad;
-  train.optimizer.lr = lr;
-  train.seed = 11;
-  train.evalEvery = 0;
-  train.logEverySteps = 10;
-  return train;
-}
-
-double metric(const std::vector<std::pair<std::string, std::vector<ml::NamedMetric>>>& final,
-              const std::string& split, const std::string& name) {
-  for (const auto& [s, metrics] : final) {
-    if (s != split) continue;
-    for (const ml::NamedMetric& m : metrics) {
-      if (m.name == name) return m.value;
-    }
-  }
-  ADD_FAILURE() << "no " << split << " " << name;
-  return 0;
-}
-
-template <typename Make>
-std::vector<std::pair<std::string, std::vector<ml::NamedMetric>>> trainAlone(
-    Make make, const ml::SparseTrainOptions& train) {
-  auto workload = make();
-  std::FILE* sink = std::tmpfile();
-  ml::ProgressReporter quiet(sink, false);
-  auto final = ml::trainSparse(*workload, train, quiet).final;
-  std::fclose(sink);
-  return final;
-}
+using testsupport::finalMetric;
+using testsupport::smallComplEx;
+using testsupport::sparseTrainOptions;
+using testsupport::trainAlone;
 
 // Each shard's expected accesses per table, as the CLI computes them (KGE: its triples' entities
 // and relations plus its negatives' uniform share; negatives shared by a batch of 32).
@@ -127,12 +88,10 @@ std::vector<SparsePsReport> trainCluster(
 // node's replicas are the same bits.
 TEST(SparsePsAuto, ThreeNodesReachTheSingleNodeMrrWithNoTuning) {
   const ml::KgData graph = testsupport::makePlantedGraph({});
-  ml::KgeConfig config = smallComplEx();
-  config.sharedNegatives = true;
-  const ml::SparseTrainOptions train = trainOptions(12, 32, 0.1);
-  const double single = metric(
-      trainAlone([&] { return std::make_unique<ml::KgeWorkload>(graph, config, 11); }, train),
-      "test", "mrr");
+  const ml::KgeConfig config = smallComplEx(/*shared_negatives=*/true);
+  const ml::SparseTrainOptions train = sparseTrainOptions(12, 32, 0.1);
+  ml::KgeWorkload alone(graph, config, 11);
+  const double single = finalMetric(trainAlone(alone, train), "test", "mrr");
 
   const ml::Shards shards = ml::shardIid(graph.train.size(), 3, train.seed);
   const std::vector<std::vector<TableAccesses>> accesses = kgNodeAccesses(graph, config, shards);
@@ -157,7 +116,7 @@ TEST(SparsePsAuto, ThreeNodesReachTheSingleNodeMrrWithNoTuning) {
   EXPECT_GT(choice.home, 0u);
 
   ASSERT_EQ(reports[0].final.size(), 2u);
-  const double mrr = metric(reports[0].final, "test", "mrr");
+  const double mrr = finalMetric(reports[0].final, "test", "mrr");
   EXPECT_GT(single, 0.08);
   EXPECT_NEAR(mrr, single, 0.5 * single);
   for (size_t i = 0; i < 3; ++i) {
@@ -195,10 +154,9 @@ TEST(SparsePsAuto, MfRowsAreRelocatedAndHotColumnsReplicated) {
   mf.rank = 8;
   mf.reg = 0.01;
   mf.seed = 4;
-  const ml::SparseTrainOptions train = trainOptions(8, 200, 0.1);
-  const double single =
-      metric(trainAlone([&] { return std::make_unique<ml::MfWorkload>(data, mf); }, train), "test",
-             "rmse");
+  const ml::SparseTrainOptions train = sparseTrainOptions(8, 200, 0.1);
+  ml::MfWorkload alone(data, mf);
+  const double single = finalMetric(trainAlone(alone, train), "test", "rmse");
   ml::Shards blocks(2);
   for (size_t i = 0; i < data.train.size(); ++i)
     blocks[data.train[i].row * 2 / data.rows].push_back(i);
@@ -212,7 +170,7 @@ TEST(SparsePsAuto, MfRowsAreRelocatedAndHotColumnsReplicated) {
   const std::vector<SparsePsReport> classic = run(SparseTechnique::kClassic, "auto-mf-classic");
   const std::vector<SparsePsReport> reports = run(SparseTechnique::kAuto, "auto-mf");
   EXPECT_LT(single, 0.6);
-  EXPECT_NEAR(metric(reports[0].final, "test", "rmse"), single, 0.1 * single);
+  EXPECT_NEAR(finalMetric(reports[0].final, "test", "rmse"), single, 0.1 * single);
   for (size_t i = 0; i < 2; ++i) {
     const SparsePsReport& r = reports[i];
     EXPECT_EQ(r.failed_pulls + r.failed_pushes, 0u);
@@ -231,7 +189,7 @@ TEST(SparsePsAuto, RefusedWithoutTheNodesAccesses) {
   ml::KgeWorkload workload(graph, smallComplEx(), 11);
   LocalCluster cluster(1, 0, {.cluster = "auto-none"});
   SparsePsOptions options;
-  options.train = trainOptions(1, 32, 0.1);
+  options.train = sparseTrainOptions(1, 32, 0.1);
   options.technique = SparseTechnique::kAuto;
   EXPECT_THROW(cluster.attach<SparsePsPeer>(0, workload, std::vector<size_t>{0, 1},
                                             testsupport::membersOf(1), options),
