@@ -52,10 +52,24 @@ std::string stalenessText(const VariantEvidence& v) {
   return "";
 }
 
-// "ran 9.71 steps/s per node against 5.65, waiting 24% of its time against 52%"
+// The whole job's updates per second on the way to the target (every node's steps): the pace
+// that, times what an update is worth, makes the time to target. Per-node rates alone mislead
+// when the two variants run on different numbers of nodes (one node against a cluster).
+std::optional<double> jobRate(const VariantEvidence& v) {
+  if (!v.updates_to_target || !v.time_to_target || *v.time_to_target <= 0) return std::nullopt;
+  return *v.updates_to_target / *v.time_to_target;
+}
+
+// "ran 9.71 steps/s per node against 5.65, 38.8 updates/s over all its nodes against 22.6,
+// waiting 24% of its time against 52%"
 std::string paceText(const VariantEvidence& w, const VariantEvidence& r) {
-  return fmt::format("{} steps/s per node against {}, waiting {} of its time against {}",
-                     shortNumber(w.steps_per_s), shortNumber(r.steps_per_s),
+  std::string job;
+  if (const auto wr = jobRate(w), rr = jobRate(r); wr && rr) {
+    job = fmt::format(", {} updates/s over all its nodes against {}", shortNumber(*wr),
+                      shortNumber(*rr));
+  }
+  return fmt::format("{} steps/s per node against {}{}, waiting {} of its time against {}",
+                     shortNumber(w.steps_per_s), shortNumber(r.steps_per_s), job,
                      percent(w.wait_share, 0), percent(r.wait_share, 0));
 }
 
@@ -74,7 +88,8 @@ std::string whyText(const VariantEvidence& w, const VariantEvidence& r, bool lev
     return fmt::format("{} ran {}, and needed {}.", w.variant, paceText(w, r),
                        updatesAgainst(w, r));
   }
-  const double pace = r.steps_per_s > 0 ? w.steps_per_s / r.steps_per_s : 1;
+  double pace = r.steps_per_s > 0 ? w.steps_per_s / r.steps_per_s : 1;
+  if (const auto wr = jobRate(w), rr = jobRate(r); wr && rr && *rr > 0) pace = *wr / *rr;
   std::optional<double> worth;  // > 1: w needed fewer updates
   if (w.updates_to_target && r.updates_to_target && *w.updates_to_target > 0)
     worth = *r.updates_to_target / *w.updates_to_target;

@@ -65,13 +65,29 @@ TEST(Conclusion, AsyncWinningOnPaceDespiteMoreUpdates) {
   EXPECT_TRUE(contains(text, "ps:async reached 97.0% first, in 36.0 s")) << text;
   EXPECT_TRUE(contains(text,
                        "It won on pace: ps:async ran 12.3 steps/s per node against 9.71, "
-                       "waiting 3% of its time against 24%; that outweighed needing more "
+                       "106.5 updates/s over all its nodes against 70.8, waiting 3% of its "
+                       "time against 24%; that outweighed needing more "
                        "updates to get there, 3833 updates against 3185"))
       << text;
   EXPECT_TRUE(contains(text,
                        "Bounded staleness did not beat both ends: async was 1.25x sooner "
                        "than ps:ssp:3, which was 1.19x sooner than BSP."))
       << text;
+}
+
+// One node against a cluster (the sparse demo's single against ps:classic): a cluster node
+// runs far fewer steps per second than the lone node, yet its four nodes together outpace it.
+// The conclusion must say it won on pace over the whole job, not that nothing separates them.
+TEST(Conclusion, AClusterOutpacingOneNodeWinsOnTheWholeJobsPace) {
+  const std::string text = conclusionText({evidence("single", "", 0.76, 682, 0, 170),
+                                           evidence("ps:classic", "2", 0.63, 101.6, 0.82, 257)},
+                                          "MRR 0.250");
+  EXPECT_TRUE(contains(text, "ps:classic reached MRR 0.250 first")) << text;
+  EXPECT_TRUE(contains(text,
+                       "It won on pace: ps:classic ran 101.6 steps/s per node against 682.0, "
+                       "407.9 updates/s over all its nodes against 223.7"))
+      << text;
+  EXPECT_FALSE(contains(text, "Neither pace")) << text;
 }
 
 TEST(Conclusion, BspWinningOnExactUpdates) {
@@ -81,7 +97,9 @@ TEST(Conclusion, BspWinningOnExactUpdates) {
       "97.0%");
   EXPECT_TRUE(contains(text,
                        "It won on what an update is worth: ps:bsp needed 2400 updates "
-                       "against 2800 (bound 0 against bound 3), at about the same pace"))
+                       "against 2800 (bound 0 against bound 3), at a lower pace (3.80 "
+                       "steps/s per node against 3.90, 30.0 updates/s over all its nodes "
+                       "against 31.8"))
       << text;
   EXPECT_TRUE(contains(text,
                        "Bounded staleness did not beat both ends: BSP was 1.10x sooner than "
