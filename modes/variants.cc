@@ -5,7 +5,6 @@
 #include <algorithm>
 
 #include "consensus/backup_rule.h"
-#include "ps/sparse_row_access.h"
 #include "run/staleness_bound.h"
 
 namespace chorus::modes {
@@ -19,10 +18,6 @@ std::string orList(const std::vector<std::string>& names) {
     out += names[i];
   }
   return out;
-}
-
-bool usable(const std::string& technique) {
-  return ps::parseSparseTechnique(technique).has_value();
 }
 
 // BOUND of ps:BOUND or ps:TECHNIQUE:BOUND: bsp, ssp:N or async (run::StalenessBound's variant
@@ -46,14 +41,6 @@ const std::vector<std::string>& psTechniqueNames() {
   return names;
 }
 
-std::vector<std::string> usablePsTechniques() {
-  std::vector<std::string> out;
-  for (const std::string& name : psTechniqueNames()) {
-    if (usable(name)) out.push_back(name);
-  }
-  return out;
-}
-
 node::Result<VariantSpec> singleVariant(std::optional<std::string_view> args) {
   if (args) return node::invalidInput("single takes no arguments");
   VariantSpec spec;
@@ -73,11 +60,6 @@ node::Result<VariantSpec> psVariant(std::optional<std::string_view> args) {
   std::optional<std::string> technique;
   if (std::find(psTechniqueNames().begin(), psTechniqueNames().end(), first) !=
       psTechniqueNames().end()) {
-    if (!usable(first)) {
-      return node::invalidInput(
-          fmt::format("technique {} is not implemented yet in this build (usable: {})", first,
-                      orList(usablePsTechniques())));
-    }
     technique = first;
     rest.remove_prefix(std::min(rest.size(), first.size() + 1));
     if (first.size() == args->size() - 1) {
@@ -121,7 +103,7 @@ std::string psVariantForms() {
   return fmt::format(
       "ps:bsp, ps:ssp:N (N >= 0), ps:async, ps:TECHNIQUE[:BOUND] (sparse models; TECHNIQUE: {}; "
       "BOUND as before)",
-      orList(usablePsTechniques()));
+      orList(psTechniqueNames()));
 }
 
 std::string consensusVariantForms() {

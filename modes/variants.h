@@ -41,12 +41,10 @@ struct VariantSpec {
 // The scope of the options of fully asynchronous PS (--async-rounds): ps:async only.
 inline constexpr std::string_view kPsAsyncScope = "ps:async";
 
-// The PS techniques a variant may name (issue 25's: classic, lapse, nups, auto), in that order.
-// A name is usable when this build's `--technique` takes it (ps::parseSparseTechnique, the one
-// list of what works); the others are refused as not implemented yet.
+// The PS techniques a variant may name, in the order --help lists them: classic, lapse, nups,
+// auto. Each is a name `--technique` takes (ps::parseSparseTechnique; a test holds the two lists
+// together).
 const std::vector<std::string>& psTechniqueNames();
-// The usable ones ("classic, lapse") and the others ("nups, auto"), for messages and --help.
-std::vector<std::string> usablePsTechniques();
 
 // The grammars of the registry's entries. Each parses ARGS of MODE:ARGS (nullopt: the name
 // alone), or says what is wrong with ARGS as its error (kInvalidArgument; the caller names the
