@@ -6,6 +6,8 @@ set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config
+  # compiles through ccache when present (CMakeLists.txt: CHORUS_CCACHE)
+  ccache
   libuv1-dev
   libflatbuffers-dev flatbuffers-compiler
   libeigen3-dev
