@@ -486,9 +486,15 @@ std::vector<std::pair<std::string, std::string>> sparseFingerprint(const run::Ru
   return s;
 }
 
-std::shared_ptr<SparseNodeJob> loadSparseNodeJob(const run::RunOptions& run,
-                                                 const SparseNodeArgs& sparse, uint32_t self,
-                                                 const std::vector<uint32_t>& members) {
+namespace {
+
+// loadSparseNodeJob for a node of `training`'s mode: the PS techniques' MF row blocks are PS
+// mode's only. A consensus node keeps the seed's i.i.d. split whatever --technique says (its
+// default, auto, is a PS setting): every replica steps on a sample of all the ratings, shards
+// of equal size.
+std::shared_ptr<SparseNodeJob> loadJobFor(const run::RunOptions& run, const SparseNodeArgs& sparse,
+                                          uint32_t self, const std::vector<uint32_t>& members,
+                                          modes::SparseTraining training) {
   auto job = std::make_shared<SparseNodeJob>();
   job->self = self;
   job->data_name = dataName(run, sparse);
@@ -546,7 +552,8 @@ std::shared_ptr<SparseNodeJob> loadSparseNodeJob(const run::RunOptions& run,
   const auto rank =
       static_cast<size_t>(std::find(sorted.begin(), sorted.end(), self) - sorted.begin());
   if (sparse.mfSchedule == "rotation") job->rotation_blocks = sorted.size();
-  if (job->technique != ps::SparseTechnique::kClassic && isMf(run.model.name)) {
+  if (training == modes::SparseTraining::kPs && job->technique != ps::SparseTechnique::kClassic &&
+      isMf(run.model.name)) {
     // Lapse's MF partition (nups relocates the same way): worker r takes the ratings of the
     // matrix rows of block r, so that the row factors it localizes stay with it (only the
     // columns move between workers).
@@ -564,6 +571,14 @@ std::shared_ptr<SparseNodeJob> loadSparseNodeJob(const run::RunOptions& run,
   job->shard = shards[rank];
   if (job->technique == ps::SparseTechnique::kAuto) job->member_shards = std::move(shards);
   return job;
+}
+
+}  // namespace
+
+std::shared_ptr<SparseNodeJob> loadSparseNodeJob(const run::RunOptions& run,
+                                                 const SparseNodeArgs& sparse, uint32_t self,
+                                                 const std::vector<uint32_t>& members) {
+  return loadJobFor(run, sparse, self, members, modes::SparseTraining::kPs);
 }
 
 namespace {
@@ -796,7 +811,7 @@ SparsePlan planSparseTraining(const modes::Mode& mode, const modes::TrainingCont
     members.push_back(n.id);
   const node::NodeId self = context.self.id;
   const std::shared_ptr<SparseNodeJob> job =
-      loadSparseNodeJob(context.settings.run, sparse, self, members);
+      loadJobFor(context.settings.run, sparse, self, members, mode.sparse);
   SparsePlan plan;
   switch (mode.sparse) {
     case modes::SparseTraining::kPs: {

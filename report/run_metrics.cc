@@ -149,7 +149,9 @@ std::optional<QualityPoint> qualityPoint(const JsonObject& object, SparseMetrics
       m.eval_seconds += object.number(fmt::format("{}_eval_seconds", split)).value_or(0);
     }
   } else {
-    m.eval_seconds += object.number("eval_seconds").value_or(0);
+    const double seconds = object.number("eval_seconds").value_or(0);
+    m.eval_seconds += seconds;
+    m.training_eval_seconds += seconds;
   }
   const auto value = object.number(fmt::format("{}_{}", m.split, m.metric));
   const auto time = object.number("time");
@@ -415,9 +417,20 @@ void summarizeSparse(const RunMetrics& metrics, RunSummary& s) {
   for (const NodeMetrics& node : metrics.nodes) {
     if (!node.sparse || !node.sparse->has_summary) continue;
     const SparseMetrics& m = *node.sparse;
-    if (m.train_seconds > 0) {
-      rates.push_back(m.steps / m.train_seconds);
-      waits.push_back(std::min(1.0, m.wait_seconds / m.train_seconds));
+    // Node 0's training time leaves its evaluations out; the others' would hold them: under a
+    // bound (PS's clocks, consensus's tau) they go on at most a few steps and then wait until
+    // node 0 trains again, seconds per evaluation on WN18RR. That wait is node 0's evaluating,
+    // not the run's training, so it leaves their time and their waiting too (about: they
+    // still run the steps the bound allows). Without a bound (`inf`: PS async) nobody waits for
+    // it; a rotation run also says `inf` but trains MF only, whose evaluations take
+    // milliseconds.
+    const double held = &node == &metrics.nodes.front() || m.staleness == "inf"
+                            ? 0.0
+                            : std::min(ref.training_eval_seconds, m.wait_seconds);
+    const double train_seconds = m.train_seconds - held;
+    if (train_seconds > 0) {
+      rates.push_back(m.steps / train_seconds);
+      waits.push_back(std::min(1.0, (m.wait_seconds - held) / train_seconds));
     }
     sent.push_back(m.bytes_out);
     if (m.local_share) local.push_back(*m.local_share);

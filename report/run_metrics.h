@@ -68,6 +68,9 @@ struct SparseMetrics {
   std::string split;                  // the split of `quality`: "valid" or "test"
   std::vector<QualityPoint> quality;  // in file order
   double eval_seconds = 0;            // node 0's evaluations so far, summed
+  // Node 0's evaluations between epochs (its `epoch` lines' eval_seconds), the last one after
+  // the summary left out: the time the other nodes of a bounded run spent held up by them.
+  double training_eval_seconds = 0;
   // After the run, on the last split (test): the `summary` line's.
   std::optional<double> final_value, final_hits10;
   std::string final_split;

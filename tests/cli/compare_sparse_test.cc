@@ -213,6 +213,31 @@ TEST_F(CompareSparseTest, MatrixFactorizationIsReportedInRmse) {
   // The nodes train on the model's own default data.
   EXPECT_TRUE(contains(readFile(out / "ps-classic/seed-1/command.txt"), "--data zipf-mf"));
   EXPECT_TRUE(contains(readFile(out / "ps-auto/seed-1/command.txt"), "--technique auto"));
+  // ps:auto's workers take the ratings of their row block (Zipf rows: blocks of unequal size);
+  // a gossip node the seed's i.i.d. share, whatever the PS default technique is.
+  const auto shardSizes = [&](const std::string& variant) {
+    std::vector<long> sizes;
+    for (int id = 0; id < 3; ++id) {
+      const std::string text =
+          readFile(out / variant / "seed-1" / ("node-" + std::to_string(id) + ".jsonl"));
+      const size_t at = text.find("\"shard_points\":");
+      EXPECT_NE(at, std::string::npos) << variant << " node " << id;
+      if (at != std::string::npos) sizes.push_back(std::stol(text.substr(at + 15)));
+    }
+    return sizes;
+  };
+  const std::vector<long> gossip = shardSizes("consensus-dynamic");
+  ASSERT_EQ(gossip.size(), 3u);
+  EXPECT_LE(*std::max_element(gossip.begin(), gossip.end()) -
+                *std::min_element(gossip.begin(), gossip.end()),
+            1)
+      << gossip[0] << " " << gossip[1] << " " << gossip[2];
+  const std::vector<long> blocks = shardSizes("ps-auto");
+  ASSERT_EQ(blocks.size(), 3u);
+  EXPECT_GT(*std::max_element(blocks.begin(), blocks.end()) -
+                *std::min_element(blocks.begin(), blocks.end()),
+            1)
+      << blocks[0] << " " << blocks[1] << " " << blocks[2];
   EXPECT_GT(fs::file_size(out / "plots" / "quality-vs-time.png"), 1000u);
 }
 

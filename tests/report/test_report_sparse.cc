@@ -17,9 +17,11 @@ namespace {
 class ReportSparseTest : public ReportFolderTest {
  protected:
   // Node `id`'s file of a sparse run: its start line, an `epoch` line per epoch at 2, 4, 6 ...
-  // seconds (node 0 with valid_mrr = `mrr[e]` at the evaluation epochs), and its summary.
+  // seconds (node 0 with valid_mrr = `mrr[e]` at the evaluation epochs, each evaluation 0.5 s),
+  // and its summary with `train_seconds` and `wait_seconds`.
   static std::string kgeNode(int id, const std::string& start_fields,
-                             const std::vector<double>& mrr, const std::string& summary_fields) {
+                             const std::vector<double>& mrr, const std::string& summary_fields,
+                             double train_seconds = 6, double wait_seconds = 1.5) {
     std::string text = line(R"("event":"start","time":0,"model":"complex dim=8","train_points":)"
                             R"(100,"seed":3,"node":)" +
                             std::to_string(id) + "," + start_fields);
@@ -33,8 +35,9 @@ class ReportSparseTest : public ReportFolderTest {
       text += line(fields);
     }
     std::string summary = R"("event":"summary","time":)" + std::to_string(2.0 * mrr.size() + 0.5) +
-                          R"(,"epochs":3,"evaluated_epoch":3,"steps":30,"train_seconds":6,)"
-                          R"("wait_seconds":1.5,"bytes_out":2000000,)" +
+                          R"(,"epochs":3,"evaluated_epoch":3,"steps":30,"train_seconds":)" +
+                          std::to_string(train_seconds) + R"(,"wait_seconds":)" +
+                          std::to_string(wait_seconds) + R"(,"bytes_out":2000000,)" +
                           summary_fields;
     if (id == 0) {
       summary += R"(,"valid_mrr":)" + std::to_string(mrr.back()) +
@@ -52,15 +55,19 @@ class ReportSparseTest : public ReportFolderTest {
                    R"("status":"ok","error":"")") +
               line(R"("event":"run","variant":"consensus:wait-all","seed":1,)"
                    R"("dir":"consensus-wait-all/seed-1","status":"ok","error":"")"));
+    // Node 1 trained as node 0 did (6 s, 1.5 s of it waiting) and was held up by node 0's two
+    // evaluations between epochs (0.5 s each): its file says 7 s, 2.5 s of them waiting.
     for (int id = 0; id < 2; ++id) {
+      const double train = id == 0 ? 6 : 7, wait = id == 0 ? 1.5 : 2.5;
       write("ps-lapse/seed-1/node-" + std::to_string(id) + ".jsonl",
             kgeNode(id, R"("mode":"ps","technique":"lapse","staleness":"1")", {0.1, 0.3, 0.35},
-                    id == 0 ? R"("local_share":0.8)" : R"("local_share":0.6)"));
-      write("consensus-wait-all/seed-1/node-" + std::to_string(id) + ".jsonl",
-            kgeNode(
-                id, R"("mode":"consensus","exchange":"sparse","backup":"wait-all")",
-                {0.05, 0.2, 0.32},
-                R"("rows_per_round":)" + std::to_string(100 + 20 * id) + R"(,"max_staleness":0)"));
+                    id == 0 ? R"("local_share":0.8)" : R"("local_share":0.6)", train, wait));
+      write(
+          "consensus-wait-all/seed-1/node-" + std::to_string(id) + ".jsonl",
+          kgeNode(id, R"("mode":"consensus","exchange":"sparse","backup":"wait-all")",
+                  {0.05, 0.2, 0.32},
+                  R"("rows_per_round":)" + std::to_string(100 + 20 * id) + R"(,"max_staleness":0)",
+                  train, wait));
     }
   }
 };
@@ -81,8 +88,12 @@ TEST_F(ReportSparseTest, TheTableShowsMrrHitsAndEachModesOwnColumns) {
   EXPECT_DOUBLE_EQ(*report.runs[0].local_share, 0.7);  // mean over the nodes
   EXPECT_FALSE(report.runs[0].rows_per_round.has_value());
   EXPECT_DOUBLE_EQ(*report.runs[1].rows_per_round, 110);
-  EXPECT_DOUBLE_EQ(report.runs[0].steps_per_s, 5.0);  // 30 steps in 6 s of training
+  // 30 steps in 6 s of training on both nodes: node 1's wait for node 0's evaluations is left
+  // out of its time and its waiting.
+  EXPECT_DOUBLE_EQ(report.runs[0].steps_per_s, 5.0);
   EXPECT_DOUBLE_EQ(report.runs[0].wait_share, 0.25);
+  EXPECT_DOUBLE_EQ(report.runs[1].steps_per_s, 5.0);
+  EXPECT_DOUBLE_EQ(report.runs[1].wait_share, 0.25);
   EXPECT_DOUBLE_EQ(report.runs[0].bytes_sent_per_node, 2e6);
   // A sparse run's summary line is its end: no node "stopped with no final line".
   EXPECT_TRUE(report.events[0].empty());
@@ -107,6 +118,37 @@ TEST_F(ReportSparseTest, TheTableShowsMrrHitsAndEachModesOwnColumns) {
   const std::string md = reportMarkdown(report, PlotSet{});
   EXPECT_TRUE(contains(md, "- **local accesses**: PS")) << md;
   EXPECT_FALSE(contains(md, "final accuracy")) << md;
+}
+
+// The other nodes of a bounded run wait while node 0 evaluates between epochs (on WN18RR for
+// seconds, longer than their epoch): that wait is node 0's evaluating, which node 0's own time
+// leaves out, so theirs leaves it out too, at most the time they waited. A run without a bound
+// (async) has nobody waiting for node 0, and keeps its times as they are.
+TEST_F(ReportSparseTest, TheOtherNodesWaitForNodeZerosEvaluationsIsLeftOut) {
+  const auto run = [&](const std::string& dir, const std::string& staleness, double train,
+                       double wait) {
+    const std::string start =
+        R"("mode":"ps","technique":"classic","staleness":")" + staleness + R"(")";
+    write(dir + "/node-0.jsonl", kgeNode(0, start, {0.1, 0.3, 0.35}, R"("local_share":0.5)"));
+    write(dir + "/node-1.jsonl",
+          kgeNode(1, start, {0.1, 0.3, 0.35}, R"("local_share":0.5)", train, wait));
+    return buildReport(loadReportInput(dir_ / dir)).runs.at(0);
+  };
+  // Node 0: 30 steps in 6 s, 1.5 s waiting; two evaluations of 0.5 s between its epochs.
+  const RunSummary held = run("held", "2", 7, 2.5);  // node 1 held up for the 1 s: left out
+  EXPECT_DOUBLE_EQ(held.steps_per_s, 5.0);
+  EXPECT_DOUBLE_EQ(held.wait_share, 0.25);
+  // Node 1 waited 0.4 s in all: at most that is left out (6.1 s of training, no waiting).
+  const RunSummary short_wait = run("short", "2", 6.5, 0.4);
+  EXPECT_DOUBLE_EQ(short_wait.steps_per_s, (5.0 + 30 / 6.1) / 2);
+  EXPECT_DOUBLE_EQ(short_wait.wait_share, 0.25 / 2);
+  // Async: node 1's times as its file has them.
+  const RunSummary async = run("async", "inf", 7, 2.5);
+  EXPECT_DOUBLE_EQ(async.steps_per_s, (5.0 + 30 / 7.0) / 2);
+  EXPECT_DOUBLE_EQ(async.wait_share, (0.25 + 2.5 / 7) / 2);
+  // The folder's reading notes say so.
+  EXPECT_TRUE(contains(sparseReadingNotes(buildReport(loadReportInput(dir_ / "held"))),
+                       "held up by node 0's evaluations is left out"));
 }
 
 TEST_F(ReportSparseTest, WithoutATargetAndFromALaunchFolderTheColumnsStay) {
