@@ -296,9 +296,17 @@ struct ClusterCase {
   bool barrier;  // the all-worker barrier instead of the neighbour hand-off
 };
 
+std::string describeCase(const ClusterCase& c) {
+  return fmt::format("{}Workers{}Blocks{}", c.workers, c.blocks, c.barrier ? "Barrier" : "HandOff");
+}
+
 std::string caseName(const ::testing::TestParamInfo<ClusterCase>& info) {
-  return fmt::format("{}Workers{}Blocks{}", info.param.workers, info.param.blocks,
-                     info.param.barrier ? "Barrier" : "HandOff");
+  return describeCase(info.param);
+}
+
+// gtest prints a parameter's bytes otherwise (padding included, different from run to run).
+void PrintTo(const ClusterCase& c, std::ostream* os) {
+  *os << describeCase(c);
 }
 
 class RotationCluster : public ::testing::TestWithParam<ClusterCase> {};
