@@ -84,7 +84,8 @@ const std::set<std::string> kOwnFlags = {"--topology",    "--variants",       "-
 const std::vector<std::pair<std::string, std::string>> kVariantFlags = {
     {"--backup", "the variant name sets it: consensus:RULE, e.g. consensus:static:1"},
     {"--rejoin", "it is for one restarted node, not for a compare"},
-    {"--technique", "the variant name sets it: ps:TECHNIQUE, e.g. ps:lapse or ps:lapse:ssp:2"}};
+    {"--technique", "the variant name sets it: ps:TECHNIQUE, e.g. ps:lapse or ps:lapse:ssp:2"},
+    {"--mf-schedule", "the variant name sets it: ps:rotation"}};
 
 // Registers a mode's options on `cmd` through `add`, under the help heading `heading`, and
 // returns their flags.
@@ -324,7 +325,8 @@ void runCompare(CLI::App& cmd, const CompareArgs& args) {
   // counts epochs, evaluates every --eval-every-epochs and is measured in MRR or RMSE.
   const bool sparse = isSparseModel(args.run.model.name);
   for (const auto& v : variants) {
-    if (v.spec.family == modes::ModelFamily::kSparse && !sparse) {
+    if ((v.spec.family == modes::ModelFamily::kSparse && !sparse) ||
+        (v.spec.family == modes::ModelFamily::kMf && args.run.model.name != "mf")) {
       throw CommandFailure(2, fmt::format("--variants: {} does not apply to --model {}: {}", v.name,
                                           args.run.model.name, v.spec.family_reason));
     }

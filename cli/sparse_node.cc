@@ -107,6 +107,11 @@ ml::SparseTrainOptions trainOptions(const run::RunOptions& run, const SparseNode
   return train;
 }
 
+// --mf-schedule rotation or rotation-barrier (docs/orion.md).
+bool isRotation(const SparseNodeArgs& sparse) {
+  return sparse.mfSchedule == "rotation" || sparse.mfSchedule == "rotation-barrier";
+}
+
 // --mf-schedule rotation's conditions (docs/orion.md): MF in PS mode over relocation, without a
 // per-clock bound.
 void checkRotation(const run::RunOptions& run, const SparseNodeArgs& sparse, bool gossip) {
@@ -164,6 +169,7 @@ struct SparseNodeJob {
   ps::SparseTechnique technique = ps::SparseTechnique::kClassic;
   // --mf-schedule rotation: the blocks per dimension (one per worker); 0: data-parallel.
   size_t rotation_blocks = 0;
+  bool rotation_barrier = false;  // rotation-barrier: the all-worker barrier, not hand-offs
   ps::ReplicationOptions
       replication;  // nups, auto: the flags (the accesses are filled in by the PS session)
   // auto: every member's training points (member order; shard is this node's), for each node's
@@ -212,11 +218,12 @@ void addSparseNodeOptions(CLI::App& node, SparseNodeArgs& args) {
                   "--model mf in PS mode: data-parallel (every worker trains its shard under "
                   "SSP) or rotation (Orion: the matrix is cut into N x N blocks of near-equal "
                   "rating counts for N workers; worker w keeps row block w and at sub-epoch t "
-                  "trains it with column block (w + t) mod N, the column blocks moving by "
-                  "relocation after a barrier, so no two workers update a row at once and the "
-                  "result is the serial algorithm's; runs with --technique lapse; see "
-                  "docs/orion.md)")
-      ->check(CLI::IsMember({"data-parallel", "rotation"}))
+                  "trains it with column block (w + t) mod N, each column block moving by "
+                  "relocation to the next worker as soon as its holder is done with it, so no "
+                  "two workers update a row at once and the result is the serial algorithm's; "
+                  "runs with --technique lapse; see docs/orion.md); rotation-barrier: the same "
+                  "with every worker waiting for all at each sub-epoch (to compare)")
+      ->check(CLI::IsMember({"data-parallel", "rotation", "rotation-barrier"}))
       ->capture_default_str();
   node.add_option("--replicate", args.replicate,
                   "--technique nups: replicate the N keys with the most expected accesses (the "
@@ -369,7 +376,7 @@ void checkSparseNodeArgs(const run::RunOptions& run, const SparseNodeArgs& spars
                          "--replicate N and --replica-bytes both choose the hot set: give one "
                          "(--replicate takes the top N whatever their memory)");
   }
-  if (sparse.mfSchedule == "rotation") checkRotation(run, sparse, gossip);
+  if (isRotation(sparse)) checkRotation(run, sparse, gossip);
   for (const auto& [flag, why] : kNotForSparse) {
     if (gossip && flag == "--rejoin") continue;  // it takes a neighbor's tables
     refuse(sparse, {flag}, model, why);
@@ -504,8 +511,7 @@ std::shared_ptr<SparseNodeJob> loadJobFor(const run::RunOptions& run, const Spar
     job->train = trainOptions(run, sparse);
     job->sampling = sampleSchemeOf(sparse);
     // Rotation moves its column blocks by relocation (checkRotation refused another technique).
-    job->technique =
-        sparse.mfSchedule == "rotation" ? ps::SparseTechnique::kLapse : techniqueOf(sparse);
+    job->technique = isRotation(sparse) ? ps::SparseTechnique::kLapse : techniqueOf(sparse);
     job->replication = replicationOf(sparse);
     if (isMf(run.model.name)) {
       ml::MfOptions mf = mfModelOptions(f);
@@ -551,7 +557,10 @@ std::shared_ptr<SparseNodeJob> loadJobFor(const run::RunOptions& run, const Spar
   std::sort(sorted.begin(), sorted.end());
   const auto rank =
       static_cast<size_t>(std::find(sorted.begin(), sorted.end(), self) - sorted.begin());
-  if (sparse.mfSchedule == "rotation") job->rotation_blocks = sorted.size();
+  if (isRotation(sparse)) {
+    job->rotation_blocks = sorted.size();
+    job->rotation_barrier = sparse.mfSchedule == "rotation-barrier";
+  }
   if (training == modes::SparseTraining::kPs && job->technique != ps::SparseTechnique::kClassic &&
       isMf(run.model.name)) {
     // Lapse's MF partition (nups relocates the same way): worker r takes the ratings of the
@@ -645,8 +654,8 @@ class SparsePsSession : public NodeSession {
       fmt::print("node {}: {} of the owners' model:{}\n", self, split, line);
     }
     if (!r.rotation.empty()) {
-      fmt::print("node {}: rotation: {}; {:.1f} s in {} sub-epoch barriers\n", self, r.rotation,
-                 r.barrier_seconds, r.barriers);
+      fmt::print("node {}: rotation: {}; {:.1f} s in {} sub-epoch {}\n", self, r.rotation,
+                 r.barrier_seconds, r.barriers, job_->rotation_barrier ? "barriers" : "hand-offs");
     }
     if (r.technique == ps::SparseTechnique::kNups || r.technique == ps::SparseTechnique::kAuto) {
       const ps::RowAccessStats& a = r.access;
@@ -684,6 +693,7 @@ class SparsePsSession : public NodeSession {
     options.sampling = job.sampling;
     options.technique = job.technique;
     options.rotation_blocks = job.rotation_blocks;
+    options.rotation_barrier = job.rotation_barrier;
     if (job.technique == ps::SparseTechnique::kNups) {
       options.replication = job.replication;
       options.replication.accesses = expectedAccesses(job);

@@ -61,9 +61,10 @@ struct SparseNodeArgs {
   // to where they are used; docs/sparse-ps.md) or "nups" (hot keys replicated, the others
   // relocated; docs/ps-replication.md).
   std::string technique = "auto";
-  // --mf-schedule (PS mode, --model mf): "data-parallel" (every worker its shard, SSP) or
-  // "rotation" (Orion's block schedule: one row block per worker, the column blocks rotate;
-  // docs/orion.md).
+  // --mf-schedule (PS mode, --model mf): "data-parallel" (every worker its shard, SSP),
+  // "rotation" (Orion's block schedule: one row block per worker, the column blocks rotate and
+  // are handed from neighbour to neighbour; docs/orion.md) or "rotation-barrier" (the same with
+  // an all-worker barrier at every sub-epoch, to measure the hand-off against).
   std::string mfSchedule = "data-parallel";
   // --technique nups: --replicate N (the N most accessed keys; -1: not given, the hot set is what
   // fits --replica-bytes), --replica-bytes and --replica-syncs-per-s; auto: the last two (its

@@ -25,7 +25,8 @@ std::string orList(const std::vector<std::string>& names) {
 node::Result<run::StalenessBound> parseBound(std::string_view bound) {
   if (bound != "bsp" && bound != "async" && !bound.starts_with("ssp:")) {
     return node::invalidInput(
-        fmt::format("'{}' is neither a staleness bound (bsp, ssp:N, async) nor a technique ({})",
+        fmt::format("'{}' is neither a staleness bound (bsp, ssp:N, async) nor a technique ({}) "
+                    "nor rotation",
                     bound, orList(psTechniqueNames())));
   }
   node::Result<run::StalenessBound> read = run::StalenessBound::read(bound);
@@ -55,6 +56,19 @@ node::Result<VariantSpec> psVariant(std::optional<std::string_view> args) {
   VariantSpec spec;
   spec.settings.emplace_back("--mode", "ps");
   spec.scopes.emplace_back("ps");
+  if (*args == "rotation" || args->starts_with("rotation:")) {
+    if (*args != "rotation") {
+      return node::invalidInput(
+          "ps:rotation takes no bound: its workers meet at every sub-epoch and share no row "
+          "within one (docs/orion.md)");
+    }
+    // Rotation moves its column blocks by relocation: the nodes run it with --technique lapse.
+    spec.settings.emplace_back("--mf-schedule", "rotation");
+    spec.family = ModelFamily::kMf;
+    spec.family_reason =
+        "rotation is Orion's schedule of a rating matrix's row and column blocks (--model mf)";
+    return spec;
+  }
   std::string_view rest = *args;
   const std::string first(rest.substr(0, rest.find(':')));
   std::optional<std::string> technique;
@@ -102,7 +116,7 @@ std::string singleVariantForms() {
 std::string psVariantForms() {
   return fmt::format(
       "ps:bsp, ps:ssp:N (N >= 0), ps:async, ps:TECHNIQUE[:BOUND] (sparse models; TECHNIQUE: {}; "
-      "BOUND as before)",
+      "BOUND as before), ps:rotation (--model mf: Orion's rotation schedule)",
       orList(psTechniqueNames()));
 }
 

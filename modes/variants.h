@@ -20,6 +20,7 @@ namespace chorus::modes {
 enum class ModelFamily : uint8_t {
   kAny,     // image models and the sparse models alike
   kSparse,  // only the sparse models (complex, distmult, mf)
+  kMf,      // only matrix factorization (ps:rotation: blocks of a rating matrix)
 };
 
 // What one variant sets on the nodes of its runs.
@@ -52,6 +53,8 @@ const std::vector<std::string>& psTechniqueNames();
 //   single:     the name alone.
 //   ps:BOUND, ps:TECHNIQUE, ps:TECHNIQUE:BOUND  (BOUND: bsp, ssp:N or async; TECHNIQUE: see
 //               psTechniqueNames(); without a BOUND, PS mode's default bound)
+//   ps:rotation (--model mf only: Orion's rotation schedule, `--mf-schedule rotation`; no bound:
+//               its workers meet at every sub-epoch; docs/orion.md)
 //   consensus:RULE  (RULE: the backup rule, consensus/backup_rule.h: wait-all, static:B,
 //               deadline:Q, dynamic[:...])
 node::Result<VariantSpec> singleVariant(std::optional<std::string_view> args);

@@ -229,6 +229,24 @@ Clock RelocationShell::currentClock() const {
   return clock_;
 }
 
+node::Status RelocationShell::waitWorkerClock(NodeId worker, Clock clock) {
+  if (!std::binary_search(members_.begin(), members_.end(), worker)) {
+    return {node::ErrorCode::kInvalidArgument,
+            fmt::format("node {} is not a member of this job", worker)};
+  }
+  std::unique_lock lock(mu_);
+  const auto reached = [&] {
+    // Every worker starts at clock 0, announced or not.
+    const auto it = announced_by_.find(worker);
+    return (it == announced_by_.end() ? Clock{0} : it->second) >= clock;
+  };
+  completed_.wait(lock, [&] { return reached() || gone_.count(worker) > 0 || cancelled_; });
+  if (reached()) return {};
+  if (cancelled_) return *cancelled_;
+  return {node::ErrorCode::kPeerLeft,
+          fmt::format("node {} went down before it announced clock {}", worker, clock)};
+}
+
 void RelocationShell::cancelAll(const node::Status& status) {
   std::vector<std::pair<KeyLocalizer::Done, node::Status>> callbacks;
   {
@@ -412,6 +430,7 @@ bool RelocationShell::announceFromLoop() {
   if (std::optional<std::string> error = core_.workerClock(self_, clock)) {
     node_.logger().warn("relocation: own clock {}: {}", clock, *error);
   }
+  noteAnnouncedFromLoop(self_, clock);
   const node::SharedFrame frame = encodeMessage(
       node_, wire::Body::PsClock,
       [clock](flatbuffers::FlatBufferBuilder& b) { return wire::CreatePsClock(b, clock).Union(); });
@@ -481,7 +500,17 @@ void RelocationShell::onClockFromLoop(NodeId from, const node::InboundFrame& fra
     countRefusal(from, *error);
     return;
   }
+  noteAnnouncedFromLoop(from, m->clock());
   flushFromLoop();
+}
+
+void RelocationShell::noteAnnouncedFromLoop(NodeId worker, Clock clock) {
+  {
+    std::lock_guard lock(mu_);
+    Clock& at = announced_by_[worker];
+    at = std::max(at, clock);
+  }
+  completed_.notify_all();
 }
 
 void RelocationShell::peerFinished(NodeId peer) {
@@ -498,6 +527,11 @@ void RelocationShell::onPeerEvent(const node::PeerEvent& event) {
   }
   if (event.kind != node::PeerEventKind::kDown && event.kind != node::PeerEventKind::kLeft) return;
   if (!down_.insert(event.peer).second) return;
+  {
+    std::lock_guard lock(mu_);
+    gone_.insert(event.peer);
+  }
+  completed_.notify_all();
   held_.erase(event.peer);  // frames that waited for its connection: it is gone
   // A lost connection counts as the peer's death: the core never sends to it again (rows it
   // held are lost, operations on the network fail).

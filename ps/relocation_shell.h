@@ -102,6 +102,10 @@ class RelocationShell {
   // Ends the worker's clock; it is announced once the pushes below it completed.
   void clock();
   Clock currentClock() const;
+  // Blocks until `worker` (a member; this node too) announced clock `clock`, i.e. every push it
+  // made below `clock` completed. An error when `worker` is not a member, went down or left, or
+  // the shell was cancelled. Rotation's hand-off waits so for one neighbour, not every worker.
+  node::Status waitWorkerClock(NodeId worker, Clock clock);
   // Fails every pending operation with `status`, and every later one at once.
   void cancelAll(const node::Status& status);
 
@@ -161,6 +165,8 @@ class RelocationShell {
   void settleFromLoop(Handle handle, const node::Status& status);
   // Announces the worker's clock when its pushes below it completed; true when it did.
   bool announceFromLoop();
+  // `worker` announced `clock` (this node's own announcement too): wakes waitWorkerClock.
+  void noteAnnouncedFromLoop(NodeId worker, Clock clock);
   void onFrameFromLoop(NodeId from, const node::InboundFrame& frame);
   void onClockFromLoop(NodeId from, const node::InboundFrame& frame);
   void refuseFrameFromLoop(NodeId from, const std::string& reason);
@@ -196,6 +202,10 @@ class RelocationShell {
   mutable std::mutex mu_;
   std::condition_variable completed_;
   Clock clock_ = 0;  // the worker's (trainer thread writes, under mu_)
+  // The clocks the members announced (this node's own too) and the members gone, for
+  // waitWorkerClock; written on the loop thread.
+  std::map<NodeId, Clock> announced_by_;
+  std::set<NodeId> gone_;
   Handle next_handle_ = 1;
   std::unordered_map<Handle, Operation> operations_;
   std::optional<node::Status> cancelled_;

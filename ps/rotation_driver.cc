@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 
@@ -11,14 +12,16 @@
 namespace chorus::ps {
 
 RotationDriver::RotationDriver(const RotationPlan& plan, SparseRowAccess& access,
-                               const KeySpace& space, size_t worker, size_t workers, uint64_t seed,
-                               spdlog::logger& log)
+                               const KeySpace& space, size_t worker, std::vector<NodeId> members,
+                               uint64_t seed, bool barrier, spdlog::logger& log)
     : plan_(plan),
       access_(access),
       space_(space),
       worker_(worker),
-      workers_(workers),
+      members_(std::move(members)),
+      workers_(members_.size()),
       seed_(seed),
+      barrier_(barrier),
       log_(log) {
   if (!plan_.fitsWorkers(workers_) || worker_ >= workers_) {
     throw std::invalid_argument(
@@ -42,7 +45,7 @@ RotationDriver::RotationDriver(const RotationPlan& plan, SparseRowAccess& access
 std::vector<Key> RotationDriver::rowBlockKeys(size_t r) const {
   const KeyTable& table = space_.tables()[0];
   std::vector<Key> keys;
-  for (uint64_t row = plan_.rowCuts()[r]; row < plan_.rowCuts()[r + 1]; ++row)
+  for (const uint64_t row : plan_.rowIds(r))
     keys.push_back(table.first + row);
   return keys;
 }
@@ -50,32 +53,57 @@ std::vector<Key> RotationDriver::rowBlockKeys(size_t r) const {
 std::vector<Key> RotationDriver::columnBlockKeys(size_t c) const {
   const KeyTable& table = space_.tables()[1];
   std::vector<Key> keys;
-  for (uint64_t col = plan_.colCuts()[c]; col < plan_.colCuts()[c + 1]; ++col)
+  for (const uint64_t col : plan_.colIds(c))
     keys.push_back(table.first + col);
   return keys;
 }
 
-void RotationDriver::barrier(Clock clock) {
+std::vector<size_t> RotationDriver::previousHolders() const {
+  // Row block r's next column block is the one row block r + 1 trains now (the rotation).
+  const size_t per = plan_.blocks() / workers_;
+  std::vector<size_t> holders;
+  for (size_t r : plan_.rowBlocksOf(worker_, workers_))
+    holders.push_back(((r + 1) % plan_.blocks()) / per);
+  std::sort(holders.begin(), holders.end());
+  holders.erase(std::unique(holders.begin(), holders.end()), holders.end());
+  return holders;
+}
+
+void RotationDriver::noteFailure(Clock clock, const node::Status& status) {
+  if (status.ok() || status.code() == node::ErrorCode::kShutdown ||
+      status.message() == last_error_) {
+    return;
+  }
+  // A worker died: the others go on, and the run is no longer the serial algorithm's.
+  log_.warn("rotation: the {} at clock {} failed ({}); the blocks move on anyway",
+            barrier_ ? "barrier" : "hand-off", clock, status.message());
+  last_error_ = status.message();
+}
+
+void RotationDriver::synchronize(Clock clock) {
   const auto start = std::chrono::steady_clock::now();
-  const node::Status status =
-      access_.wait(access_.pullAt(clock, std::span<const Key>(&barrier_key_, 1), barrier_row_));
+  if (barrier_) {
+    noteFailure(clock, access_.wait(access_.pullAt(clock, std::span<const Key>(&barrier_key_, 1),
+                                                   barrier_row_)));
+  } else {
+    // This worker's own pushes too (it is among the holders when it runs several row blocks),
+    // so its reads of the block follow them as the serial reference's do.
+    std::vector<size_t> holders = previousHolders();
+    if (std::find(holders.begin(), holders.end(), worker_) == holders.end())
+      holders.push_back(worker_);
+    for (const size_t h : holders)
+      noteFailure(clock, access_.waitWorkerClock(members_[h], clock));
+  }
   barrier_seconds_ +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ++barriers_;
-  if (!status.ok() && status.code() != node::ErrorCode::kShutdown &&
-      status.message() != last_error_) {
-    // A worker died: the others go on, and the run is no longer the serial algorithm's.
-    log_.warn("rotation: the barrier at clock {} failed ({}); the blocks move on anyway", clock,
-              status.message());
-    last_error_ = status.message();
-  }
 }
 
 std::span<const size_t> RotationDriver::beginClock(int64_t epoch, int64_t clock_in_epoch,
                                                    Clock clock) {
   const RotationPlan::Slot slot = plan_.slotOf(clock_in_epoch, worker_, workers_);
   if (slot.starts_subepoch) {
-    if (clock > 0) barrier(clock);
+    if (clock > 0) synchronize(clock);
     std::vector<Key> keys;
     for (size_t r : plan_.rowBlocksOf(worker_, workers_)) {
       if (clock == 0) {

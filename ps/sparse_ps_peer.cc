@@ -217,9 +217,9 @@ SparsePsPeer::SparsePsPeer(node::Node& node, ml::SparseWorkload& workload,
   barrier_ = std::make_unique<PsRunBarrier>(node_, access_->runHooks(), membership_,
                                             options_.ps.tick_every);
   if (rotation_plan_) {
-    rotation_ =
-        std::make_unique<RotationDriver>(*rotation_plan_, *access_, space_, rank, members_.size(),
-                                         options_.train.seed, node_.logger());
+    rotation_ = std::make_unique<RotationDriver>(*rotation_plan_, *access_, space_, rank, members_,
+                                                 options_.train.seed, options_.rotation_barrier,
+                                                 node_.logger());
   }
 
   if (options_.sampling) {
@@ -394,7 +394,11 @@ SparsePsReport SparsePsPeer::run() {
     start.add("rotation_blocks", static_cast<uint64_t>(rotation_plan_->blocks()))
         .add("rotation_min_block", balance.min_block)
         .add("rotation_max_block", balance.max_block)
-        .add("rotation_idle_share", balance.idle_share);
+        .add("rotation_idle_share", balance.idle_share)
+        .add("rotation_max_over_mean", balance.max_over_mean)
+        .add("rotation_handoff_idle_share", balance.handoff_idle_share)
+        .add("rotation_floor_idle_share", balance.floor_idle_share)
+        .add("rotation_sync", options_.rotation_barrier ? "barrier" : "hand-off");
     report_.rotation = rotation_plan_->describe(members_.size());
     log.info("rotation: {}", report_.rotation);
   }

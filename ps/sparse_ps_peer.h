@@ -73,6 +73,10 @@ struct SparsePsOptions {
   // --technique lapse (the column blocks move by relocation); the worker's shard is then its row
   // blocks' ratings (the `shard` given to the constructor is not used) and localize_ahead is off.
   size_t rotation_blocks = 0;
+  // Rotation: false (`rotation`): a worker takes its next column block as soon as the block's
+  // holder announced the sub-epoch's end (neighbour hand-off); true (`rotation-barrier`): once
+  // every worker did (the all-worker barrier, kept to measure the hand-off against).
+  bool rotation_barrier = false;
   // Tests: called on the trainer thread after each step's pull with the keys it pulled.
   std::function<void(int64_t clock, std::span<const Key> pulled)> on_pull;
 };
@@ -114,7 +118,7 @@ struct SparsePsReport {
   WorkerStats worker;
   ServerSummary server;
   // --mf-schedule rotation: the plan (RotationPlan::describe) and the seconds and count of the
-  // sub-epoch barriers (part of wait_seconds).
+  // sub-epoch synchronizations, hand-offs or barriers (part of wait_seconds).
   std::string rotation;
   double barrier_seconds = 0;
   uint64_t barriers = 0;

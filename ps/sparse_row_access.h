@@ -138,6 +138,15 @@ class SparseRowAccess : public KeyLocalizer {
   virtual bool isLocal(Key /*key*/) const { return false; }
   // Ends the worker's clock (SSP).
   virtual void clock() = 0;
+  // Blocks until `worker` (a member, this node included) announced clock `clock`: every push it
+  // made at the clocks below `clock` completed. Rotation's hand-off (ps/rotation_driver.h) waits
+  // so for the one worker whose column block it takes next. An error when `worker` went down
+  // (the wait would never end) or the path was cancelled; a technique without per-worker clocks
+  // refuses (the relocation path has them: sparse_row_access_lapse.cc).
+  virtual node::Status waitWorkerClock(NodeId /*worker*/, Clock /*clock*/) {
+    return {node::ErrorCode::kInvalidArgument,
+            "this technique does not wait for one worker's clock (only --technique lapse does)"};
+  }
   // Any thread: every pending and later operation fails with `status`.
   virtual void cancelAll(const node::Status& status) = 0;
   virtual RowAccessStats stats() const = 0;

@@ -23,6 +23,9 @@ class LapseRowAccess final : public SparseRowAccess {
     return shell_.push(keys, grads);
   }
   node::Status wait(Handle handle) override { return shell_.wait(handle); }
+  node::Status waitWorkerClock(NodeId worker, Clock clock) override {
+    return shell_.waitWorkerClock(worker, clock);
+  }
   void localize(std::span<const Key> keys, KeyLocalizer::Done done) override {
     shell_.localize(keys, std::move(done));
   }

@@ -241,6 +241,40 @@ TEST_F(CompareSparseTest, MatrixFactorizationIsReportedInRmse) {
   EXPECT_GT(fs::file_size(out / "plots" / "quality-vs-time.png"), 1000u);
 }
 
+// ps:rotation (Orion's schedule, docs/orion.md) beside a data-parallel variant on Zipf MF: its
+// nodes get --mf-schedule rotation and it is reported like the others.
+TEST_F(CompareSparseTest, RotationRunsBesideDataParallelOnMatrixFactorization) {
+  const fs::path out = dir_ / "rotation";
+  const CommandResult r = runCommand({chorusBinary(),  "compare",
+                                      "--topology",    topology_,
+                                      "--variants",    "ps:classic,ps:rotation",
+                                      "--model",       "mf",
+                                      "--mf-rows",     "600",
+                                      "--mf-cols",     "200",
+                                      "--mf-cells",    "20000",
+                                      "--epochs",      "3",
+                                      "--target-rmse", "5",
+                                      "--out",         out.string()},
+                                     240);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "[compare] [2/2] ps:rotation seed 1: finished in")) << r.out;
+  const std::string command = readFile(out / "ps-rotation/seed-1/command.txt");
+  EXPECT_TRUE(contains(command, "--mode ps --mf-schedule rotation")) << command;
+  EXPECT_FALSE(contains(command, "--staleness")) << command;
+  const std::string md = readFile(out / "report.md");
+  EXPECT_TRUE(contains(md, "| ps:rotation | 1/1 | 1/1 |")) << md;
+  // Refused before any run: another model, a bound, the flag itself.
+  expectOneLineError(compare("ps:rotation", dir_ / "a"),
+                     "--variants: ps:rotation does not apply to --model complex: rotation is "
+                     "Orion's schedule");
+  expectOneLineError(compare("ps:rotation:ssp:1", dir_ / "b"), "ps:rotation takes no bound");
+  expectOneLineError(compare("ps:classic", dir_ / "c", {"--mf-schedule", "rotation"}),
+                     "--mf-schedule cannot be given to compare: the variant name sets it: "
+                     "ps:rotation");
+  for (const char* folder : {"a", "b", "c"})
+    EXPECT_FALSE(fs::exists(dir_ / folder)) << folder;
+}
+
 TEST_F(CompareSparseTest, TargetsThatDoNotFitTheModelAreRefused) {
   expectOneLineError(compare("single", dir_ / "a", {"--target-acc", "0.8"}),
                      "--target-acc does not fit --model complex: it reports MRR; use --target-mrr");

@@ -376,13 +376,25 @@ TEST(ChorusSparsePs, RotationTrainsMfOnLaunchedNodes) {
   EXPECT_NEAR(numberAfter(two.out, "test of the owners' model: rmse "), single, 0.1 * single)
       << two.out;
   EXPECT_TRUE(contains(two.out, "rotation: 2x2 blocks of ")) << two.out;
-  EXPECT_TRUE(contains(two.out, "11 sub-epoch barriers")) << two.out;  // 6 epochs x 2 - 1
+  EXPECT_TRUE(contains(two.out, "11 sub-epoch hand-offs")) << two.out;  // 6 epochs x 2 - 1
   for (int node = 0; node < 2; ++node) {
     std::ifstream metrics(dir.file("out/node-" + std::to_string(node) + ".jsonl"));
     const std::string lines((std::istreambuf_iterator<char>(metrics)), {});
     EXPECT_TRUE(contains(lines, "\"schedule\":\"rotation\"")) << lines;
+    EXPECT_TRUE(contains(lines, "\"rotation_sync\":\"hand-off\"")) << lines;
     EXPECT_TRUE(contains(lines, "\"technique\":\"lapse\"")) << lines;
   }
+  // rotation-barrier: the all-worker barrier; the same serial model, to the last printed digit.
+  std::vector<std::string> barrier = {
+      chorusBinary(),      "launch",        writeTopology(dir, 2), "--out",
+      dir.file("barrier"), "--mf-schedule", "rotation-barrier"};
+  barrier.insert(barrier.end(), flags.begin(), flags.end());
+  const CommandResult b = runCommand(barrier);
+  ASSERT_EQ(b.exit_code, 0) << b.out << b.err;
+  EXPECT_TRUE(contains(b.out, "11 sub-epoch barriers")) << b.out;
+  EXPECT_EQ(numberAfter(b.out, "test of the owners' model: rmse "),
+            numberAfter(two.out, "test of the owners' model: rmse "))
+      << b.out;
 }
 
 TEST(ChorusSparsePs, RotationIsRefusedWhereItCannotWork) {

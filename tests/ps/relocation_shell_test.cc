@@ -290,5 +290,73 @@ TEST(RelocationShellNetwork, AFrameToAPeerNotConnectedYetWaitsForTheConnection) 
     n->shutdown();
 }
 
+// waitWorkerClock (rotation's hand-off, ps/rotation_driver.h): node 0 waits for node 1's clock
+// alone; node 1 announces it only once its push before it was applied at node 0, so when the
+// wait returns the push is in the row. A wait for a node that went down ends with an error, and
+// one for a node that is not a member at once.
+TEST(RelocationShellNetwork, WaitingForOneWorkersClockSeesItsPushesAndEndsWhenItGoesDown) {
+  const std::vector<NodeId> members{0, 1};
+  const ShardMap map(members);
+  const KeySpace space = twoTables();
+  const KeyDirectory directory(map, space);
+  Key homed_at_0 = space.keyEnd();
+  for (Key key = 0; key < space.keyEnd() && homed_at_0 == space.keyEnd(); ++key)
+    if (directory.owner(key) == 0) homed_at_0 = key;
+  ASSERT_LT(homed_at_0, space.keyEnd());
+  std::vector<std::unique_ptr<RelocationShell>> shells;
+  std::vector<std::unique_ptr<node::Node>> nodes;
+  for (const NodeId self : members) {
+    nodes.push_back(
+        std::make_unique<node::Node>(node::testing::fastOptions("reloc-wait", self, members)));
+    KeyStore store(space, std::make_shared<SgdPolicy>(OwnerOptimizer{}));
+    for (Key key = 0; key < space.keyEnd(); ++key) {
+      if (directory.owner(key) != self) continue;
+      KeyEntry entry;
+      entry.values.assign(space.length(key), 0.5f);
+      ASSERT_EQ(store.insert(key, std::move(entry)), std::nullopt);
+    }
+    shells.push_back(std::make_unique<RelocationShell>(*nodes.back(), map, std::move(store),
+                                                       members, RelocationShellOptions{}));
+    RelocationShell* shell = shells.back().get();
+    nodes.back()->setEventHandler([shell](const node::PeerEvent& e) { shell->onPeerEvent(e); });
+    ASSERT_TRUE(nodes.back()->listen().ok());
+  }
+  for (const NodeId self : members) {
+    std::vector<node::PeerAddress> peers;
+    for (const NodeId other : members)
+      if (other != self) peers.push_back({other, "127.0.0.1", nodes[other]->port()});
+    ASSERT_TRUE(nodes[self]->connect(peers).ok());
+  }
+  EXPECT_TRUE(shells[0]->waitWorkerClock(1, 0).ok()) << "every worker starts at clock 0";
+  EXPECT_EQ(shells[0]->waitWorkerClock(7, 1).code(), node::ErrorCode::kInvalidArgument);
+
+  auto waited = std::async(std::launch::async, [&] { return shells[0]->waitWorkerClock(1, 1); });
+  const std::vector<Key> keys{homed_at_0};
+  const std::vector<float> grads(space.length(homed_at_0), 1.0f);
+  const RelocationShell::Handle push = shells[1]->push(keys, grads);
+  shells[1]->clock();
+  const bool answered = waited.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  if (!answered) shells[0]->cancelAll(node::Status(node::ErrorCode::kTimeout, "test deadline"));
+  const node::Status status = waited.get();
+  ASSERT_TRUE(answered) << "node 1's clock 1 never reached node 0";
+  EXPECT_TRUE(status.ok()) << status.message();
+  shells[0]->inspect(
+      [&](const Relocation& core) { EXPECT_EQ(core.store().copyRow(homed_at_0)->updates, 1u); });
+  EXPECT_TRUE(shells[1]->wait(push).ok());
+  EXPECT_TRUE(shells[1]->waitWorkerClock(1, 1).ok()) << "its own announcement";
+
+  // Node 1 goes down before clock 5: the wait ends, with the reason.
+  auto never = std::async(std::launch::async, [&] { return shells[0]->waitWorkerClock(1, 5); });
+  nodes[1]->shutdown();
+  const bool ended = never.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  if (!ended) shells[0]->cancelAll(node::Status(node::ErrorCode::kTimeout, "test deadline"));
+  const node::Status gone = never.get();
+  EXPECT_TRUE(ended) << "the wait for a node that went down did not end";
+  EXPECT_FALSE(gone.ok());
+  EXPECT_NE(gone.message().find("node 1"), std::string::npos) << gone.message();
+  for (auto& n : nodes)
+    n->shutdown();
+}
+
 }  // namespace
 }  // namespace chorus::ps
