@@ -363,9 +363,11 @@ TEST(ChorusSparsePs, ManagedCommunicationServesRowsOnLaunchedNodes) {
   const CommandResult alone = runCommand(train);
   ASSERT_EQ(alone.exit_code, 0) << alone.err;
   const double single = numberAfter(alone.out, "test: RMSE ");
-  std::vector<std::string> launch = {
-      chorusBinary(), "launch", writeTopology(dir, 2), "--out", dir.file("out"), "--mode", "ps",
-      "--staleness",  "2",      "--bandwidth",         "100"};
+  std::vector<std::string> launch = {chorusBinary(), "launch",        writeTopology(dir, 2),
+                                     "--out",        dir.file("out"), "--mode",
+                                     "ps",           "--staleness",   "2",
+                                     "--bandwidth",  "100",           "--technique",
+                                     "classic",      "--link-delay",  "5"};
   launch.insert(launch.end(), flags.begin(), flags.end());
   const CommandResult two = runCommand(launch);
   ASSERT_EQ(two.exit_code, 0) << two.out << two.err;
