@@ -158,3 +158,83 @@ def write_curves(path, variants, label):
                 for t, a in s["curve"]:
                     f.write(f"{t:.3f} {100 * a:.3f}\n")
                 f.write("\n\n")
+
+
+# ---- Sparse PS runs (bench/managed_comm.sh --workload mf) ----
+# A sparse run's node files (ps/sparse_ps_peer.cc) have an `epoch` line per epoch with
+# train_seconds (the clocks only, evaluations left out), step (the clocks so far) and bytes_out;
+# node 0's also carry the test metrics of the owners' model after every epoch but the last,
+# whose metrics are in the `summary` line (with train_seconds, wait_seconds, steps and the
+# managed-communication counters).
+
+
+def sparse_epochs(events):
+    return [e for e in events if e["event"] == "epoch"]
+
+
+def summary_event(events):
+    s = [e for e in events if e["event"] == "summary"]
+    return s[-1] if s else None
+
+
+def summarize_sparse_run(run, nodes, metric, target):
+    """The numbers of one sparse run folder, or None when it is incomplete.
+
+    Node 0's time to target: its train_seconds at the first epoch whose `test_<metric>` is at
+    or below `target` (the last epoch's from the summary line). updates: the clocks of all
+    workers by then (every worker runs the same clocks per epoch); mbytes: the bytes all nodes
+    sent by the end of that epoch. Keys as summarize_run's, plus final (node 0's last test
+    metric) and curve ([(train seconds, metric)] of node 0).
+    """
+    files = sorted(glob.glob(os.path.join(run, "node-*.jsonl")))
+    if len(files) != nodes:
+        return None
+    every = [load(p) for p in files]
+    node0 = load(os.path.join(run, "node-0.jsonl"))
+    s = summary_event(node0)
+    if s is None:
+        return None
+    key = "test_" + metric
+    points = [(e["epoch"], e["train_seconds"], e[key]) for e in sparse_epochs(node0) if key in e]
+    epochs = sparse_epochs(node0)
+    if key in s and epochs:
+        points.append((epochs[-1]["epoch"], s.get("train_seconds", epochs[-1]["train_seconds"]),
+                       s[key]))
+    reached_epoch = next(((ep, t) for ep, t, v in points if v <= target), None)
+    seconds = s.get("train_seconds", 0)
+    out = {
+        "reached": reached_epoch is not None,
+        "time_to_target": reached_epoch[1] if reached_epoch else None,
+        "updates": None,
+        "mbytes": None,
+        "final": s.get(key),
+        "clocks_per_s": s.get("steps", 0) / seconds if seconds > 0 else None,
+        "wait_share": s.get("wait_seconds", 0) / seconds if seconds > 0 else None,
+        "cache_hit_rate": s.get("cache_hit_rate"),
+        "managed_mb": sum((summary_event(ev) or {}).get("managed_bytes", 0) for ev in every) / 1e6,
+        "curve": [(t, v) for _, t, v in points],
+    }
+    if reached_epoch:
+        ep = reached_epoch[0]
+        at = [next((e for e in sparse_epochs(ev) if e["epoch"] == ep), None) for ev in every]
+        if all(a is not None for a in at):
+            out["updates"] = sum(a["step"] for a in at)
+            out["mbytes"] = sum(a.get("bytes_out", 0) for a in at) / 1e6
+    return out
+
+
+def summarize_sparse_variant(folder, nodes, metric, target):
+    """summarize_variant for sparse runs (summarize_sparse_run per seed folder)."""
+    seeds = []
+    for run in sorted(glob.glob(os.path.join(folder, "seed-*")),
+                      key=lambda p: int(p.rsplit("-", 1)[1]) if p.rsplit("-", 1)[1].isdigit() else 0):
+        summary = summarize_sparse_run(run, nodes, metric, target)
+        if summary is not None:
+            seeds.append((os.path.basename(run), summary))
+    runs = [s for _, s in seeds]
+    out = {"runs": len(runs), "reached": sum(1 for s in runs if s["reached"]), "seeds": seeds,
+           "time_to_target": median_time([s["time_to_target"] for s in runs])}
+    for key in ("updates", "mbytes", "final", "clocks_per_s", "wait_share", "cache_hit_rate",
+                "managed_mb"):
+        out[key] = median([s[key] for s in runs])
+    return out

@@ -142,6 +142,65 @@ class SummarizeVariant(unittest.TestCase):
 
 
 @unittest.skipUnless(shutil.which("gnuplot"), "gnuplot is not installed")
+class SummarizeSparseRun(unittest.TestCase):
+    """A sparse PS run (ps/sparse_ps_peer.cc's `epoch` and `summary` lines), two nodes."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp()
+        self.run = os.path.join(self.dir, "seed-1")
+        os.makedirs(self.run)
+
+    def tearDown(self):
+        shutil.rmtree(self.dir)
+
+    def epoch(self, k, seconds, bytes_out, rmse=None):
+        e = {"event": "epoch", "time": seconds + 1, "epoch": k, "step": 10 * k,
+             "train_seconds": seconds, "bytes_out": bytes_out}
+        if rmse is not None:
+            e["test_rmse"] = rmse
+        return e
+
+    def write_run(self, rmse0, rmse1, final_rmse):
+        write(os.path.join(self.run, "node-0.jsonl"), [
+            {"event": "start", "time": 0},
+            self.epoch(1, 2.0, 1e6, rmse0), self.epoch(2, 4.5, 2e6, rmse1), self.epoch(3, 7.0, 3e6),
+            {"event": "summary", "time": 9, "train_seconds": 7.0, "wait_seconds": 3.5, "steps": 30,
+             "test_rmse": final_rmse, "cache_hit_rate": 0.8, "managed_bytes": 5e6}])
+        write(os.path.join(self.run, "node-1.jsonl"), [
+            self.epoch(1, 2.1, 1.5e6), self.epoch(2, 4.4, 2.5e6), self.epoch(3, 7.1, 3.5e6),
+            {"event": "summary", "time": 9, "train_seconds": 7.1, "steps": 30,
+             "managed_bytes": 4e6}])
+
+    def test_target_at_an_epoch(self):
+        self.write_run(0.5, 0.36, 0.34)
+        r = ps_runs.summarize_sparse_run(self.run, 2, "rmse", 0.37)
+        self.assertTrue(r["reached"])
+        self.assertEqual(r["time_to_target"], 4.5)
+        self.assertEqual(r["updates"], 40)
+        self.assertAlmostEqual(r["mbytes"], 4.5)
+        self.assertAlmostEqual(r["clocks_per_s"], 30 / 7.0)
+        self.assertAlmostEqual(r["wait_share"], 0.5)
+        self.assertAlmostEqual(r["managed_mb"], 9.0)
+        self.assertEqual(r["curve"], [(2.0, 0.5), (4.5, 0.36), (7.0, 0.34)])
+
+    def test_target_at_the_last_epoch_and_missed(self):
+        self.write_run(0.5, 0.4, 0.36)
+        r = ps_runs.summarize_sparse_run(self.run, 2, "rmse", 0.37)
+        self.assertEqual(r["time_to_target"], 7.0)
+        self.assertEqual(r["updates"], 60)
+        # A second run folder (metrics_lines.load reads each file once).
+        self.run = os.path.join(self.dir, "seed-2")
+        os.makedirs(self.run)
+        self.write_run(0.5, 0.4, 0.38)
+        r = ps_runs.summarize_sparse_run(self.run, 2, "rmse", 0.37)
+        self.assertFalse(r["reached"])
+        self.assertIsNone(r["updates"])
+        v = ps_runs.summarize_sparse_variant(self.dir, 2, "rmse", 0.37)
+        # One seed reached it, one missed: a miss counts as slowest, so the median is a miss.
+        self.assertEqual((v["runs"], v["reached"], v["time_to_target"]), (2, 1, None))
+        self.assertIsNone(ps_runs.summarize_sparse_run(self.run, 3, "rmse", 0.37))
+
+
 class Scripts(unittest.TestCase):
     """Both scripts summarize a folder of runs through the parser (--summarize-only)."""
 
@@ -172,6 +231,24 @@ class Scripts(unittest.TestCase):
         table = self.summarize("managed_comm.sh", "v-", ["3m"])
         self.assertIn("| SSP s=3 + managed | 1/1 | 3.8 s | 3.8 s | 6 | 6 | 25% | 1.00 | 25% | 3 |",
                       table)
+
+    def test_managed_comm_mf(self):
+        run = os.path.join(self.dir, "v-3m", "seed-1")
+        os.makedirs(run)
+        for node in (0, 1):
+            epochs = [{"event": "epoch", "time": 3 * k, "epoch": k, "step": 10 * k,
+                       "train_seconds": 2.0 * k, "bytes_out": 1e6 * k} for k in (1, 2)]
+            if node == 0:
+                epochs[0]["test_rmse"] = 0.45
+            write(os.path.join(run, f"node-{node}.jsonl"), epochs + [
+                {"event": "summary", "time": 7, "train_seconds": 4.0, "wait_seconds": 1.0,
+                 "steps": 20, "test_rmse": 0.39, "cache_hit_rate": 0.9, "managed_bytes": 2e6}])
+        out = subprocess.run(
+            [os.path.join(HERE, "managed_comm.sh"), "--workload", "mf", "--summarize-only",
+             "--out", self.dir, "--nodes", "2", "--variants", "3m", "--target-rmse", "0.4",
+             "--chorus", "/bin/true"], capture_output=True, text=True, check=True).stdout
+        self.assertIn("| SSP s=3 + managed | 1/1 | 4.0 s | 4.0 s | 40 | 4 | 0.3900 | 90% | 5.00 | "
+                      "25% | 4 |", out)
 
 
 if __name__ == "__main__":

@@ -48,6 +48,13 @@ std::chrono::nanoseconds TokenBucket::untilPositive() const {
   return std::chrono::nanoseconds(static_cast<int64_t>(std::ceil(seconds * 1e9)));
 }
 
+TokenBucket ownerBudget(double mbps, double burst_s, size_t message_bytes, size_t receivers,
+                        TokenBucket::TimePoint now) {
+  const double rate = mbps * 1e6 / 8;
+  const double one_round = static_cast<double>(message_bytes) * static_cast<double>(receivers + 1);
+  return TokenBucket(rate, std::max(rate * burst_s, one_round), now);
+}
+
 double relativeChange(std::span<const float> now, std::span<const float> before) {
   double sum = 0;
   const size_t n = std::min(now.size(), before.size());
@@ -66,7 +73,7 @@ ChangeTracker::ChangeTracker(std::vector<Key> keys, const Rows& now) : keys_(std
   }
 }
 
-std::vector<Key> ChangeTracker::pick(const Rows& now, size_t max_bytes) const {
+std::vector<Key> ChangeTracker::ranked(const Rows& now) const {
   std::vector<std::pair<double, Key>> moved;
   for (Key key : keys_) {
     const double change = relativeChange(now(key), last_sent_.at(key));
@@ -76,14 +83,28 @@ std::vector<Key> ChangeTracker::pick(const Rows& now, size_t max_bytes) const {
     return a.first != b.first ? a.first > b.first : a.second < b.second;
   });
   std::vector<Key> out;
+  out.reserve(moved.size());
+  for (const auto& entry : moved)
+    out.push_back(entry.second);
+  return out;
+}
+
+size_t ChangeTracker::fits(std::span<const Key> ranked, size_t max_bytes) const {
+  size_t count = 0;
   size_t bytes = 0;
-  for (const auto& [change, key] : moved) {
+  for (Key key : ranked) {
     const size_t row = last_sent_.at(key).size() * sizeof(float);
-    if (!out.empty() && bytes + row > max_bytes) break;
-    out.push_back(key);
+    if (count > 0 && bytes + row > max_bytes) break;
+    ++count;
     bytes += row;
   }
-  return out;
+  return count;
+}
+
+std::vector<Key> ChangeTracker::pick(const Rows& now, size_t max_bytes) const {
+  std::vector<Key> moved = ranked(now);
+  moved.resize(fits(moved, max_bytes));
+  return moved;
 }
 
 void ChangeTracker::sent(Key key, std::span<const float> values) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ps/key_space.h"
+#include "ps/ssp.h"
 
 namespace chorus::ps {
 
@@ -58,6 +59,32 @@ class TokenBucket {
   uint64_t other_ = 0;
 };
 
+// The budget of an owner that sends messages of up to `message_bytes` to `receivers` other
+// nodes: `mbps` Mbit/s (> 0), holding at most `burst_s` seconds of the rate but at least one
+// message to every receiver and itself. Full at `now`. The dense and the sparse shells' bucket.
+TokenBucket ownerBudget(double mbps, double burst_s, size_t message_bytes, size_t receivers,
+                        TokenBucket::TimePoint now);
+
+// When an owner's sender must read its rows again (a pass reads every row it owns): not while
+// no update was applied and no clock passed since a pass that found nothing to send with
+// budget left. Pure.
+class ScanPacer {
+ public:
+  // Is a pass due, with `updates` applied so far and the owner's minimum clock `min_clock`?
+  bool due(uint64_t updates, Clock min_clock) const {
+    return updates != updates_ || min_clock != min_clock_;
+  }
+  // A pass found nothing to send while the budget allowed: skip until an update or a clock.
+  void settled(uint64_t updates, Clock min_clock) {
+    updates_ = updates;
+    min_clock_ = min_clock;
+  }
+
+ private:
+  uint64_t updates_ = 0;
+  Clock min_clock_ = -1;
+};
+
 // Bösen's priority of an update: sum over its floats of |delta / value|, with `before` the
 // value the delta was made to (|delta| alone where that value is 0). `now` and `before` have
 // the same length.
@@ -78,6 +105,12 @@ class ChangeTracker {
   // lower key), as many as fit in `max_bytes` of floats (at least one when any moved). Reads
   // every tracked row once.
   std::vector<Key> pick(const Rows& now, size_t max_bytes) const;
+  // Every key whose values moved since it was last sent, most changed first (ties to the lower
+  // key). Reads every tracked row once.
+  std::vector<Key> ranked(const Rows& now) const;
+  // How many of `ranked`'s leading keys fit in `max_bytes` of floats (at least one when it is
+  // not empty): the next message's keys.
+  size_t fits(std::span<const Key> ranked, size_t max_bytes) const;
   // `key` was sent with `values` (its length must be the tracked one).
   void sent(Key key, std::span<const float> values);
   const std::vector<Key>& keys() const { return keys_; }

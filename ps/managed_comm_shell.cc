@@ -84,10 +84,8 @@ void ManagedComm::pump() {
   if (!bucket_) {
     // Built on the first tick: the store holds the initial model, which every worker starts
     // from, so nothing is owed before the first push.
-    const double rate = options_.bandwidth_mbps * 1e6 / 8;
-    const double one_round =
-        static_cast<double>(options_.message_bytes) * static_cast<double>(others_.size() + 1);
-    bucket_.emplace(rate, std::max(rate * options_.burst_s, one_round), now);
+    bucket_.emplace(ownerBudget(options_.bandwidth_mbps, options_.burst_s, options_.message_bytes,
+                                others_.size(), now));
     bucket_->observeSent(node_.totals().bytes_out);
     tracker_.emplace(store.ownedKeys(), rowOf);
   }
@@ -97,7 +95,7 @@ void ManagedComm::pump() {
   const Clock min_clock = server_.minClock();
   // Nothing applied and no clock passed since the last pump that found nothing to send: skip
   // the pass over the rows.
-  if (pushes == pushes_seen_ && min_clock == min_clock_seen_) return;
+  if (!pacer_.due(pushes, min_clock)) return;
   // No live worker: nobody reads.
   if (min_clock >= Staleness::kInfinite) return;
   bool sent_any = false;
@@ -129,8 +127,7 @@ void ManagedComm::pump() {
   }
   if (!sent_any && bucket_->canSend()) {
     // Everything sent is current: the next pass waits for a push or a clock.
-    pushes_seen_ = pushes;
-    min_clock_seen_ = min_clock;
+    pacer_.settled(pushes, min_clock);
   }
   std::lock_guard lock(mu_);
   stats_.managed_bytes = bucket_->managedBytes();

@@ -96,8 +96,7 @@ class ManagedComm {
   // Loop thread.
   std::optional<TokenBucket> bucket_;
   std::optional<ChangeTracker> tracker_;
-  uint64_t pushes_seen_ = 0;  // the server's pushes at the last pump that found nothing to send
-  Clock min_clock_seen_ = -1;
+  ScanPacer pacer_;
   node::RefusalLog refusals_;
   mutable std::mutex mu_;  // guards stats_ and timer_
   ManagedCommStats stats_;

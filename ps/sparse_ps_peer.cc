@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <deque>
 #include <numeric>
 #include <stdexcept>
 
@@ -45,6 +46,13 @@ std::shared_ptr<const UpdatePolicy> ownerPolicy(const ml::SparseOptimizerConfig&
   sgd.schedule = schedule;
   sgd.push_scale = 1.0;
   return std::make_shared<SgdPolicy>(sgd);
+}
+
+// --bandwidth applies to the rows at their homes (classic) under a finite bound: the owners push
+// their changed rows into every worker's copy (docs/managed-comm.md, "Sparse rows").
+bool managesRows(const SparsePsOptions& options, const Staleness& staleness) {
+  return options.ps.bandwidth_mbps > 0 && options.technique == SparseTechnique::kClassic &&
+         !staleness.infinite();
 }
 
 }  // namespace
@@ -210,6 +218,17 @@ SparsePsPeer::SparsePsPeer(node::Node& node, ml::SparseWorkload& workload,
     setup.replicas = replicaSetup(std::move(choice.replicated), policy);
     setup.replicas.technique = SparseTechnique::kAuto;
     setup.relocated = std::move(choice.relocated);
+  }
+  if (managesRows(options_, staleness_)) {
+    // Every worker's copy of the rows starts from the model every node starts from.
+    setup.managed_model.resize(space_.total());
+    gatherTables(space_, tables_, setup.managed_model);
+  } else if (options_.ps.bandwidth_mbps > 0) {
+    node_.logger().warn(
+        "--bandwidth {} is ignored: managed communication covers the rows at their homes "
+        "(--technique classic) under a finite --staleness, not {}{}",
+        options_.ps.bandwidth_mbps, sparseTechniqueName(options_.technique),
+        staleness_.infinite() ? " with an infinite bound" : "");
   }
   access_ = makeSparseRowAccess(options_.technique, node_, std::move(store), setup);
   ahead_rows_.resize(tables_.size());
@@ -384,6 +403,7 @@ SparsePsReport SparsePsPeer::run() {
       .add("node", static_cast<uint64_t>(self))
       .add("workers", static_cast<uint64_t>(members_.size()))
       .add("staleness", staleness_.toString())
+      .add("bandwidth_mbps", managesRows(options_, staleness_) ? options_.ps.bandwidth_mbps : 0.0)
       .add("shard_points", static_cast<uint64_t>(shard_.size()))
       .add("clocks_per_epoch", clocks_per_epoch_)
       .add("keys", static_cast<uint64_t>(space_.numKeys()))
@@ -433,6 +453,15 @@ SparsePsReport SparsePsPeer::run() {
   std::vector<size_t> order = shard_;
   const std::vector<std::string> splits = workload_.evalSplits();
 
+  // Pushes in flight: one, except under managed communication, where the steps read their rows
+  // from the copy and waiting for the last push's acknowledgement would cost each clock the
+  // round trip the copy saved: up to s + 1 then (the bound does not depend on it: an owner
+  // takes a worker's clock, sent after its pushes on the same connection, as the promise that
+  // they are in). Without the copy a step's read waits a round trip anyway, by which time the
+  // last push's acknowledgement (sent before the read's answer on that connection) is in.
+  const size_t push_window =
+      managesRows(options_, staleness_) ? static_cast<size_t>(staleness_.bound) + 1 : 1;
+  std::deque<SparseRowAccess::Handle> pushes_out;
   const int64_t localize_ahead =
       options_.technique == SparseTechnique::kClassic || rotation_ ? 0 : options_.localize_ahead;
   Clock clock = 0;
@@ -516,8 +545,12 @@ SparsePsReport SparsePsPeer::run() {
                   ? std::string(": lower --lr")
                   : fmt::format(" after a read failed ({})", last_pull_error_)));
         }
-        // 4. Push the sparse gradient (at most one push in flight).
-        settlePush();
+        // 4. Push the sparse gradient (at most `push_window` pushes in flight).
+        while (pushes_out.size() >= push_window) {
+          pending_push_ = pushes_out.front();
+          pushes_out.pop_front();
+          settlePush();
+        }
         push_keys.clear();
         push_floats.clear();
         for (size_t t = 0; t < tables_.size(); ++t) {
@@ -525,7 +558,7 @@ SparsePsReport SparsePsPeer::run() {
           appendGrad(space_.tables()[t], grads[t], push_keys, push_floats);
         }
         report_.rows_pushed += push_keys.size();
-        pending_push_ = access_->push(push_keys, push_floats);
+        pushes_out.push_back(access_->push(push_keys, push_floats));
         epoch_loss += loss * static_cast<double>(batch.size());
         epoch_points += batch.size();
         window_loss += loss * static_cast<double>(batch.size());
@@ -604,7 +637,10 @@ SparsePsReport SparsePsPeer::run() {
     metrics.write(event);
     log.info("{}", line);
   }
-  settlePush();
+  for (SparseRowAccess::Handle handle : pushes_out) {
+    pending_push_ = handle;
+    settlePush();
+  }
   if (!membership_.stopped()) {
     // nups: the replicas take in every live node's last pushes before node 0 reads them.
     const node::Status drained = access_->finishPushes(options_.ps.finish_timeout);
@@ -691,6 +727,19 @@ SparsePsReport SparsePsPeer::run() {
         .add("replica_staleness_mean_s", a.replica_staleness_mean_s)
         .add("replica_staleness_max_s", a.replica_staleness_max_s)
         .add("replica_digest", fmt::format("{:016x}", a.replica_digest));
+  }
+  if (managesRows(options_, staleness_)) {
+    // Managed communication: what the owners pushed, and the share of the steps' row reads the
+    // pushed rows served.
+    const RowAccessStats& a = report_.access;
+    const uint64_t reads = a.cache_hits + a.cache_misses;
+    summary.add("managed_frames", a.managed_frames)
+        .add("managed_rows_sent", a.managed_rows_sent)
+        .add("managed_bytes", a.managed_bytes)
+        .add("managed_rows_received", a.managed_rows_received)
+        .add("managed_refused", a.managed_refused)
+        .add("cache_hit_rate",
+             reads > 0 ? static_cast<double>(a.cache_hits) / static_cast<double>(reads) : 0.0);
   }
   metrics.write(summary);
   return report_;

@@ -74,6 +74,14 @@ struct RowAccessStats {
   // XXH3 of the replicas' value floats (key order) once drained (finishPushes): equal on every
   // node that drained. 0 before.
   uint64_t replica_digest = 0;
+  // --bandwidth (classic; docs/managed-comm.md, "Sparse rows"): the owners' pushed rows.
+  uint64_t managed_frames = 0;         // PsRowPush frames sent (one per worker and message)
+  uint64_t managed_rows_sent = 0;      // rows in them (each counted once per worker)
+  uint64_t managed_bytes = 0;          // their bytes, as charged to the budget
+  uint64_t managed_rows_received = 0;  // rows other owners pushed to this worker
+  uint64_t managed_refused = 0;        // frames refused (named in the log)
+  uint64_t cache_hits = 0;             // row reads served by the pushed rows
+  uint64_t cache_misses = 0;           // row reads pulled from their owners
 };
 
 // --technique nups: which keys get a replica on every node, and how often replicas sync
@@ -188,6 +196,10 @@ struct RowAccessSetup {
   ReplicaSetup replicas;  // nups and auto
   // auto: the keys a localize moves (sorted); a localize leaves every other key where it is.
   std::vector<Key> relocated;
+  // classic with --bandwidth (managed communication): every key's initial floats in key order
+  // (KeySpace::total(), the same on every node), which the worker's copy of the rows starts
+  // from. Empty: no managed communication.
+  std::vector<float> managed_model;
 };
 
 // The data path of `technique` on `node`, holding `store` (this node's home rows, with the

@@ -1,10 +1,13 @@
 // The classic path of sparse PS mode: every row at its home, KvServer and KvWorker.
 #include <cmath>
+#include <mutex>
+#include <unordered_map>
 
 #include "node/node.h"
 #include "ps/kv_server.h"
 #include "ps/kv_worker.h"
 #include "ps/ps_peer.h"
+#include "ps/sparse_managed_shell.h"
 #include "ps/sparse_row_access.h"
 
 namespace chorus::ps {
@@ -35,10 +38,56 @@ class ClassicRowAccess final : public SparseRowAccess {
     worker_ =
         std::make_unique<KvWorker>(node, *server_, directory, OwnerOptimizer{}, worker_options);
     held_ = server_->store().size();
+    if (!setup.managed_model.empty()) {
+      // --bandwidth: the owners push their changed rows into every worker's copy
+      // (ps/sparse_managed_shell.h); the steps' reads take what the copy may serve.
+      ManagedCommOptions managed_options;
+      managed_options.bandwidth_mbps = setup.ps->bandwidth_mbps;
+      // Rows are small (tens of floats): 32 KiB holds hundreds of them, and keeps the bucket's
+      // floor (one message to every node) small against a tight budget.
+      managed_options.message_bytes = size_t{32} << 10;
+      const KeyDirectory* directory_ptr = &directory_;
+      managed_ = std::make_unique<SparseManagedComm>(
+          node, *server_, server_->store().space(),
+          [directory_ptr](Key key) { return directory_ptr->owner(key); }, setup.members,
+          setup.managed_model, setup.staleness, managed_options);
+    }
   }
 
+  // With --bandwidth, the rows the copy may serve at the worker's clock come from it, and only
+  // the others are pulled (into a scratch buffer that wait() scatters into `out`).
   Handle pull(std::span<const Key> keys, std::span<float> out) override {
-    return worker_->pull(keys, out);
+    if (!managed_) return worker_->pull(keys, out);
+    std::vector<size_t> missing;
+    managed_->read(keys, worker_->currentClock(), out, missing);
+    if (missing.empty()) {
+      std::lock_guard lock(mu_);
+      return kServed | next_served_++;
+    }
+    const KeySpace& space = server_->store().space();
+    Scatter scatter;
+    scatter.out = out;
+    std::vector<Key> pulled;
+    pulled.reserve(missing.size());
+    size_t at = 0;
+    size_t next = 0;
+    size_t floats = 0;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const size_t n = space.length(keys[i]);
+      if (next < missing.size() && missing[next] == i) {
+        pulled.push_back(keys[i]);
+        scatter.pieces.emplace_back(at, n);
+        floats += n;
+        ++next;
+      }
+      at += n;
+    }
+    scatter.scratch.resize(floats);
+    // Moving the scratch vector into the map keeps its buffer, which the pull writes into.
+    const Handle handle = worker_->pull(pulled, scatter.scratch);
+    std::lock_guard lock(mu_);
+    scatters_.emplace(handle, std::move(scatter));
+    return handle;
   }
   Handle pullAt(Clock min_clock, std::span<const Key> keys, std::span<float> out) override {
     return worker_->pullAt(min_clock, keys, out);
@@ -46,7 +95,24 @@ class ClassicRowAccess final : public SparseRowAccess {
   Handle push(std::span<const Key> keys, std::span<const float> grads) override {
     return worker_->push(keys, grads);
   }
-  node::Status wait(Handle handle) override { return worker_->wait(handle); }
+  node::Status wait(Handle handle) override {
+    if ((handle & kServed) != 0) return {};
+    node::Status status = worker_->wait(handle);
+    std::lock_guard lock(mu_);
+    auto it = scatters_.find(handle);
+    if (it == scatters_.end()) return status;
+    if (status.ok()) {
+      const Scatter& scatter = it->second;
+      size_t from = 0;
+      for (const auto& [at, n] : scatter.pieces) {
+        std::copy_n(scatter.scratch.begin() + static_cast<std::ptrdiff_t>(from), n,
+                    scatter.out.begin() + static_cast<std::ptrdiff_t>(at));
+        from += n;
+      }
+    }
+    scatters_.erase(it);
+    return status;
+  }
   // Every row stays at its home: nothing to move.
   void localize(std::span<const Key> /*keys*/, KeyLocalizer::Done done) override {
     if (done) done(node::Status{});
@@ -62,6 +128,16 @@ class ClassicRowAccess final : public SparseRowAccess {
     s.keys_local = w.keys_local;
     s.keys_remote = w.keys_remote;
     s.held_keys = held_;
+    if (managed_) {
+      const SparseManagedStats m = managed_->stats();
+      s.managed_frames = m.comm.frames_sent;
+      s.managed_rows_sent = m.comm.rows_sent;
+      s.managed_bytes = m.comm.managed_bytes;
+      s.managed_rows_received = m.comm.rows_received;
+      s.managed_refused = m.comm.refused;
+      s.cache_hits = m.cache_hits;
+      s.cache_misses = m.cache_misses;
+    }
     return s;
   }
   PsRunHooks runHooks() override {
@@ -77,6 +153,9 @@ class ClassicRowAccess final : public SparseRowAccess {
     return hooks;
   }
   SparseTechnique technique() const override { return SparseTechnique::kClassic; }
+  void startRun() override {
+    if (managed_) managed_->start();
+  }
   KvWorker* kvWorker() override { return worker_.get(); }
   const KvServer* kvServer() const override { return server_.get(); }
 
@@ -87,6 +166,20 @@ class ClassicRowAccess final : public SparseRowAccess {
   std::unique_ptr<KvServer> server_;
   std::unique_ptr<KvWorker> worker_;
   uint64_t held_ = 0;
+  // --bandwidth: a pull's rows that the copy did not serve, pulled into `scratch`, and where in
+  // the caller's buffer each lands (float offset, floats).
+  struct Scatter {
+    std::span<float> out;
+    std::vector<float> scratch;
+    std::vector<std::pair<size_t, size_t>> pieces;
+  };
+  // Handles of reads the copy served whole (KvWorker's handles count up from 1).
+  static constexpr Handle kServed = Handle{1} << 63;
+  std::mutex mu_;  // guards scatters_ and next_served_ (pulls may come from the sampler too)
+  std::unordered_map<Handle, Scatter> scatters_;
+  Handle next_served_ = 0;
+  // Declared last, destroyed first: its timer and handler use the server.
+  std::unique_ptr<SparseManagedComm> managed_;
 };
 
 }  // namespace

@@ -354,6 +354,41 @@ TEST(ChorusSparsePs, ANodeAloneAndALaunchedPairFactorizeLikeChorusTrain) {
       << two.out;
 }
 
+// --bandwidth in sparse PS mode (docs/managed-comm.md, "Sparse rows"): two launched nodes with
+// a budget, a bound of 2 and links of 5 ms train MF as chorus train does, every node pushes rows
+// and reads a good share of its rows from the pushed copy, and the metrics say so.
+TEST(ChorusSparsePs, ManagedCommunicationServesRowsOnLaunchedNodes) {
+  TempDir dir("chorus-sparse-managed");
+  const std::vector<std::string> flags = {
+      "--model",    "mf",    "--mf-rows",         "400", "--mf-cols", "200",
+      "--mf-cells", "30000", "--mf-planted-rank", "4",   "--rank",    "4",
+      "--epochs",   "6",     "--batch",           "200", "--seed",    "2"};
+  std::vector<std::string> train = {chorusBinary(), "train"};
+  train.insert(train.end(), flags.begin(), flags.end());
+  const CommandResult alone = runCommand(train);
+  ASSERT_EQ(alone.exit_code, 0) << alone.err;
+  const double single = numberAfter(alone.out, "test: RMSE ");
+  std::vector<std::string> launch = {chorusBinary(), "launch",        writeTopology(dir, 2),
+                                     "--out",        dir.file("out"), "--mode",
+                                     "ps",           "--staleness",   "2",
+                                     "--bandwidth",  "100",           "--technique",
+                                     "classic",      "--link-delay",  "5"};
+  launch.insert(launch.end(), flags.begin(), flags.end());
+  const CommandResult two = runCommand(launch);
+  ASSERT_EQ(two.exit_code, 0) << two.out << two.err;
+  EXPECT_NEAR(numberAfter(two.out, "test of the owners' model: rmse "), single, 0.15 * single)
+      << two.out;
+  for (int node = 0; node < 2; ++node) {
+    std::ifstream metrics(dir.file("out/node-" + std::to_string(node) + ".jsonl"));
+    const std::string lines((std::istreambuf_iterator<char>(metrics)), {});
+    EXPECT_TRUE(contains(lines, "\"bandwidth_mbps\":100")) << lines;
+    ASSERT_TRUE(contains(lines, "\"cache_hit_rate\":")) << lines;
+    EXPECT_GT(numberAfter(lines, "\"cache_hit_rate\":"), 0.3) << lines;
+    EXPECT_GT(numberAfter(lines, "\"managed_rows_received\":"), 0) << lines;
+    EXPECT_TRUE(contains(lines, "\"managed_refused\":0")) << lines;
+  }
+}
+
 // --mf-schedule rotation through the run spec (docs/orion.md): two launched nodes train by Orion's
 // rotation, reach chorus train's RMSE, record the schedule and report the plan and barriers.
 TEST(ChorusSparsePs, RotationTrainsMfOnLaunchedNodes) {
