@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -117,9 +118,16 @@ class SparseCluster {
     return runCommand(argv, 180);
   }
 
+  // One node alone, its cuts (were it to run) in a folder of its own.
   CommandResult node(int id, const std::vector<std::string>& flags) const {
-    std::vector<std::string> argv = {chorusBinary(), "node", "--topology",
-                                     topology_,      "--id", std::to_string(id)};
+    std::vector<std::string> argv = {chorusBinary(),
+                                     "node",
+                                     "--topology",
+                                     topology_,
+                                     "--id",
+                                     std::to_string(id),
+                                     "--checkpoint-dir",
+                                     dir_.file("node-cuts")};
     argv.insert(argv.end(), flags.begin(), flags.end());
     return runCommand(argv, 60);
   }
@@ -134,6 +142,15 @@ class SparseCluster {
 std::vector<std::string> plus(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
+}
+
+// `flags` with the value of `flag` (given once) set to `value`.
+std::vector<std::string> with(std::vector<std::string> flags, const std::string& flag,
+                              const std::string& value) {
+  auto it = std::find(flags.begin(), flags.end(), flag);
+  EXPECT_TRUE(it != flags.end() && it + 1 != flags.end()) << flag;
+  if (it != flags.end() && it + 1 != flags.end()) *(it + 1) = value;
+  return flags;
 }
 
 // Runs uninterrupted (cuts 2 and 4 written), then resumes the cluster from a copy of its cut
@@ -240,7 +257,7 @@ TEST(SparseClusterCheckpoint, LapseResumesToTheSameQuality) {
 TEST(SparseClusterCheckpoint, BadCheckpointsAreRefusedNamingTheFile) {
   SparseCluster cluster("chorus-sparse-ckpt-bad", "sparse-ckpt-bad");
   const std::vector<std::string> flags =
-      SparseCluster::training({"--technique", "classic", "--epochs", "5"});
+      with(SparseCluster::training({"--technique", "classic"}), "--epochs", "5");
   const std::string cuts = cluster.file("cuts");
   CommandResult a = cluster.launch(cluster.file("out"), plus(flags, {"--checkpoint-dir", cuts}));
   ASSERT_EQ(a.exit_code, 0) << a.out << a.err;
@@ -261,8 +278,8 @@ TEST(SparseClusterCheckpoint, BadCheckpointsAreRefusedNamingTheFile) {
   fs::copy_file(cuts + "/cut-4/node-0.ckpt", own, fs::copy_options::overwrite_existing);
   refused(flags, own + ": holds node 0's state, not node 1's");
   // Another model (rank 8), another batch (other clocks per epoch).
-  refused(plus(flags, {"--rank", "8"}), "resume with the --model");
-  refused(plus(flags, {"--batch", "50"}), own + ": written by a run of");
+  refused(with(flags, "--rank", "8"), "resume with the --model");
+  refused(with(flags, "--batch", "50"), own + ": written by a run of");
   // Another cluster's folder: the same nodes under another name.
   SparseCluster other("chorus-sparse-ckpt-other", "another");
   {
