@@ -726,8 +726,8 @@ class SparseConsensusSession : public NodeSession {
     const uint32_t self = job_->self;
     const double rounds = static_cast<double>(std::max<int64_t>(r.rounds_done - r.first_round, 1));
     if (job_->cuts.resumed) {
-      fmt::print("node {}: resumed from cut {} at round {}\n", self,
-                 job_->cuts.resumed->header.cut, r.first_round);
+      fmt::print("node {}: resumed from cut {} at round {}\n", self, job_->cuts.resumed->header.cut,
+                 r.first_round);
     } else if (r.first_round > 0) {
       fmt::print("node {}: rejoined at round {} with a neighbor's tables and optimizer state\n",
                  self, r.first_round);
