@@ -19,6 +19,7 @@
 #include "ml/triples.h"
 #include "node/node.h"
 #include "ps/sparse_ps_peer.h"
+#include "run/cluster_checkpoint.h"
 
 namespace chorus::cli {
 
@@ -32,10 +33,9 @@ const std::vector<std::pair<std::string, std::string>> kNotForSparse = {
     {"--eval-every",
      "it counts steps; a sparse model evaluates every N epochs: --eval-every-epochs"},
     {"--target-acc", "an image model's accuracy target"},
-    {"--save", "checkpoints of sparse PS runs are not implemented yet"},
-    {"--resume", "checkpoints of sparse PS runs are not implemented yet"},
-    {"--checkpoint-every", "whole-cluster checkpoints of sparse runs are not implemented yet"},
-    {"--checkpoint-dir", "whole-cluster checkpoints of sparse runs are not implemented yet"},
+    {"--save",
+     "a sparse cluster checkpoints itself whole: --checkpoint-every N epochs, resumed with "
+     "--resume DIR"},
     {"--stragglers", "straggler injection is not wired into sparse PS runs yet"},
     {"--rejoin", "a sparse PS node cannot rejoin yet (a consensus node can)"},
     {"--key-floats", "a sparse model's key is one embedding row"},
@@ -180,6 +180,9 @@ struct SparseNodeJob {
   // KGE: entities a training triple draws as negatives, on average (for the expected accesses
   // that choose sparse gossip's hot rows).
   double negatives_per_triple = 0;
+  // Whole-cluster checkpoints (run::planCuts): where they go, every how many epochs, and the cut
+  // this node resumes from.
+  run::CutPlan cuts;
 };
 
 bool isSparseModel(const std::string& model) {
@@ -377,6 +380,21 @@ void checkSparseNodeArgs(const run::RunOptions& run, const SparseNodeArgs& spars
                          "(--replicate takes the top N whatever their memory)");
   }
   if (isRotation(sparse)) checkRotation(run, sparse, gossip);
+  // Whole-cluster checkpoints (docs/checkpoints.md, "Sparse runs"): --resume takes a cut folder
+  // only (a --save file is a single model, which sparse runs do not write).
+  const bool resumes = run::resumesCluster(run);
+  if (given(sparse, "--resume") && !resumes) {
+    throw CommandFailure(
+        2, fmt::format("--resume {}: not a folder; a sparse run resumes a whole cluster from "
+                       "the --checkpoint-dir of an earlier run (--resume DIR; a --save file is "
+                       "an image model's)",
+                       run.resume_path));
+  }
+  try {
+    run::validateCheckpointOptions(run, gossip && consensus.rejoin);
+  } catch (const std::invalid_argument& e) {
+    throw CommandFailure(2, e.what());
+  }
   for (const auto& [flag, why] : kNotForSparse) {
     if (gossip && flag == "--rejoin") continue;  // it takes a neighbor's tables
     refuse(sparse, {flag}, model, why);
@@ -439,6 +457,10 @@ void checkSparseNodeArgs(const run::RunOptions& run, const SparseNodeArgs& spars
       options.sampling = sampleSchemeOf(sparse);
       options.technique = technique;
       options.replication = replicationOf(sparse);
+      // What the cuts refuse (the techniques, schedules and schemes whose state a cut does not
+      // hold) needs only whether there are cuts; the files are read by planSparseTraining.
+      options.cuts.every = run.checkpoint_every;
+      if (resumes) options.cuts.resumed.emplace();
       ps::validateSparsePsOptions(options);
     }
   } catch (const std::invalid_argument& e) {
@@ -480,6 +502,10 @@ std::vector<std::pair<std::string, std::string>> sparseFingerprint(const run::Ru
                                       f.kge.reciprocal, f.kge.sharedNegatives));
     s.emplace_back("sample", fmt::format("scheme={} reuse={}", sparse.sampleScheme,
                                          given(sparse, "--sample-reuse") ? sparse.sampleReuse : 0));
+  }
+  // Cuts are complete only when every node takes them at the same epochs.
+  if (run.checkpoint_every > 0) {
+    s.emplace_back("checkpoint-every", fmt::format("{}", run.checkpoint_every));
   }
   s.emplace_back("technique", sparse.technique);
   s.emplace_back("schedule", sparse.mfSchedule);
@@ -694,6 +720,7 @@ class SparsePsSession : public NodeSession {
     options.technique = job.technique;
     options.rotation_blocks = job.rotation_blocks;
     options.rotation_barrier = job.rotation_barrier;
+    options.cuts = job.cuts;
     if (job.technique == ps::SparseTechnique::kNups) {
       options.replication = job.replication;
       options.replication.accesses = expectedAccesses(job);
@@ -723,7 +750,10 @@ class SparseConsensusSession : public NodeSession {
     const consensus::SparseConsensusReport r = peer_.run();
     const uint32_t self = job_->self;
     const double rounds = static_cast<double>(std::max<int64_t>(r.rounds_done - r.first_round, 1));
-    if (r.first_round > 0) {
+    if (job_->cuts.resumed) {
+      fmt::print("node {}: resumed from cut {} at round {}\n", self, job_->cuts.resumed->header.cut,
+                 r.first_round);
+    } else if (r.first_round > 0) {
       fmt::print("node {}: rejoined at round {} with a neighbor's tables and optimizer state\n",
                  self, r.first_round);
     }
@@ -781,6 +811,7 @@ class SparseConsensusSession : public NodeSession {
     options.catchup_timeout = c.catchup_timeout;
     options.gossip = gossip;
     options.train = job.train;
+    options.cuts = job.cuts;
     // The hot rows: each table's most accessed rows by the data's expected accesses (the same
     // on every node: the data and the ties' order are).
     const std::vector<std::vector<double>> accesses = expectedAccesses(job);
@@ -814,6 +845,34 @@ std::unique_ptr<NodeSession> sparsePsSession(node::Node& node, std::shared_ptr<S
   return std::make_unique<SparsePsSession>(node, std::move(job), members, ps);
 }
 
+namespace {
+
+// The cuts of `job`'s node (run::planCuts): a sparse model's header, its steps the epochs.
+// CommandFailure 2 for a bad --resume folder.
+void planSparseCuts(SparseNodeJob& job, const modes::TrainingContext& context,
+                    std::string_view mode, uint32_t nodes) {
+  run::NodeCheckpointHeader header;
+  header.cluster = context.topology.name;
+  header.node = job.self;
+  header.nodes = nodes;
+  header.mode = std::string(mode);
+  header.model = job.workload->spec();
+  size_t parameters = 0;
+  for (const ml::SparseTable* table : job.workload->tables())
+    parameters += table->values().size();
+  header.fingerprint = run::modelFingerprint(header.model, parameters);
+  header.seed = job.train.seed;
+  try {
+    run::planCuts(job.cuts, context.settings.run, header, job.train.epochs);
+  } catch (const run::NodeCheckpointError& e) {
+    throw CommandFailure(2, fmt::format("node {}: {}", job.self, e.what()));
+  } catch (const std::invalid_argument& e) {
+    throw CommandFailure(2, fmt::format("node {}: {}", job.self, e.what()));
+  }
+}
+
+}  // namespace
+
 SparsePlan planSparseTraining(const modes::Mode& mode, const modes::TrainingContext& context,
                               const SparseNodeArgs& sparse) {
   std::vector<node::NodeId> members;
@@ -822,6 +881,8 @@ SparsePlan planSparseTraining(const modes::Mode& mode, const modes::TrainingCont
   const node::NodeId self = context.self.id;
   const std::shared_ptr<SparseNodeJob> job =
       loadJobFor(context.settings.run, sparse, self, members, mode.sparse);
+  planSparseCuts(*job, context, mode.sparse == modes::SparseTraining::kPs ? "ps" : "consensus",
+                 static_cast<uint32_t>(members.size()));
   SparsePlan plan;
   switch (mode.sparse) {
     case modes::SparseTraining::kPs: {

@@ -516,9 +516,12 @@ SparseConsensusReport SparseConsensusPeer::run() {
     return it == layout_.degrees.end() ? layout_.members.size() - 1 : it->second;
   };
 
-  // A rejoining node appends to its file: its earlier life's lines stay.
-  ml::MetricsWriter metrics(train.metricsPath, options_.rejoin);
-  const Round first_round = options_.rejoin ? catchUp() : 0;
+  // A rejoining or resumed node appends to its file: its earlier life's lines stay.
+  const run::CutPlan& cuts = options_.cuts;
+  ml::MetricsWriter metrics(train.metricsPath, options_.rejoin || cuts.resumed.has_value());
+  for (const std::string& line : cuts.skipped)
+    log.warn("{}", line);
+  const Round first_round = options_.rejoin ? catchUp() : cuts.resumed ? restoreCut() : 0;
   report.first_round = first_round;
   if (options_.rejoin && options_.on_caught_up && !membership_.stopped()) {
     options_.on_caught_up(first_round);
@@ -734,6 +737,7 @@ SparseConsensusReport SparseConsensusPeer::run() {
     }
     metrics.write(event);
     log.info("{}", line);
+    if (cuts.cutAt(epoch + 1, train.epochs) && !membership_.stopped()) writeCut(epoch + 1, round);
   }
   report.stopped = membership_.stopped();
   report.epochs_done = epoch;

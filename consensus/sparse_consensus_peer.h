@@ -32,6 +32,7 @@
 #include "consensus/sparse_gossip.h"
 #include "ml/sparse_train.h"
 #include "node/repeated_log.h"
+#include "run/cut_plan.h"
 #include "run/membership.h"
 #include "run/staleness_bound.h"
 
@@ -86,6 +87,11 @@ struct SparseConsensusOptions {
   // after that neighbor's; catchup_timeout per neighbor asked.
   bool rejoin = false;
   std::chrono::milliseconds catchup_timeout{30000};
+  // Whole-cluster checkpoints (--checkpoint-every N epochs, --checkpoint-dir, --resume DIR;
+  // docs/checkpoints.md, "Sparse runs"): where the cuts go, every how many epochs, and the cut
+  // this node resumes from (run::planCuts). A cut is an epoch's end: the tables after its last
+  // round's mixing, their optimizer state and the gossip's send state. Not with rejoin.
+  run::CutPlan cuts;
   // Tests: called on the trainer thread after each round's mixing step.
   std::function<void(Round)> on_round_end;
   // Tests, --rejoin: called on the trainer thread once the node took a neighbor's tables and
@@ -194,6 +200,13 @@ class SparseConsensusPeer {
   // Trainer thread: the merged unmixed shares of `from` up to round `round`.
   std::optional<RowShare> takeInbox(NodeId from, Round round);
   bool isNeighbor(NodeId id) const;
+  // Trainer thread, after the last round of epoch `cut`-1 (`next_round` is the next one): writes
+  // this node's part of cut `cut` (sparse_consensus_cut.cc).
+  void writeCut(int64_t cut, Round next_round);
+  // Trainer thread, before the first round: sets the tables, the optimizer state and the
+  // gossip's send state from the resumed cut; returns the first round to run. Throws
+  // run::NodeCheckpointError naming the file.
+  Round restoreCut();
   // Node 0's evaluation of its replica on `split`.
   std::vector<ml::NamedMetric> evaluate(const std::string& split);
 

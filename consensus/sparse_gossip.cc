@@ -187,6 +187,104 @@ RowShare SparseGossip::select(NodeId to, Round round,
   return share;
 }
 
+std::vector<uint64_t> SparseGossip::exportState() const {
+  std::vector<uint64_t> out = {options_.tables.size(), outboxes_.size()};
+  for (size_t t = 0; t < options_.tables.size(); ++t) {
+    out.push_back(hop_[t].size());
+    out.insert(out.end(), hop_[t].begin(), hop_[t].end());
+  }
+  auto queue = [&](const Outbox& box, size_t t, const auto& keys) {
+    out.push_back(keys.size());
+    for (RowKey key : keys) {
+      out.push_back(key);
+      out.push_back(static_cast<uint64_t>(box.since[t][key]));
+    }
+  };
+  for (const Outbox& box : outboxes_) {
+    out.push_back(box.to);
+    for (size_t t = 0; t < options_.tables.size(); ++t) {
+      queue(box, t, box.hot_due[t]);
+      queue(box, t, box.cold_due[t]);
+    }
+  }
+  return out;
+}
+
+void SparseGossip::importState(std::span<const uint64_t> words, Round next_round) {
+  size_t at = 0;
+  auto next = [&](const char* what) {
+    if (at >= words.size()) {
+      throw std::invalid_argument(fmt::format("sparse gossip state: ends before its {}", what));
+    }
+    return words[at++];
+  };
+  const size_t n = options_.tables.size();
+  if (next("table count") != n || next("neighbor count") != outboxes_.size()) {
+    throw std::invalid_argument(
+        "sparse gossip state: written for other tables or another number of neighbors");
+  }
+  std::vector<std::vector<uint8_t>> hop(n);
+  std::vector<std::vector<uint16_t>> due(n);
+  for (size_t t = 0; t < n; ++t) {
+    const size_t rows = options_.tables[t].rows;
+    if (next("table rows") != rows) {
+      throw std::invalid_argument(
+          fmt::format("sparse gossip state: table {} of another row count", t));
+    }
+    hop[t].resize(rows);
+    due[t].assign(rows, 0);
+    for (size_t r = 0; r < rows; ++r) {
+      const uint64_t h = next("hop counts");
+      if (h > kNoHop) throw std::invalid_argument("sparse gossip state: a hop count above 255");
+      hop[t][r] = static_cast<uint8_t>(h);
+    }
+  }
+  std::vector<Outbox> boxes;
+  for (const Outbox& old : outboxes_) {
+    Outbox box;
+    box.to = old.to;
+    if (next("neighbor") != old.to) {
+      throw std::invalid_argument(
+          fmt::format("sparse gossip state: its neighbors are not this node's ({})", old.to));
+    }
+    box.since.resize(n);
+    box.hot_due.resize(n);
+    box.cold_due.resize(n);
+    for (size_t t = 0; t < n; ++t) {
+      box.since[t].assign(options_.tables[t].rows, -1);
+      for (int cold = 0; cold < 2; ++cold) {
+        const uint64_t count = next("queue length");
+        if (count > options_.tables[t].rows) {
+          throw std::invalid_argument("sparse gossip state: a queue longer than its table");
+        }
+        for (uint64_t i = 0; i < count; ++i) {
+          const uint64_t key = next("queued row");
+          const auto since = static_cast<Round>(next("round"));
+          if (key >= options_.tables[t].rows || since < 0 || since >= next_round ||
+              box.since[t][key] >= 0 || hot_[t][key] == (cold == 1)) {
+            throw std::invalid_argument(
+                fmt::format("sparse gossip state: row {} of table {} queued wrongly for node {}",
+                            key, t, box.to));
+          }
+          box.since[t][key] = since;
+          ++box.pending;
+          ++due[t][key];
+          if (cold == 1) {
+            box.cold_due[t].push_back(key);
+          } else {
+            box.hot_due[t].push_back(key);
+          }
+        }
+      }
+    }
+    boxes.push_back(std::move(box));
+  }
+  if (at != words.size()) throw std::invalid_argument("sparse gossip state: words after its end");
+  hop_ = std::move(hop);
+  due_count_ = std::move(due);
+  outboxes_ = std::move(boxes);
+}
+
 size_t SparseGossip::pendingRows(NodeId to) const {
   for (const Outbox& box : outboxes_) {
     if (box.to == to) return box.pending;

@@ -119,6 +119,15 @@ class SparseGossip {
 
   // Rows due to `to` now (hot and cold).
   size_t pendingRows(NodeId to) const;
+
+  // Whole-cluster checkpoints (docs/checkpoints.md, "Sparse runs"): the send state as words (per
+  // table its rows' hop counts; per neighbor and table its due rows in queue order with the
+  // round each became due), so that a resumed node sends what the uninterrupted one would have.
+  std::vector<uint64_t> exportState() const;
+  // Sets the send state from exportState()'s words, of a run with the same tables and neighbors
+  // whose rounds were below `next_round`. Throws std::invalid_argument saying what does not fit
+  // (nothing changed then).
+  void importState(std::span<const uint64_t> words, Round next_round);
   const SparseGossipOptions& options() const { return options_; }
 
  private:

@@ -19,6 +19,7 @@
 #include "node/finite.h"
 #include "node/node.h"
 #include "node/repeated_log.h"
+#include "ps/cut_rows.h"
 #include "run/cli_checks.h"
 #include "run/cluster_checkpoint.h"
 
@@ -375,15 +376,13 @@ void PsPeer::requestSnapshot(Clock cut) {
   // cannot see every worker at `cut` before this is registered.
   node_.post([this, cut] {
     server_->whenClocksApplied(cut, [this, cut](const KeyStore& store) {
+      CutRows rows = copyCutRows(store, store.ownedKeys());
       OwnerSnapshot taken;
       taken.cut = cut;
-      taken.keys = store.ownedKeys();
-      for (Key key : taken.keys) {
-        const KeyEntry row = *store.copyRow(key);  // once per cut: a copy is fine
-        taken.values.insert(taken.values.end(), row.values.begin(), row.values.end());
-        taken.state.insert(taken.state.end(), row.state.begin(), row.state.end());
-        taken.updates.push_back(row.updates);
-      }
+      taken.keys = std::move(rows.keys);
+      taken.updates = std::move(rows.updates);
+      taken.values = std::move(rows.values);
+      taken.state = std::move(rows.state);
       {
         auto lock = membership_.lock();
         snapshot_ = std::move(taken);
@@ -412,11 +411,12 @@ bool PsPeer::passCut(Clock cut) {
     snapshot_ = OwnerSnapshot{};
   }
   run::NodeCheckpoint& part = *cut_part_;
-  part.words["keys"] = std::move(taken.keys);
-  part.words["updates"] = std::move(taken.updates);
+  putCutRows({.keys = std::move(taken.keys),
+              .updates = std::move(taken.updates),
+              .values = std::move(taken.values),
+              .state = std::move(taken.state)},
+             part);
   part.words["key_floats"] = {static_cast<uint64_t>(layout_.chunk())};
-  part.floats["values"] = std::move(taken.values);
-  part.floats["state"] = std::move(taken.state);
   const std::string path = run::writeNodeCheckpoint(job_.cuts.dir, part, job_.cuts.every);
   node_.logger().info("clock {}: wrote this node's part of cut {} to {}", cut, cut, path);
   return true;
@@ -425,57 +425,21 @@ bool PsPeer::passCut(Clock cut) {
 void PsPeer::restoreRows(KeyStore& store) const {
   const run::NodeCheckpoint& cut = *job_.cuts.resumed;
   const std::string& path = job_.cuts.resumed_path;
-  auto fail = [&](const std::string& what) {
-    return run::NodeCheckpointError(fmt::format(
-        "{}: {}; resume with the --key-floats, topology and --owner-momentum the checkpoints were "
-        "written with",
-        path, what));
-  };
-  auto words = [&](const char* name) -> const std::vector<uint64_t>& {
-    auto it = cut.words.find(name);
-    if (it == cut.words.end()) throw fail(fmt::format("no '{}' array (not a PS checkpoint)", name));
-    return it->second;
-  };
-  auto floats = [&](const char* name) -> const std::vector<float>& {
-    auto it = cut.floats.find(name);
-    if (it == cut.floats.end())
-      throw fail(fmt::format("no '{}' array (not a PS checkpoint)", name));
-    return it->second;
-  };
-  const std::vector<uint64_t>& key_floats = words("key_floats");
+  const std::string remedy =
+      "resume with the --key-floats, topology and --owner-momentum the checkpoints were written "
+      "with";
+  auto it = cut.words.find("key_floats");
+  if (it == cut.words.end()) {
+    throw run::NodeCheckpointError(
+        fmt::format("{}: no 'key_floats' array (not a PS checkpoint); {}", path, remedy));
+  }
+  const std::vector<uint64_t>& key_floats = it->second;
   if (key_floats.size() != 1 || key_floats[0] != layout_.chunk()) {
-    throw fail(
-        fmt::format("written with {} floats per key, this run cuts the model into keys of {}",
-                    key_floats.empty() ? 0 : key_floats[0], layout_.chunk()));
+    throw run::NodeCheckpointError(fmt::format(
+        "{}: written with {} floats per key, this run cuts the model into keys of {}; {}", path,
+        key_floats.empty() ? 0 : key_floats[0], layout_.chunk(), remedy));
   }
-  const std::vector<uint64_t>& keys = words("keys");
-  const std::vector<uint64_t>& updates = words("updates");
-  const std::vector<float>& values = floats("values");
-  const std::vector<float>& state = floats("state");
-  if (keys != store.ownedKeys() || updates.size() != keys.size()) {
-    throw fail(
-        fmt::format("holds {} key(s), not the {} this node owns", keys.size(), store.size()));
-  }
-  size_t value_at = 0, state_at = 0;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    std::optional<KeyEntry> row = store.extract(keys[i]);
-    const size_t n = row->values.size(), m = row->state.size();
-    if (value_at + n > values.size() || state_at + m > state.size()) {
-      throw fail("its values or optimizer state are shorter than its keys' rows");
-    }
-    std::copy_n(values.begin() + static_cast<ptrdiff_t>(value_at), n, row->values.begin());
-    std::copy_n(state.begin() + static_cast<ptrdiff_t>(state_at), m, row->state.begin());
-    row->updates = updates[i];
-    value_at += n;
-    state_at += m;
-    if (auto error = store.insert(keys[i], std::move(*row))) throw fail(*error);
-  }
-  if (value_at != values.size() || state_at != state.size()) {
-    throw fail("its values or optimizer state are longer than its keys' rows");
-  }
-  if (const std::optional<size_t> bad = node::firstNonFinite(values)) {
-    throw fail(fmt::format("value {} is not finite", *bad));
-  }
+  restoreCutRows(store, cut, path, remedy);
 }
 
 void PsPeer::afterLastStep() {

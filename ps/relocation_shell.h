@@ -125,7 +125,8 @@ class RelocationShell {
   // locality oracle (SparseRowAccess::isLocal). O(log tables), no lock.
   bool holdsNow(Key key) const;
 
-  // Tests: runs `fn` with the core on the loop thread and waits for it.
+  // Tests, and a whole-cluster cut's copy of the rows (ps/sparse_ps_cut.cc): runs `fn` with the
+  // core on the loop thread and waits for it.
   void inspect(const std::function<void(const Relocation&)>& fn);
 
  private:

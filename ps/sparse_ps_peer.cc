@@ -7,15 +7,20 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <deque>
+#include <future>
+#include <mutex>
 #include <numeric>
 #include <stdexcept>
 
 #include "ml/metrics.h"
 #include "ml/rng.h"
 #include "node/node.h"
+#include "ps/cut_rows.h"
 #include "ps/rotation.h"
 #include "ps/rotation_driver.h"
+#include "run/cluster_checkpoint.h"
 
 namespace chorus::ps {
 
@@ -87,6 +92,24 @@ void validateSparsePsOptions(const SparsePsOptions& options) {
             ? " (a replicated hot column would be updated by every worker at once, which the "
               "schedule exists to prevent)"
             : ""));
+  }
+  const bool cuts = options.cuts.every > 0 || options.cuts.resumed;
+  if (cuts && options.technique != SparseTechnique::kClassic &&
+      options.technique != SparseTechnique::kLapse) {
+    throw std::invalid_argument(fmt::format(
+        "--checkpoint-every and --resume DIR take sparse PS runs with --technique classic or "
+        "lapse; {}'s replicas are not written into a cut yet",
+        sparseTechniqueName(options.technique)));
+  }
+  if (cuts && options.rotation_blocks > 0) {
+    throw std::invalid_argument(
+        "--checkpoint-every and --resume DIR do not take --mf-schedule rotation yet (its column "
+        "blocks are on their way between workers at an epoch's end)");
+  }
+  if (cuts && options.sampling) {
+    throw std::invalid_argument(
+        "--checkpoint-every and --resume DIR do not take --sample-scheme yet (its pools and "
+        "localized samples would be lost at a cut)");
   }
   if (options.sampling) {
     if (std::optional<std::string> error = sampling::checkSampleOptions(*options.sampling)) {
@@ -189,11 +212,16 @@ SparsePsPeer::SparsePsPeer(node::Node& node, ml::SparseWorkload& workload,
     }
   }
   owned_at_start_ = store.size();
+  cut_keys_ = store.ownedKeys();
+  if (options_.cuts.resumed) restoreCut(store);
+  localizing_ = std::make_shared<LocalizeCount>();
   RowAccessSetup setup;
   setup.map = &map_;
   setup.members = members_;
   setup.staleness = staleness_;
-  setup.max_clock = total_clocks + 1;
+  // Each cut adds one empty clock (takeCut).
+  const int64_t cuts = options_.cuts.every > 0 ? options_.train.epochs / options_.cuts.every : 0;
+  setup.max_clock = total_clocks + cuts + 1;
   setup.ps = &options_.ps;
   if (options_.technique == SparseTechnique::kNups) {
     ReplicaChoice choice = chooseHotKeys(space_, options_.replication, *policy);
@@ -298,6 +326,19 @@ void SparsePsPeer::settlePush() {
   }
 }
 
+struct LocalizeCount {
+  std::mutex mu;
+  std::condition_variable done;
+  uint64_t pending = 0;
+};
+
+void SparsePsPeer::waitLocalizes() {
+  std::unique_lock lock(localizing_->mu);
+  while (localizing_->pending > 0 && !membership_.stopped()) {
+    localizing_->done.wait_for(lock, std::chrono::milliseconds(100));
+  }
+}
+
 void SparsePsPeer::localizeAhead(std::span<const size_t> points) {
   if (points.empty()) return;
   for (std::vector<ml::RowKey>& rows : ahead_rows_)
@@ -307,7 +348,15 @@ void SparsePsPeer::localizeAhead(std::span<const size_t> points) {
   if (ahead_keys_->keys().empty()) return;
   // Not waited for: a failed localize is harmless (the rows are read where they are), and the
   // shell counts it.
-  access_->localize(ahead_keys_->keys(), [](const node::Status&) {});
+  {
+    std::lock_guard lock(localizing_->mu);
+    ++localizing_->pending;
+  }
+  access_->localize(ahead_keys_->keys(), [count = localizing_](const node::Status&) {
+    std::lock_guard lock(count->mu);
+    --count->pending;
+    count->done.notify_all();
+  });
 }
 
 bool SparsePsPeer::pullModel(std::optional<Clock> min_clock) {
@@ -385,7 +434,18 @@ SparsePsReport SparsePsPeer::run() {
     report_.parameters += table->values().size();
   const size_t owned = owned_at_start_;
 
-  ml::MetricsWriter metrics(train.metricsPath);
+  // A resumed cut (options_.cuts.resumed) continues the node's earlier life: its lines stay, and
+  // the run starts at the cut's epoch with fresh SSP clocks on every node (each cut's own empty
+  // clock shifts the SSP clock from the training clock: ssp_offset).
+  const run::CutPlan& cuts = options_.cuts;
+  const int64_t first_epoch = cuts.resumed ? cuts.resumed->header.cut : 0;
+  ml::MetricsWriter metrics(train.metricsPath, /*append=*/cuts.resumed.has_value());
+  for (const std::string& line : cuts.skipped)
+    log.warn("{}", line);
+  if (cuts.resumed) {
+    log.info("resuming from cut {} ({}): epoch {} of {}", first_epoch, cuts.resumed_path,
+             first_epoch + 1, train.epochs);
+  }
   ml::MetricsEvent start("start");
   start.add("model", workload_.spec())
       .add("parameters", static_cast<uint64_t>(report_.parameters))
@@ -394,7 +454,7 @@ SparsePsReport SparsePsPeer::run() {
       .add("optimizer", ml::sparseOptimizerName(train.optimizer.kind))
       .add("lr", train.optimizer.lr)
       .add("seed", train.seed)
-      .add("start_epoch", int64_t{0})
+      .add("start_epoch", first_epoch)
       .add("mode", "ps")
       .add("technique", sparseTechniqueName(options_.technique))
       .add("sample_scheme",
@@ -464,7 +524,8 @@ SparsePsReport SparsePsPeer::run() {
   std::deque<SparseRowAccess::Handle> pushes_out;
   const int64_t localize_ahead =
       options_.technique == SparseTechnique::kClassic || rotation_ ? 0 : options_.localize_ahead;
-  Clock clock = 0;
+  Clock clock = first_epoch * clocks_per_epoch_;
+  Clock ssp_offset = -clock;
   double window_loss = 0;
   size_t window_points = 0;
   int64_t points_seen = 0;
@@ -472,8 +533,9 @@ SparsePsReport SparsePsPeer::run() {
   SampleWorkerStats sample_before = sampler_ ? sampler_->stats() : SampleWorkerStats{};
   const Clock total_clocks = train.epochs * clocks_per_epoch_;
   const auto traffic = [this] { return node_.totals(); };
-  int64_t epoch = 0;
+  int64_t epoch = first_epoch;
   for (; epoch < train.epochs && !membership_.stopped(); ++epoch) {
+    const bool cut_after = cuts.cutAt(epoch + 1, train.epochs);
     // Each worker's order of an epoch depends only on (seed, epoch, its rank); its sampling
     // stream too, so that a run is repeatable.
     std::copy(shard_.begin(), shard_.end(), order.begin());
@@ -564,7 +626,9 @@ SparsePsReport SparsePsPeer::run() {
         window_loss += loss * static_cast<double>(batch.size());
         window_points += batch.size();
       }
-      // 5. End the clock.
+      // 5. End the clock (before a cut, once the rows this worker moves arrived: barrier A
+      // then says no row is on its way).
+      if (cut_after && c + 1 == clocks_per_epoch_) waitLocalizes();
       access_->clock();
       if ((clock + 1) % train.logEverySteps == 0 && window_points > 0) {
         const RowAccessStats stats = access_->stats();
@@ -636,6 +700,10 @@ SparsePsReport SparsePsPeer::run() {
     }
     metrics.write(event);
     log.info("{}", line);
+    if (cut_after && !membership_.stopped()) {
+      if (!takeCut(epoch + 1, clock + ssp_offset)) break;
+      ++ssp_offset;
+    }
   }
   for (SparseRowAccess::Handle handle : pushes_out) {
     pending_push_ = handle;
@@ -662,13 +730,14 @@ SparsePsReport SparsePsPeer::run() {
     // after pushing it, on the same connection), evaluated on every split.
     if (reporter) {
       log.info("reading the owners' model after clock {} of every worker", clock);
-      if (pullModel(clock)) report_.final = ml::evaluateSplitsInto(workload_, splits, summary);
+      if (pullModel(clock + ssp_offset))
+        report_.final = ml::evaluateSplitsInto(workload_, splits, summary);
     }
     // Everyone keeps serving its rows until every other member is done or gone.
     run::SettleOptions settle;
     settle.timeout = options_.ps.finish_timeout;
     settle.report_every = options_.ps.report_every;
-    run::PeerSettlement settled = barrier_->finish(clock, settle);
+    run::PeerSettlement settled = barrier_->finish(clock + ssp_offset, settle);
     report_.finished_peers = std::move(settled.finished);
     report_.departed_peers = std::move(settled.departed);
     if (!report_.departed_peers.empty()) {

@@ -32,6 +32,7 @@
 #include "ps/sample_worker.h"
 #include "ps/sparse_keys.h"
 #include "ps/sparse_row_access.h"
+#include "run/cut_plan.h"
 #include "run/membership.h"
 
 namespace chorus::node {
@@ -42,6 +43,7 @@ namespace chorus::ps {
 
 class RotationPlan;
 class RotationDriver;
+struct LocalizeCount;
 
 struct SparsePsOptions {
   // --staleness, --down-timeout and the time-outs and test hooks of dense PS mode (--key-floats,
@@ -77,6 +79,10 @@ struct SparsePsOptions {
   // holder announced the sub-epoch's end (neighbour hand-off); true (`rotation-barrier`): once
   // every worker did (the all-worker barrier, kept to measure the hand-off against).
   bool rotation_barrier = false;
+  // Whole-cluster checkpoints (--checkpoint-every N epochs, --checkpoint-dir, --resume DIR;
+  // docs/checkpoints.md, "Sparse runs"): where the cuts go, every how many epochs, and the cut
+  // this node resumes from (run::planCuts). Techniques classic and lapse; a cut is an epoch's end.
+  run::CutPlan cuts;
   // Tests: called on the trainer thread after each step's pull with the keys it pulled.
   std::function<void(int64_t clock, std::span<const Key> pulled)> on_pull;
 };
@@ -173,8 +179,22 @@ class SparsePsPeer {
     return options_.technique == SparseTechnique::kNups ||
            options_.technique == SparseTechnique::kAuto;
   }
-  // Starts localizing the rows the data points `points` name (not waited for).
+  // Starts localizing the rows the data points `points` name (not waited for here; counted in
+  // localizing_ until done).
   void localizeAhead(std::span<const size_t> points);
+  // Trainer thread: waits until every localize this worker started is done (or the run stops).
+  void waitLocalizes();
+  // Trainer thread, after the last clock of epoch `cut`-1 (this worker announced `ssp_clock`, its
+  // pushes completed): this node's part of cut `cut` (docs/checkpoints.md, "Sparse runs").
+  // Barrier A (a read at `ssp_clock`: every worker announced it, so every push before it is in
+  // its row and no localize is under way), under lapse this node's home rows brought home, the
+  // rows copied and written, then the cut's own empty clock and barrier B (a read at
+  // `ssp_clock` + 1: every node took its part before anyone trains on). False when the run
+  // stopped meanwhile.
+  bool takeCut(int64_t cut, Clock ssp_clock);
+  // Sets the store's rows from the resumed cut (options_.cuts.resumed). Throws
+  // run::NodeCheckpointError naming the file.
+  void restoreCut(KeyStore& store) const;
   // Waits for the pending push; counts and logs it when it failed.
   void settlePush();
   // With a sample scheme: draws the step's sampled rows (prepared one step ahead: `clock` of
@@ -199,6 +219,10 @@ class SparsePsPeer {
   size_t relocated_keys_ = 0;  // auto: keys it relocates, and keys it leaves at their homes
   size_t home_keys_ = 0;
   std::vector<std::vector<ml::RowKey>> ahead_rows_;  // localizeAhead's buffers
+  // Whole-cluster checkpoints: the keys whose home this node is (its part of a cut), and the
+  // localizes not done yet (done on the loop thread, waited for on the trainer thread).
+  std::vector<Key> cut_keys_;
+  std::shared_ptr<LocalizeCount> localizing_;
   std::unique_ptr<StepKeys> ahead_keys_;
   // With a sample scheme: pi, the sampler (over access_) and the sample prepared for the next
   // clock.

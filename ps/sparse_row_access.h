@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -169,6 +170,11 @@ class SparseRowAccess : public KeyLocalizer {
   // evaluation reads the converged values). An error (logged by the caller) when `timeout`
   // passed first; the run goes on.
   virtual node::Status finishPushes(std::chrono::milliseconds /*timeout*/) { return {}; }
+  // Trainer thread, at a whole-cluster cut (docs/checkpoints.md, "Sparse runs"): runs `fn` on
+  // the loop thread with the store of the rows held here, and waits for it. False (fn not run)
+  // when the node stopped, or for a technique whose state a cut does not hold (nups and auto:
+  // their replicas).
+  virtual bool withStore(const std::function<void(const KeyStore&)>& /*fn*/) { return false; }
   // The classic path's worker and server (their counters for the run's report); null for other
   // techniques.
   virtual KvWorker* kvWorker() { return nullptr; }

@@ -1,5 +1,6 @@
 // The classic path of sparse PS mode: every row at its home, KvServer and KvWorker.
 #include <cmath>
+#include <future>
 #include <mutex>
 #include <unordered_map>
 
@@ -17,7 +18,7 @@ namespace {
 class ClassicRowAccess final : public SparseRowAccess {
  public:
   ClassicRowAccess(node::Node& node, KeyStore store, const RowAccessSetup& setup)
-      : self_(node.id()), directory_(*setup.map, store.space()) {
+      : node_(node), self_(node.id()), directory_(*setup.map, store.space()) {
     const KeyDirectory& directory = directory_;
     ServerOptions server_options;
     server_options.down_timeout = std::chrono::milliseconds(
@@ -156,10 +157,24 @@ class ClassicRowAccess final : public SparseRowAccess {
   void startRun() override {
     if (managed_) managed_->start();
   }
+  bool withStore(const std::function<void(const KeyStore&)>& fn) override {
+    // The server's store lives on the loop thread.
+    auto done = std::make_shared<std::promise<void>>();
+    std::future<void> finished = done->get_future();
+    if (!node_.post([this, &fn, done] {
+          fn(server_->store());
+          done->set_value();
+        })) {
+      return false;
+    }
+    finished.get();
+    return true;
+  }
   KvWorker* kvWorker() override { return worker_.get(); }
   const KvServer* kvServer() const override { return server_.get(); }
 
  private:
+  node::Node& node_;
   NodeId self_;
   // Never changes (classic placement): read by isLocal from any thread.
   const KeyDirectory directory_;

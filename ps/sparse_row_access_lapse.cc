@@ -51,6 +51,14 @@ class LapseRowAccess final : public SparseRowAccess {
     return hooks;
   }
   SparseTechnique technique() const override { return SparseTechnique::kLapse; }
+  bool withStore(const std::function<void(const KeyStore&)>& fn) override {
+    bool ran = false;
+    shell_.inspect([&](const Relocation& core) {
+      fn(core.store());
+      ran = true;
+    });
+    return ran;
+  }
   RelocationShell& shell() { return shell_; }
 
  private:

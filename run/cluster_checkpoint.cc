@@ -424,7 +424,8 @@ void checkHeader(const NodeCheckpointHeader& got, const NodeCheckpointHeader& wa
 
 void addCheckpointOptions(CLI::App& cmd, RunOptions& o) {
   cmd.add_option("--checkpoint-every", o.checkpoint_every,
-                 "Whole-cluster checkpoints: every N steps (rounds, clocks) every node writes its "
+                 "Whole-cluster checkpoints: every N steps (rounds, clocks; epochs for the sparse "
+                 "models, whose PS runs need --technique classic or lapse) every node writes its "
                  "state to --checkpoint-dir as one cut, which --resume DIR restarts the whole "
                  "cluster from (docs/checkpoints.md); 0: none")
       ->check(CLI::Range(int64_t{0}, int64_t{1'000'000'000}))
@@ -460,35 +461,27 @@ bool resumesCluster(const RunOptions& o) {
   return !o.resume_path.empty() && fs::is_directory(o.resume_path, ec);
 }
 
-void prepareCuts(NodeJob& job, const RunOptions& options, const std::string& cluster,
-                 std::string_view mode, uint32_t nodes) {
-  CutPlan& plan = job.cuts;
+void planCuts(CutPlan& plan, const RunOptions& options, const NodeCheckpointHeader& header,
+              int64_t rounds) {
   plan.dir = checkpointDir(options);
   plan.every = options.checkpoint_every;
-  NodeCheckpointHeader& h = plan.header;
-  h.cluster = cluster;
-  h.node = job.node_id;
-  h.nodes = nodes;
-  h.mode = std::string(mode);
-  h.model = job.model->spec().toString();
-  h.fingerprint = modelFingerprint(h.model, job.model->size());
-  h.seed = job.seed;
-  h.cut = 0;
+  plan.header = header;
+  plan.header.cut = 0;
   if (!resumesCluster(options)) return;
   const std::string& dir = options.resume_path;
-  const CutChoice choice = chooseResumeCut(dir, nodes);
+  const CutChoice choice = chooseResumeCut(dir, header.nodes);
   plan.skipped = choice.skipped;
-  NodeCheckpointHeader want = h;
+  NodeCheckpointHeader want = plan.header;
   want.cut = choice.cut;
   // The other nodes' files of the cut: the same run's (their owners check their contents).
-  for (NodeId node = 0; node < nodes; ++node) {
-    if (node == job.node_id) continue;
+  for (NodeId node = 0; node < header.nodes; ++node) {
+    if (node == header.node) continue;
     const std::string path = nodeCheckpointPath(dir, choice.cut, node);
     NodeCheckpointHeader other = want;
     other.node = node;
     checkHeader(readNodeCheckpointHeader(path), other, path);
   }
-  const std::string path = nodeCheckpointPath(dir, choice.cut, job.node_id);
+  const std::string path = nodeCheckpointPath(dir, choice.cut, header.node);
   NodeCheckpoint own = loadNodeCheckpoint(path);
   checkHeader(own.header, want, path);
   auto progress = own.words.find(std::string(kProgressSection));
@@ -499,12 +492,30 @@ void prepareCuts(NodeJob& job, const RunOptions& options, const std::string& clu
         "{}: its progress record (cut, batches drawn) is missing or does not fit cut {}: {}", path,
         choice.cut, Reader::kRemedy));
   }
-  if (choice.cut >= job.rounds) {
+  if (choice.cut >= rounds) {
     throw NodeCheckpointError(fmt::format(
         "{}: cut {} is at or past this run's last step ({} steps): resume with the --rounds or "
         "--epochs the checkpoints were written with, or more",
-        path, choice.cut, job.rounds));
+        path, choice.cut, rounds));
   }
+  plan.resumed = std::move(own);
+  plan.resumed_path = path;
+}
+
+void prepareCuts(NodeJob& job, const RunOptions& options, const std::string& cluster,
+                 std::string_view mode, uint32_t nodes) {
+  NodeCheckpointHeader h;
+  h.cluster = cluster;
+  h.node = job.node_id;
+  h.nodes = nodes;
+  h.mode = std::string(mode);
+  h.model = job.model->spec().toString();
+  h.fingerprint = modelFingerprint(h.model, job.model->size());
+  h.seed = job.seed;
+  planCuts(job.cuts, options, h, job.rounds);
+  if (!job.cuts.resumed) return;
+  NodeCheckpoint& own = *job.cuts.resumed;
+  const std::string& path = job.cuts.resumed_path;
   auto optimizer = own.floats.find(std::string(kOptimizerSection));
   if (optimizer != own.floats.end() && !optimizer->second.empty() &&
       optimizer->second.size() != job.model->size()) {
@@ -520,8 +531,6 @@ void prepareCuts(NodeJob& job, const RunOptions& options, const std::string& clu
     }
     std::copy(params->second.begin(), params->second.end(), job.model->params().begin());
   }
-  plan.resumed = std::move(own);
-  plan.resumed_path = path;
 }
 
 }  // namespace chorus::run

@@ -94,6 +94,16 @@ void validateCheckpointOptions(const RunOptions& options, bool rejoin);
 // Whether --resume names a folder (a whole-cluster resume) rather than a --save file.
 bool resumesCluster(const RunOptions& options);
 
+// Fills `plan` for the node `header` names (its cluster, node, nodes, mode, model, fingerprint
+// and seed; its cut is ignored) in a run of `rounds` steps: the folder and period of its
+// checkpoints, and with --resume DIR the cut to resume from (the newest complete one; every newer
+// one skipped is named in plan.skipped) with this node's file of it loaded and checked (its header,
+// its progress record and the other nodes' headers: same cluster, cut and model). What the arrays
+// mean is the caller's to check. Throws NodeCheckpointError (exit 2). prepareCuts() and the sparse
+// models' sessions (cli/sparse_node.cc) use it.
+void planCuts(CutPlan& plan, const RunOptions& options, const NodeCheckpointHeader& header,
+              int64_t rounds);
+
 // Fills job.cuts for a node of `cluster` (of job.node_id among `nodes`) in `mode`: the folder
 // and period of its checkpoints, and with --resume DIR the cut to resume from (the newest
 // complete one; every newer one skipped is named in job.cuts.skipped) with this node's file of it
