@@ -481,6 +481,7 @@ void RelocationShell::onClockFromLoop(NodeId from, const node::InboundFrame& fra
     countRefusal(from, *error);
     return;
   }
+  if (options_.on_peer_clock) options_.on_peer_clock(from, m->clock());
   flushFromLoop();
 }
 

@@ -675,6 +675,10 @@ SparsePsReport SparsePsPeer::run() {
       .add("localized_keys", report_.access.localized)
       .add("localize_failed", report_.access.localize_failed)
       .add("held_keys", report_.access.held_keys);
+  if (options_.technique == SparseTechnique::kAuto) {
+    // The keys left at their homes: reads and writes served by the classic path.
+    summary.add("keys_home", report_.access.keys_home);
+  }
   if (replicates()) {
     // The replicas: how many, how much they served, the sync's work, their age during the
     // clocks, and their digest once drained (equal on every node that drained).
