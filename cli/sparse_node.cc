@@ -601,7 +601,11 @@ class SparsePsSession : public NodeSession {
   SparsePsSession(node::Node& node, std::shared_ptr<SparseNodeJob> job,
                   const std::vector<uint32_t>& members, const ps::PsOptions& ps)
       : job_(std::move(job)),
-        peer_(node, *job_->workload, job_->shard, members, optionsOf(*job_, ps)) {}
+        peer_(node, *job_->workload, job_->shard, members, optionsOf(*job_, ps)) {
+    // auto chose each key's technique in the peer's constructor: every member's shard was
+    // only needed for that (its expected accesses), and is not kept for the whole run.
+    std::vector<std::vector<size_t>>().swap(job_->member_shards);
+  }
 
   void run() override {
     const ps::SparsePsReport r = peer_.run();

@@ -193,6 +193,7 @@ SparsePsPeer::SparsePsPeer(node::Node& node, ml::SparseWorkload& workload,
     node_.logger().info("nups: {}{}", formatReplicaChoice(choice),
                         options_.replication.replicate ? " (--replicate)" : "");
     setup.replicas = replicaSetup(std::move(choice.keys), policy);
+    std::vector<TableAccesses>().swap(options_.replication.accesses);  // read only for the choice
   } else if (options_.technique == SparseTechnique::kAuto) {
     // Every node's shard's expected accesses decide each key's technique (the same on every
     // node).
@@ -210,6 +211,9 @@ SparsePsPeer::SparsePsPeer(node::Node& node, ml::SparseWorkload& workload,
     setup.replicas = replicaSetup(std::move(choice.replicated), policy);
     setup.replicas.technique = SparseTechnique::kAuto;
     setup.relocated = std::move(choice.relocated);
+    // Every node's expected accesses (a double per key and node) decided the choice and are
+    // not read again: not kept for the whole run.
+    std::vector<std::vector<TableAccesses>>().swap(options_.replication.node_accesses);
   }
   access_ = makeSparseRowAccess(options_.technique, node_, std::move(store), setup);
   ahead_rows_.resize(tables_.size());
