@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "cli/commands.h"
+#include "faults/straggler.h"
 #include "ml/dataset.h"
 #include "ml/kge_workload.h"
 #include "ml/mf_workload.h"
@@ -26,7 +27,8 @@ namespace {
 
 namespace defaults = sparse_defaults;
 
-// The flags of chorus node that a sparse model does not take yet, and why.
+// The flags of chorus node that a sparse model does not take yet, and why (kForSparsePs: those
+// that sparse PS mode takes, sparse consensus not yet).
 const std::vector<std::pair<std::string, std::string>> kNotForSparse = {
     {"--rounds", "a sparse run is measured in --epochs"},
     {"--eval-every",
@@ -36,15 +38,18 @@ const std::vector<std::pair<std::string, std::string>> kNotForSparse = {
     {"--resume", "checkpoints of sparse PS runs are not implemented yet"},
     {"--checkpoint-every", "whole-cluster checkpoints of sparse runs are not implemented yet"},
     {"--checkpoint-dir", "whole-cluster checkpoints of sparse runs are not implemented yet"},
-    {"--stragglers", "straggler injection is not wired into sparse PS runs yet"},
+    {"--stragglers", "straggler injection is not wired into sparse consensus runs yet"},
     {"--rejoin", "a sparse PS node cannot rejoin yet (a consensus node can)"},
     {"--key-floats", "a sparse model's key is one embedding row"},
     {"--no-cache", "sparse PS workers read every row from its owner"},
     {"--owner-momentum", "sparse models train with --optimizer adagrad or sgd"},
     {"--async-rounds", "a sparse run is measured in --epochs"},
-    {"--keep-best", "model selection is not implemented in PS mode yet"},
-    {"--time-limit", "a time limit is not implemented in PS mode yet"},
+    {"--keep-best", "model selection is not implemented in sparse consensus runs yet"},
+    {"--time-limit", "a time limit is not implemented in sparse consensus runs yet"},
     {"--write-data", "chorus train --model mf writes the data"}};
+
+// Taken by sparse PS runs (docs/sparse-ps.md, "Run options"); refused with sparse consensus.
+const std::vector<std::string> kForSparsePs = {"--stragglers", "--keep-best", "--time-limit"};
 
 // --technique nups's flags (docs/ps-replication.md).
 const std::vector<std::string> kReplicaFlags = {"--replicate", "--replica-bytes",
@@ -104,6 +109,9 @@ ml::SparseTrainOptions trainOptions(const run::RunOptions& run, const SparseNode
   train.seed = run.seed;
   train.evalEvery = f.evalEvery;
   train.logEverySteps = sparse.logEvery;
+  // PS mode only (sparse consensus refuses the flags), KGE only (MF's flags refuse them).
+  train.timeLimitSeconds = f.timeLimit;
+  train.keepBest = f.keepBest;
   return train;
 }
 
@@ -167,8 +175,10 @@ struct SparseNodeJob {
   ps::ReplicationOptions
       replication;  // nups, auto: the flags (the accesses are filled in by the PS session)
   // auto: every member's training points (member order; shard is this node's), for each node's
-  // expected accesses.
+  // expected accesses; freed once the peer chose the techniques (SparsePsSession).
   std::vector<std::vector<size_t>> member_shards;
+  // PS mode: --stragglers with this node's own attribute (the topology file's), drawn per clock.
+  faults::StragglerProfile stragglers;
   std::string out_dir;
   uint32_t self = 0;
   // KGE: entities a training triple draws as negatives, on average (for the expected accesses
@@ -372,6 +382,10 @@ void checkSparseNodeArgs(const run::RunOptions& run, const SparseNodeArgs& spars
   if (sparse.mfSchedule == "rotation") checkRotation(run, sparse, gossip);
   for (const auto& [flag, why] : kNotForSparse) {
     if (gossip && flag == "--rejoin") continue;  // it takes a neighbor's tables
+    if (!gossip &&
+        std::find(kForSparsePs.begin(), kForSparsePs.end(), flag) != kForSparsePs.end()) {
+      continue;
+    }
     refuse(sparse, {flag}, model, why);
   }
   if (given(sparse, "--shard") && run.shard.kind != run::ShardSpec::Kind::kIid) {
@@ -673,6 +687,16 @@ class SparsePsSession : public NodeSession {
     options.sampling = job.sampling;
     options.technique = job.technique;
     options.rotation_blocks = job.rotation_blocks;
+    if (!job.stragglers.empty()) {
+      // The straggler's extra time per clock, drawn from the run's seed and this node's id as
+      // dense PS mode draws it per step (faults/straggler.h).
+      auto injector =
+          std::make_shared<faults::StragglerInjector>(job.stragglers, job.self, job.train.seed);
+      options.after_step = [injector](std::chrono::nanoseconds compute) {
+        injector->waitAfterStep(compute);
+      };
+      options.train.startFields.emplace_back("stragglers", job.stragglers.text);
+    }
     if (job.technique == ps::SparseTechnique::kNups) {
       options.replication = job.replication;
       options.replication.accesses = expectedAccesses(job);
@@ -811,6 +835,13 @@ SparsePlan planSparseTraining(const modes::Mode& mode, const modes::TrainingCont
       const ps::PsOptions& options = context.settings.ps;
       plan.doing =
           fmt::format("owning its share of the rows, staleness {}", options.staleness.toString());
+      // --stragglers with the node's own attribute (checked up front by checkModeArgs' caller).
+      node::Result<faults::StragglerProfile> stragglers =
+          context.settings.run.stragglers.combinedWith(context.self.stragglers);
+      if (!stragglers.ok()) {
+        throw CommandFailure(2, fmt::format("node {}: {}", self, stragglers.message()));
+      }
+      job->stragglers = std::move(stragglers).value();
       plan.start = [job, members, options](node::Node& node) {
         return sparsePsSession(node, job, members, options);
       };
