@@ -63,11 +63,15 @@ for r in $(seq 1 "$rounds"); do
 import os, sys, time
 root = int(sys.argv[1])
 def children(pid):
+    # A child belongs to the thread that forked it: every thread's list.
+    out = []
     try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(c) for c in f.read().split()]
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out += [int(c) for c in f.read().split()]
     except OSError:
-        return []
+        pass
+    return out
 while os.path.exists(f"/proc/{root}"):
     todo, seen = [root], []
     while todo:
