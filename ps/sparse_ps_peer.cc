@@ -690,7 +690,6 @@ SparsePsReport SparsePsPeer::run() {
         }
         report_.final = ml::evaluateSplitsInto(workload_, splits, summary);
       }
-      if (train.keepBest) summary.add("evaluated_epoch", report_.evaluated_epoch);
     }
     // Everyone keeps serving its rows until every other member is done or gone.
     run::SettleOptions settle;
