@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "cli/commands.h"
+#include "faults/straggler.h"
 #include "ml/dataset.h"
 #include "ml/kge_workload.h"
 #include "ml/mf_workload.h"
@@ -27,7 +28,8 @@ namespace {
 
 namespace defaults = sparse_defaults;
 
-// The flags of chorus node that a sparse model does not take yet, and why.
+// The flags of chorus node that a sparse model does not take yet, and why (kForSparsePs: those
+// that sparse PS mode takes, sparse consensus not yet).
 const std::vector<std::pair<std::string, std::string>> kNotForSparse = {
     {"--rounds", "a sparse run is measured in --epochs"},
     {"--eval-every",
@@ -36,15 +38,18 @@ const std::vector<std::pair<std::string, std::string>> kNotForSparse = {
     {"--save",
      "a sparse cluster checkpoints itself whole: --checkpoint-every N epochs, resumed with "
      "--resume DIR"},
-    {"--stragglers", "straggler injection is not wired into sparse PS runs yet"},
+    {"--stragglers", "straggler injection is not wired into sparse consensus runs yet"},
     {"--rejoin", "a sparse PS node cannot rejoin yet (a consensus node can)"},
     {"--key-floats", "a sparse model's key is one embedding row"},
     {"--no-cache", "sparse PS workers read every row from its owner"},
     {"--owner-momentum", "sparse models train with --optimizer adagrad or sgd"},
     {"--async-rounds", "a sparse run is measured in --epochs"},
-    {"--keep-best", "model selection is not implemented in PS mode yet"},
-    {"--time-limit", "a time limit is not implemented in PS mode yet"},
+    {"--keep-best", "model selection is not implemented in sparse consensus runs yet"},
+    {"--time-limit", "a time limit is not implemented in sparse consensus runs yet"},
     {"--write-data", "chorus train --model mf writes the data"}};
+
+// Taken by sparse PS runs (docs/sparse-ps.md, "Run options"); refused with sparse consensus.
+const std::vector<std::string> kForSparsePs = {"--stragglers", "--keep-best", "--time-limit"};
 
 // --technique nups's flags (docs/ps-replication.md).
 const std::vector<std::string> kReplicaFlags = {"--replicate", "--replica-bytes",
@@ -104,6 +109,9 @@ ml::SparseTrainOptions trainOptions(const run::RunOptions& run, const SparseNode
   train.seed = run.seed;
   train.evalEvery = f.evalEvery;
   train.logEverySteps = sparse.logEvery;
+  // PS mode only (sparse consensus refuses the flags), KGE only (MF's flags refuse them).
+  train.timeLimitSeconds = f.timeLimit;
+  train.keepBest = f.keepBest;
   return train;
 }
 
@@ -173,8 +181,10 @@ struct SparseNodeJob {
   ps::ReplicationOptions
       replication;  // nups, auto: the flags (the accesses are filled in by the PS session)
   // auto: every member's training points (member order; shard is this node's), for each node's
-  // expected accesses.
+  // expected accesses; freed once the peer chose the techniques (SparsePsSession).
   std::vector<std::vector<size_t>> member_shards;
+  // PS mode: --stragglers with this node's own attribute (the topology file's), drawn per clock.
+  faults::StragglerProfile stragglers;
   std::string out_dir;
   uint32_t self = 0;
   // KGE: entities a training triple draws as negatives, on average (for the expected accesses
@@ -397,6 +407,10 @@ void checkSparseNodeArgs(const run::RunOptions& run, const SparseNodeArgs& spars
   }
   for (const auto& [flag, why] : kNotForSparse) {
     if (gossip && flag == "--rejoin") continue;  // it takes a neighbor's tables
+    if (!gossip &&
+        std::find(kForSparsePs.begin(), kForSparsePs.end(), flag) != kForSparsePs.end()) {
+      continue;
+    }
     refuse(sparse, {flag}, model, why);
   }
   if (given(sparse, "--shard") && run.shard.kind != run::ShardSpec::Kind::kIid) {
@@ -651,7 +665,11 @@ class SparsePsSession : public NodeSession {
   SparsePsSession(node::Node& node, std::shared_ptr<SparseNodeJob> job,
                   const std::vector<uint32_t>& members, const ps::PsOptions& ps)
       : job_(std::move(job)),
-        peer_(node, *job_->workload, job_->shard, members, optionsOf(*job_, ps)) {}
+        peer_(node, *job_->workload, job_->shard, members, optionsOf(*job_, ps)) {
+    // auto chose each key's technique in the peer's constructor: every member's shard was
+    // only needed for that (its expected accesses), and is not kept for the whole run.
+    std::vector<std::vector<size_t>>().swap(job_->member_shards);
+  }
 
   void run() override {
     const ps::SparsePsReport r = peer_.run();
@@ -721,6 +739,16 @@ class SparsePsSession : public NodeSession {
     options.rotation_blocks = job.rotation_blocks;
     options.rotation_barrier = job.rotation_barrier;
     options.cuts = job.cuts;
+    if (!job.stragglers.empty()) {
+      // The straggler's extra time per clock, drawn from the run's seed and this node's id as
+      // dense PS mode draws it per step (faults/straggler.h).
+      auto injector =
+          std::make_shared<faults::StragglerInjector>(job.stragglers, job.self, job.train.seed);
+      options.after_step = [injector](std::chrono::nanoseconds compute) {
+        injector->waitAfterStep(compute);
+      };
+      options.train.startFields.emplace_back("stragglers", job.stragglers.text);
+    }
     if (job.technique == ps::SparseTechnique::kNups) {
       options.replication = job.replication;
       options.replication.accesses = expectedAccesses(job);
@@ -893,6 +921,13 @@ SparsePlan planSparseTraining(const modes::Mode& mode, const modes::TrainingCont
       const ps::PsOptions& options = context.settings.ps;
       plan.doing =
           fmt::format("owning its share of the rows, staleness {}", options.staleness.toString());
+      // --stragglers with the node's own attribute (checked up front by checkModeArgs' caller).
+      node::Result<faults::StragglerProfile> stragglers =
+          context.settings.run.stragglers.combinedWith(context.self.stragglers);
+      if (!stragglers.ok()) {
+        throw CommandFailure(2, fmt::format("node {}: {}", self, stragglers.message()));
+      }
+      job->stragglers = std::move(stragglers).value();
       plan.start = [job, members, options](node::Node& node) {
         return sparsePsSession(node, job, members, options);
       };

@@ -370,7 +370,7 @@ void addSparseOptions(CLI::App& train, SparseFlags& flags) {
       "--keep-best", flags.keepBest,
       "KGE: model selection on valid: evaluate valid and test at the end with the "
       "tables of the epoch with the best valid MRR (of those --eval-every-epochs evaluated) "
-      "instead of the last epoch's");
+      "instead of the last epoch's (PS mode: node 0's evaluations; not with --mode consensus)");
   train.add_flag("--share-negatives", k.sharedNegatives,
                  "KGE: draw the --negatives N entities once per step and score every query of the "
                  "batch against them (matrix products: many negatives cost little) instead of N "
@@ -391,7 +391,8 @@ void addSparseOptions(CLI::App& train, SparseFlags& flags) {
   train
       .add_option("--time-limit", flags.timeLimit,
                   "KGE: stop after the epoch in which training time passes this many seconds "
-                  "(0: no limit)")
+                  "(0: no limit). PS mode: per node; a node whose time is up ends its remaining "
+                  "clocks without steps, the others go on (not with --mode consensus)")
       ->check(CLI::Range(0.0, 1e9))
       ->capture_default_str();
 }

@@ -577,7 +577,8 @@ node::SharedFrame KvWorker::clockFrame(Clock clock) {
 }
 
 void KvWorker::announceClock(Clock clock) {
-  node::SharedFrame frame = others_.empty() ? nullptr : clockFrame(clock);
+  node::SharedFrame frame =
+      others_.empty() || !options_.announce_to_peers ? nullptr : clockFrame(clock);
   // One closure on the loop: after this worker's pushes of the clock (posted before it), and it
   // records the clock that an owner coming back up must hear again (onPeerEvent).
   node_.post([this, clock, frame] {
@@ -824,7 +825,9 @@ void KvWorker::onPeerEvent(const node::PeerEvent& event) {
     }
     // The announcements sent while it was unreachable are lost; the latest stands for them (the
     // owner takes a jump as clocks whose updates did not reach it).
-    if (announced_ > 0) node_.send(event.peer, clockFrame(announced_));
+    if (announced_ > 0 && options_.announce_to_peers) {
+      node_.send(event.peer, clockFrame(announced_));
+    }
     return;
   }
   if (event.kind != node::PeerEventKind::kDown && event.kind != node::PeerEventKind::kLeft) return;

@@ -49,6 +49,11 @@ struct WorkerOptions {
   std::chrono::milliseconds report_every{5000};
   // Tests: called on the waiting thread with the clock and the owners still to answer.
   std::function<void(Clock, const std::vector<NodeId>&)> on_waiting;
+  // false: clock() tells only this node's own server; the other owners hear the worker's clocks
+  // from another data path of the node, which must announce clock c to an owner only after
+  // this worker's pushes of clocks below c were sent to it (FIFO links: --technique auto's
+  // relocation shell, which announces after its own pushes and so after these).
+  bool announce_to_peers = true;
 };
 
 // Counters since the worker started; any thread.

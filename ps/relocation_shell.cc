@@ -501,6 +501,7 @@ void RelocationShell::onClockFromLoop(NodeId from, const node::InboundFrame& fra
     return;
   }
   noteAnnouncedFromLoop(from, m->clock());
+  if (options_.on_peer_clock) options_.on_peer_clock(from, m->clock());
   flushFromLoop();
 }
 

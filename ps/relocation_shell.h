@@ -55,6 +55,10 @@ struct RelocationShellOptions {
   Staleness staleness;
   // The core's location cache (RelocationOptions::cache_capacity).
   size_t cache_capacity = size_t{1} << 16;
+  // Loop thread: called with every peer clock announcement the shell accepted (PsClock). The
+  // shell owns the node's PsClock handler; another data path of the node that needs the peers'
+  // clocks (--technique auto's classic part: ps/sparse_row_access_auto.cc) hears them here.
+  std::function<void(NodeId from, Clock clock)> on_peer_clock;
 };
 
 // Counters since the shell started; any thread.

@@ -89,6 +89,13 @@ std::optional<std::string> decodeReplicaSync(const replica_wire::ReplicaSync& bo
   // A NaN or infinity summed into a replica would reach every node's model within a round
   // (issue 27, hole 3): refused here, like a PS push or a consensus model chunk.
   if (const std::optional<size_t> first = node::firstNonFinite(rows->values)) {
+    if (out.kind == ReplicaSyncKind::kContribution) {
+      // The member's delta of the part is dropped for this round; the reducer gets an empty
+      // contribution from it and the round goes on (the shell logs it, naming the member).
+      out.dropped_non_finite = node::countNonFinite(rows->values);
+      out.rows = std::make_shared<SparseRows>();
+      return std::nullopt;
+    }
     return fmt::format(
         "round-{} part-{} replica sync message holds {} non-finite value(s) (the first, {}, is "
         "float {} of its {}): refused",

@@ -38,8 +38,11 @@ ReplicaFrameParts replicaDrainFrame(uint64_t final_round);
 node::SharedFrame encodeReplicaFrame(const node::EnvelopeHeader& header, ReplicaFrameParts parts);
 
 // The core's message of a verified ReplicaSync with its frame's attachment, into `out`; or why
-// the body is malformed (an unknown kind, an attachment that is not whole floats) or carries a
-// value that is NaN or infinite.
+// the body is malformed (an unknown kind, an attachment that is not whole floats) or is a sum
+// that carries a value that is NaN or infinite. A contribution with such values is no error:
+// its rows are dropped (out.rows empty, out.dropped_non_finite their count), so that a member
+// whose deltas are not finite contributes nothing to that round instead of stalling it until
+// the member is declared down (a NaN summed into a replica would reach every node's model).
 std::optional<std::string> decodeReplicaSync(const replica_wire::ReplicaSync& body,
                                              std::span<const uint8_t> attachment,
                                              ReplicaSyncMessage& out);

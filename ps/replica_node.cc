@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "node/finite.h"
+
 namespace chorus::ps {
 
 ReplicaNode::ReplicaNode(std::shared_ptr<const ReplicaLayout> layout, NodeId self,
@@ -11,7 +13,7 @@ ReplicaNode::ReplicaNode(std::shared_ptr<const ReplicaLayout> layout, NodeId sel
 ReplicaSyncStep ReplicaNode::tick() {
   ReplicaSyncStep step;
   if (sync_.inRound()) return step;
-  step = sync_.start(replicas_.takeDelta());
+  step = sync_.start(ownDelta());
   settle(step);
   return step;
 }
@@ -28,6 +30,13 @@ ReplicaSyncStep ReplicaNode::memberDown(NodeId node) {
   return step;
 }
 
+SparseRows ReplicaNode::ownDelta() {
+  SparseRows delta = replicas_.takeDelta();
+  if (!node::firstNonFinite(delta.values)) return delta;
+  ++dropped_own_;
+  return SparseRows{};
+}
+
 void ReplicaNode::settle(ReplicaSyncStep& step) {
   size_t applied = 0;
   while (true) {
@@ -35,7 +44,7 @@ void ReplicaNode::settle(ReplicaSyncStep& step) {
       replicas_.applySum(step.finished[applied].sum);
     if (!step.start_next || sync_.inRound()) break;
     step.start_next = false;
-    ReplicaSyncStep next = sync_.start(replicas_.takeDelta());
+    ReplicaSyncStep next = sync_.start(ownDelta());
     for (ReplicaSyncSend& send : next.send)
       step.send.push_back(std::move(send));
     for (ReplicaRoundResult& result : next.finished)

@@ -33,6 +33,10 @@ class ReplicaNode {
   ReplicaSyncStep tick();
   // A replica sync message from member `from`.
   ReplicaSyncStep deliver(NodeId from, const ReplicaSyncMessage& message);
+  // Rounds this node started with an empty delta because its own was not all finite (its
+  // pushes since the last round held NaN or infinity: they are dropped, and nothing non-finite
+  // enters a sum this node reduces or a contribution it sends).
+  uint64_t droppedOwnDeltas() const { return dropped_own_; }
   // The runtime declared `node` dead (after the last message it delivered from it).
   ReplicaSyncStep memberDown(NodeId node);
 
@@ -40,9 +44,12 @@ class ReplicaNode {
   // Applies the rounds `step` finished and starts the round a member asked for, until neither
   // is left; appends what that sends.
   void settle(ReplicaSyncStep& step);
+  // The delta since the last round (ReplicaSet::takeDelta), or nothing when it is not finite.
+  SparseRows ownDelta();
 
   ReplicaSet replicas_;
   ReplicaSync sync_;
+  uint64_t dropped_own_ = 0;
 };
 
 }  // namespace chorus::ps

@@ -250,6 +250,16 @@ void ReplicaShell::stepFromLoop(CoreCall&& call) {
 void ReplicaShell::accountLocked(const ReplicaSyncStep& step, std::vector<std::string>& warnings) {
   const auto now = SteadyClock::now();
   counters_.refused_messages += step.errors.size();
+  if (const uint64_t own = core_.droppedOwnDeltas(); own > own_dropped_seen_) {
+    counters_.dropped_non_finite += own - own_dropped_seen_;
+    own_dropped_seen_ = own;
+    if (non_finite_log_.count(self_)) {
+      warnings.push_back(fmt::format(
+          "replica sync: this node's (node {}) delta of round {} holds non-finite values (its "
+          "pushes since the last round): dropped, the round goes on without it ({} so far)",
+          self_, core_.sync().round(), non_finite_log_.countOf(self_)));
+    }
+  }
   // A round started by this call: the core's current round, not seen before.
   if (core_.sync().inRound()) round_start_.try_emplace(core_.sync().round(), now);
   for (const ReplicaRoundResult& result : step.finished) {
@@ -293,6 +303,14 @@ void ReplicaShell::onSyncFrameFromLoop(NodeId from, const node::InboundFrame& fr
   {
     std::lock_guard lock(mu_);
     ++counters_.messages_received;
+    if (message.dropped_non_finite > 0) ++counters_.dropped_non_finite;
+  }
+  if (message.dropped_non_finite > 0 && non_finite_log_.count(from)) {
+    node_.logger().warn(
+        "replica sync: node {}'s round-{} delta of part {} holds {} non-finite value(s): dropped "
+        "for that round, the sync goes on without it ({} such deltas from node {} so far)",
+        from, message.round, message.part, message.dropped_non_finite,
+        non_finite_log_.countOf(from), from);
   }
   stepFromLoop([&](ReplicaNode& core) { return core.deliver(from, message); });
 }

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "node/frame.h"
+#include "node/repeated_log.h"
 #include "node/status.h"
 #include "ps/replica_node.h"
 
@@ -61,8 +62,11 @@ struct ReplicaShellCounters {
   uint64_t messages_received = 0;   // replica frames delivered to the core
   uint64_t lost_deltas = 0;         // (round, member) whose delta is missing from some part
   uint64_t refused_messages = 0;    // malformed or meaningless messages from peers, dropped
-  uint64_t send_failures = 0;       // frames the runtime could not send (peer down, overload)
-  uint64_t pushes = 0;              // push() calls
+  // Deltas dropped for a round because they held NaN or infinity: peers' contributions to a
+  // part (each one message) and this node's own deltas (ReplicaNode::droppedOwnDeltas).
+  uint64_t dropped_non_finite = 0;
+  uint64_t send_failures = 0;  // frames the runtime could not send (peer down, overload)
+  uint64_t pushes = 0;         // push() calls
   // Age of what the replicas hold: time since this node started the last round it finished (a
   // replica holds every other node's changes made before that node started that round, and the
   // others started it at most this long before: the round that pulled this one in). Unset
@@ -191,6 +195,10 @@ class ReplicaShell {
   // Frames the runtime could not send; shared with the send callbacks, which may outlive this.
   std::shared_ptr<std::atomic<uint64_t>> send_failures_ =
       std::make_shared<std::atomic<uint64_t>>(0);
+  // Loop thread: which non-finite deltas are logged (the first few of each member, then one in
+  // a thousand: a member whose model diverged sends one every round).
+  node::RefusalLog non_finite_log_;
+  uint64_t own_dropped_seen_ = 0;  // mu_: droppedOwnDeltas() already counted
 };
 
 }  // namespace chorus::ps

@@ -55,6 +55,10 @@ struct ReplicaSyncMessage {
   // Rows of the part's keys; shared by the copies of one sum sent to several members. Never
   // null in messages this class makes; null from a peer is a bad message.
   std::shared_ptr<const SparseRows> rows;
+  // A contribution from a peer whose values were not all finite (decodeReplicaSync): its rows
+  // were dropped (`rows` is empty: the member contributed nothing to the part this round, so
+  // the round goes on without its delta), and this many values were NaN or infinite.
+  uint64_t dropped_non_finite = 0;
 
   // Bytes of the message's content: 8 per key, 4 per float and per contributor, 16 of header
   // (round, part, kind, counts); what a wire encoding adds to it is the codec's.

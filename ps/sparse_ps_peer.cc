@@ -66,9 +66,9 @@ void validateSparsePsOptions(const SparsePsOptions& options) {
   validatePsOptions(options.ps);
   ml::validateSparseTrainOptions(options.train);
   const ml::SparseTrainOptions& t = options.train;
-  if (t.keepBest) throw std::invalid_argument("--keep-best is not supported in PS mode yet");
-  if (t.timeLimitSeconds > 0) {
-    throw std::invalid_argument("--time-limit is not supported in PS mode yet");
+  if (t.timeLimitSeconds > 0 && options.rotation_blocks > 0) {
+    // A node that stops early would leave the others waiting at the next sub-epoch barrier.
+    throw std::invalid_argument("--time-limit does not apply with --mf-schedule rotation");
   }
   if (!t.savePath.empty() || !t.resumePath.empty()) {
     throw std::invalid_argument(
@@ -105,6 +105,16 @@ void validateSparsePsOptions(const SparsePsOptions& options) {
     throw std::invalid_argument(
         "--checkpoint-every and --resume DIR do not take --mf-schedule rotation yet (its column "
         "blocks are on their way between workers at an epoch's end)");
+  }
+  if (cuts && options.train.timeLimitSeconds > 0) {
+    throw std::invalid_argument(
+        "--time-limit does not take --checkpoint-every or --resume DIR yet in sparse PS runs (a "
+        "node that stops early would leave the others waiting at the next cut)");
+  }
+  if (options.cuts.resumed && options.train.keepBest) {
+    throw std::invalid_argument(
+        "--keep-best does not take --resume DIR yet in sparse PS runs (the best tables before "
+        "the cut are not in it)");
   }
   if (cuts && options.sampling) {
     throw std::invalid_argument(
@@ -229,6 +239,7 @@ SparsePsPeer::SparsePsPeer(node::Node& node, ml::SparseWorkload& workload,
     node_.logger().info("nups: {}{}", formatReplicaChoice(choice),
                         options_.replication.replicate ? " (--replicate)" : "");
     setup.replicas = replicaSetup(std::move(choice.keys), policy);
+    std::vector<TableAccesses>().swap(options_.replication.accesses);  // read only for the choice
   } else if (options_.technique == SparseTechnique::kAuto) {
     // Every node's shard's expected accesses decide each key's technique (the same on every
     // node).
@@ -246,6 +257,9 @@ SparsePsPeer::SparsePsPeer(node::Node& node, ml::SparseWorkload& workload,
     setup.replicas = replicaSetup(std::move(choice.replicated), policy);
     setup.replicas.technique = SparseTechnique::kAuto;
     setup.relocated = std::move(choice.relocated);
+    // Every node's expected accesses (a double per key and node) decided the choice and are
+    // not read again: not kept for the whole run.
+    std::vector<std::vector<TableAccesses>>().swap(options_.replication.node_accesses);
   }
   if (managesRows(options_, staleness_)) {
     // Every worker's copy of the rows starts from the model every node starts from.
@@ -533,6 +547,23 @@ SparsePsReport SparsePsPeer::run() {
   SampleWorkerStats sample_before = sampler_ ? sampler_->stats() : SampleWorkerStats{};
   const Clock total_clocks = train.epochs * clocks_per_epoch_;
   const auto traffic = [this] { return node_.totals(); };
+  // --keep-best (node 0): the tables of the best evaluation on the first split so far (empty:
+  // none yet).
+  std::vector<std::vector<float>> best_tables;
+  double best_quality = 0;
+  int64_t best_epoch = 0;
+  const auto improves = [&](double quality) {
+    return best_tables.empty() ||
+           (workload_.higherIsBetter() ? quality > best_quality : quality < best_quality);
+  };
+  const auto keepIfBest = [&](double quality, int64_t epoch_number) {
+    if (!train.keepBest || !improves(quality)) return;
+    best_tables.resize(tables_.size());
+    for (size_t t = 0; t < tables_.size(); ++t)
+      best_tables[t].assign(tables_[t]->values().begin(), tables_[t]->values().end());
+    best_quality = quality;
+    best_epoch = epoch_number;
+  };
   int64_t epoch = first_epoch;
   for (; epoch < train.epochs && !membership_.stopped(); ++epoch) {
     const bool cut_after = cuts.cutAt(epoch + 1, train.epochs);
@@ -547,6 +578,7 @@ SparsePsReport SparsePsPeer::run() {
     double epoch_wait = 0;
     double epoch_loss = 0;
     size_t epoch_points = 0;
+    SteadyClock::duration compute{};
     for (int64_t c = 0; c < clocks_per_epoch_; ++c, ++clock) {
       // Rotation: the clock's slice of its block, after the sub-epoch barrier and the start of the
       // column blocks' move at a sub-epoch's first clock (ps/rotation_driver.h).
@@ -599,7 +631,9 @@ SparsePsReport SparsePsPeer::run() {
         report_.rows_pulled += step_keys.keys().size();
         if (options_.on_pull) options_.on_pull(clock, step_keys.keys());
         // 3. The gradient, with the workload's own code.
+        const auto compute_start = SteadyClock::now();
         const double loss = workload_.computeDrawnGradients(accumulators);
+        compute = SteadyClock::now() - compute_start;
         if (!std::isfinite(loss)) {
           throw std::runtime_error(fmt::format(
               "training diverged (loss {}) at epoch {}, clock {}{}", loss, epoch + 1, clock,
@@ -625,6 +659,11 @@ SparsePsReport SparsePsPeer::run() {
         epoch_points += batch.size();
         window_loss += loss * static_cast<double>(batch.size());
         window_points += batch.size();
+      }
+      // --stragglers: the step's extra time, before the clock ends (as a slower step would).
+      if (options_.after_step) {
+        options_.after_step(std::chrono::duration_cast<std::chrono::nanoseconds>(compute));
+        compute = {};
       }
       // 5. End the clock (before a cut, once the rows this worker moves arrived: barrier A
       // then says no row is on its way).
@@ -692,6 +731,10 @@ SparsePsReport SparsePsPeer::run() {
       if (pullModel(std::nullopt)) {
         const std::vector<ml::NamedMetric> quality = workload_.evaluate(splits.front());
         const double eval_seconds = secondsSince(eval_start);
+        if (!quality.empty()) {
+          report_.epoch_quality.emplace_back(epoch + 1, quality.front().value);
+          keepIfBest(quality.front().value, epoch + 1);
+        }
         ml::addMetrics(event, splits.front() + "_", quality);
         event.add("eval_seconds", eval_seconds);
         line += fmt::format(" | {}: {} ({:.1f} s)", splits.front(), ml::formatMetrics(quality),
@@ -704,10 +747,27 @@ SparsePsReport SparsePsPeer::run() {
       if (!takeCut(epoch + 1, clock + ssp_offset)) break;
       ++ssp_offset;
     }
+    if (train.timeLimitSeconds > 0 && report_.train_seconds >= train.timeLimitSeconds && !last) {
+      // This worker trains no more. Its remaining clocks end at once, without steps or pushes:
+      // the other workers' reads never wait for it, and node 0's final read (at the last clock)
+      // then holds everything the others pushed.
+      log.info(
+          "--time-limit {} s reached after epoch {} ({:.1f} s of training): stopping; this "
+          "worker's remaining {} clocks end without steps",
+          train.timeLimitSeconds, epoch + 1, report_.train_seconds, total_clocks - clock);
+      report_.time_limited = true;
+      ++epoch;
+      break;
+    }
   }
   for (SparseRowAccess::Handle handle : pushes_out) {
     pending_push_ = handle;
     settlePush();
+  }
+  const Clock trained_clocks = clock;
+  if (report_.time_limited) {
+    for (; clock < total_clocks && !membership_.stopped(); ++clock)
+      access_->clock();
   }
   if (!membership_.stopped()) {
     // nups: the replicas take in every live node's last pushes before node 0 reads them.
@@ -720,7 +780,8 @@ SparsePsReport SparsePsPeer::run() {
   report_.clock_bytes_in = clock_bytes.bytes_in;
   report_.stopped = membership_.stopped();
   report_.epochs_done = epoch;
-  report_.clocks_done = clock;
+  report_.clocks_done = trained_clocks;
+  report_.evaluated_epoch = epoch;
   report_.points_per_second =
       report_.train_seconds > 0 ? static_cast<double>(points_seen) / report_.train_seconds : 0.0;
 
@@ -730,8 +791,23 @@ SparsePsReport SparsePsPeer::run() {
     // after pushing it, on the same connection), evaluated on every split.
     if (reporter) {
       log.info("reading the owners' model after clock {} of every worker", clock);
-      if (pullModel(clock + ssp_offset))
+      if (pullModel(clock + ssp_offset)) {
+        // --keep-best: the last epoch was not evaluated yet; if it is not better on the first
+        // split than the best kept one, the kept tables are evaluated instead.
+        if (!best_tables.empty() && !splits.empty()) {
+          const std::vector<ml::NamedMetric> last = workload_.evaluate(splits.front());
+          if (!last.empty() && !improves(last.front().value)) {
+            for (size_t t = 0; t < tables_.size(); ++t)
+              std::copy(best_tables[t].begin(), best_tables[t].end(), tables_[t]->values().begin());
+            report_.evaluated_epoch = best_epoch;
+            log.info(
+                "--keep-best: evaluating the tables of epoch {} ({} {} {:.4f}; epoch {}: {:.4f})",
+                best_epoch, splits.front(), last.front().name, best_quality, epoch,
+                last.front().value);
+          }
+        }
         report_.final = ml::evaluateSplitsInto(workload_, splits, summary);
+      }
     }
     // Everyone keeps serving its rows until every other member is done or gone.
     run::SettleOptions settle;
@@ -784,6 +860,10 @@ SparsePsReport SparsePsPeer::run() {
       .add("localized_keys", report_.access.localized)
       .add("localize_failed", report_.access.localize_failed)
       .add("held_keys", report_.access.held_keys);
+  if (options_.technique == SparseTechnique::kAuto) {
+    // The keys left at their homes: reads and writes served by the classic path.
+    summary.add("keys_home", report_.access.keys_home);
+  }
   if (replicates()) {
     // The replicas: how many, how much they served, the sync's work, their age during the
     // clocks, and their digest once drained (equal on every node that drained).

@@ -16,6 +16,7 @@
 // beside the relocation of the others.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -52,7 +53,11 @@ struct SparsePsOptions {
   PsOptions ps;
   // The training settings of the single-node run (`chorus train`): epochs, batch per worker,
   // optimizer and rate, seed, evaluation and step-event intervals, metrics file and the start
-  // event's extra fields. keepBest, timeLimitSeconds, savePath and resumePath are not supported.
+  // event's extra fields. keepBest: node 0 keeps the tables of its best evaluation on the first
+  // split and evaluates those at the end when the last epoch is not better. timeLimitSeconds: a
+  // node whose training time passed it after an epoch trains no more and ends its remaining
+  // clocks at once (no steps, no pushes), so that no other worker's SSP bound waits for it; the
+  // others go on. savePath and resumePath are not supported.
   ml::SparseTrainOptions train;
   // --sample-scheme and --sample-reuse: the step's sampled rows (KGE's negatives) are drawn
   // through a SampleWorker of this node with these options, prepared one step ahead, and their
@@ -85,6 +90,11 @@ struct SparsePsOptions {
   run::CutPlan cuts;
   // Tests: called on the trainer thread after each step's pull with the keys it pulled.
   std::function<void(int64_t clock, std::span<const Key> pulled)> on_pull;
+  // --stragglers: called on the trainer thread once per clock, after the step's gradient was
+  // computed and pushed, with the time its gradient took; it waits the straggler's extra time
+  // (the CLI's faults::StragglerInjector::waitAfterStep, which may also end the process at a
+  // crash step). Null: no extra time.
+  std::function<void(std::chrono::nanoseconds compute)> after_step;
 };
 
 // Throws std::invalid_argument naming the flag when an option cannot be used in sparse PS mode.
@@ -100,6 +110,13 @@ struct SparsePsReport {
   double wait_seconds = 0;   // of which waiting for pulls
   double points_per_second = 0;
   std::vector<double> epoch_losses;  // this worker's mean training loss per epoch
+  // Node 0: the headline metric of the first split at each evaluation during the run, by epoch.
+  std::vector<std::pair<int64_t, double>> epoch_quality;
+  // Node 0: the epoch whose tables `final` evaluated (the last one, or --keep-best's best).
+  int64_t evaluated_epoch = 0;
+  // --time-limit: this node's time was up after epochs_done epochs (its later clocks ended at
+  // once, without steps).
+  bool time_limited = false;
   // Node 0: every split's metrics of the owners' model after the last clock (evalSplits order).
   std::vector<std::pair<std::string, std::vector<ml::NamedMetric>>> final;
   size_t parameters = 0;

@@ -7,8 +7,9 @@
 // - LapseRowAccess: rows move to the node that localizes them (ps/relocation_shell.h, Lapse).
 // - NupsRowAccess: the hot keys have a replica on every node, read and pushed locally and synced
 //   in the background (ps/replica_shell.h, NuPS); the other keys are relocated as under lapse.
-// - AutoRowAccess: nups's path with the keys of each technique chosen by chooseTechniques
-//   (ps/technique_choice.h): replicated, relocated, or left at their homes (never localized).
+// - AutoRowAccess: each key's technique chosen by chooseTechniques (ps/technique_choice.h):
+//   replicated and relocated keys on nups's path, the keys left at their homes on classic's
+//   (KvWorker and KvServer: batched by owner, rows named by slot, the optimizer batched).
 // makeSparseRowAccess() chooses; the loop does not change. The sampling primitives
 // (ps/sample_worker.h) use the same seam: pull for the sampled rows' values, localize for the
 // keys a scheme wants here ahead of use, isLocal as the schemes' "is this key local now?".
@@ -64,6 +65,9 @@ struct RowAccessStats {
   uint64_t localized = 0;    // keys asked to localize
   uint64_t localize_failed = 0;
   uint64_t held_keys = 0;  // rows held here now (classic: its home rows)
+  // auto: reads and writes of the keys left at their homes, served by the classic path (KvWorker
+  // and KvServer; part of keys_local and keys_remote). 0 for the other techniques.
+  uint64_t keys_home = 0;
   // nups: the hot keys' replicas (all zero for the other techniques).
   uint64_t replicated_keys = 0;         // keys with a replica on every node
   uint64_t keys_replica = 0;            // reads and writes served by a replica (part of keys_local)
@@ -175,6 +179,11 @@ class SparseRowAccess : public KeyLocalizer {
   // when the node stopped, or for a technique whose state a cut does not hold (nups and auto:
   // their replicas).
   virtual bool withStore(const std::function<void(const KeyStore&)>& /*fn*/) { return false; }
+  // Loop thread: peer `from` announced its worker's clock `clock` to another data path of this
+  // node, which owns the node's PsClock handler (auto: its relocation shell tells its classic
+  // part, whose worker announces nothing itself). Clocks may jump; a path that needs every
+  // clock steps through them. The default ignores it.
+  virtual void hearPeerClock(NodeId /*from*/, Clock /*clock*/) {}
   // The classic path's worker and server (their counters for the run's report); null for other
   // techniques.
   virtual KvWorker* kvWorker() { return nullptr; }
@@ -206,6 +215,12 @@ struct RowAccessSetup {
   // (KeySpace::total(), the same on every node), which the worker's copy of the rows starts
   // from. Empty: no managed communication.
   std::vector<float> managed_model;
+  // classic: false: the worker's clocks go to this node's server only, and the peers' clocks
+  // come in through hearPeerClock (auto's classic part: its relocation shell announces them).
+  bool announce_clock = true;
+  // lapse, nups: called on the loop thread with every peer clock the relocation shell accepted
+  // (RelocationShellOptions::on_peer_clock).
+  std::function<void(NodeId, Clock)> on_peer_clock;
 };
 
 // The data path of `technique` on `node`, holding `store` (this node's home rows, with the

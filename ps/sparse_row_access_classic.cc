@@ -2,9 +2,12 @@
 #include <cmath>
 #include <future>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <unordered_map>
 
 #include "node/node.h"
+#include "node/repeated_log.h"
 #include "ps/kv_server.h"
 #include "ps/kv_worker.h"
 #include "ps/ps_peer.h"
@@ -36,6 +39,7 @@ class ClassicRowAccess final : public SparseRowAccess {
     worker_options.cache = false;
     worker_options.report_every = setup.ps->report_every;
     worker_options.on_waiting = setup.ps->on_worker_waiting;
+    worker_options.announce_to_peers = setup.announce_clock;
     worker_ =
         std::make_unique<KvWorker>(node, *server_, directory, OwnerOptimizer{}, worker_options);
     held_ = server_->store().size();
@@ -122,6 +126,20 @@ class ClassicRowAccess final : public SparseRowAccess {
   // from this node's KvServer without a frame).
   bool isLocal(Key key) const override { return directory_.owner(key) == self_; }
   void clock() override { worker_->clock(); }
+  // Loop thread. The server takes a worker's clocks one by one (a jump reads as lost updates):
+  // the clocks between the last one heard from `from` and `clock` are stepped through.
+  void hearPeerClock(NodeId from, Clock clock) override {
+    Clock& heard = heard_[from];
+    for (Clock next = heard + 1; next <= clock; ++next) {
+      if (std::optional<std::string> error = server_->clock(from, next)) {
+        if (refusals_.count(from)) {
+          node_.logger().warn("classic: clock {} of node {}: {}", next, from, *error);
+        }
+        return;  // the server refused it (and counted it): the later ones would be refused too
+      }
+      heard = next;
+    }
+  }
   void cancelAll(const node::Status& status) override { worker_->cancelAll(status); }
   RowAccessStats stats() const override {
     const WorkerStats w = worker_->stats();
@@ -181,6 +199,9 @@ class ClassicRowAccess final : public SparseRowAccess {
   std::unique_ptr<KvServer> server_;
   std::unique_ptr<KvWorker> worker_;
   uint64_t held_ = 0;
+  // hearPeerClock's (loop thread): the last clock handed to the server, per peer.
+  std::unordered_map<NodeId, Clock> heard_;
+  node::RefusalLog refusals_;
   // --bandwidth: a pull's rows that the copy did not serve, pulled into `scratch`, and where in
   // the caller's buffer each lands (float offset, floats).
   struct Scatter {

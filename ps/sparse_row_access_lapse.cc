@@ -11,7 +11,8 @@ class LapseRowAccess final : public SparseRowAccess {
  public:
   LapseRowAccess(node::Node& node, KeyStore store, const RowAccessSetup& setup)
       : shell_(node, *setup.map, std::move(store), setup.members,
-               RelocationShellOptions{.staleness = setup.staleness}) {}
+               RelocationShellOptions{.staleness = setup.staleness,
+                                      .on_peer_clock = setup.on_peer_clock}) {}
 
   Handle pull(std::span<const Key> keys, std::span<float> out) override {
     return shell_.pull(keys, out);

@@ -35,7 +35,8 @@ class NupsRowAccess final : public SparseRowAccess {
       : node_(node),
         space_(store.space()),
         relocation_(node, *setup.map, std::move(store), setup.members,
-                    RelocationShellOptions{.staleness = setup.staleness}) {
+                    RelocationShellOptions{.staleness = setup.staleness,
+                                           .on_peer_clock = setup.on_peer_clock}) {
     const ReplicaSetup& r = setup.replicas;
     syncs_per_second_ = r.syncs_per_second;
     name_ = sparseTechniqueName(r.technique);

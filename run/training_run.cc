@@ -148,7 +148,8 @@ void addRunOptions(CLI::App& cmd, RunOptions& o) {
          },
          "Straggler profile (docs/stragglers.md), added to each node's own attribute "
          "from the topology file, e.g. shifted-exp:5,20+slow:3=4; crash:N@S ends node "
-         "N's process right after its S-th step (a real crash)")
+         "N's process right after its S-th step (a real crash). Sparse models: PS mode "
+         "only, drawn per clock")
       ->check(readableAs(&faults::StragglerProfile::read, "PROFILE", "STRAGGLERS"));
   cmd.add_option("--eval-every", o.eval_every,
                  "Test accuracy every N steps (rounds, clocks; 0: only at the end)")

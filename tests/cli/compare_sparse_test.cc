@@ -304,8 +304,8 @@ TEST_F(CompareSparseTest, VariantsAndFlagsThatDoNotFitTheModelAreRefused) {
   expectOneLineError(compare("ps:lapse", dir_ / "c", {"--technique", "classic"}),
                      "--technique cannot be given to compare: the variant name sets it");
   expectOneLineError(compare("ps:lapse:ssp", dir_ / "d"), "variant 'ps:lapse:ssp'");
-  // A flag the nodes of one variant refuse is found before the first run: sparse PS runs take
-  // no stragglers yet.
+  // A flag the nodes of one variant refuse is found before the first run: one node alone takes
+  // no stragglers.
   const CommandResult stragglers =
       compare("single,ps:classic", dir_ / "e", {"--stragglers", "fixed:1"});
   EXPECT_EQ(stragglers.exit_code, 2) << stragglers.out << stragglers.err;

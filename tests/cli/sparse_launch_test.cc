@@ -202,6 +202,33 @@ TEST(ChorusSparsePs, TheTechniqueReachesTheNodes) {
   }
 }
 
+// --time-limit, --keep-best and --stragglers reach launched sparse PS nodes through the run spec:
+// node 1 straggles 20 ms per clock (its start event names the profile), every node's time is up
+// after the first of 4 epochs (so each says so and stops there), and node 0 evaluates with
+// model selection on (the first epoch's tables, the only ones there are).
+TEST(ChorusSparsePs, TimeLimitKeepBestAndStragglersReachTheNodes) {
+  TempDir dir("chorus-sparse-run-options");
+  writePlantedGraph(dir.file("graphs/planted"));
+  std::vector<std::string> flags = kgeFlags(dir.file("graphs"));
+  *std::find(flags.begin(), flags.end(), "12") = "4";  // --epochs 4
+  *std::find(flags.begin(), flags.end(), "6") = "1";   // --eval-every-epochs 1
+  std::vector<std::string> launch = {chorusBinary(), "launch",        writeTopology(dir, 2),
+                                     "--out",        dir.file("out"), "--technique",
+                                     "classic",      "--time-limit",  "0.000001",
+                                     "--keep-best",  "--stragglers",  "slow:1=1.5"};
+  launch.insert(launch.end(), flags.begin(), flags.end());
+  const CommandResult r = runCommand(launch);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out + r.err, "node 0: 1 epoch(s)")) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out + r.err, "node 1: 1 epoch(s)")) << r.out << r.err;
+  for (int node = 0; node < 2; ++node) {
+    std::ifstream metrics(dir.file("out/node-" + std::to_string(node) + ".jsonl"));
+    const std::string lines((std::istreambuf_iterator<char>(metrics)), {});
+    EXPECT_TRUE(contains(lines, "\"stragglers\":\"slow:1=1.5\"")) << lines;
+    EXPECT_TRUE(contains(lines, "\"epochs\":1,\"evaluated_epoch\":1")) << lines;
+  }
+}
+
 // --technique nups through the run spec: three launched nodes replicate the hot keys (the
 // relations' rows and the most used entities by the data's pre-scan), reach chorus train's MRR,
 // print and record the replicas' share, rounds and age, and every node's replicas end as the
@@ -483,6 +510,9 @@ TEST(ChorusSparsePs, BadFlagsAreRefusedBeforeAnyNodeStarts) {
       {{"--model", "mlp", "--data", "wn18rr"}, "--data wn18rr is not a data set of --model mlp"},
       {{"--model", "mf", "--epochs", "1.5"}, "--epochs 1.5: a sparse model trains whole epochs"},
       {{"--model", "mf", "--keep-best"}, "--keep-best does not apply to --model mf"},
+      {{"--mode", "consensus", "--model", "complex", "--time-limit", "5"},
+       "--time-limit does not apply to --model complex (a time limit is not implemented in "
+       "sparse consensus runs yet"},
       {{"--model", "mf", "--key-floats", "8"}, "--key-floats does not apply to --model mf"},
       {{"--model", "complex", "--negatives", "x"}, "--negatives must be 'all' or a count"},
       {{"--model", "mf", "--data", "ratings"}, "--data ratings needs --data-file FILE"},

@@ -130,6 +130,10 @@ TEST(SparsePsAuto, ThreeNodesReachTheSingleNodeMrrWithNoTuning) {
     EXPECT_EQ(r.access.replica_lost_deltas, 0u);
     EXPECT_NE(r.access.replica_digest, 0u);
     EXPECT_EQ(r.access.replica_digest, reports[0].access.replica_digest) << "node " << i;
+    // The keys left at home go through the classic path (KvWorker: batched per owner, rows by
+    // slot): some of every node's reads and writes, not all (the relations are replicated).
+    EXPECT_GT(r.access.keys_home, 0u) << "node " << i;
+    EXPECT_LT(r.access.keys_home, r.access.keys_local + r.access.keys_remote) << "node " << i;
     // Only the relocated keys are ever asked to move (the loop localizes every step's entities
     // one clock ahead: lapse would ask for thousands).
     if (choice.relocated.empty()) {

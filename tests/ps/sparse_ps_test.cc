@@ -483,18 +483,27 @@ TEST(SparseClocks, EveryWorkerRunsTheSameClocksAndEveryPointOnce) {
 
 TEST(SparsePsOptions, UnsupportedSettingsNameTheFlag) {
   SparsePsOptions options;
-  options.train.keepBest = true;
+  options.train.savePath = "model.ckpt";
   EXPECT_THROW(
       {
         try {
           validateSparsePsOptions(options);
         } catch (const std::invalid_argument& e) {
-          EXPECT_NE(std::string(e.what()).find("--keep-best"), std::string::npos);
+          EXPECT_NE(std::string(e.what()).find("--save"), std::string::npos);
           throw;
         }
       },
       std::invalid_argument);
+  options.train.savePath.clear();
+  // --time-limit with --mf-schedule rotation: a node that stopped would hold the barriers.
+  options.train.timeLimitSeconds = 10;
+  options.rotation_blocks = 2;
+  EXPECT_THROW(validateSparsePsOptions(options), std::invalid_argument);
+  options.rotation_blocks = 0;
+  options.train.keepBest = true;  // taken in PS mode
+  EXPECT_NO_THROW(validateSparsePsOptions(options));
   options.train.keepBest = false;
+  options.train.timeLimitSeconds = 0;
   options.ps.rejoin = true;
   EXPECT_THROW(validateSparsePsOptions(options), std::invalid_argument);
 }
