@@ -55,7 +55,17 @@ void Dialer::onAttemptFailedFromLoop(NodeId peer, const std::string& description
     return;
   }
   if (target.backoff.count() == 0) target.backoff = options_.dial_backoff_initial;
-  const std::chrono::milliseconds delay = target.backoff;
+  // A failure at the socket (kIo: connection refused, nothing listens there yet) is what a
+  // peer still starting gives, or a crashed one being restarted: on a cluster starting 64
+  // processes on one machine the first ones to listen reached the longest backoff before the
+  // last one listened, and connecting ended up to the whole backoff after it. Such an attempt
+  // costs a SYN and a reset, so it is retried at most an eighth of the longest backoff apart
+  // (250 ms by default); time-outs and refused handshakes keep backing off to the longest.
+  const std::chrono::milliseconds cap =
+      why.code() == ErrorCode::kIo
+          ? std::max(options_.dial_backoff_max / 8, std::chrono::milliseconds(1))
+          : options_.dial_backoff_max;
+  const std::chrono::milliseconds delay = std::min(target.backoff, cap);
   target.backoff = std::min(target.backoff * 2, options_.dial_backoff_max);
   log_.log(why.code() == ErrorCode::kRefused ? spdlog::level::warn : spdlog::level::debug,
            "dial to {} failed: {}; retrying in {} ms", description, why.toString(), delay.count());

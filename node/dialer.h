@@ -41,7 +41,9 @@ class Dialer {
   bool isAttempt(NodeId peer, const Connection* connection) const;
   // The attempt's handshake completed: it is the peer's connection now; backoff starts over.
   void onEstablishedFromLoop(NodeId peer, const Connection* connection);
-  // The attempt failed (`why`): try again after the backoff, which doubles up to the maximum.
+  // The attempt failed (`why`): try again after the backoff, which doubles up to the maximum;
+  // a failure at the socket (ErrorCode::kIo: nothing listens there yet) waits at most an
+  // eighth of the maximum.
   void onAttemptFailedFromLoop(NodeId peer, const std::string& description, const Status& why);
   // The established connection was lost: redial after the shortest backoff, or after the
   // longest when the peer left (it comes back as a new process, if at all).

@@ -26,6 +26,11 @@ GateOptions gateOptions(const ServerOptions& options) {
 
 }  // namespace
 
+Clock leadLimit(Staleness staleness) {
+  if (staleness.infinite()) return Staleness::kInfinite;
+  return 2 * (staleness.bound + 1) + kLeadSlack;
+}
+
 KvServer::KvServer(node::Node& node, KeyStore store, const std::vector<WorkerId>& workers,
                    ServerOptions options)
     : KvServer(node, std::move(store), std::nullopt, workers, std::move(options)) {}
@@ -70,6 +75,64 @@ void KvServer::countError() {
   ++summary_.errors;
 }
 
+std::optional<std::string> KvServer::checkParkLimit(WorkerId worker, const char* what) const {
+  const auto it = waiting_.find(worker);
+  const size_t waiting = it == waiting_.end() ? 0 : it->second;
+  if (waiting < options_.max_parked_per_worker) return std::nullopt;
+  return fmt::format(
+      "{} refused: node {} already has {} request(s) waiting here (for a clock, or for this "
+      "owner's restore), the most one worker may have (a worker reads each clock once per owner)",
+      what, worker, waiting);
+}
+
+std::optional<std::string> KvServer::checkLead(WorkerId worker, Clock clock) const {
+  // Before restore() a restarted owner knows no clock yet: every announcement is ahead of 0.
+  if (options_.max_lead >= Staleness::kInfinite || holding_) return std::nullopt;
+  std::optional<WorkerId> ahead;
+  for (WorkerId other : gate_.workers()) {
+    if (other != worker && gate_.counted(other) &&
+        (!ahead || gate_.clockOf(other) > gate_.clockOf(*ahead))) {
+      ahead = other;
+    }
+  }
+  // Nobody else counts: no read waits for anyone but this worker, whose clock releases nothing
+  // it would not release itself.
+  if (!ahead) return std::nullopt;
+  const Clock lead = clock - gate_.clockOf(*ahead);
+  if (lead <= options_.max_lead) return std::nullopt;
+  return fmt::format(
+      "PsClock at clock {} from node {} runs {} clock(s) ahead of node {} (at clock {}), the most "
+      "advanced other worker reads wait for; a worker of this run cannot be more than {} ahead: "
+      "refused, its clock stays {}",
+      clock, worker, lead, *ahead, gate_.clockOf(*ahead), options_.max_lead, gate_.clockOf(worker));
+}
+
+std::optional<std::string> KvServer::hold(WorkerId worker, const char* what,
+                                          std::function<void()> request) {
+  if (auto error = checkParkLimit(worker, what)) return error;
+  ++waiting_[worker];
+  held_requests_.push_back([this, worker, request = std::move(request)] {
+    --waiting_[worker];
+    request();
+  });
+  return std::nullopt;
+}
+
+bool KvServer::park(WorkerId worker, Clock min_clock, std::function<void()> release) {
+  if (gate_.ready(min_clock)) {
+    gate_.whenReady(min_clock, std::move(release), SteadyClock::now());  // runs it now
+    return false;
+  }
+  ++waiting_[worker];
+  return gate_.whenReady(
+      min_clock,
+      [this, worker, release = std::move(release)] {
+        --waiting_[worker];
+        release();
+      },
+      SteadyClock::now());
+}
+
 void KvServer::checkRunningJob(WorkerId worker, Clock clock, Clock first) {
   if (!options_.on_running_job || options_.hold_until_restored || running_job_reported_) return;
   const std::optional<bool> late = gate_.startedLate(worker, clock, first);
@@ -95,14 +158,17 @@ void KvServer::pull(WorkerId worker, Clock clock, Clock min_clock, std::vector<u
   }
   checkRunningJob(worker, clock, 0);  // a pull at clock c follows the worker's PsClock(c)
   if (holding_) {
-    held_requests_.push_back(
-        [this, worker, clock, min_clock, keys = std::move(keys), answer = std::move(answer)]() {
+    if (auto error = hold(worker, "pull", [this, worker, clock, min_clock, keys, answer]() {
           pull(worker, clock, min_clock, keys, answer);
-        });
+        })) {
+      countError();
+      answer(*error, 0, {}, nullptr);
+    }
     return;
   }
   std::optional<std::string> error = checkPull(worker, clock, min_clock);
   if (!error) error = store_.check(keys, std::nullopt, &directory_);
+  if (!error && !gate_.ready(min_clock)) error = checkParkLimit(worker, "pull");
   if (error) {
     countError();
     answer(*error, 0, {}, nullptr);
@@ -110,17 +176,15 @@ void KvServer::pull(WorkerId worker, Clock clock, Clock min_clock, std::vector<u
   }
   // The release runs now or from a later clock(); the store is read only then, so the answer
   // holds every update that arrived before the condition became true.
-  const bool parked = gate_.whenReady(
-      min_clock,
-      [this, keys = std::move(keys), answer = std::move(answer)] {
+  const bool parked =
+      park(worker, min_clock, [this, keys = std::move(keys), answer = std::move(answer)] {
         applyDue();
         {
           std::lock_guard lock(mu_);
           ++summary_.pulls;
         }
         answer("", gate_.minClock(), keys, &store_);
-      },
-      SteadyClock::now());
+      });
   if (parked) {
     std::lock_guard lock(mu_);
     ++summary_.parked;
@@ -139,9 +203,15 @@ std::optional<std::string> KvServer::checkPull(WorkerId worker, Clock clock, Clo
 std::optional<std::string> KvServer::push(WorkerId worker, Clock clock,
                                           std::span<const uint64_t> keys,
                                           std::span<const float> grads) {
+  return pushChecked(worker, clock, keys, grads, false);
+}
+
+std::optional<std::string> KvServer::pushChecked(WorkerId worker, Clock clock,
+                                                 std::span<const uint64_t> keys,
+                                                 std::span<const float> grads, bool resent) {
   std::optional<std::string> error = gate_.checkSender(worker, clock, "push");
   if (!error) error = gate_.checkWithinRun(clock, "push");
-  if (!error) error = gate_.checkNotBehind(worker, clock, "push");
+  if (!error && !resent) error = gate_.checkNotBehind(worker, clock, "push");
   // The rows are looked up once, here, and applied below without a second lookup.
   if (!error) error = store_.locate(keys, grads.size(), &directory_, located_);
   if (error) {
@@ -220,7 +290,9 @@ std::optional<std::string> KvServer::clock(WorkerId worker, Clock clock) {
     return error;
   }
   checkRunningJob(worker, clock, 1);  // every worker announces clock 1 first
-  if (auto error = gate_.checkWithinRun(clock, "PsClock")) {
+  std::optional<std::string> error = gate_.checkWithinRun(clock, "PsClock");
+  if (!error) error = checkLead(worker, clock);
+  if (error) {
     countError();
     return error;
   }
@@ -335,39 +407,41 @@ void KvServer::pullRuns(WorkerId worker, uint64_t id, Clock clock, Clock min_clo
   }
   checkRunningJob(worker, clock, 0);
   if (holding_) {
-    held_requests_.push_back([this, worker, id, clock, min_clock, layout, runs = std::move(runs)] {
-      pullRuns(worker, id, clock, min_clock, layout, runs);
-    });
+    if (auto error = hold(worker, "pull", [this, worker, id, clock, min_clock, layout, runs] {
+          pullRuns(worker, id, clock, min_clock, layout, runs);
+        })) {
+      countError();
+      replyError(worker, id, wire::PsOp::Pull, *error);
+    }
     return;
   }
-  if (auto error = checkPull(worker, clock, min_clock)) {
+  std::optional<std::string> error = checkPull(worker, clock, min_clock);
+  if (!error && !gate_.ready(min_clock)) error = checkParkLimit(worker, "pull");
+  if (error) {
     countError();
     replyError(worker, id, wire::PsOp::Pull, *error);
     return;
   }
-  const bool parked = gate_.whenReady(
-      min_clock,
-      [this, worker, id, layout, runs = std::move(runs)] {
-        applyDue();
-        if (store_.layout() != layout) {  // rows left while the pull waited
-          countError();
-          node_.send(worker, encode(node_, staleReply(id, wire::PsOp::Pull,
-                                                      "the rows named by slot have moved: ask "
-                                                      "by keys")));
-          return;
-        }
-        {
-          std::lock_guard lock(mu_);
-          ++summary_.pulls;
-        }
-        store_.rowsOfRuns(runs, row_buffer_);
-        size_t floats = 0;
-        for (const KeyStore::Run& run : runs)
-          floats += run.floats;
-        node_.sendTransient(worker,
-                            encode(node_, pullReply(id, gate_.minClock(), row_buffer_, floats)));
-      },
-      SteadyClock::now());
+  const bool parked = park(worker, min_clock, [this, worker, id, layout, runs = std::move(runs)] {
+    applyDue();
+    if (store_.layout() != layout) {  // rows left while the pull waited
+      countError();
+      node_.send(worker, encode(node_, staleReply(id, wire::PsOp::Pull,
+                                                  "the rows named by slot have moved: ask "
+                                                  "by keys")));
+      return;
+    }
+    {
+      std::lock_guard lock(mu_);
+      ++summary_.pulls;
+    }
+    store_.rowsOfRuns(runs, row_buffer_);
+    size_t floats = 0;
+    for (const KeyStore::Run& run : runs)
+      floats += run.floats;
+    node_.sendTransient(worker,
+                        encode(node_, pullReply(id, gate_.minClock(), row_buffer_, floats)));
+  });
   if (parked) {
     std::lock_guard lock(mu_);
     ++summary_.parked;
@@ -389,17 +463,23 @@ void KvServer::onPushFrame(WorkerId from, const node::InboundFrame& frame) {
     return;
   }
   checkRunningJob(from, request.clock, 0);
+  bool resent = false;
+  if (auto it = stale_pushes_.find(from); it != stale_pushes_.end()) {
+    resent = it->second.erase(request.request) > 0;
+  }
   if (holding_) {
     // The frame is gone after this handler: keep copies.
-    held_requests_.push_back(
-        [this, from, id = request.request, clock = request.clock,
-         keys = std::vector<uint64_t>(request.keys.begin(), request.keys.end()),
-         grads = std::vector<float>(request.grads.begin(), request.grads.end())] {
-          handlePush(from, id, clock, keys, grads);
-        });
+    if (auto error = hold(from, "push",
+                          [this, from, id = request.request, clock = request.clock,
+                           keys = std::vector<uint64_t>(request.keys.begin(), request.keys.end()),
+                           grads = std::vector<float>(request.grads.begin(), request.grads.end()),
+                           resent] { handlePush(from, id, clock, keys, grads, resent); })) {
+      countError();
+      replyError(from, request.request, wire::PsOp::Push, *error);
+    }
     return;
   }
-  handlePush(from, request.request, request.clock, request.keys, request.grads);
+  handlePush(from, request.request, request.clock, request.keys, request.grads, resent);
 }
 
 void KvServer::onSlotPush(WorkerId from, const PushRequest& request) {
@@ -408,6 +488,8 @@ void KvServer::onSlotPush(WorkerId from, const PushRequest& request) {
       request.slot_runs, std::min(store_.size(), request.grads.size()), slot_buffer_);
   if (!error && request.layout != store_.layout()) {
     countError();
+    std::set<uint64_t>& stale = stale_pushes_[from];
+    if (stale.size() < options_.max_parked_per_worker) stale.insert(id);
     node_.send(from, encode(node_, staleReply(id, wire::PsOp::Push,
                                               "the rows named by slot have moved: ask by keys")));
     return;
@@ -421,13 +503,18 @@ void KvServer::onSlotPush(WorkerId from, const PushRequest& request) {
   checkRunningJob(from, request.clock, 0);
   if (holding_) {
     // Rare (a restarted owner before its restore): held by keys, as a push by keys would be.
+    if (auto error = checkParkLimit(from, "push")) {
+      countError();
+      replyError(from, id, wire::PsOp::Push, *error);
+      return;
+    }
     std::vector<Key> keys;
     store_.keysOf(located_, keys);
-    held_requests_.push_back(
-        [this, from, id, clock = request.clock, keys = std::move(keys),
-         grads = std::vector<float>(request.grads.begin(), request.grads.end())] {
-          handlePush(from, id, clock, keys, grads);
-        });
+    hold(from, "push",
+         [this, from, id, clock = request.clock, keys = std::move(keys),
+          grads = std::vector<float>(request.grads.begin(), request.grads.end())] {
+           handlePush(from, id, clock, keys, grads, false);
+         });
     return;
   }
   error = gate_.checkWithinRun(request.clock, "push");
@@ -445,8 +532,9 @@ void KvServer::onSlotPush(WorkerId from, const PushRequest& request) {
 }
 
 void KvServer::handlePush(WorkerId from, uint64_t request, Clock clock,
-                          std::span<const uint64_t> keys, std::span<const float> grads) {
-  if (auto error = push(from, clock, keys, grads)) {
+                          std::span<const uint64_t> keys, std::span<const float> grads,
+                          bool resent) {
+  if (auto error = pushChecked(from, clock, keys, grads, resent)) {
     replyError(from, request, wire::PsOp::Push, *error);
     return;
   }

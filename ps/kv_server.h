@@ -12,6 +12,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -69,7 +70,26 @@ struct ServerOptions {
   // A cluster resumed from a cut (docs/checkpoints.md): every worker starts at this clock, as
   // every worker of the cut had finished the clocks below it.
   Clock start_clock = 0;
+  // At most this many pulls of one worker wait here at a time (parked for a clock, or held
+  // until a restarted owner's restore(); held pushes count too): one more is refused with an
+  // error naming the worker, which is logged. A worker reads each clock once per owner, and its
+  // pulls of a clock wait together, so a worker of a run never comes near it; a peer that parks
+  // without bound would hold this owner's memory.
+  size_t max_parked_per_worker = 1024;
+  // How far a worker's PsClock may run ahead of the most advanced other worker that pulls still
+  // wait for (as heard here); further is refused, naming the worker, and moves no clock: a member
+  // claiming a far-future clock would otherwise stop counting as the slowest and release every
+  // read parked for it. kInfinite: no limit (asynchronous runs, where no read waits). Set it
+  // with leadLimit(staleness).
+  Clock max_lead = Staleness::kInfinite;
 };
+
+// ServerOptions::max_lead for a staleness bound: under a bound s a worker at clock c read with a
+// minimum clock of c - 1 - s, so every counted worker had reached it at some owner; what this
+// owner has not heard yet is still on its way (pulls may also be served from a worker's cache
+// for up to s clocks). 2 (s + 1) + kLeadSlack covers both; unbounded staleness has no limit.
+inline constexpr Clock kLeadSlack = 64;
+Clock leadLimit(Staleness staleness);
 
 // Answer to a pull: empty `error`, the owner's minimum worker clock and the store to copy the
 // values of `keys` from (valid during the call: KeyStore::copyTo); or an error (no store).
@@ -155,9 +175,14 @@ class KvServer {
   void onPullFrame(WorkerId from, const node::InboundFrame& frame);
   void onPushFrame(WorkerId from, const node::InboundFrame& frame);
   void onClockFrame(WorkerId from, const node::InboundFrame& frame);
-  // Applies one push and acknowledges it (or replies with the error).
+  // Applies one push and acknowledges it (or replies with the error). `resent`: the push by
+  // keys that replaces a push by slots this owner answered as stale (checkNotBehind skipped).
   void handlePush(WorkerId from, uint64_t request, Clock clock, std::span<const uint64_t> keys,
-                  std::span<const float> grads);
+                  std::span<const float> grads, bool resent);
+  // push(), where `resent` skips the check that the clock is not behind the worker's.
+  std::optional<std::string> pushChecked(WorkerId worker, Clock clock,
+                                         std::span<const uint64_t> keys,
+                                         std::span<const float> grads, bool resent);
   // The checks of a pull after the sender's: the run's clocks and the worker's own.
   std::optional<std::string> checkPull(WorkerId worker, Clock clock, Clock min_clock);
   // A push whose rows are in located_ (in the order of `grads`): the finite check, then held
@@ -176,6 +201,16 @@ class KvServer {
   void replyError(WorkerId to, uint64_t request, wire::PsOp op, const std::string& error);
   // Counts a refused request (summary).
   void countError();
+  // A request of `worker` that would wait here (parked or held) is within max_parked_per_worker;
+  // the error otherwise.
+  std::optional<std::string> checkParkLimit(WorkerId worker, const char* what) const;
+  // A PsClock of `worker` at `clock` is within max_lead of the other counted workers.
+  std::optional<std::string> checkLead(WorkerId worker, Clock clock) const;
+  // Holds a request until restore(), within the park limit; the error otherwise.
+  std::optional<std::string> hold(WorkerId worker, const char* what, std::function<void()> request);
+  // Asks the gate to answer at `min_clock`, counting the pull against the worker's park limit
+  // while it waits; true when it parked.
+  bool park(WorkerId worker, Clock min_clock, std::function<void()> release);
   // on_running_job: reports (once) a request of `worker` at `clock` when the job cannot have
   // started with this owner; `first` is the highest clock such a request may have at the start.
   void checkRunningJob(WorkerId worker, Clock clock, Clock first);
@@ -189,6 +224,12 @@ class KvServer {
   bool holding_ = false;  // hold_until_restored, until restore()
   bool running_job_reported_ = false;
   std::vector<std::function<void()>> held_requests_;
+  std::map<WorkerId, size_t> waiting_;  // per worker: pulls parked and requests held here
+  // Per worker: its pushes by slots this owner answered as stale (their rows moved, or this
+  // owner restarted), whose push by keys may come after the worker's next clock announcement
+  // (pushes are not waited for before it): that one re-send is not "behind" (at most
+  // max_parked_per_worker remembered per worker).
+  std::map<WorkerId, std::set<uint64_t>> stale_pushes_;
   node::RefusalLog refusals_;  // rate-limits the log lines of refused requests, per worker
   mutable std::mutex mu_;      // guards summary_ and heard_
   ServerSummary summary_;

@@ -129,6 +129,7 @@ PsPeer::PsPeer(node::Node& node, run::NodeJob job, std::vector<NodeId> members, 
   server_options.bsp = !staleness_.infinite() && staleness_.bound == 0;
   server_options.lr_by_progress = cluster_budget_;
   server_options.hold_until_restored = options_.rejoin;
+  server_options.max_lead = leadLimit(staleness_);
   // A worker announces clocks up to its last one (rounds), a rejoining one may resume one
   // past it; under a cluster budget one worker may run the whole budget, plus the overshoot.
   const Clock workers = static_cast<Clock>(members_.size());

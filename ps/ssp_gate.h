@@ -76,6 +76,8 @@ class SspGate {
   // confirmed changes nothing.
   Advance advance(WorkerId worker, Clock clock);
 
+  // Would a read waiting for `min_clock` be answered now (whenReady would not park it)?
+  bool ready(Clock min_clock) const { return clocks_.ready(min_clock); }
   // Answers at once when every counted worker reached `min_clock`, else parks `release` until
   // then; true when it parked.
   bool whenReady(Clock min_clock, WorkerClocks::Release release, TimePoint now);

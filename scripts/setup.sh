@@ -18,6 +18,8 @@ packages=(
   # node/frame_cipher: OpenSSL's EVP ChaCha20-Poly1305 seals frames (docs/security.md)
   libssl-dev
   gnuplot-nox
+  # bench/soak.sh plots RSS, fds and connections per node (docs/soak.md)
+  python3-matplotlib
   dataset-fashion-mnist
   # make fuzz: clang with libFuzzer (tests/fuzz); .ci/run checks formatting with clang-format
   clang libclang-rt-14-dev clang-format

@@ -78,7 +78,7 @@ TEST_F(DialerTest, FailedAttemptsBackOffDoublingUpToTheMaximum) {
     EXPECT_TRUE(dialer_->isAttempt(5, lastAttempt()));
     std::vector<int64_t> armed;
     for (int i = 0; i < 5; ++i) {
-      dialer_->onAttemptFailedFromLoop(5, "peer 5", {ErrorCode::kIo, "connection refused"});
+      dialer_->onAttemptFailedFromLoop(5, "peer 5", {ErrorCode::kTimeout, "connect timed out"});
       EXPECT_FALSE(dialer_->isAttempt(5, lastAttempt()));
       armed.push_back(dialer_->armedRetry(5).count());
     }
@@ -90,8 +90,8 @@ TEST_F(DialerTest, FailedAttemptsBackOffDoublingUpToTheMaximum) {
 TEST_F(DialerTest, ALostPeerIsRedialedSoonAndALeftOneAfterTheLongestBackoff) {
   onLoop([this] {
     dialer_->addFromLoop(5, sockaddr_storage{}, "host:1");
-    dialer_->onAttemptFailedFromLoop(5, "peer 5", {ErrorCode::kIo, "refused"});
-    dialer_->onAttemptFailedFromLoop(5, "peer 5", {ErrorCode::kIo, "refused"});
+    dialer_->onAttemptFailedFromLoop(5, "peer 5", {ErrorCode::kTimeout, "timed out"});
+    dialer_->onAttemptFailedFromLoop(5, "peer 5", {ErrorCode::kTimeout, "timed out"});
     EXPECT_EQ(dialer_->armedRetry(5), milliseconds(200'000));
     // The retry's timer fires (here: called by hand) and the attempt succeeds.
     dialer_->addFromLoop(5, sockaddr_storage{}, "host:1");
@@ -104,6 +104,30 @@ TEST_F(DialerTest, ALostPeerIsRedialedSoonAndALeftOneAfterTheLongestBackoff) {
     EXPECT_EQ(dialer_->armedRetry(5), options_.dial_backoff_initial);
     dialer_->onLostFromLoop(5, /*left=*/true);
     EXPECT_EQ(dialer_->armedRetry(5), options_.dial_backoff_max);
+  });
+}
+
+// Nothing listens at the peer's address yet (a peer still starting, or a crashed one being
+// restarted): such attempts are retried at most an eighth of the longest backoff apart, so that
+// the peer is connected soon after it listens; a time-out or a refused handshake in between
+// still waits the doubled backoff.
+TEST_F(DialerTest, AConnectRefusedAtTheSocketIsRetriedAtMostAnEighthOfTheLongestBackoffApart) {
+  onLoop([this] {
+    dialer_->addFromLoop(5, sockaddr_storage{}, "host:1");
+    std::vector<int64_t> armed;
+    for (int i = 0; i < 4; ++i) {
+      dialer_->onAttemptFailedFromLoop(5, "peer 5", {ErrorCode::kIo, "connection refused"});
+      armed.push_back(dialer_->armedRetry(5).count());
+    }
+    dialer_->onAttemptFailedFromLoop(5, "peer 5", {ErrorCode::kTimeout, "connect timed out"});
+    armed.push_back(dialer_->armedRetry(5).count());
+    dialer_->onAttemptFailedFromLoop(5, "peer 5", {ErrorCode::kRefused, "handshake refused"});
+    armed.push_back(dialer_->armedRetry(5).count());
+    dialer_->onAttemptFailedFromLoop(5, "peer 5", {ErrorCode::kIo, "connection refused"});
+    armed.push_back(dialer_->armedRetry(5).count());
+    // Longest backoff 800 s: at most 100 s apart at the socket, doubling (to 800 s) otherwise.
+    EXPECT_EQ(armed, (std::vector<int64_t>{100'000, 100'000, 100'000, 100'000, 800'000, 800'000,
+                                           100'000}));
   });
 }
 
