@@ -62,7 +62,7 @@ class Cluster : public LocalCluster {
 // A job on `data` for `nodes` nodes through the shared run layer.
 run::NodeJob makeJob(const run::RunOptions& options, std::shared_ptr<const ml::DataSplit> data,
                      NodeId id, size_t nodes) {
-  return run::prepareNodeJob(options, std::move(data), id, static_cast<int>(nodes));
+  return run::prepareNodeJob(options, std::move(data), id, static_cast<int>(nodes)).value();
 }
 
 // The report of a peer run outside a cluster (a restarted node's lives).

@@ -47,7 +47,7 @@ Trained trainFourNodes(double bandwidth_mbps, double momentum, const std::string
     po.staleness = Staleness::parse(staleness);
     po.key_floats = 1000;  // several keys per owner
     po.bandwidth_mbps = bandwidth_mbps;
-    cluster.attach<PsPeer>(i, run::prepareNodeJob(options, data, i, kNodes), members, po);
+    cluster.attach<PsPeer>(i, run::prepareNodeJob(options, data, i, kNodes).value(), members, po);
   }
   cluster.connect();
   cluster.start();

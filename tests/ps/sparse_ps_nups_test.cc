@@ -52,7 +52,7 @@ std::vector<SparsePsReport> trainCluster(size_t nodes, const ml::KgData& graph,
                                          const std::string& name) {
   const auto argsFor = [&](size_t) {
     SparsePsOptions options;
-    options.ps.staleness = run::StalenessBound::parse(setup.staleness);
+    options.ps.staleness = run::StalenessBound::read(setup.staleness).value();
     options.ps.tick_every = 20ms;
     options.train = train;
     options.technique = setup.technique;
@@ -170,7 +170,7 @@ TEST(SparsePsNups, ANodeKilledMidRunHangsNobodyAndIsNamed) {
     workloads.push_back(std::make_unique<ml::KgeWorkload>(graph, config, 11));
     SparsePsOptions options;
     options.ps.tick_every = 20ms;
-    options.ps.staleness = run::StalenessBound::parse("0");
+    options.ps.staleness = run::StalenessBound::read("0").value();
     options.train = sparseTrainOptions(6, 32, 0.1);
     options.technique = SparseTechnique::kNups;
     options.replication.accesses = accessesOf(graph, config, 32);

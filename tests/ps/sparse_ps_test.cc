@@ -56,7 +56,7 @@ ClusterRun trainCluster(size_t nodes, Make make, const ml::SparseTrainOptions& t
   std::mutex mu;
   const auto argsFor = [&](size_t i) {
     SparsePsOptions options;
-    options.ps.staleness = run::StalenessBound::parse(staleness);
+    options.ps.staleness = run::StalenessBound::read(staleness).value();
     options.ps.tick_every = 20ms;
     options.train = train;
     options.sampling = sampling;
@@ -372,7 +372,7 @@ TEST(SparsePsLapse, ANodeKilledHoldingRelocatedRowsDoesNotHangTheOthers) {
     workloads.push_back(make());
     SparsePsOptions options;
     options.ps.tick_every = 20ms;
-    options.ps.staleness = run::StalenessBound::parse("0");
+    options.ps.staleness = run::StalenessBound::read("0").value();
     options.train = sparseTrainOptions(6, 32, 0.1);
     options.technique = SparseTechnique::kLapse;
     if (i == 2) {

@@ -135,7 +135,7 @@ class EveryMode : public ::testing::TestWithParam<Mode> {
     for (NodeId id = 0; id < nodes(); ++id) {
       StepHook hook = on_step ? on_step(id) : StepHook{};
       mode().attach(
-          cluster, id, run::prepareNodeJob(options, data, id, static_cast<int>(nodes())),
+          cluster, id, run::prepareNodeJob(options, data, id, static_cast<int>(nodes())).value(),
           hook ? hook : [](int64_t) {});
     }
     cluster.connect();
