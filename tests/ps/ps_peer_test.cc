@@ -68,7 +68,7 @@ RunResult trainFourNodes(const std::string& staleness,
     run::RunOptions options = trainingOptions();
     options.out_dir = out.string();
     PsOptions po;
-    po.staleness = Staleness::parse(staleness);
+    po.staleness = Staleness::read(staleness).value();
     po.key_floats = 1000;  // several keys per owner
     if (tweak) tweak(i, po);
     cluster.attach<PsPeer>(i, run::prepareNodeJob(options, data, i, kNodes).value(), members, po);
@@ -334,7 +334,7 @@ TEST_P(PsRejoin, ARestartedNodeRejoinsWithItsKeysFromALiveNodesLastRead) {
   };
   auto psOptions = [] {
     PsOptions po;
-    po.staleness = Staleness::parse(GetParam());
+    po.staleness = Staleness::read(GetParam()).value();
     po.key_floats = 1000;
     po.down_timeout_s = 0.2;  // the others stop waiting for node 2 while it is gone
     return po;
