@@ -22,9 +22,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using testsupport::contains;
 
 // The planted graph of 300 entities (tests/support/planted_graph.h) in DIR/planted.
 void writePlantedGraph(const std::string& dir) {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <iterator>
 #include <stdexcept>
 
 namespace chorus::testsupport {
@@ -21,6 +22,11 @@ TestFolder::TestFolder(const std::string& prefix) {
 TestFolder::~TestFolder() {
   std::error_code ignored;
   fs::remove_all(path_, ignored);
+}
+
+std::string readFile(const fs::path& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 void writePlantedGraphFolder(const std::string& dir, const PlantedGraphOptions& options) {

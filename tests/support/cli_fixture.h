@@ -37,6 +37,14 @@ class TestFolder {
 // `--data planted --data-dir <parent of DIR>` when DIR ends in "planted".
 void writePlantedGraphFolder(const std::string& dir, const PlantedGraphOptions& options = {});
 
+// Whether `text` (a command's output, a file) holds `part`.
+inline bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// The whole text of the file at `path` ("" when it cannot be read).
+std::string readFile(const std::filesystem::path& path);
+
 // Writes a topology file at `path`: cluster `name` in `mode`, one node per port of `ports`
 // (node i at 127.0.0.1:ports[i]), every node the neighbor of every other; `node_lines(i)`, when
 // given, is appended to node i's table (e.g. a straggler attribute). Returns `path`.
