@@ -163,8 +163,10 @@ TEST(SparsePsNups, ReplicateZeroBehavesLikeLapse) {
 TEST(SparsePsNups, ANodeKilledMidRunHangsNobodyAndIsNamed) {
   const ml::KgData graph = testsupport::makePlantedGraph({});
   const ml::KgeConfig config = smallComplEx();
-  LocalCluster cluster(3, 0, {.cluster = "nups-kill"});
+  // Before the cluster: its nodes' threads (a killed node's among them) use the workloads
+  // until the cluster's destructor joins them.
   std::vector<std::unique_ptr<ml::SparseWorkload>> workloads;
+  LocalCluster cluster(3, 0, {.cluster = "nups-kill"});
   const ml::Shards shards = ml::shardIid(graph.train.size(), 3, 1);
   for (size_t i = 0; i < 3; ++i) {
     workloads.push_back(std::make_unique<ml::KgeWorkload>(graph, config, 11));

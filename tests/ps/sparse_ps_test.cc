@@ -365,8 +365,10 @@ TEST(SparsePsLapse, TwoNodesFactorizeAsWellAsOneWithRowBlocks) {
 TEST(SparsePsLapse, ANodeKilledHoldingRelocatedRowsDoesNotHangTheOthers) {
   const ml::KgData graph = testsupport::makePlantedGraph({});
   auto make = [&] { return std::make_unique<ml::KgeWorkload>(graph, smallComplEx(), 11); };
-  LocalCluster cluster(3, 0, {.cluster = "lapse-kill"});
+  // Before the cluster: its nodes' threads (a killed node's among them) use the workloads
+  // until the cluster's destructor joins them.
   std::vector<std::unique_ptr<ml::SparseWorkload>> workloads;
+  LocalCluster cluster(3, 0, {.cluster = "lapse-kill"});
   const ml::Shards shards = ml::shardIid(graph.train.size(), 3, 1);
   for (size_t i = 0; i < 3; ++i) {
     workloads.push_back(make());
@@ -398,8 +400,10 @@ TEST(SparsePsLapse, ANodeKilledHoldingRelocatedRowsDoesNotHangTheOthers) {
 TEST(SparsePs, StopEndsEveryNodesRunEarly) {
   const ml::KgData graph = testsupport::makePlantedGraph({});
   auto make = [&] { return std::make_unique<ml::KgeWorkload>(graph, smallComplEx(), 11); };
-  LocalCluster cluster(2, 0, {.cluster = "sparse-stop"});
+  // Before the cluster: its nodes' threads (a killed node's among them) use the workloads
+  // until the cluster's destructor joins them.
   std::vector<std::unique_ptr<ml::SparseWorkload>> workloads;
+  LocalCluster cluster(2, 0, {.cluster = "sparse-stop"});
   const ml::Shards shards = ml::shardIid(graph.train.size(), 2, 1);
   for (size_t i = 0; i < 2; ++i) {
     workloads.push_back(make());
