@@ -29,6 +29,13 @@ class CommandFailure : public std::runtime_error {
   int code_;
 };
 
+// The exit status of a failed error value (docs/errors.md, "Command line"): 2 for bad input
+// refused before anything starts (kInvalidArgument), 1 for a run that failed on something
+// outside the command line (a data file or checkpoint that cannot be used: kIo, and the rest).
+inline int exitStatusOf(const node::Status& error) {
+  return error.code() == node::ErrorCode::kInvalidArgument ? 2 : 1;
+}
+
 // `chorus topo gen|check`
 void addTopoCommands(CLI::App& app);
 // `chorus node`: one node of a topology file

@@ -298,12 +298,10 @@ RunOutcome launchWithProgress(const LaunchOptions& base, const fs::path& log_pat
 
 void runCompare(CLI::App& cmd, const CompareArgs& args) {
   // Every bad input is refused before the first run starts.
-  std::vector<experiment::Variant> variants;
-  try {
-    variants = experiment::parseVariantList(args.variants);
-  } catch (const std::invalid_argument& e) {
-    throw CommandFailure(2, fmt::format("--variants: {}", e.what()));
-  }
+  node::Result<std::vector<experiment::Variant>> listed =
+      experiment::readVariantList(args.variants);
+  if (!listed.ok()) throw CommandFailure(2, fmt::format("--variants: {}", listed.message()));
+  std::vector<experiment::Variant> variants = std::move(listed).value();
   for (const auto& [flag, why] : kVariantFlags) {
     if (cmd.get_option(flag)->count() > 0) {
       throw CommandFailure(2, fmt::format("{} cannot be given to compare: {}", flag, why));

@@ -485,16 +485,13 @@ std::vector<node::PeerAddress> peersNamed(const NodeSetup& setup,
 void runTraining(const NodeArgs& args, const NodeSetup& setup, const modes::Mode& mode,
                  const modes::ModeSettings& settings) {
   const node::NodeId self = setup.self;
-  modes::TrainingPlan plan;
-  try {
-    plan = mode.plan({setup.topo, *setup.me, settings});
-  } catch (const run::NodeCheckpointError& e) {
-    throw CommandFailure(2, fmt::format("node {}: {}", self, e.what()));  // a bad --resume DIR
-  } catch (const std::invalid_argument& e) {
-    throw CommandFailure(2, fmt::format("node {}: {}", self, e.what()));
-  } catch (const std::exception& e) {
-    throw CommandFailure(1, fmt::format("node {}: {}", self, e.what()));
+  node::Result<modes::TrainingPlan> planned = mode.plan({setup.topo, *setup.me, settings});
+  if (!planned.ok()) {
+    // Bad settings or a --resume DIR that cannot be used: 2; unreadable data: 1.
+    throw CommandFailure(exitStatusOf(planned.status()),
+                         fmt::format("node {}: {}", self, planned.message()));
   }
+  modes::TrainingPlan plan = std::move(planned).value();
   const std::vector<node::PeerAddress> peers = peersNamed(setup, plan.peers);
   runSession(
       args, setup, std::string(mode.name),

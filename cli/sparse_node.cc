@@ -585,7 +585,11 @@ std::shared_ptr<SparseNodeJob> loadJobFor(const run::RunOptions& run, const Spar
                                 {"share_negatives", kge.sharedNegatives ? "true" : "false"},
                                 {"reg_weight", fmt::format("{}", kge.regWeight)}};
     }
-    job->train.metricsPath = run::nodeMetricsPath(run.out_dir, self);
+    node::Result<std::string> metrics_path = run::nodeMetricsPath(run.out_dir, self);
+    if (!metrics_path.ok()) {
+      throw CommandFailure(1, fmt::format("node {}: {}", self, metrics_path.message()));
+    }
+    job->train.metricsPath = std::move(metrics_path).value();
   } catch (const std::invalid_argument& e) {
     throw CommandFailure(2, fmt::format("node {}: {}", self, e.what()));
   } catch (const CommandFailure&) {

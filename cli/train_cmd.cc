@@ -60,11 +60,9 @@ void runSparseTrain(const CLI::App& app, TrainFlags& flags) {
   options.batchSize = run.batch;
   options.learningRate = run.lr;
   options.seed = run.seed;
-  try {
-    options.metricsPath = run::nodeMetricsPath(run.out_dir, 0);
-  } catch (const std::runtime_error& e) {
-    throw CommandFailure(2, e.what());
-  }
+  node::Result<std::string> metrics_path = run::nodeMetricsPath(run.out_dir, 0);
+  if (!metrics_path.ok()) throw CommandFailure(2, metrics_path.message());
+  options.metricsPath = std::move(metrics_path).value();
   options.savePath = run.save_path;
   options.resumePath = run.resume_path;
   options.logEverySteps = flags.log_every;
@@ -137,11 +135,16 @@ void runTrain(const CLI::App& app, TrainFlags& flags) {
   log->set_level(spdlog::level::warn);
   run::SingleReport report;
   runTraining(progress, [&] {
-    ml::DataSplit split = run::loadRunSplit(options);
+    // Bad settings: exit 2; a data file or --resume checkpoint that cannot be used: 1.
+    node::Result<ml::DataSplit> split = run::loadRunSplit(options);
+    if (!split.ok()) throw CommandFailure(exitStatusOf(split.status()), split.message());
     progress.line(fmt::format("data: {} from {} ({} training, {} test samples, {})",
-                              options.data.name, split.source, split.train.size(),
-                              split.test.size(), split.train.shape.toString()));
-    run::NodeJob job = run::prepareNodeProcessJob(options, std::move(split), 0, 1);
+                              options.data.name, split->source, split->train.size(),
+                              split->test.size(), split->train.shape.toString()));
+    node::Result<run::NodeJob> prepared =
+        run::prepareNodeProcessJob(options, std::move(split).value(), 0, 1);
+    if (!prepared.ok()) throw CommandFailure(exitStatusOf(prepared.status()), prepared.message());
+    run::NodeJob& job = *prepared;
     run::SingleOptions single;
     single.eval_every_epoch = !eval_given;
     single.save_path = options.save_path;

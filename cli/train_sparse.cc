@@ -70,6 +70,9 @@ void refuseGiven(const CLI::App& app, const std::vector<std::string>& flags,
 void runTraining(ml::ProgressReporter& progress, const std::function<void()>& work) {
   try {
     work();
+  } catch (const CommandFailure&) {
+    progress.finish();
+    throw;  // already says its exit status
   } catch (const std::invalid_argument& e) {
     progress.finish();
     throw CommandFailure(2, e.what());

@@ -291,10 +291,4 @@ std::unique_ptr<BackupRule> makeBackupRule(const BackupRuleSpec& spec) {
   return std::make_unique<WaitAll>();
 }
 
-std::unique_ptr<BackupRule> BackupRule::parse(std::string_view spec) {
-  node::Result<BackupRuleSpec> read = BackupRuleSpec::read(spec);
-  if (!read.ok()) throw std::invalid_argument(read.message());
-  return makeBackupRule(*read);
-}
-
 }  // namespace chorus::consensus

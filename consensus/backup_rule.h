@@ -103,11 +103,6 @@ class BackupRule {
   virtual WaitPlan plan(const RoundObservation& obs) = 0;
   // The rule as written on the command line, e.g. "static:1".
   virtual std::string name() const = 0;
-
-  // Parses `wait-all`, `static:B`, `deadline:Q` or `dynamic[:TOLERANCE]`; throws
-  // std::invalid_argument naming the accepted forms. For callers that still take the rule as
-  // text (compare's variant names); everything else reads a BackupRuleSpec once.
-  static std::unique_ptr<BackupRule> parse(std::string_view spec);
 };
 
 // The rule `spec` names, fresh (no history).

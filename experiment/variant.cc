@@ -22,7 +22,7 @@ std::string variantForms() {
   return modes::variantForms();
 }
 
-Variant Variant::parse(std::string_view text) {
+node::Result<Variant> Variant::read(std::string_view text) {
   const size_t colon = text.find(':');
   const std::string_view mode_name = text.substr(0, colon);
   const std::optional<std::string_view> args =
@@ -30,7 +30,7 @@ Variant Variant::parse(std::string_view text) {
                                       : std::optional<std::string_view>(text.substr(colon + 1));
   const modes::Mode* mode = modes::findMode(mode_name);
   if (mode == nullptr || mode->parse_variant == nullptr) {
-    throw std::invalid_argument(
+    return node::invalidInput(
         fmt::format("unknown variant '{}'{}; expected one of: {}", text,
                     mode == nullptr ? "" : fmt::format(" (mode {} has no variants)", mode->name),
                     variantForms()));
@@ -40,8 +40,8 @@ Variant Variant::parse(std::string_view text) {
   v.mode = std::string(mode->name);
   node::Result<modes::VariantSpec> spec = mode->parse_variant(args);
   if (!spec.ok()) {
-    throw std::invalid_argument(fmt::format("unknown variant '{}': {}; expected one of: {}", text,
-                                            spec.message(), variantForms()));
+    return node::invalidInput(fmt::format("unknown variant '{}': {}; expected one of: {}", text,
+                                          spec.message(), variantForms()));
   }
   v.spec = std::move(spec).value();
   return v;
@@ -74,7 +74,7 @@ std::string Variant::dirName() const {
   return dir;
 }
 
-std::vector<Variant> parseVariantList(std::string_view text) {
+node::Result<std::vector<Variant>> readVariantList(std::string_view text) {
   std::vector<Variant> variants;
   std::set<std::string> seen;
   size_t start = 0;
@@ -87,16 +87,18 @@ std::vector<Variant> parseVariantList(std::string_view text) {
     while (!item.empty() && item.back() == ' ')
       item.remove_suffix(1);
     if (item.empty()) {
-      throw std::invalid_argument(
+      return node::invalidInput(
           fmt::format("--variants '{}': empty entry; give a comma-separated list such as "
                       "single,ps:bsp,consensus:dynamic",
                       text));
     }
-    Variant v = Variant::parse(item);
-    if (!seen.insert(v.name).second) {
-      throw std::invalid_argument(fmt::format("--variants: '{}' is named twice", item));
+    node::Result<Variant> v = Variant::read(item);
+    if (!v.ok()) return v.status();
+    if (!seen.insert(v->name).second) {
+      return node::invalidInput(
+          fmt::format("--variants: '{}' is named twice; name each variant once", item));
     }
-    variants.push_back(std::move(v));
+    variants.push_back(std::move(v).value());
     start = comma + 1;
   }
   return variants;

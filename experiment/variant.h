@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "modes/variants.h"
+#include "node/result.h"
 
 namespace chorus::experiment {
 
@@ -20,9 +21,9 @@ struct Variant {
   std::string mode;         // the registry entry that parsed it ("ps")
   modes::VariantSpec spec;  // what it sets on its nodes
 
-  // Parses one variant name with its mode's grammar; throws std::invalid_argument naming the
-  // variant, what is wrong with it and every accepted form, on one line.
-  static Variant parse(std::string_view text);
+  // Reads one variant name with its mode's grammar, or the error naming the variant, what is
+  // wrong with it and every accepted form, on one line.
+  static node::Result<Variant> read(std::string_view text);
   // The options that select this variant (the spec's settings, flag then value; empty for
   // single, which runs alone on a one-node topology: see singleTopology()).
   std::vector<std::string> modeArgs() const;
@@ -39,9 +40,9 @@ struct Variant {
 // Every accepted form, from the registry: "consensus:RULE (...), ps:bsp, ..., single".
 std::string variantForms();
 
-// Parses a comma-separated list ("single,ps:bsp,consensus:dynamic"); throws
-// std::invalid_argument for an empty list, an unknown variant or a variant named twice.
-std::vector<Variant> parseVariantList(std::string_view text);
+// Reads a comma-separated list ("single,ps:bsp,consensus:dynamic"), or the error naming
+// --variants and the entry for an empty list or entry, an unknown variant or one named twice.
+node::Result<std::vector<Variant>> readVariantList(std::string_view text);
 
 // One training option as the user gave it to `chorus compare`, forwarded to the nodes of the
 // variants in its scope: a mode's option (--key-floats) means nothing to another mode's node and

@@ -120,11 +120,17 @@ std::vector<node::NodeId> membersOf(const topology::Topology& topology) {
 
 // Step 1 of a dense plan: this node's job, shared by `start` (a std::function is copied, the job
 // is not) and moved into the run once, with its whole-cluster checkpoints in `mode`.
-std::shared_ptr<run::NodeJob> denseJob(const TrainingContext& context, TrainingPlan& plan,
-                                       std::string_view mode) {
-  auto job = std::make_shared<run::NodeJob>(loadDenseJob(context));
-  run::prepareCuts(*job, context.settings.run, context.topology.name, mode,
-                   static_cast<uint32_t>(context.topology.nodes.size()));
+node::Result<std::shared_ptr<run::NodeJob>> denseJob(const TrainingContext& context,
+                                                     TrainingPlan& plan, std::string_view mode) {
+  node::Result<run::NodeJob> loaded = loadDenseJob(context);
+  if (!loaded.ok()) return loaded.status();
+  auto job = std::make_shared<run::NodeJob>(std::move(loaded).value());
+  try {  // run/cluster_checkpoint's reader still throws; its message names the folder and file
+    run::prepareCuts(*job, context.settings.run, context.topology.name, mode,
+                     static_cast<uint32_t>(context.topology.nodes.size()));
+  } catch (const run::NodeCheckpointError& e) {
+    return node::invalidInput(e.what());  // a --resume DIR that cannot be used: exit 2
+  }
   plan.model_spec = job->model->spec().toString();
   return job;
 }
@@ -132,9 +138,11 @@ std::shared_ptr<run::NodeJob> denseJob(const TrainingContext& context, TrainingP
 // Consensus (docs/consensus.md): gossip with the topology neighbors; the end of the run travels
 // over the neighbor graph (a convergecast of the final models on a spanning tree), so the node
 // connects to its neighbors only.
-TrainingPlan consensusPlan(const TrainingContext& context) {
+node::Result<TrainingPlan> consensusPlan(const TrainingContext& context) {
   TrainingPlan plan;
-  auto job = denseJob(context, plan, "consensus");
+  node::Result<std::shared_ptr<run::NodeJob>> dense = denseJob(context, plan, "consensus");
+  if (!dense.ok()) return dense.status();
+  std::shared_ptr<run::NodeJob> job = *dense;
   consensus::PeerLayout layout;
   layout.self = context.self.id;
   layout.neighbors = context.self.neighbors;
@@ -153,9 +161,11 @@ TrainingPlan consensusPlan(const TrainingContext& context) {
 
 // PS (docs/ps.md): every node owns a shard of the keys and trains; reads and writes go to each
 // key's owner over the full mesh.
-TrainingPlan psPlan(const TrainingContext& context) {
+node::Result<TrainingPlan> psPlan(const TrainingContext& context) {
   TrainingPlan plan;
-  auto job = denseJob(context, plan, "ps");
+  node::Result<std::shared_ptr<run::NodeJob>> dense = denseJob(context, plan, "ps");
+  if (!dense.ok()) return dense.status();
+  std::shared_ptr<run::NodeJob> job = *dense;
   const std::vector<node::NodeId> members = membersOf(context.topology);
   for (node::NodeId id : members) {
     if (id != context.self.id) plan.peers.push_back(id);
@@ -169,14 +179,16 @@ TrainingPlan psPlan(const TrainingContext& context) {
 }
 
 // One node alone (a topology of one node): the run of chorus train, no peers.
-TrainingPlan singlePlan(const TrainingContext& context) {
+node::Result<TrainingPlan> singlePlan(const TrainingContext& context) {
   TrainingPlan plan;
   if (context.settings.run.checkpoint_every > 0 || run::resumesCluster(context.settings.run)) {
-    throw std::invalid_argument(
+    return node::invalidInput(
         "--checkpoint-every and --resume DIR are for clusters of several nodes; a topology of "
         "one node trains alone: use --save FILE and --resume FILE");
   }
-  auto job = denseJob(context, plan, "single");
+  node::Result<std::shared_ptr<run::NodeJob>> dense = denseJob(context, plan, "single");
+  if (!dense.ok()) return dense.status();
+  std::shared_ptr<run::NodeJob> job = *dense;
   plan.doing = "training alone";
   plan.start = [job, options = context.settings.run](node::Node& node) {
     return run::makeSingleRun(std::move(*job), options, node.logger());
@@ -186,7 +198,7 @@ TrainingPlan singlePlan(const TrainingContext& context) {
 
 }  // namespace
 
-run::NodeJob loadDenseJob(const TrainingContext& context) {
+node::Result<run::NodeJob> loadDenseJob(const TrainingContext& context) {
   // This process runs one node: it reads its own samples only.
   return run::loadNodeProcessJob(context.settings.run, context.self.id,
                                  static_cast<int>(context.topology.nodes.size()),

@@ -45,7 +45,8 @@ struct Mode {
   std::unique_ptr<Session> (*make_session)(const SessionContext&, const ModeSettings&) = nullptr;
   // A mode that trains image (dense) models: step 1 of its plan (modes/session.h), which loads
   // the node's data before the node exists; the plan's `start` is step 2. Null: it does not.
-  TrainingPlan (*plan)(const TrainingContext&) = nullptr;
+  // An error is bad settings (kInvalidArgument: exit 2) or unreadable data (exit 1).
+  node::Result<TrainingPlan> (*plan)(const TrainingContext&) = nullptr;
   // Which session the sparse models (complex, distmult, mf) train in (kNone: it refuses them).
   SparseTraining sparse = SparseTraining::kNone;
   // A topology of one node runs this mode instead of the named one, when it trains the model's

@@ -76,9 +76,9 @@ struct TrainingPlan {
 };
 
 // This node's job of an image (dense) model among the topology's nodes, for a dense plan's step
-// 1: its shard only (run::loadNodeProcessJob), with its own straggler attribute. Throws
-// std::invalid_argument for unusable options (exit 2), another exception for unreadable data.
-run::NodeJob loadDenseJob(const TrainingContext& context);
+// 1: its shard only (run::loadNodeProcessJob), with its own straggler attribute. Its errors are
+// loadNodeProcessJob()'s: kInvalidArgument for unusable options (exit 2), kIo for unreadable data.
+node::Result<run::NodeJob> loadDenseJob(const TrainingContext& context);
 
 // How a mode trains the sparse models (complex, distmult, mf). Their data and sessions live in
 // cli/sparse_node.cc (they read the sparse flags, which modes/ cannot see), so the entry names

@@ -38,7 +38,8 @@ RelocationShell::RelocationShell(node::Node& node, const ShardMap& map, KeyStore
       members_(std::move(members)),
       options_(options),
       space_(store.space()),
-      core_(map, std::move(store), coreOptions(node.id(), members_, options)) {
+      core_(map, std::move(store), coreOptions(node.id(), members_, options)),
+      outbox_(node) {
   std::sort(members_.begin(), members_.end());
   stats_.held_keys = core_.store().size();
   size_t slots = 0;
@@ -357,50 +358,16 @@ void RelocationShell::sendOutgoingFromLoop() {
 
 void RelocationShell::sendFromLoop(NodeId to, const node::SharedFrame& frame) {
   if (down_.count(to)) return;  // a peer that went down is gone for good (peerDown)
-  // Behind the frames that already wait for `to`: the order per peer is the protocol's (FIFO).
-  auto held = held_.find(to);
-  if (held != held_.end()) {
-    held->second.push_back(frame);
-    return;
-  }
-  if (!sendNowFromLoop(to, frame)) held_[to].push_back(frame);
-}
-
-bool RelocationShell::sendNowFromLoop(NodeId to, const node::SharedFrame& frame) {
-  // A send to a peer whose connection is not up yet fails at once, inside send() (the loop
-  // thread's sends are checked there): the frame is then held until the peer comes up. Nodes
-  // start at different moments, and a lost push, pull or clock would stall a worker for good.
-  auto not_up = std::make_shared<bool>(false);
-  auto in_call = std::make_shared<bool>(true);
-  // It holds no `this`: a send may complete after the shell is gone (the node outlives it).
-  node_.send(to, frame, [node = &node_, not_up, in_call](NodeId peer, const node::Status& status) {
+  // Nodes start at different moments, and a lost push, pull or clock would stall a worker for
+  // good: a frame for a peer not connected yet waits, behind the ones that wait already (the
+  // order per peer is the protocol's: FIFO). The callback holds no `this`: a send may complete
+  // after the shell is gone (the node outlives it).
+  outbox_.sendFromLoop({to}, frame, [node = &node_](NodeId peer, const node::Status& status) {
     if (status.ok()) return;
-    if (*in_call && status.code() == node::ErrorCode::kNotConnected) {
-      *not_up = true;
-      return;
-    }
     // A peer that is down gets its down event, which fails what waited on it.
     node->logger().debug("relocation: a frame to node {} was not sent ({})", peer,
                          status.toString());
   });
-  *in_call = false;
-  if (*not_up) {
-    node_.logger().debug("relocation: node {} is not connected yet; its frames wait until it is",
-                         to);
-  }
-  return !*not_up;
-}
-
-void RelocationShell::flushHeldFromLoop(NodeId peer) {
-  auto it = held_.find(peer);
-  if (it == held_.end()) return;
-  std::deque<node::SharedFrame>& queue = it->second;
-  // In order; a frame that finds the connection down again stays first, with the rest behind.
-  while (!queue.empty()) {
-    if (!sendNowFromLoop(peer, queue.front())) return;
-    queue.pop_front();
-  }
-  held_.erase(it);
 }
 
 void RelocationShell::flushFromLoop() {
@@ -523,7 +490,7 @@ void RelocationShell::onPeerEvent(const node::PeerEvent& event) {
     return;
   }
   if (event.kind == node::PeerEventKind::kUp) {
-    if (!down_.count(event.peer)) flushHeldFromLoop(event.peer);
+    if (!down_.count(event.peer)) outbox_.peerUpFromLoop(event.peer);
     return;
   }
   if (event.kind != node::PeerEventKind::kDown && event.kind != node::PeerEventKind::kLeft) return;
@@ -533,7 +500,7 @@ void RelocationShell::onPeerEvent(const node::PeerEvent& event) {
     gone_.insert(event.peer);
   }
   completed_.notify_all();
-  held_.erase(event.peer);  // frames that waited for its connection: it is gone
+  outbox_.dropFromLoop(event.peer, "it went down");  // it is gone
   // A lost connection counts as the peer's death: the core never sends to it again (rows it
   // held are lost, operations on the network fail).
   const DownReport report = core_.peerDown(event.peer);

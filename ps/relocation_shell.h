@@ -37,6 +37,7 @@
 
 #include "node/frame.h"
 #include "node/repeated_log.h"
+#include "node/send_when_connected.h"
 #include "node/status.h"
 #include "ps/key_localizer.h"
 #include "ps/relocation.h"
@@ -159,12 +160,8 @@ class RelocationShell {
   void flushFromLoop();
   void sendOutgoingFromLoop();
   // Sends `frame` to `to`, or holds it (behind the frames held already) while `to` is not
-  // connected yet; nothing to a peer that went down.
+  // connected yet (outbox_); nothing to a peer that went down.
   void sendFromLoop(NodeId to, const node::SharedFrame& frame);
-  // Sends `frame` to `to` now; false when `to` is not connected (yet).
-  bool sendNowFromLoop(NodeId to, const node::SharedFrame& frame);
-  // `peer` came up: sends the frames held for it, in order.
-  void flushHeldFromLoop(NodeId peer);
   void completeFromLoop(const Completion& completion);
   // One part of `handle` ended with `status`.
   void settleFromLoop(Handle handle, const node::Status& status);
@@ -201,7 +198,7 @@ class RelocationShell {
   Clock announced_ = 0;
   std::set<NodeId> down_;
   std::set<NodeId> finished_;
-  std::map<NodeId, std::deque<node::SharedFrame>> held_;  // frames for peers not connected yet
+  node::SendWhenConnected outbox_;  // frames for peers not connected yet
   node::RefusalLog refusals_;
 
   mutable std::mutex mu_;

@@ -36,7 +36,8 @@ ReplicaShell::ReplicaShell(node::Node& node, std::shared_ptr<const ReplicaLayout
       layout_(layout),
       options_(options),
       self_(node.id()),
-      core_(std::move(layout), node.id(), initial, std::move(policy)) {
+      core_(std::move(layout), node.id(), initial, std::move(policy)),
+      outbox_(node) {
   if (!(options_.syncs_per_second >= 0) || !std::isfinite(options_.syncs_per_second)) {
     throw std::invalid_argument(fmt::format("replica syncs per second must be 0 or more, not {}",
                                             options_.syncs_per_second));
@@ -361,7 +362,7 @@ void ReplicaShell::onPeerEvent(const node::PeerEvent& event) {
         std::lock_guard lock(mu_);
         was_down = down_.count(event.peer) > 0;
       }
-      if (!was_down) flushHeldFromLoop(event.peer);
+      if (!was_down) outbox_.peerUpFromLoop(event.peer);
       if (was_down) {
         node_.logger().warn(
             "node {} is connected again, but it left the replica sync when it went down: a member "
@@ -397,7 +398,7 @@ void ReplicaShell::memberDownFromLoop(NodeId node, const std::string& reason) {
         "since it started its last round are lost",
         node, reason);
   }
-  held_.erase(node);  // frames that waited for its connection: it is out of the sync
+  outbox_.dropFromLoop(node, "it is out of the replica sync");
   stepFromLoop([node](ReplicaNode& core) { return core.memberDown(node); });
   changed_.notify_all();
 }
@@ -427,74 +428,29 @@ void ReplicaShell::sendFromLoop(std::vector<ReplicaSyncSend>& sends) {
       counters_.payload_bytes_sent += message.payloadBytes() * to.size();
       counters_.wire_bytes_sent += frame->size() * to.size();
     }
-    // A member whose frames wait (its connection is not up yet) gets this one after them.
-    std::vector<NodeId> now;
-    for (NodeId peer : to) {
-      auto held = held_.find(peer);
-      if (held != held_.end() && !held->second.empty()) {
-        held->second.push_back(HeldFrame{frame, message.rows, message.round});
-      } else {
-        now.push_back(peer);
-      }
-    }
-    if (now.empty()) continue;
-    const std::vector<NodeId> not_up =
-        sendNowFromLoop(now, HeldFrame{frame, message.rows, message.round});
-    for (NodeId peer : not_up)
-      held_[peer].push_back(HeldFrame{frame, message.rows, message.round});
+    // A member not connected yet gets the frame when it comes up, behind the ones that wait for
+    // it already. Members start their sync at different moments (a contribution pulls a node
+    // into a round before its own connections are all up), and a lost frame would stall the
+    // round for good. The callback holds the rows, which the frame's attachment points into,
+    // until every send of it completed; it holds no `this` (a send may complete after the shell
+    // is gone; the node outlives it).
+    outbox_.sendFromLoop(
+        to, frame,
+        [node = &node_, failures = send_failures_, rows = message.rows, round = message.round](
+            NodeId peer, const node::Status& status) {
+          // Not connected: dropped when the member left the sync (its down event says so).
+          if (status.ok() || status.code() == node::ErrorCode::kNotConnected) return;
+          failures->fetch_add(1);
+          // A peer that is down gets its down event; anything else stalls the round until the
+          // peer is declared down, so say so.
+          node->logger().log(
+              status.code() == node::ErrorCode::kOverloaded ? spdlog::level::err
+                                                            : spdlog::level::debug,
+              "replica sync round {}: a frame to node {} was not sent ({}); the round waits "
+              "until node {} is declared down",
+              round, peer, status.toString(), peer);
+        });
   }
-}
-
-std::vector<NodeId> ReplicaShell::sendNowFromLoop(const std::vector<NodeId>& to,
-                                                  const HeldFrame& held) {
-  // A send to a member whose connection is not up yet fails at once, inside broadcast() (the
-  // loop thread's sends are checked there): such a member is handed back to be sent the frame
-  // when it comes up. Members start their sync at different moments (a contribution pulls a
-  // node into a round before its own connections are all up), and a lost frame would stall the
-  // round for good.
-  auto not_up = std::make_shared<std::vector<NodeId>>();
-  auto in_call = std::make_shared<bool>(true);
-  // The callback holds the rows, which the frame's attachment points into, until every send
-  // of it completed.
-  // It holds no `this`: a send may complete after the shell is gone (the node outlives it).
-  node_.broadcast(to, held.frame,
-                  [node = &node_, failures = send_failures_, rows = held.rows, round = held.round,
-                   not_up, in_call](NodeId peer, const node::Status& status) {
-                    if (status.ok()) return;
-                    if (*in_call && status.code() == node::ErrorCode::kNotConnected) {
-                      not_up->push_back(peer);
-                      return;
-                    }
-                    failures->fetch_add(1);
-                    // A peer that is down gets its down event; anything else stalls the round
-                    // until the peer is declared down, so say so.
-                    node->logger().log(status.code() == node::ErrorCode::kOverloaded
-                                           ? spdlog::level::err
-                                           : spdlog::level::debug,
-                                       "replica sync round {}: a frame to node {} was not sent "
-                                       "({}); the round waits until node {} is declared down",
-                                       round, peer, status.toString(), peer);
-                  });
-  *in_call = false;
-  if (!not_up->empty()) {
-    node_.logger().debug(
-        "replica sync round {}: nodes {} are not connected yet; the frame waits "
-        "until they are",
-        held.round, fmt::join(*not_up, ", "));
-  }
-  return *not_up;
-}
-
-void ReplicaShell::flushHeldFromLoop(NodeId peer) {
-  auto it = held_.find(peer);
-  if (it == held_.end()) return;
-  std::deque<HeldFrame>& queue = it->second;
-  // In order; a frame that finds the connection down again stays first, with the rest behind.
-  while (!queue.empty()) {
-    if (!sendNowFromLoop({peer}, queue.front()).empty()) return;
-    queue.pop_front();
-  }
-  held_.erase(it);
 }
 
 }  // namespace chorus::ps

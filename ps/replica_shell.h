@@ -35,6 +35,7 @@
 
 #include "node/frame.h"
 #include "node/repeated_log.h"
+#include "node/send_when_connected.h"
 #include "node/status.h"
 #include "ps/replica_node.h"
 
@@ -145,20 +146,10 @@ class ReplicaShell {
   void onSyncFrameFromLoop(NodeId from, const node::InboundFrame& frame);
   void onDrainFrameFromLoop(NodeId from, const node::InboundFrame& frame);
   void memberDownFromLoop(NodeId node, const std::string& reason);
-  // A frame for members whose connection is not up yet, with the rows its attachment points into.
-  struct HeldFrame {
-    node::SharedFrame frame;
-    std::shared_ptr<const SparseRows> rows;
-    uint64_t round = 0;
-  };
   // Loop thread: encodes and sends `step.send` (a sum's frame once for all its destinations),
-  // logs its errors and finished rounds; mu_ not held. A member with frames held gets the new
-  // ones behind them (per-link FIFO).
+  // logs its errors and finished rounds; mu_ not held. A member not connected yet, or with
+  // frames held, gets the new ones behind them (per-link FIFO: outbox_).
   void sendFromLoop(std::vector<ReplicaSyncSend>& sends);
-  // Loop thread: sends `held` to `to` now; the members whose connection is not up (yet).
-  std::vector<NodeId> sendNowFromLoop(const std::vector<NodeId>& to, const HeldFrame& held);
-  // Loop thread: `peer` came up: sends the frames held for it, in order.
-  void flushHeldFromLoop(NodeId peer);
   // Loop thread, mu_ held: records the rounds `step` started and finished (counters, times).
   void accountLocked(const ReplicaSyncStep& step, std::vector<std::string>& warnings);
   // mu_ held: is the drain done (every live member announced, its last round finished)?
@@ -189,9 +180,6 @@ class ReplicaShell {
   std::optional<uint64_t> final_round_;
   std::map<NodeId, uint64_t> final_rounds_;
   std::set<NodeId> down_;
-  // Loop thread: frames for members not connected yet (a node joins a round that another
-  // member started before all of its own connections are up), sent in order when they come up.
-  std::map<NodeId, std::deque<HeldFrame>> held_;
   // Frames the runtime could not send; shared with the send callbacks, which may outlive this.
   std::shared_ptr<std::atomic<uint64_t>> send_failures_ =
       std::make_shared<std::atomic<uint64_t>>(0);
@@ -199,6 +187,10 @@ class ReplicaShell {
   // a thousand: a member whose model diverged sends one every round).
   node::RefusalLog non_finite_log_;
   uint64_t own_dropped_seen_ = 0;  // mu_: droppedOwnDeltas() already counted
+  // Loop thread: frames for members not connected yet (a node joins a round that another
+  // member started before all of its own connections are up), sent in order when they come up.
+  // Last: its destructor completes held frames, whose callbacks count send_failures_.
+  node::SendWhenConnected outbox_;
 };
 
 }  // namespace chorus::ps

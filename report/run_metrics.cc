@@ -590,11 +590,8 @@ std::string variantNameOf(const RunMetrics& metrics) {
     if (ref.staleness.empty()) return "ps";
     // The metrics' spelling of the bound, read with the grammar that wrote it; a bound this
     // build cannot read (1e+300) is shown as written.
-    try {
-      return "ps:" + run::StalenessBound::parse(ref.staleness).variantName();
-    } catch (const std::invalid_argument&) {
-      return "ps:ssp:" + ref.staleness;
-    }
+    const node::Result<run::StalenessBound> bound = run::StalenessBound::read(ref.staleness);
+    return bound.ok() ? "ps:" + bound->variantName() : "ps:ssp:" + ref.staleness;
   }
   return "run";
 }

@@ -37,12 +37,6 @@ node::Result<StalenessBound> StalenessBound::read(std::string_view text) {
   return StalenessBound{n};
 }
 
-StalenessBound StalenessBound::parse(std::string_view text) {
-  node::Result<StalenessBound> bound = read(text);
-  if (!bound.ok()) throw std::invalid_argument(bound.message());
-  return *bound;
-}
-
 std::string StalenessBound::toString() const {
   return infinite() ? "inf" : std::to_string(bound);
 }

@@ -27,13 +27,10 @@ struct StalenessBound {
   // "N" (a whole number >= 0), "bsp" (= 0), "ssp:N" (= N), "async" or "inf" (= infinite), or
   // the error "bad staleness '<text>': ..." naming the accepted forms.
   static node::Result<StalenessBound> read(std::string_view text);
-  // read(), throwing std::invalid_argument with its message: for compare's variant names and
-  // the report's metrics (experiment/, report/), which are not converted to error values yet.
-  static StalenessBound parse(std::string_view text);
-  // "N" or "inf": what the metrics files and the run fingerprint hold (parse() reads it back).
+  // "N" or "inf": what the metrics files and the run fingerprint hold (read() reads it back).
   std::string toString() const;
   // "bsp", "ssp:N" or "async": the tail of a PS variant's name in `chorus compare` ("ps:" +
-  // this); parse() reads it back.
+  // this); read() reads it back.
   std::string variantName() const;
   // The lowest step every peer must have reached before a reader at `reader_step` may go on
   // (reader_step - bound); the lowest possible step when the bound is infinite.

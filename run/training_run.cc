@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <cassert>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
@@ -222,10 +223,15 @@ node::Status checkRunOptions(const RunOptions& o) {
   return node::Status();
 }
 
-ml::DataSplit loadRunSplit(const RunOptions& options) {
+node::Result<ml::DataSplit> loadRunSplit(const RunOptions& options) {
   ml::DataOptions data = options.data;
   data.syntheticSeed = options.seed;
-  ml::DataSplit split = ml::loadDataset(data);
+  ml::DataSplit split;
+  try {
+    split = ml::loadDataset(data);
+  } catch (const ml::DataError& e) {  // the ml/ readers still throw; the message names the file
+    return node::Status(node::ErrorCode::kIo, e.what());
+  }
   // As chorus train --limit: the first N samples, normalized with the whole set's statistics.
   if (options.train_limit > 0 && options.train_limit < split.train.size()) {
     split.train.labels.resize(options.train_limit);
@@ -234,84 +240,98 @@ ml::DataSplit loadRunSplit(const RunOptions& options) {
   return split;
 }
 
-std::shared_ptr<const ml::DataSplit> loadRunData(const RunOptions& options) {
-  return std::make_shared<const ml::DataSplit>(loadRunSplit(options));
+node::Result<std::shared_ptr<const ml::DataSplit>> loadRunData(const RunOptions& options) {
+  node::Result<ml::DataSplit> split = loadRunSplit(options);
+  if (!split.ok()) return split.status();
+  return std::shared_ptr<const ml::DataSplit>(
+      std::make_shared<const ml::DataSplit>(std::move(split).value()));
 }
 
 namespace {
 
 // This node's part of the first `labels.size()` training samples: every node computes the same
-// split from the same seed and keeps its own part.
-std::vector<size_t> shardOf(const RunOptions& options, std::span<const int32_t> labels, int classes,
-                            NodeId node_id, int nodes) {
+// split from the same seed and keeps its own part. An error when the part is empty.
+node::Result<std::vector<size_t>> shardOf(const RunOptions& options,
+                                          std::span<const int32_t> labels, int classes,
+                                          NodeId node_id, int nodes) {
   const ShardSpec& shard = options.shard;
   const uint64_t shard_seed = ml::mixSeed(options.seed, 0x5AAD);
   ml::Shards shards = shard.kind == ShardSpec::Kind::kIid
                           ? ml::shardIid(labels.size(), nodes, shard_seed)
                           : ml::shardDirichlet(labels, classes, nodes, shard.alpha, shard_seed);
   if (shards[node_id].empty()) {
-    throw std::invalid_argument(
-        fmt::format("node {} got no training samples ({} samples over {} nodes, --shard {})",
-                    node_id, labels.size(), nodes, options.shard.toString()));
+    return node::invalidInput(fmt::format(
+        "node {} got no training samples ({} samples over {} nodes, --shard {}): give fewer "
+        "nodes, more samples (--limit, --synthetic-train) or a larger Dirichlet ALPHA",
+        node_id, labels.size(), nodes, options.shard.toString()));
   }
   return std::move(shards[node_id]);
 }
 
-void checkNodeId(NodeId node_id, int nodes) {
+// The options' checks (checkRunOptions) and the node's id among `nodes`.
+node::Status checkJob(const RunOptions& options, NodeId node_id, int nodes) {
+  if (node::Status ok = checkRunOptions(options); !ok.ok()) return ok;
   if (nodes <= 0 || node_id >= static_cast<uint32_t>(nodes)) {
-    throw std::invalid_argument(fmt::format("node {} is not one of {} nodes", node_id, nodes));
+    return node::invalidInput(fmt::format("node {} is not one of {} nodes", node_id, nodes));
   }
+  return node::Status();
 }
 
 // Everything of a job but its shard: the model, the optimizer, the rounds (from `train_size`,
 // the samples all nodes share), the schedule, the stragglers and the metrics file.
-NodeJob jobOnShard(const RunOptions& options, std::shared_ptr<const ml::DataSplit> data,
-                   std::vector<size_t> shard, size_t train_size, NodeId node_id, int nodes,
-                   const faults::StragglerProfile& node_stragglers);
+node::Result<NodeJob> jobOnShard(const RunOptions& options,
+                                 std::shared_ptr<const ml::DataSplit> data,
+                                 std::vector<size_t> shard, size_t train_size, NodeId node_id,
+                                 int nodes, const faults::StragglerProfile& node_stragglers);
 
 }  // namespace
 
-NodeJob prepareNodeJob(const RunOptions& options, std::shared_ptr<const ml::DataSplit> data,
-                       NodeId node_id, int nodes, const faults::StragglerProfile& node_stragglers) {
-  if (const node::Status ok = checkRunOptions(options); !ok.ok()) {
-    throw std::invalid_argument(ok.message());
-  }
-  checkNodeId(node_id, nodes);
+node::Result<NodeJob> prepareNodeJob(const RunOptions& options,
+                                     std::shared_ptr<const ml::DataSplit> data, NodeId node_id,
+                                     int nodes, const faults::StragglerProfile& node_stragglers) {
+  if (node::Status ok = checkJob(options, node_id, nodes); !ok.ok()) return ok;
   // --limit: the first N samples only (loadRunSplit drops the others already; a caller that
   // passes the whole set gets the same shards).
   const size_t train_size = options.train_limit > 0
                                 ? std::min(options.train_limit, data->train.size())
                                 : data->train.size();
-  std::vector<size_t> shard =
+  node::Result<std::vector<size_t>> shard =
       shardOf(options, std::span<const int32_t>(data->train.labels).first(train_size),
               data->train.classes, node_id, nodes);
-  return jobOnShard(options, std::move(data), std::move(shard), train_size, node_id, nodes,
+  if (!shard.ok()) return shard.status();
+  return jobOnShard(options, std::move(data), std::move(shard).value(), train_size, node_id, nodes,
                     node_stragglers);
 }
 
-NodeJob loadNodeProcessJob(const RunOptions& options, NodeId node_id, int nodes,
-                           const faults::StragglerProfile& node_stragglers) {
-  if (const node::Status ok = checkRunOptions(options); !ok.ok()) {
-    throw std::invalid_argument(ok.message());
-  }
-  checkNodeId(node_id, nodes);
+node::Result<NodeJob> loadNodeProcessJob(const RunOptions& options, NodeId node_id, int nodes,
+                                         const faults::StragglerProfile& node_stragglers) {
+  if (node::Status ok = checkJob(options, node_id, nodes); !ok.ok()) return ok;
   ml::DataOptions data_options = options.data;
   data_options.syntheticSeed = options.seed;
-  std::vector<int32_t> labels = ml::loadTrainLabels(data_options);
+  std::vector<int32_t> labels;
+  try {
+    labels = ml::loadTrainLabels(data_options);
+  } catch (const ml::DataError& e) {  // the ml/ readers still throw; the message names the file
+    return node::Status(node::ErrorCode::kIo, e.what());
+  }
   if (options.train_limit > 0 && options.train_limit < labels.size()) {
     labels.resize(options.train_limit);
   }
   // Every dense data set has 10 classes (loadDataset); checked against the loaded part below.
   constexpr int kClasses = 10;
-  const std::vector<size_t> rows = shardOf(options, labels, kClasses, node_id, nodes);
-  auto split = std::make_shared<ml::DataSplit>(ml::loadDatasetRows(data_options, rows));
-  if (split->train.classes != kClasses) {
-    throw std::logic_error(fmt::format("{} has {} classes where the shards assumed {}",
-                                       split->source, split->train.classes, kClasses));
+  node::Result<std::vector<size_t>> rows = shardOf(options, labels, kClasses, node_id, nodes);
+  if (!rows.ok()) return rows.status();
+  std::shared_ptr<ml::DataSplit> split;
+  try {
+    split = std::make_shared<ml::DataSplit>(ml::loadDatasetRows(data_options, *rows));
+  } catch (const ml::DataError& e) {
+    return node::Status(node::ErrorCode::kIo, e.what());
   }
+  // ml::loadDatasetRows sets 10 classes for every dense data set: a bug if not, not input.
+  assert(split->train.classes == kClasses);
   // The loaded training part is the shard, in shard order: the sampler's positions 0..k-1 draw
   // exactly what prepareNodeJob()'s shard indices would.
-  std::vector<size_t> shard(rows.size());
+  std::vector<size_t> shard(rows->size());
   std::iota(shard.begin(), shard.end(), size_t{0});
   return jobOnShard(options, std::move(split), std::move(shard), labels.size(), node_id, nodes,
                     node_stragglers);
@@ -319,9 +339,10 @@ NodeJob loadNodeProcessJob(const RunOptions& options, NodeId node_id, int nodes,
 
 namespace {
 
-NodeJob jobOnShard(const RunOptions& options, std::shared_ptr<const ml::DataSplit> data,
-                   std::vector<size_t> shard, size_t train_size, NodeId node_id, int nodes,
-                   const faults::StragglerProfile& node_stragglers) {
+node::Result<NodeJob> jobOnShard(const RunOptions& options,
+                                 std::shared_ptr<const ml::DataSplit> data,
+                                 std::vector<size_t> shard, size_t train_size, NodeId node_id,
+                                 int nodes, const faults::StragglerProfile& node_stragglers) {
   NodeJob job;
   job.node_id = node_id;
   job.shard = std::move(shard);
@@ -331,8 +352,14 @@ NodeJob jobOnShard(const RunOptions& options, std::shared_ptr<const ml::DataSpli
   job.model = ml::Model::create(spec, options.seed);
   // A folder is a whole-cluster resume: prepareCuts() reads it, knowing the cluster and mode.
   if (!options.resume_path.empty() && !resumesCluster(options)) {
-    ml::Checkpoint checkpoint = ml::loadCheckpoint(options.resume_path);
-    ml::checkCompatible(checkpoint, options.resume_path, spec.toString(), job.model->size());
+    ml::Checkpoint checkpoint;
+    try {  // ml/'s checkpoint reader still throws; its message names the file and the mismatch
+      checkpoint = ml::loadCheckpoint(options.resume_path);
+      ml::checkCompatible(checkpoint, options.resume_path, spec.toString(), job.model->size());
+    } catch (const ml::CheckpointError& e) {
+      // A file that cannot be used, as an unreadable data file: the run fails (exit 1).
+      return node::Status(node::ErrorCode::kIo, e.what());
+    }
     std::copy(checkpoint.params.begin(), checkpoint.params.end(), job.model->params().begin());
     job.resumed_from = options.resume_path;
     job.resumed_step = checkpoint.step;
@@ -368,33 +395,40 @@ NodeJob jobOnShard(const RunOptions& options, std::shared_ptr<const ml::DataSpli
   job.seed = options.seed;
   node::Result<faults::StragglerProfile> stragglers =
       options.stragglers.combinedWith(node_stragglers);
-  if (!stragglers.ok()) throw std::invalid_argument(stragglers.message());
+  if (!stragglers.ok()) return stragglers.status();
   job.stragglers = std::move(stragglers).value();
   job.eval_every = options.eval_every;
   job.target_acc = options.target_acc;
-  job.metrics_path = nodeMetricsPath(options.out_dir, node_id);
+  node::Result<std::string> metrics_path = nodeMetricsPath(options.out_dir, node_id);
+  if (!metrics_path.ok()) return metrics_path.status();
+  job.metrics_path = std::move(metrics_path).value();
   job.data = std::move(data);
   return job;
 }
 
 }  // namespace
 
-std::string nodeMetricsPath(const std::string& dir, NodeId node_id) {
-  if (dir.empty()) return {};
+node::Result<std::string> nodeMetricsPath(const std::string& dir, NodeId node_id) {
+  if (dir.empty()) return std::string();
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) {
-    throw std::runtime_error(
-        fmt::format("--out {}: cannot create the metrics folder: {}", dir, ec.message()));
+    return node::Status(node::ErrorCode::kIo,
+                        fmt::format("--out {}: cannot create the metrics folder: {} (give a "
+                                    "folder this user may write)",
+                                    dir, ec.message()));
   }
   return (std::filesystem::path(dir) / fmt::format("node-{}.jsonl", node_id)).string();
 }
 
-NodeJob prepareNodeProcessJob(const RunOptions& options, ml::DataSplit data, NodeId node_id,
-                              int nodes, const faults::StragglerProfile& node_stragglers) {
+node::Result<NodeJob> prepareNodeProcessJob(const RunOptions& options, ml::DataSplit data,
+                                            NodeId node_id, int nodes,
+                                            const faults::StragglerProfile& node_stragglers) {
   // Not const, so that the test set can be moved out once the job no longer shares it.
   auto full = std::make_shared<ml::DataSplit>(std::move(data));
-  NodeJob job = prepareNodeJob(options, full, node_id, nodes, node_stragglers);
+  node::Result<NodeJob> prepared = prepareNodeJob(options, full, node_id, nodes, node_stragglers);
+  if (!prepared.ok()) return prepared.status();
+  NodeJob job = std::move(prepared).value();
   const ml::Dataset& train = full->train;
   if (job.shard.size() == train.size()) return job;  // one node: everything is its shard
   job.data.reset();

@@ -117,39 +117,45 @@ struct NodeJob {
   CutPlan cuts;
 };
 
-// Loads the data set named in `options` (throws ml::DataError / std::invalid_argument).
-ml::DataSplit loadRunSplit(const RunOptions& options);
+// Loads the data set named in `options`, or the reader's error naming the file and what to do
+// (a missing or malformed data file: ml::DataError's message, as a value).
+node::Result<ml::DataSplit> loadRunSplit(const RunOptions& options);
 // The same, shared read-only by the jobs of several nodes in one process.
-std::shared_ptr<const ml::DataSplit> loadRunData(const RunOptions& options);
+node::Result<std::shared_ptr<const ml::DataSplit>> loadRunData(const RunOptions& options);
 
 // This node's job among `nodes` nodes: its shard of `data` (same split on every node), the
 // model built from options.seed, the straggler profile --stragglers + `node_stragglers` (the
 // topology attribute), and the rounds: --rounds, or --epochs passes over an average shard
 // (training set / nodes), so that every node runs the same number of rounds.
-// Throws std::invalid_argument for unusable options or an empty shard.
-NodeJob prepareNodeJob(const RunOptions& options, std::shared_ptr<const ml::DataSplit> data,
-                       NodeId node_id, int nodes,
-                       const faults::StragglerProfile& node_stragglers = {});
+// An error naming the flag for unusable options, the node and --shard for an empty shard, the
+// file for a --resume checkpoint that cannot be read or does not fit the model.
+node::Result<NodeJob> prepareNodeJob(const RunOptions& options,
+                                     std::shared_ptr<const ml::DataSplit> data, NodeId node_id,
+                                     int nodes,
+                                     const faults::StragglerProfile& node_stragglers = {});
 
 // For a process that runs one node: prepareNodeJob() on `data`, keeping only the job's shard of
 // the training set (copied, in shard order) and the test set (moved). job.shard is renumbered
 // 0..k-1, so the node draws exactly the batches prepareNodeJob() would have given it, and the
 // other nodes' samples are freed before this returns (CIFAR-10 over 8 nodes: about 200 MB of
 // samples per process instead of 740, and the test set is never held twice).
-NodeJob prepareNodeProcessJob(const RunOptions& options, ml::DataSplit data, NodeId node_id,
-                              int nodes, const faults::StragglerProfile& node_stragglers = {});
+// Errors as prepareNodeJob()'s.
+node::Result<NodeJob> prepareNodeProcessJob(const RunOptions& options, ml::DataSplit data,
+                                            NodeId node_id, int nodes,
+                                            const faults::StragglerProfile& node_stragglers = {});
 
 // For a process that runs one node, from the files themselves: reads the training labels alone,
 // computes the shards as prepareNodeJob() does, then streams the training files keeping only
 // this node's samples (ml::loadDatasetRows), normalized with the whole training part's
 // statistics. The job equals prepareNodeProcessJob(options, loadRunSplit(options), ...)'s, and
-// the memory it needs is the shard and the test set, never the whole training set.
-NodeJob loadNodeProcessJob(const RunOptions& options, NodeId node_id, int nodes,
-                           const faults::StragglerProfile& node_stragglers = {});
+// the memory it needs is the shard and the test set, never the whole training set. Errors as
+// prepareNodeJob()'s and loadRunSplit()'s.
+node::Result<NodeJob> loadNodeProcessJob(const RunOptions& options, NodeId node_id, int nodes,
+                                         const faults::StragglerProfile& node_stragglers = {});
 
-// DIR/node-<id>.jsonl (creating DIR); "" when dir is empty. Throws std::runtime_error naming DIR
-// when it cannot be created.
-std::string nodeMetricsPath(const std::string& dir, NodeId node_id);
+// DIR/node-<id>.jsonl (creating DIR); "" when dir is empty. A kIo error naming --out DIR when it
+// cannot be created.
+node::Result<std::string> nodeMetricsPath(const std::string& dir, NodeId node_id);
 
 // Cycles through a shard in minibatches, reshuffled every epoch (seeded per node), augmenting
 // images when asked (the augmentation draws are seeded per epoch too, so that a resumed run

@@ -18,13 +18,12 @@
 
 #include "cli/run_spec.h"
 #include "tests/cli/run_command.h"
+#include "tests/support/cli_fixture.h"
 
 namespace chorus::testing {
 namespace {
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using testsupport::contains;
 
 TEST(ChorusCli, HelpListsEveryCommand) {
   CommandResult r = runCommand({chorusBinary(), "--help"});

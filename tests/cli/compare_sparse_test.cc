@@ -16,68 +16,25 @@
 #include <vector>
 
 #include "tests/cli/run_command.h"
+#include "tests/support/cli_fixture.h"
 
 namespace chorus::testing {
 namespace {
 
 namespace fs = std::filesystem;
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using testsupport::contains;
 
-std::string readFile(const fs::path& path) {
-  std::ifstream in(path);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using testsupport::readFile;
 
 class CompareSparseTest : public ::testing::Test {
  protected:
+  // The planted graph (300 entities: a model can learn which tails fit) and a complete graph of
+  // three nodes on loopback ports that were free a moment ago, in a folder of this test's own.
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("chorus-compare-sparse-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    writePlantedGraph((dir_ / "graphs" / "planted").string());
-    topology_ = writeTopology();
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  // 300 entities in 10 groups and 4 relations; relation r links an entity of group g to
-  // entities of group g + r + 1 (a model can learn which tails fit).
-  static void writePlantedGraph(const std::string& dir) {
-    fs::create_directories(dir);
-    std::mt19937_64 rng(5);
-    std::set<std::tuple<int, int, int>> used;
-    auto split = [&](const std::string& name, int count) {
-      std::ofstream out(fs::path(dir) / name);
-      for (int written = 0; written < count;) {
-        const int head = static_cast<int>(rng() % 300);
-        const int relation = static_cast<int>(rng() % 4);
-        const int group = (head / 30 + relation + 1) % 10;
-        const int tail = group * 30 + static_cast<int>(rng() % 30);
-        if (!used.insert({head, relation, tail}).second) continue;
-        out << 'e' << head << "\tr" << relation << "\te" << tail << '\n';
-        ++written;
-      }
-    };
-    split("train.txt", 3000);
-    split("valid.txt", 200);
-    split("test.txt", 200);
-  }
-
-  // A complete graph of three nodes on loopback ports that were free a moment ago.
-  std::string writeTopology() {
-    const std::string path = (dir_ / "three.toml").string();
-    std::ofstream f(path);
-    f << "[cluster]\nname = \"compare-sparse\"\nmode = \"ps\"\n";
-    const std::vector<uint16_t> ports = freeLoopbackPorts(3);
-    for (int i = 0; i < 3; ++i) {
-      f << "\n[[node]]\nid = " << i << "\naddress = \"127.0.0.1:" << ports[i] << "\"\nneighbors = ["
-        << (i + 1) % 3 << ", " << (i + 2) % 3 << "]\n";
-    }
-    return path;
+    testsupport::writePlantedGraphFolder((dir_ / "graphs" / "planted").string());
+    topology_ = testsupport::writeCompleteTopology((dir_ / "three.toml").string(), "compare-sparse",
+                                                   "ps", freeLoopbackPorts(3));
   }
 
   CommandResult compare(const std::string& variants, const fs::path& out,
@@ -121,7 +78,8 @@ class CompareSparseTest : public ::testing::Test {
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   }
 
-  fs::path dir_;
+  testsupport::TestFolder folder_{"chorus-compare-sparse"};
+  const fs::path dir_ = folder_.path();
   std::string topology_;
 };
 

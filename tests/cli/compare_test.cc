@@ -13,49 +13,33 @@
 #include <vector>
 
 #include "tests/cli/run_command.h"
+#include "tests/support/cli_fixture.h"
 
 namespace chorus::testing {
 namespace {
 
 namespace fs = std::filesystem;
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using testsupport::contains;
 
-std::string readFile(const fs::path& path) {
-  std::ifstream in(path);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using testsupport::readFile;
 
 class CompareTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("chorus-compare-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    topology_ = writeTopology("three.toml", "");
-  }
+  void SetUp() override { topology_ = writeTopology("three.toml", ""); }
 
   // A complete graph of three nodes on ports that were free a moment ago; node 1 gets the
   // straggler attribute `node1_stragglers` when it is not empty, and `node1_port` when given.
   std::string writeTopology(const std::string& name, const std::string& node1_stragglers,
                             uint16_t node1_port = 0) {
-    const std::string path = (dir_ / name).string();
-    std::ofstream f(path);
-    f << "[cluster]\nname = \"compare-test\"\nmode = \"consensus\"\n";
-    const std::vector<uint16_t> ports = freeLoopbackPorts(3);
-    for (int i = 0; i < 3; ++i) {
-      const uint16_t port = i == 1 && node1_port != 0 ? node1_port : ports[i];
-      f << "\n[[node]]\nid = " << i << "\naddress = \"127.0.0.1:" << port << "\"\nneighbors = ["
-        << (i + 1) % 3 << ", " << (i + 2) % 3 << "]\n";
-      if (i == 1 && !node1_stragglers.empty()) f << "stragglers = \"" << node1_stragglers << "\"\n";
-    }
-    return path;
+    std::vector<uint16_t> ports = freeLoopbackPorts(3);
+    if (node1_port != 0) ports[1] = node1_port;
+    return testsupport::writeCompleteTopology(
+        (dir_ / name).string(), "compare-test", "consensus", ports, [&](int i) {
+          return i == 1 && !node1_stragglers.empty() ? "stragglers = \"" + node1_stragglers + "\"\n"
+                                                     : std::string();
+        });
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   // A compare of `variants` on tiny synthetic data into `out`, plus `extra` arguments.
   CommandResult compare(const std::string& variants, const fs::path& out,
@@ -96,7 +80,8 @@ class CompareTest : public ::testing::Test {
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   }
 
-  fs::path dir_;
+  testsupport::TestFolder folder_{"chorus-compare"};
+  const fs::path dir_ = folder_.path();
   std::string topology_;
 };
 

@@ -14,15 +14,14 @@
 #include <vector>
 
 #include "tests/cli/run_command.h"
+#include "tests/support/cli_fixture.h"
 
 namespace chorus::testing {
 namespace {
 
 namespace fs = std::filesystem;
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using testsupport::contains;
 
 std::string slurp(const fs::path& path) {
   std::ifstream in(path);

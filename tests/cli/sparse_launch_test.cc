@@ -15,54 +15,24 @@
 #include <vector>
 
 #include "tests/cli/run_command.h"
+#include "tests/support/cli_fixture.h"
 
 namespace chorus::testing {
 namespace {
 
 namespace fs = std::filesystem;
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using testsupport::contains;
 
-// A graph of 300 entities in 10 groups and 4 relations; relation r links an entity of group g
-// to entities of group g + r + 1: train/valid/test.txt in DIR/planted.
+// The planted graph of 300 entities (tests/support/planted_graph.h) in DIR/planted.
 void writePlantedGraph(const std::string& dir) {
-  fs::create_directories(dir);
-  std::mt19937_64 rng(5);
-  std::set<std::tuple<int, int, int>> used;
-  auto split = [&](const std::string& name, int count) {
-    std::ofstream out(fs::path(dir) / name);
-    for (int written = 0; written < count;) {
-      const int head = static_cast<int>(rng() % 300);
-      const int relation = static_cast<int>(rng() % 4);
-      const int group = (head / 30 + relation + 1) % 10;
-      const int tail = group * 30 + static_cast<int>(rng() % 30);
-      if (!used.insert({head, relation, tail}).second) continue;
-      out << 'e' << head << "\tr" << relation << "\te" << tail << '\n';
-      ++written;
-    }
-  };
-  split("train.txt", 3000);
-  split("valid.txt", 200);
-  split("test.txt", 200);
+  testsupport::writePlantedGraphFolder(dir);
 }
 
 // A PS topology of `nodes` nodes on free loopback ports.
 std::string writeTopology(const TempDir& dir, int nodes) {
-  const std::string path = dir.file("ps" + std::to_string(nodes) + ".toml");
-  std::ofstream out(path);
-  out << "[cluster]\nname = \"sparse-ps-test\"\nmode = \"ps\"\n";
-  const std::vector<uint16_t> ports = freeLoopbackPorts(nodes);
-  for (int i = 0; i < nodes; ++i) {
-    out << "\n[[node]]\nid = " << i << "\naddress = \"127.0.0.1:" << ports[i]
-        << "\"\nneighbors = [";
-    for (int j = 0, k = 0; j < nodes; ++j) {
-      if (j != i) out << (k++ > 0 ? ", " : "") << j;
-    }
-    out << "]\n";
-  }
-  return path;
+  return testsupport::writeCompleteTopology(dir.file("ps" + std::to_string(nodes) + ".toml"),
+                                            "sparse-ps-test", "ps", freeLoopbackPorts(nodes));
 }
 
 // The first number after `label` in `text` (NaN when absent).

@@ -8,15 +8,14 @@
 #include <string>
 
 #include "tests/cli/run_command.h"
+#include "tests/support/cli_fixture.h"
 
 namespace chorus::testing {
 namespace {
 
 namespace fs = std::filesystem;
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using testsupport::contains;
 
 TEST(ChorusTrainMf, SmallGeneratedRunMeetsTheTargetAndWritesItsData) {
   TempDir dir("chorus-train-mf");

@@ -89,7 +89,7 @@ TEST(NeighborsOnly, ARingOfSevenTrainsAndNodeZeroAveragesEveryFinalModel) {
   for (NodeId i = 0; i < kNodes; ++i) {
     ConsensusOptions co;
     co.chunk_floats = 100;  // several chunks per model and per partial sum
-    cluster.attach(i, run::prepareNodeJob(smallRun(30, 100 + i), data, i, kNodes), co);
+    cluster.attach(i, run::prepareNodeJob(smallRun(30, 100 + i), data, i, kNodes).value(), co);
   }
   cluster.connect();
   for (NodeId i = 0; i < kNodes; ++i)
@@ -140,7 +140,8 @@ TEST(NeighborsOnly, ANodeKilledInARingLeavesTheOthersFinishingAndTheAverageCount
     uint16_t port4 = 0;
     if (read(to_child[0], &port4, sizeof port4) != sizeof port4) _exit(2);
     node::Node node(nodeOptions(kVictim, kNodes));
-    ConsensusPeer peer(node, run::prepareNodeJob(smallRun(1'000'000, 103), data, kVictim, kNodes),
+    ConsensusPeer peer(node,
+                       run::prepareNodeJob(smallRun(1'000'000, 103), data, kVictim, kNodes).value(),
                        layoutOf(g, kVictim), ConsensusOptions{});
     if (!node.listen().ok()) _exit(3);
     const uint16_t port = node.port();
@@ -188,7 +189,7 @@ TEST(NeighborsOnly, ANodeKilledInARingLeavesTheOthersFinishingAndTheAverageCount
         }
       };
     }
-    cluster.attach(i, run::prepareNodeJob(smallRun(40, 100 + i), data, i, kNodes), co);
+    cluster.attach(i, run::prepareNodeJob(smallRun(40, 100 + i), data, i, kNodes).value(), co);
   }
   cluster.connect({{kVictim, child_port}});
   auto reached = round_five.get_future();
@@ -233,7 +234,7 @@ TEST(NeighborsOnly, BadPartialSumsAreRefusedAndNamed) {
   NeighborCluster cluster(g, allOf(4));
   size_t size = 0;
   for (NodeId i : {0u, 2u}) {
-    run::NodeJob job = run::prepareNodeJob(smallRun(10, 100 + i), data, i, 4);
+    run::NodeJob job = run::prepareNodeJob(smallRun(10, 100 + i), data, i, 4).value();
     size = job.model->size();
     cluster.attach(i, std::move(job), ConsensusOptions{});
   }

@@ -23,7 +23,7 @@ TEST(SlowNeighbor, GossipToALaggingLinkDropsOlderSharesNotNewerOnes) {
   auto data = syntheticData();
   // One model, one chunk: a gossip frame is the model's floats plus the envelope.
   const size_t model_floats =
-      run::prepareNodeJob(smallRun(kRounds, 1), data, 0, kNodes).model->size();
+      run::prepareNodeJob(smallRun(kRounds, 1), data, 0, kNodes).value().model->size();
   const size_t frame_bytes = model_floats * sizeof(float) + 512;
   NeighborCluster cluster(g, allOf(kNodes), [&](node::NodeOptions& o) {
     if (o.self != 0) return;
@@ -41,7 +41,7 @@ TEST(SlowNeighbor, GossipToALaggingLinkDropsOlderSharesNotNewerOnes) {
     co.backup = chorus::consensus::BackupRuleSpec::read("static:1").value();
     co.staleness.bound = 1000;
     co.report_every = 1000ms;
-    cluster.attach(i, run::prepareNodeJob(smallRun(kRounds, 500 + i), data, i, kNodes), co);
+    cluster.attach(i, run::prepareNodeJob(smallRun(kRounds, 500 + i), data, i, kNodes).value(), co);
   }
   cluster.connect();
   std::map<NodeId, ConsensusReport> reports = cluster.runAll();

@@ -154,8 +154,10 @@ TEST(SparseConsensus, TwoNodesFactorizeAsWellAsOneWithBackupWorkers) {
 TEST(SparseConsensus, AKilledNodeLeavesTheOthersFinishing) {
   const ml::KgData graph = testsupport::makePlantedGraph({});
   const testsupport::Graph g = testsupport::ring(4);
-  LocalCluster cluster(4, 0, {.cluster = "sparse-kill"});
+  // Before the cluster: its nodes' threads (a killed node's among them) use the workloads
+  // until the cluster's destructor joins them.
   std::vector<std::unique_ptr<ml::SparseWorkload>> workloads;
+  LocalCluster cluster(4, 0, {.cluster = "sparse-kill"});
   const ml::SparseTrainOptions train = sparseTrainOptions(3, 32, 0.1);
   const ml::Shards shards = ml::shardIid(graph.train.size(), 4, train.seed);
   const NodeId victim = 3;
@@ -199,8 +201,10 @@ TEST(SparseConsensus, ARestartedNodeRejoinsWithANeighborsTables) {
   const testsupport::Graph g = testsupport::complete(3);
   const ml::SparseTrainOptions train = sparseTrainOptions(6, 32, 0.1);
   const ml::Shards shards = ml::shardIid(graph.train.size(), 3, train.seed);
-  LocalCluster cluster(2, 3, {.cluster = "sparse-rejoin"});
+  // Before the cluster: its nodes' threads (a killed node's among them) use the workloads
+  // until the cluster's destructor joins them.
   std::vector<std::unique_ptr<ml::SparseWorkload>> workloads;
+  LocalCluster cluster(2, 3, {.cluster = "sparse-rejoin"});
   std::promise<void> second_life_started;
   std::shared_future<void> released = second_life_started.get_future().share();
   // What nodes 0 and 1 hold after each round (AdaGrad's sums and the tables, hashed), to hold

@@ -173,7 +173,7 @@ TEST(TreeRepair, AnInnerTreeNodeKilledMidRunLosesOnlyItsOwnModel) {
     if (i == kVictim) {
       co.on_round_end = killAtRound(cluster, kVictim, 5);
     }
-    cluster.attach(i, run::prepareNodeJob(smallRun(kRounds, 200 + i), data, i, kNodes), co);
+    cluster.attach(i, run::prepareNodeJob(smallRun(kRounds, 200 + i), data, i, kNodes).value(), co);
   }
   cluster.connect();
   std::map<NodeId, ConsensusReport> reports = cluster.runAll();
@@ -220,7 +220,7 @@ TEST(TreeRepair, ASubtreeReSentAfterItsParentForwardedItIsCountedOnce) {
         EXPECT_EQ(resent_reached_two.get_future().wait_for(120s), std::future_status::ready);
       };
     }
-    cluster.attach(i, run::prepareNodeJob(smallRun(kRounds, 300 + i), data, i, kNodes), co);
+    cluster.attach(i, run::prepareNodeJob(smallRun(kRounds, 300 + i), data, i, kNodes).value(), co);
   }
   cluster.connect();
   auto futures = cluster.start();
@@ -260,7 +260,7 @@ TEST(TreeRepair, NodesCutOffFromTheRootEndAtOnceAndSaySo) {
     if (i == kVictim) {
       co.on_round_end = killAtRound(cluster, kVictim, 5);
     }
-    cluster.attach(i, run::prepareNodeJob(smallRun(kRounds, 400 + i), data, i, kNodes), co);
+    cluster.attach(i, run::prepareNodeJob(smallRun(kRounds, 400 + i), data, i, kNodes).value(), co);
   }
   cluster.connect();
   const auto started = std::chrono::steady_clock::now();

@@ -28,6 +28,7 @@
 #include "node/frame.h"
 #include "node/node.h"
 #include "run/training_run.h"
+#include "tests/fuzz/fake_peers.h"
 
 namespace {
 
@@ -57,23 +58,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ++data;
   --size;
 
-  const std::map<node::NodeId, std::vector<node::NodeId>> graph = {
-      {0, {1, 2}}, {1, {0, 2, 3}}, {2, {0, 1}}, {3, {1}}};
   const node::NodeId self = options_byte & 1;
-  consensus::PeerLayout layout;
-  layout.self = self;
-  layout.neighbors = graph.at(self);
-  layout.members = {0, 1, 2, 3};
-  for (const auto& [id, links] : graph)
-    layout.degrees[id] = links.size();
-  layout.graph = graph;
-
-  node::NodeOptions node_options;
-  node_options.cluster = "fuzz";
-  node_options.self = self;
-  node_options.members = layout.members;
-  node::Node node(node_options);  // never listens: handlers run on this thread
-  node.logger().set_level(spdlog::level::off);
+  const auto layout = fuzz::fourMemberLayout<consensus::PeerLayout>(self);
+  const std::unique_ptr<node::Node> offline = fuzz::offlineNode(self, layout.members);
+  node::Node& node = *offline;
 
   run::NodeJob job;
   job.node_id = self;
@@ -86,27 +74,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int64_t tau = options.staleness.bound;
   consensus::ConsensusPeer peer(node, std::move(job), layout, options);
 
-  node::FrameLimits limits;
-  limits.max_frame_bytes = 1u << 16;
-  const auto services = [](node::ServiceId id) -> const node::ServiceSpec* {
-    return id == consensus::kConsensusServiceId ? &consensus::kConsensusService : nullptr;
-  };
-  while (size >= 3) {
-    const node::NodeId from = data[0] & 7;
-    size_t length = data[1] | (size_t{data[2]} << 8);
-    data += 3;
-    size -= 3;
-    length = std::min(length, size);
-    // A fresh decoder per record: a connection that sent garbage is closed, the next is new.
-    node::FrameDecoder decoder(limits);
-    decoder.setServices(services);
-    const node::Status status = decoder.consume(data, length, [&](node::InboundFrame&& frame) {
-      node.deliverForTesting(from, frame);
-      return true;
-    });
-    (void)status;  // a clear error is the decoder's answer to bad bytes
-    data += length;
-    size -= length;
+  fuzz::Records records({data, size});
+  uint8_t control = 0;
+  std::span<const uint8_t> frame;
+  while (records.control(control) && records.frameBytes(frame)) {
+    fuzz::deliverFrames(node, control & 7, consensus::kConsensusServiceId,
+                        consensus::kConsensusService, frame);
   }
 
   // docs/consensus.md: per neighbor 2 tau + 2 models on the board and one partial one; per

@@ -30,6 +30,7 @@
 #include "ps/kv_server.h"
 #include "ps/ps_service.h"
 #include "ps/shard_map.h"
+#include "tests/fuzz/fake_peers.h"
 
 namespace {
 
@@ -51,12 +52,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   --size;
 
   const std::vector<node::NodeId> members{0, 1, 2};
-  node::NodeOptions node_options;
-  node_options.cluster = "fuzz";
-  node_options.self = 0;
-  node_options.members = members;
-  node::Node node(node_options);  // never listens: handlers run on this thread
-  node.logger().set_level(spdlog::level::off);
+  const std::unique_ptr<node::Node> offline = fuzz::offlineNode(0, members);
+  node::Node& node = *offline;
 
   const ps::KeySpace space{ps::ChunkLayout{24, 4}};  // 6 keys of 4 floats, 2 owned here
   const ps::ShardMap map(members);
@@ -70,16 +67,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ps::KvServer server(node, ps::KeyStore(space, map, 0, initial, optimizer), members,
                       server_options);
 
-  node::FrameLimits limits;
-  limits.max_frame_bytes = 1u << 16;
-  const auto services = [](node::ServiceId id) -> const node::ServiceSpec* {
-    return id == ps::kPsServiceId ? &ps::kPsService : nullptr;
-  };
   auto now = std::chrono::steady_clock::time_point{};
-  while (size > 0) {
-    const uint8_t control = data[0];
-    ++data;
-    --size;
+  fuzz::Records records({data, size});
+  uint8_t control = 0;
+  while (records.control(control)) {
     const node::NodeId from = control & 3;
     if ((control & 0x80) != 0) {
       node::PeerEvent event;
@@ -103,21 +94,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       server.tick(now);
       continue;
     }
-    if (size < 2) break;
-    size_t length = data[0] | (size_t{data[1]} << 8);
-    data += 2;
-    size -= 2;
-    length = std::min(length, size);
-    // A fresh decoder per record: a connection that sent garbage is closed, the next is new.
-    node::FrameDecoder decoder(limits);
-    decoder.setServices(services);
-    const node::Status status = decoder.consume(data, length, [&](node::InboundFrame&& frame) {
-      node.deliverForTesting(from, frame);
-      return true;
-    });
-    (void)status;  // a clear error is the decoder's answer to bad bytes
-    data += length;
-    size -= length;
+    std::span<const uint8_t> frame;
+    if (!records.frameBytes(frame)) break;
+    fuzz::deliverFrames(node, from, ps::kPsServiceId, ps::kPsService, frame);
   }
 
   for (const ps::WorkerView& view : server.workerViews()) {

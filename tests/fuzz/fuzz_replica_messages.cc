@@ -31,6 +31,7 @@
 #include "ps/replica_service.h"
 #include "ps/replica_shell.h"
 #include "ps/update_policy.h"
+#include "tests/fuzz/fake_peers.h"
 
 namespace {
 
@@ -70,12 +71,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   --size;
 
   const std::vector<node::NodeId> members{0, 1, 2};
-  node::NodeOptions node_options;
-  node_options.cluster = "fuzz";
-  node_options.self = 0;
-  node_options.members = {0, 1, 2, 3};
-  node::Node node(node_options);  // never listens: handlers run on this thread
-  node.logger().set_level(spdlog::level::off);
+  const std::unique_ptr<node::Node> offline = fuzz::offlineNode(0, {0, 1, 2, 3});
+  node::Node& node = *offline;
 
   const ps::KeySpace space = hotSpace();
   const std::shared_ptr<const ps::UpdatePolicy> policy = policyOf(adagrad);
@@ -88,16 +85,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   shell_options.syncs_per_second = 0;  // rounds start only from peers' messages
   ps::ReplicaShell shell(node, layout, initial, policy, shell_options);
 
-  node::FrameLimits limits;
-  limits.max_frame_bytes = 1u << 16;
-  const auto services = [](node::ServiceId id) -> const node::ServiceSpec* {
-    return id == ps::kReplicaServiceId ? &ps::kReplicaService : nullptr;
-  };
   uint64_t frames = 0;
-  while (size > 0) {
-    const uint8_t control = data[0];
-    ++data;
-    --size;
+  fuzz::Records records({data, size});
+  uint8_t control = 0;
+  while (records.control(control)) {
     const node::NodeId from = control & 3;
     if ((control & 0x80) != 0) {
       node::PeerEvent event;
@@ -110,22 +101,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       shell.onPeerEvent(event);
       continue;
     }
-    if (size < 2) break;
-    size_t length = data[0] | (size_t{data[1]} << 8);
-    data += 2;
-    size -= 2;
-    length = std::min(length, size);
-    // A fresh decoder per record: a connection that sent garbage is closed, the next is new.
-    node::FrameDecoder decoder(limits);
-    decoder.setServices(services);
-    const node::Status status = decoder.consume(data, length, [&](node::InboundFrame&& frame) {
-      ++frames;
-      node.deliverForTesting(from, frame);
-      return true;
-    });
-    (void)status;  // a clear error is the decoder's answer to bad bytes
-    data += length;
-    size -= length;
+    std::span<const uint8_t> frame;
+    if (!records.frameBytes(frame)) break;
+    frames += fuzz::deliverFrames(node, from, ps::kReplicaServiceId, ps::kReplicaService, frame);
   }
 
   const ps::ReplicaShellCounters counters = shell.counters();

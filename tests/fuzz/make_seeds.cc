@@ -442,6 +442,53 @@ void psMessageSeeds(const fs::path& root) {
                                   0,
                                   {}});
   seeds.add(runs);
+
+  // Slot runs (ps/key_runs.h SlotRun: table, slot, rows - 1 as varints) in every field that
+  // carries them: a pull that asks want_slots, pulls and pushes by slots (good runs, a slot past
+  // the store, a run of 2^32 rows, a varint cut off, a table that does not exist, slots and keys
+  // both), and PsReplies with slot runs (an owner does not take replies: they are refused as
+  // such). The store's layout starts at a random value per store, so a layout in a seed matches
+  // only by chance: the owner decodes the runs first (decodeSlotRuns), then refuses the layout
+  // as stale; the fuzzer reaches both.
+  auto slotRuns = [](std::initializer_list<ps::SlotRun> named) {
+    std::vector<uint8_t> out;
+    const std::vector<ps::SlotRun> list(named);
+    ps::encodeSlotRuns(list, out);
+    return out;
+  };
+  const std::vector<uint8_t> first_two = slotRuns({{0, 0, 2}});
+  const std::vector<uint8_t> past_store = slotRuns({{0, 1000, 1}});
+  const std::vector<uint8_t> many_rows = slotRuns({{0, 0, 0xffffffffu}});
+  const std::vector<uint8_t> no_table = slotRuns({{7, 0, 1}});
+  const std::vector<uint8_t> twice = slotRuns({{0, 0, 1}, {0, 0, 1}});
+  const std::vector<uint8_t> cut{0x00, 0x80};
+  const std::vector<float> row_grads(8, 0.5f);
+  const std::vector<std::span<const float>> pieces{std::span<const float>(row_grads)};
+  std::string slots(1, '\0');
+  slots += record(1, ps::clockAnnouncement(1));
+  slots += record(1, ps::pullRequest(20, 1, 0, mine, true));
+  for (uint64_t layout : {uint64_t{0}, uint64_t{1}, ~uint64_t{0}}) {
+    slots += record(1, ps::pullBySlots(21, 1, 0, first_two, layout));
+    slots += record(2, ps::pushBySlots(22, 1, first_two, layout, pieces));
+  }
+  for (const std::vector<uint8_t>* bad : {&past_store, &many_rows, &no_table, &twice, &cut}) {
+    slots += record(1, ps::pullBySlots(23, 1, 0, *bad, 0));
+    slots += record(2, ps::pushBySlots(24, 1, *bad, 0, pieces));
+  }
+  slots += record(
+      1, ps::PsMessage{ps::wire::Body::PsPull,
+                       [&](flatbuffers::FlatBufferBuilder& b) {
+                         auto keys = b.CreateVector(mine);
+                         auto r = b.CreateVector(first_two);
+                         return ps::wire::CreatePsPull(b, 25, 1, 0, keys, 0, r, 0, true).Union();
+                       },
+                       0,
+                       {}});
+  const std::vector<std::span<const float>> reply_rows{std::span<const float>(row_grads)};
+  slots += record(1, ps::pullReply(20, 0, reply_rows, row_grads.size(), first_two, 1));
+  slots += record(2, ps::pullReply(26, 0, reply_rows, row_grads.size(), many_rows, 0));
+  slots += record(1, ps::staleReply(21, ps::wire::PsOp::Pull, "stale"));
+  seeds.add(slots);
 }
 
 // fuzz_consensus_messages: what neighbors send a consensus node (node 0 or 1 of 0..3, a

@@ -503,7 +503,7 @@ TEST(KvWorker, APullOfASparseSubsetMovesBytesForTheSubsetOnly) {
   config.peer_timeout = 120000ms;
   config.optimizer.sgd.momentum = 0;
   config.optimizer.schedule.baseLr = 0.5;
-  config.staleness = Staleness::parse("inf");  // pushes apply at once, every read goes out
+  config.staleness = Staleness::read("inf").value();  // pushes apply at once, every read goes out
   KvCluster cluster(config);
   KvWorker& worker = cluster.worker(0);
   const std::vector<Key> remote = cluster.keysOwnedBy({1});
@@ -581,7 +581,7 @@ TEST(KvWorker, LastReadSaysHowFreshItsValuesAre) {
   config.members = 2;
   config.served = 2;
   config.layout = ChunkLayout(64, 4);
-  config.staleness = Staleness::parse("2");
+  config.staleness = Staleness::read("2").value();
   config.worker.cache = false;
   KvCluster cluster(config);
   KvWorker& worker = cluster.worker(0);
@@ -926,7 +926,7 @@ TEST(KvServer, ARejoinedOwnerAppliesPushesOlderThanItsRestoredView) {
   config.layout = ChunkLayout(40, 4);
   config.optimizer.sgd.momentum = 0;
   config.optimizer.schedule.baseLr = 0.5;
-  config.staleness = Staleness::parse("2");
+  config.staleness = Staleness::read("2").value();
   config.server.hold_until_restored = true;
   KvCluster cluster(config);
   ReplyCollector replies(cluster.node(1));
@@ -1406,7 +1406,7 @@ TEST(KvServer, AClockSnapshotHoldsEveryPushBelowItsClockAndNoneAfter) {
     config.layout = ChunkLayout(12, 4);
     config.optimizer.sgd.momentum = 0;
     config.optimizer.schedule.baseLr = 1.0;
-    config.staleness = Staleness::parse(bound);
+    config.staleness = Staleness::read(bound).value();
     KvCluster cluster(config);
     KvServer& server = cluster.server(0);
     const std::vector<Key> mine = cluster.keysOwnedBy({0});
@@ -1457,7 +1457,7 @@ TEST(KvServer, AClockSnapshotHoldsEveryPushBelowItsClockAndNoneAfter) {
 // that clock is answered at once and a worker's first announcement is no jump.
 TEST(KvServer, AResumedOwnerStartsWithEveryWorkerAtTheCut) {
   KvCluster::Config config;
-  config.staleness = Staleness::parse("0");
+  config.staleness = Staleness::read("0").value();
   config.server.start_clock = 7;
   config.server.max_clock = 20;
   KvCluster cluster(config);

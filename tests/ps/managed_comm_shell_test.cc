@@ -44,10 +44,10 @@ Trained trainFourNodes(double bandwidth_mbps, double momentum, const std::string
     options.rounds = 800;  // as tests/ps/ps_peer_test.cc: 95% with room to spare
     options.out_dir = out.string();
     PsOptions po;
-    po.staleness = Staleness::parse(staleness);
+    po.staleness = Staleness::read(staleness).value();
     po.key_floats = 1000;  // several keys per owner
     po.bandwidth_mbps = bandwidth_mbps;
-    cluster.attach<PsPeer>(i, run::prepareNodeJob(options, data, i, kNodes), members, po);
+    cluster.attach<PsPeer>(i, run::prepareNodeJob(options, data, i, kNodes).value(), members, po);
   }
   cluster.connect();
   cluster.start();

@@ -68,10 +68,10 @@ RunResult trainFourNodes(const std::string& staleness,
     run::RunOptions options = trainingOptions();
     options.out_dir = out.string();
     PsOptions po;
-    po.staleness = Staleness::parse(staleness);
+    po.staleness = Staleness::read(staleness).value();
     po.key_floats = 1000;  // several keys per owner
     if (tweak) tweak(i, po);
-    cluster.attach<PsPeer>(i, run::prepareNodeJob(options, data, i, kNodes), members, po);
+    cluster.attach<PsPeer>(i, run::prepareNodeJob(options, data, i, kNodes).value(), members, po);
   }
   cluster.connect();
   cluster.start();
@@ -212,7 +212,7 @@ TEST(PsPeer, ANodeThatVanishesMidRunLeavesTheOthersFinishingAndItsLostUpdatesNam
         if (c == 50) cluster.kill(2);
       };
     }
-    cluster.attach<PsPeer>(i, run::prepareNodeJob(options, data, i, kNodes), members, po);
+    cluster.attach<PsPeer>(i, run::prepareNodeJob(options, data, i, kNodes).value(), members, po);
   }
   cluster.connect();
   cluster.start();
@@ -277,7 +277,7 @@ TEST(PsPeer, ANonFinitePushAndAnImpossibleClockAreRefusedAndEveryNodeFinishes) {
         }
       };
     }
-    cluster.attach<PsPeer>(i, run::prepareNodeJob(options, data, i, kNodes), members, po);
+    cluster.attach<PsPeer>(i, run::prepareNodeJob(options, data, i, kNodes).value(), members, po);
   }
   cluster.connect();
   cluster.start();
@@ -334,7 +334,7 @@ TEST_P(PsRejoin, ARestartedNodeRejoinsWithItsKeysFromALiveNodesLastRead) {
   };
   auto psOptions = [] {
     PsOptions po;
-    po.staleness = Staleness::parse(GetParam());
+    po.staleness = Staleness::read(GetParam()).value();
     po.key_floats = 1000;
     po.down_timeout_s = 0.2;  // the others stop waiting for node 2 while it is gone
     return po;
@@ -351,7 +351,8 @@ TEST_P(PsRejoin, ARestartedNodeRejoinsWithItsKeysFromALiveNodesLastRead) {
         node0_view.assign(params.begin(), params.end());
       };
     }
-    cluster.attach<PsPeer>(i, run::prepareNodeJob(runOptions(i), data, i, kNodes), members, po);
+    cluster.attach<PsPeer>(i, run::prepareNodeJob(runOptions(i), data, i, kNodes).value(), members,
+                           po);
   }
   const PsPeer& peer0 = cluster.peer<PsPeer>(0);
 
@@ -362,7 +363,7 @@ TEST_P(PsRejoin, ARestartedNodeRejoinsWithItsKeysFromALiveNodesLastRead) {
     if (c == 30) clock30.set_value();
   };
   auto node2 = std::make_unique<node::Node>(testsupport::nodeOptions(settings, 2, kNodes));
-  run::NodeJob job2 = run::prepareNodeJob(runOptions(2), data, 2, kNodes);
+  run::NodeJob job2 = run::prepareNodeJob(runOptions(2), data, 2, kNodes).value();
   const std::vector<float> initial(job2.model->params().begin(), job2.model->params().end());
   auto peer2 = std::make_unique<PsPeer>(*node2, std::move(job2), members, first);
   ASSERT_TRUE(node2->listen().ok());
@@ -414,8 +415,8 @@ TEST_P(PsRejoin, ARestartedNodeRejoinsWithItsKeysFromALiveNodesLastRead) {
     initial_to_node0 = std::sqrt(init);
   };
   node2 = std::make_unique<node::Node>(testsupport::nodeOptions(settings, 2, kNodes, port2));
-  peer2 = std::make_unique<PsPeer>(*node2, run::prepareNodeJob(runOptions(2), data, 2, kNodes),
-                                   members, second);
+  peer2 = std::make_unique<PsPeer>(
+      *node2, run::prepareNodeJob(runOptions(2), data, 2, kNodes).value(), members, second);
   ASSERT_TRUE(node2->listen().ok());
   cluster.connectOutside(*node2);
   ASSERT_TRUE(node2->waitClusterReady(30s).ok());
@@ -487,7 +488,7 @@ run::NodeJob tinyJob() {
   auto data = syntheticData(300, 30);
   run::RunOptions options = trainingOptions();
   options.rounds = 10;
-  return run::prepareNodeJob(options, data, 0, 2);
+  return run::prepareNodeJob(options, data, 0, 2).value();
 }
 
 INSTANTIATE_TEST_SUITE_P(Staleness, PsRejoin, ::testing::Values("2", "0"),

@@ -64,7 +64,7 @@ std::vector<SparsePsReport> trainCluster(
   LocalCluster cluster(nodes, 0, {.cluster = name});
   for (size_t i = 0; i < nodes; ++i) {
     SparsePsOptions options;
-    options.ps.staleness = run::StalenessBound::parse("0");
+    options.ps.staleness = run::StalenessBound::read("0").value();
     options.ps.tick_every = 20ms;
     options.train = train;
     options.technique = technique;

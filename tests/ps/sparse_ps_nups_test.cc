@@ -52,7 +52,7 @@ std::vector<SparsePsReport> trainCluster(size_t nodes, const ml::KgData& graph,
                                          const std::string& name) {
   const auto argsFor = [&](size_t) {
     SparsePsOptions options;
-    options.ps.staleness = run::StalenessBound::parse(setup.staleness);
+    options.ps.staleness = run::StalenessBound::read(setup.staleness).value();
     options.ps.tick_every = 20ms;
     options.train = train;
     options.technique = setup.technique;
@@ -163,14 +163,16 @@ TEST(SparsePsNups, ReplicateZeroBehavesLikeLapse) {
 TEST(SparsePsNups, ANodeKilledMidRunHangsNobodyAndIsNamed) {
   const ml::KgData graph = testsupport::makePlantedGraph({});
   const ml::KgeConfig config = smallComplEx();
-  LocalCluster cluster(3, 0, {.cluster = "nups-kill"});
+  // Before the cluster: its nodes' threads (a killed node's among them) use the workloads
+  // until the cluster's destructor joins them.
   std::vector<std::unique_ptr<ml::SparseWorkload>> workloads;
+  LocalCluster cluster(3, 0, {.cluster = "nups-kill"});
   const ml::Shards shards = ml::shardIid(graph.train.size(), 3, 1);
   for (size_t i = 0; i < 3; ++i) {
     workloads.push_back(std::make_unique<ml::KgeWorkload>(graph, config, 11));
     SparsePsOptions options;
     options.ps.tick_every = 20ms;
-    options.ps.staleness = run::StalenessBound::parse("0");
+    options.ps.staleness = run::StalenessBound::read("0").value();
     options.train = sparseTrainOptions(6, 32, 0.1);
     options.technique = SparseTechnique::kNups;
     options.replication.accesses = accessesOf(graph, config, 32);

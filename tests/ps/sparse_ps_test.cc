@@ -56,7 +56,7 @@ ClusterRun trainCluster(size_t nodes, Make make, const ml::SparseTrainOptions& t
   std::mutex mu;
   const auto argsFor = [&](size_t i) {
     SparsePsOptions options;
-    options.ps.staleness = run::StalenessBound::parse(staleness);
+    options.ps.staleness = run::StalenessBound::read(staleness).value();
     options.ps.tick_every = 20ms;
     options.train = train;
     options.sampling = sampling;
@@ -365,14 +365,16 @@ TEST(SparsePsLapse, TwoNodesFactorizeAsWellAsOneWithRowBlocks) {
 TEST(SparsePsLapse, ANodeKilledHoldingRelocatedRowsDoesNotHangTheOthers) {
   const ml::KgData graph = testsupport::makePlantedGraph({});
   auto make = [&] { return std::make_unique<ml::KgeWorkload>(graph, smallComplEx(), 11); };
-  LocalCluster cluster(3, 0, {.cluster = "lapse-kill"});
+  // Before the cluster: its nodes' threads (a killed node's among them) use the workloads
+  // until the cluster's destructor joins them.
   std::vector<std::unique_ptr<ml::SparseWorkload>> workloads;
+  LocalCluster cluster(3, 0, {.cluster = "lapse-kill"});
   const ml::Shards shards = ml::shardIid(graph.train.size(), 3, 1);
   for (size_t i = 0; i < 3; ++i) {
     workloads.push_back(make());
     SparsePsOptions options;
     options.ps.tick_every = 20ms;
-    options.ps.staleness = run::StalenessBound::parse("0");
+    options.ps.staleness = run::StalenessBound::read("0").value();
     options.train = sparseTrainOptions(6, 32, 0.1);
     options.technique = SparseTechnique::kLapse;
     if (i == 2) {
@@ -398,8 +400,10 @@ TEST(SparsePsLapse, ANodeKilledHoldingRelocatedRowsDoesNotHangTheOthers) {
 TEST(SparsePs, StopEndsEveryNodesRunEarly) {
   const ml::KgData graph = testsupport::makePlantedGraph({});
   auto make = [&] { return std::make_unique<ml::KgeWorkload>(graph, smallComplEx(), 11); };
-  LocalCluster cluster(2, 0, {.cluster = "sparse-stop"});
+  // Before the cluster: its nodes' threads (a killed node's among them) use the workloads
+  // until the cluster's destructor joins them.
   std::vector<std::unique_ptr<ml::SparseWorkload>> workloads;
+  LocalCluster cluster(2, 0, {.cluster = "sparse-stop"});
   const ml::Shards shards = ml::shardIid(graph.train.size(), 2, 1);
   for (size_t i = 0; i < 2; ++i) {
     workloads.push_back(make());

@@ -10,14 +10,14 @@ namespace chorus::ps {
 namespace {
 
 TEST(Staleness, Parses) {
-  EXPECT_EQ(Staleness::parse("0").bound, 0);
-  EXPECT_EQ(Staleness::parse("bsp").bound, 0);
-  EXPECT_EQ(Staleness::parse("3").bound, 3);
-  EXPECT_TRUE(Staleness::parse("inf").infinite());
-  EXPECT_TRUE(Staleness::parse("async").infinite());
-  EXPECT_EQ(Staleness::parse("inf").toString(), "inf");
+  EXPECT_EQ(Staleness::read("0").value().bound, 0);
+  EXPECT_EQ(Staleness::read("bsp").value().bound, 0);
+  EXPECT_EQ(Staleness::read("3").value().bound, 3);
+  EXPECT_TRUE(Staleness::read("inf").value().infinite());
+  EXPECT_TRUE(Staleness::read("async").value().infinite());
+  EXPECT_EQ(Staleness::read("inf").value().toString(), "inf");
   for (const char* bad : {"", "-1", "x", "3.5", "1e3"}) {
-    EXPECT_THROW(Staleness::parse(bad), std::invalid_argument) << bad;
+    EXPECT_FALSE(Staleness::read(bad).ok()) << bad;
   }
 }
 
@@ -41,7 +41,7 @@ TEST(WorkerClocks, StalenessAllowsReadsAhead) {
   WorkerClocks clocks({0, 1}, Staleness{2});
   EXPECT_TRUE(clocks.ready(2));  // clock 2 - s = 0: nothing required yet
   EXPECT_FALSE(clocks.ready(3));
-  WorkerClocks async({0, 1}, Staleness::parse("inf"));
+  WorkerClocks async({0, 1}, Staleness::read("inf").value());
   EXPECT_TRUE(async.ready(1'000'000));
 }
 
@@ -118,7 +118,7 @@ TEST(WorkerClocks, SspGuaranteeHoldsOverRandomSchedules) {
 }
 
 TEST(RowCacheRule, FreshWithinTheBound) {
-  RowCacheRule bsp(Staleness{0}), ssp(Staleness{2}), async(Staleness::parse("inf"));
+  RowCacheRule bsp(Staleness{0}), ssp(Staleness{2}), async(Staleness::read("inf").value());
   EXPECT_TRUE(bsp.fresh(5, 5));
   EXPECT_FALSE(bsp.fresh(4, 5));
   EXPECT_TRUE(ssp.fresh(3, 5));

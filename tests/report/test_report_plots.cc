@@ -58,7 +58,7 @@ class ReportPlotsTest : public ReportFolderTest {
     const bool none = target == "0";
     std::string list, runs;
     for (const auto& name : variants) {
-      const std::string run_dir = experiment::Variant::parse(name).dirName() + "/seed-1";
+      const std::string run_dir = experiment::Variant::read(name).value().dirName() + "/seed-1";
       list += (list.empty() ? "" : ",") + name;
       runs += line(R"("event":"run","variant":")" + name + R"(","seed":1,"dir":")" + run_dir +
                    R"(","status":"ok","error":"")");

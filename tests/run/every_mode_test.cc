@@ -103,7 +103,7 @@ Mode psWith(std::string name, std::string bound) {
           .tune = psTuning,
           .attach = [bound](LocalCluster& cluster, NodeId id, run::NodeJob job, StepHook on_step) {
             ps::PsOptions options;
-            options.staleness = ps::Staleness::parse(bound);
+            options.staleness = ps::Staleness::read(bound).value();
             options.key_floats = 1000;     // several keys per owner
             options.down_timeout_s = 0.3;  // a killed worker stops holding the owners quickly
             options.on_clock_end = [on_step](ps::Clock c, std::span<const float>) { on_step(c); };
@@ -135,7 +135,7 @@ class EveryMode : public ::testing::TestWithParam<Mode> {
     for (NodeId id = 0; id < nodes(); ++id) {
       StepHook hook = on_step ? on_step(id) : StepHook{};
       mode().attach(
-          cluster, id, run::prepareNodeJob(options, data, id, static_cast<int>(nodes())),
+          cluster, id, run::prepareNodeJob(options, data, id, static_cast<int>(nodes())).value(),
           hook ? hook : [](int64_t) {});
     }
     cluster.connect();

@@ -68,7 +68,7 @@ class TrainingLoopTest : public ::testing::Test {
     options.batch = 20;
     options.eval_every = eval_every;
     options.out_dir = dir_.path();
-    return prepareNodeJob(options, loadRunData(options), 0, 1);
+    return prepareNodeJob(options, loadRunData(options).value(), 0, 1).value();
   }
 
   // The events of the metrics file, one line each.

@@ -191,7 +191,7 @@ TEST(NodeJob, TheScheduleIsInRoundsOfAnAverageShard) {
   o.step_epochs = 1.5;
   o.gamma = 0.5;
   o.warmup_epochs = 0.5;
-  NodeJob job = prepareNodeJob(o, data(), 0, 5);
+  NodeJob job = prepareNodeJob(o, data(), 0, 5).value();
   EXPECT_EQ(job.rounds, 40);
   EXPECT_EQ(job.schedule.warmupSteps, 5);
   EXPECT_EQ(job.schedule.stepEvery, 15);
@@ -201,13 +201,13 @@ TEST(NodeJob, TheScheduleIsInRoundsOfAnAverageShard) {
   // Lengths under one round are one round, as in chorus train.
   o.step_epochs = 0.04;
   o.warmup_epochs = 0.04;
-  job = prepareNodeJob(o, data(), 0, 5);
+  job = prepareNodeJob(o, data(), 0, 5).value();
   EXPECT_EQ(job.schedule.warmupSteps, 1);
   EXPECT_EQ(job.schedule.stepEvery, 1);
   o.schedule = "cosine";
   o.step_epochs = 0;
   o.warmup_epochs = 0;
-  job = prepareNodeJob(o, data(), 0, 5);
+  job = prepareNodeJob(o, data(), 0, 5).value();
   EXPECT_EQ(job.schedule.totalSteps, 40);
   EXPECT_DOUBLE_EQ(job.schedule.at(0), 0.2);
   EXPECT_NEAR(job.schedule.at(20), 0.1, 1e-12);
@@ -237,7 +237,7 @@ TEST(NodeJob, AugmentationReachesTheBatcher) {
   o.model.name = "mlp";
   o.crop_padding = 1;
   const auto split = images();
-  NodeJob job = prepareNodeJob(o, split, 0, 2);
+  NodeJob job = prepareNodeJob(o, split, 0, 2).value();
   ASSERT_TRUE(job.augmentation.enabled);
   EXPECT_EQ(job.augmentation.padding, 1);
   ShardBatcher plain(split->train, job.shard, 20, 7);
@@ -261,7 +261,7 @@ TEST(NodeJob, SkippingBatchesKeepsTheAugmentationOfTheBatchesAfterThem) {
   o.model.name = "mlp";
   o.crop_padding = 2;
   const auto split = images();
-  NodeJob job = prepareNodeJob(o, split, 0, 2);
+  NodeJob job = prepareNodeJob(o, split, 0, 2).value();
   ASSERT_TRUE(job.augmentation.enabled);
   ShardBatcher uninterrupted(split->train, job.shard, 7, 3, job.augmentation);
   ShardBatcher resumed(split->train, job.shard, 7, 3, job.augmentation);
@@ -285,7 +285,7 @@ TEST(NodeJob, EveryNodeStartsFromTheSameModelOnItsOwnDisjointShard) {
   size_t total = 0;
   std::vector<float> first;
   for (int i = 0; i < nodes; ++i) {
-    NodeJob job = prepareNodeJob(options(), data(), static_cast<uint32_t>(i), nodes);
+    NodeJob job = prepareNodeJob(options(), data(), static_cast<uint32_t>(i), nodes).value();
     if (first.empty()) {
       first.assign(job.model->params().begin(), job.model->params().end());
     } else {
@@ -302,8 +302,8 @@ TEST(NodeJob, EveryNodeStartsFromTheSameModelOnItsOwnDisjointShard) {
 // A node process keeps only its shard in memory, and draws exactly the batches it drew from
 // the whole training set.
 TEST(NodeJob, ANodeProcessKeepsItsShardAndDrawsEveryBatch) {
-  NodeJob full = prepareNodeJob(options(), data(), 1, 3);
-  NodeJob compact = prepareNodeProcessJob(options(), *data(), 1, 3);
+  NodeJob full = prepareNodeJob(options(), data(), 1, 3).value();
+  NodeJob compact = prepareNodeProcessJob(options(), *data(), 1, 3).value();
   ASSERT_EQ(compact.shard.size(), full.shard.size());
   EXPECT_EQ(compact.data->train.size(), full.shard.size());
   EXPECT_EQ(compact.data->train.dim(), data()->train.dim());
@@ -374,8 +374,8 @@ TEST(NodeJob, ANodeProcessReadingOnlyItsShardGetsTheSameJob) {
     o.train_limit = c.limit;
     o.rounds = 0;
     o.epochs = 2;
-    NodeJob loaded = prepareNodeProcessJob(o, loadRunSplit(o), c.node, c.nodes);
-    NodeJob streamed = loadNodeProcessJob(o, c.node, c.nodes);
+    NodeJob loaded = prepareNodeProcessJob(o, loadRunSplit(o).value(), c.node, c.nodes).value();
+    NodeJob streamed = loadNodeProcessJob(o, c.node, c.nodes).value();
     EXPECT_EQ(streamed.shard, loaded.shard);
     EXPECT_EQ(streamed.data->train.shape, loaded.data->train.shape);
     EXPECT_EQ(streamed.data->train.labels, loaded.data->train.labels);
@@ -389,7 +389,7 @@ TEST(NodeJob, ANodeProcessReadingOnlyItsShardGetsTheSameJob) {
 }
 
 TEST(NodeJob, ASingleNodeProcessKeepsTheWholeTrainingSet) {
-  NodeJob job = prepareNodeProcessJob(options(), *data(), 0, 1);
+  NodeJob job = prepareNodeProcessJob(options(), *data(), 0, 1).value();
   EXPECT_EQ(job.data->train.size(), data()->train.size());
   EXPECT_EQ(job.data->test.labels, data()->test.labels);
   EXPECT_EQ(job.shard.size(), data()->train.size());
@@ -401,7 +401,8 @@ TEST(NodeJob, RoundsFromEpochsOfAnAverageShardAndCombinedStragglers) {
   o.epochs = 2;
   o.batch = 10;
   o.stragglers = chorus::faults::StragglerProfile::read("fixed:5").value();
-  NodeJob job = prepareNodeJob(o, data(), 1, 5, faults::StragglerProfile::read("slow:1=3").value());
+  NodeJob job =
+      prepareNodeJob(o, data(), 1, 5, faults::StragglerProfile::read("slow:1=3").value()).value();
   EXPECT_EQ(job.shard.size(), 100u);
   EXPECT_EQ(job.rounds, 20);
   EXPECT_EQ(job.stragglers.terms.size(), 2u);
@@ -409,17 +410,62 @@ TEST(NodeJob, RoundsFromEpochsOfAnAverageShardAndCombinedStragglers) {
   o.shard = ShardSpec::read("dirichlet:0.3").value();
   std::set<size_t> sizes;
   for (uint32_t i = 0; i < 5; ++i) {
-    NodeJob skewed = prepareNodeJob(o, data(), i, 5);
+    NodeJob skewed = prepareNodeJob(o, data(), i, 5).value();
     sizes.insert(skewed.shard.size());
     EXPECT_EQ(skewed.rounds, 20);
   }
   EXPECT_GT(sizes.size(), 1u);
   o.shard = ShardSpec::read("iid").value();
-  EXPECT_THROW(prepareNodeJob(o, data(), 5, 5), std::invalid_argument);
+  const node::Result<NodeJob> outside = prepareNodeJob(o, data(), 5, 5);
+  ASSERT_FALSE(outside.ok());
+  EXPECT_EQ(outside.status().code(), node::ErrorCode::kInvalidArgument);
+  EXPECT_EQ(outside.message(), "node 5 is not one of 5 nodes");
   // The flag's profile and the node's attribute, each good alone, give node 1 two crash steps.
   o.stragglers = faults::StragglerProfile::read("crash:1@5").value();
-  EXPECT_THROW(prepareNodeJob(o, data(), 1, 5, faults::StragglerProfile::read("crash:1@9").value()),
-               std::invalid_argument);
+  const node::Result<NodeJob> crashes =
+      prepareNodeJob(o, data(), 1, 5, faults::StragglerProfile::read("crash:1@9").value());
+  ASSERT_FALSE(crashes.ok());
+  EXPECT_EQ(crashes.status().code(), node::ErrorCode::kInvalidArgument);
+}
+
+// The loaders' failures are values naming what to fix: an empty shard names the node and --shard,
+// a bad option its flag, an unusable --resume file the file (kIo: the run fails, exit 1), a data
+// folder without the files the data set's name.
+TEST(NodeJob, UnusableInputIsAnErrorValueNamingIt) {
+  RunOptions o = options();
+  o.train_limit = 3;
+  const node::Result<NodeJob> empty = prepareNodeJob(o, data(), 4, 5);
+  ASSERT_FALSE(empty.ok());
+  EXPECT_EQ(empty.status().code(), node::ErrorCode::kInvalidArgument);
+  EXPECT_NE(empty.message().find("node 4 got no training samples"), std::string::npos)
+      << empty.message();
+  EXPECT_NE(empty.message().find("--shard iid"), std::string::npos) << empty.message();
+
+  o = options();
+  o.batch = 0;
+  EXPECT_EQ(loadNodeProcessJob(o, 0, 1).message(), "--batch must be > 0");
+
+  o = options();
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("run-test-resume-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string bogus = (dir / "model.ckpt").string();
+  { std::ofstream(bogus) << "not a checkpoint"; }
+  o.resume_path = bogus;
+  const node::Result<NodeJob> resumed = prepareNodeJob(o, data(), 0, 1);
+  ASSERT_FALSE(resumed.ok());
+  EXPECT_EQ(resumed.status().code(), node::ErrorCode::kIo);
+  EXPECT_NE(resumed.message().find(bogus), std::string::npos) << resumed.message();
+
+  o = options();
+  o.data.name = "mnist";
+  o.data.dataDir = dir.string();  // holds no MNIST files
+  const node::Result<ml::DataSplit> missing = loadRunSplit(o);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), node::ErrorCode::kIo);
+  EXPECT_NE(missing.message().find("mnist"), std::string::npos) << missing.message();
+  EXPECT_FALSE(loadNodeProcessJob(o, 0, 1).ok());
+  std::filesystem::remove_all(dir);
 }
 
 TEST(ShardBatcher, CyclesThroughTheShardEpochAfterEpoch) {
@@ -439,11 +485,18 @@ TEST(ShardBatcher, CyclesThroughTheShardEpochAfterEpoch) {
 }
 
 TEST(MetricsPath, OneFilePerNodeInACreatedFolder) {
-  EXPECT_EQ(nodeMetricsPath("", 3), "");
+  EXPECT_EQ(nodeMetricsPath("", 3).value(), "");
   auto dir = std::filesystem::temp_directory_path() / ("run-test-" + std::to_string(getpid()));
-  std::string path = nodeMetricsPath((dir / "sub").string(), 3);
+  std::string path = nodeMetricsPath((dir / "sub").string(), 3).value();
   EXPECT_EQ(path, (dir / "sub" / "node-3.jsonl").string());
   EXPECT_TRUE(std::filesystem::is_directory(dir / "sub"));
+  // A folder that cannot be made (a file is in the way) is an I/O error naming --out.
+  { std::ofstream(dir / "file") << "x"; }
+  const node::Result<std::string> blocked = nodeMetricsPath((dir / "file" / "sub").string(), 3);
+  ASSERT_FALSE(blocked.ok());
+  EXPECT_EQ(blocked.status().code(), node::ErrorCode::kIo);
+  EXPECT_NE(blocked.message().find("--out " + (dir / "file" / "sub").string()), std::string::npos)
+      << blocked.message();
   std::filesystem::remove_all(dir);
 }
 
