@@ -185,20 +185,17 @@ TEST(Variant, PsTechniquesMapToTechniqueAndOptionalBound) {
 
 // ps:rotation: Orion's schedule, for matrix factorization only, with no bound of its own.
 TEST(Variant, PsRotationSetsTheMfScheduleAndTakesNoBound) {
-  const Variant rotation = Variant::parse("ps:rotation");
+  const Variant rotation = Variant::read("ps:rotation").value();
   EXPECT_EQ(rotation.modeArgs(), (Args{"--mode", "ps", "--mf-schedule", "rotation"}));
   EXPECT_EQ(rotation.spec.family, modes::ModelFamily::kMf);
   EXPECT_NE(rotation.spec.family_reason.find("--model mf"), std::string::npos);
   EXPECT_TRUE(rotation.inScope("ps"));
   EXPECT_EQ(rotation.dirName(), "ps-rotation");
   for (const char* bad : {"ps:rotation:ssp:1", "ps:rotation:bsp", "ps:rotation:"}) {
-    try {
-      Variant::parse(bad);
-      ADD_FAILURE() << bad << " accepted";
-    } catch (const std::invalid_argument& e) {
-      EXPECT_NE(std::string(e.what()).find("ps:rotation takes no bound"), std::string::npos)
-          << e.what();
-    }
+    const node::Result<Variant> read = Variant::read(bad);
+    ASSERT_FALSE(read.ok()) << bad << " accepted";
+    EXPECT_NE(read.status().message().find("ps:rotation takes no bound"), std::string::npos)
+        << read.status().message();
   }
   EXPECT_NE(modes::psVariantForms().find("ps:rotation"), std::string::npos);
 }

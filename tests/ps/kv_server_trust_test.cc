@@ -176,7 +176,7 @@ TEST(KvServerTrust, RequestsHeldBeforeARestoreAreCappedPerPeer) {
 TEST(KvServerTrust, AFarFutureClockDoesNotReleaseReadsParkedForItsSender) {
   ServerOptions options;
   options.max_clock = 1000;
-  options.max_lead = leadLimit(Staleness::parse("2"));
+  options.max_lead = leadLimit(Staleness::read("2").value());
   ASSERT_EQ(options.max_lead, 2 * 3 + kLeadSlack);
   Owner owner(options);
   for (Clock c = 1; c <= 5; ++c) {
@@ -208,7 +208,7 @@ TEST(KvServerTrust, AFarFutureClockDoesNotReleaseReadsParkedForItsSender) {
   EXPECT_EQ(owner.clockOf(1), 5 + options.max_lead);
   EXPECT_EQ(owner.server().summary().errors, 2u);
   // The same jump under asynchronous staleness (no read waits) is no error.
-  EXPECT_EQ(leadLimit(Staleness::parse("inf")), Staleness::kInfinite);
+  EXPECT_EQ(leadLimit(Staleness::read("inf").value()), Staleness::kInfinite);
 }
 
 // A worker's push named by slot reaches an owner whose rows moved (here: an owner that

@@ -43,7 +43,7 @@ MfRun trainMf(size_t nodes, double bandwidth_mbps, const std::string& name) {
   const ml::SparseTrainOptions train = testsupport::sparseTrainOptions(8, 200, 0.1);
   const auto argsFor = [&](size_t) {
     SparsePsOptions options;
-    options.ps.staleness = run::StalenessBound::parse("2");
+    options.ps.staleness = run::StalenessBound::read("2").value();
     options.ps.tick_every = 20ms;
     options.ps.bandwidth_mbps = bandwidth_mbps;
     options.train = train;

@@ -37,7 +37,7 @@ std::vector<SparsePsReport> trainKge(size_t nodes, const std::string& name,
   auto make = [&] { return std::make_unique<ml::KgeWorkload>(graph, smallComplEx(), 11); };
   const auto argsFor = [&](size_t i) {
     SparsePsOptions options;
-    options.ps.staleness = run::StalenessBound::parse("0");
+    options.ps.staleness = run::StalenessBound::read("0").value();
     options.ps.tick_every = 20ms;
     options.train = train;
     options_of(i, options);
